@@ -1,0 +1,230 @@
+"""The ScaleRL recipe (PAPER.md §5), one config for every model size.
+
+The default variant runs on a CPU laptop:
+
+  python -m launch.train --config=configs/scalerl.py --workdir=/tmp/scalerl
+
+Other sizes take their shapes from here and their weights from a local
+Hugging Face checkpoint:
+
+  python -m launch.train --config=configs/scalerl.py:variant=qwen3_0.6b \
+      --config.model.hf_path=/ckpts/Qwen3-0.6B --workdir=/tmp/scalerl_qwen3
+
+Single fields are overridden on the command line, e.g. `--config.rl.loss=dapo`.
+Every field is checked by `scalerl_jax.config.validate` before anything runs.
+"""
+
+import ml_collections
+
+# Variant name -> model shape. `tiny_cpu` (~3M parameters) trains on 2 CPU
+# cores; `small_cpu` (~50M) is the CPU benchmark size; the rest mirror public
+# checkpoints so that `--config.model.hf_path` loads them without surprises.
+_MODELS = {
+    "tiny_cpu": dict(
+        family="llama", vocab_size=512, embed_dim=256, num_layers=4,
+        num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=768,
+        rope_theta=10_000.0, tie_embeddings=True, max_seq_len=512,
+        param_dtype="float32", compute_dtype="float32"),
+    "small_cpu": dict(
+        family="llama", vocab_size=8192, embed_dim=640, num_layers=8,
+        num_heads=10, num_kv_heads=5, head_dim=64, mlp_dim=1792,
+        rope_theta=10_000.0, tie_embeddings=True, max_seq_len=1024,
+        param_dtype="float32", compute_dtype="float32"),
+    "qwen3_0.6b": dict(
+        family="qwen3", vocab_size=151_936, embed_dim=1024, num_layers=28,
+        num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=3072,
+        rope_theta=1_000_000.0, tie_embeddings=True, qk_norm=True,
+        norm_eps=1e-6, max_seq_len=16_384,
+        param_dtype="bfloat16", compute_dtype="bfloat16"),
+    "qwen2.5_0.5b": dict(
+        family="qwen2", vocab_size=151_936, embed_dim=896, num_layers=24,
+        num_heads=14, num_kv_heads=2, head_dim=64, mlp_dim=4864,
+        rope_theta=1_000_000.0, tie_embeddings=True, qkv_bias=True,
+        norm_eps=1e-6, max_seq_len=16_384,
+        param_dtype="bfloat16", compute_dtype="bfloat16"),
+    "llama3_8b": dict(
+        family="llama", vocab_size=128_256, embed_dim=4096, num_layers=32,
+        num_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14_336,
+        rope_theta=500_000.0, tie_embeddings=False, norm_eps=1e-5,
+        max_seq_len=16_384, param_dtype="bfloat16", compute_dtype="bfloat16",
+        remat=True),
+}
+
+VARIANTS = tuple(_MODELS)
+
+
+def _parse_arg(arg):
+  """'variant=x' or 'x' -> variant name."""
+  if not arg:
+    return "tiny_cpu"
+  fields = dict(kv.split("=", 1) if "=" in kv else ("variant", kv)
+                for kv in arg.split(","))
+  unknown = set(fields) - {"variant"}
+  if unknown:
+    raise ValueError(f"configs/scalerl.py takes only 'variant=...'; got {sorted(unknown)}")
+  variant = fields["variant"]
+  if variant not in _MODELS:
+    raise ValueError(f"Unknown variant {variant!r}; choose one of {VARIANTS}")
+  return variant
+
+
+def _model_config(variant):
+  m = ml_collections.ConfigDict()
+  m.family = "llama"  # Hugging Face layout used for export: llama | qwen2 | qwen3.
+  m.vocab_size = 512  # Rows of the embedding table.
+  m.embed_dim = 256  # Residual stream width (HF hidden_size).
+  m.num_layers = 4  # Decoder blocks.
+  m.num_heads = 8  # Query heads.
+  m.num_kv_heads = 4  # Key/value heads (grouped-query attention); divides num_heads.
+  m.head_dim = 32  # Width of one attention head.
+  m.mlp_dim = 768  # SwiGLU hidden width (HF intermediate_size).
+  m.rope_theta = 10_000.0  # Rotary embedding base.
+  m.rope_scaling = ml_collections.ConfigDict()
+  m.rope_scaling.type = "none"  # none | llama3 (Llama 3.1 frequency scaling).
+  m.rope_scaling.factor = 8.0  # llama3: long-wavelength division factor.
+  m.rope_scaling.low_freq_factor = 1.0  # llama3: low-frequency boundary.
+  m.rope_scaling.high_freq_factor = 4.0  # llama3: high-frequency boundary.
+  m.rope_scaling.original_max_position = 8192  # llama3: pre-training context.
+  m.norm_eps = 1e-5  # RMSNorm epsilon.
+  m.tie_embeddings = True  # LM head reuses the embedding table.
+  m.qkv_bias = False  # Biases on q/k/v projections (Qwen2).
+  m.qk_norm = False  # Per-head RMSNorm on queries and keys (Qwen3).
+  m.max_seq_len = 512  # Longest prompt + completion the model will see.
+  m.param_dtype = "float32"  # Storage dtype of parameters: float32 | bfloat16.
+  m.compute_dtype = "float32"  # Activation/matmul dtype: float32 | bfloat16.
+  m.fp32_lm_head = True  # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
+  m.remat = False  # Rematerialise each block in the backward pass (saves memory).
+  m.hf_path = ""  # Local HF checkpoint directory; "" = random init / warm start.
+  m.update(_MODELS[variant])
+  return m
+
+
+def get_config(arg=None):
+  """Returns the locked ScaleRL config for `variant=` (default tiny_cpu)."""
+  variant = _parse_arg(arg)
+  cpu = variant.endswith("_cpu")
+  c = ml_collections.ConfigDict()
+  c.variant = variant  # Which preset filled the model shape.
+  c.seed = 0  # Seeds init, data order and sampling.
+
+  c.model = _model_config(variant)
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.axes = ("data", "fsdp", "tensor")  # Mesh axis names.
+  c.mesh.shape = (1, -1, 1)  # Size per axis; one -1 takes the remaining devices.
+  # Logical axis -> mesh axis (or tuple of axes, or None = replicated).
+  c.mesh.logical_axis_rules = (
+      ("act_batch", ("data", "fsdp")),
+      ("act_len", None),
+      ("act_embed", None),
+      ("act_heads", "tensor"),
+      ("act_kv_heads", "tensor"),
+      ("act_mlp", "tensor"),
+      ("act_vocab", "tensor"),
+      ("layers", None),
+      ("vocab", "tensor"),
+      ("embed", "fsdp"),
+      ("mlp", "tensor"),
+      ("heads", "tensor"),
+      ("kv_heads", "tensor"),
+      ("head_dim", None),
+      ("norm", None),
+  )
+  c.mesh.distributed = False  # Call jax.distributed.initialize (multi-host runs).
+  c.mesh.coordinator_address = ""  # host:port of process 0; "" = auto-detect.
+  c.mesh.num_processes = 0  # Total processes; 0 = auto-detect.
+  c.mesh.process_id = -1  # This process's index; -1 = auto-detect.
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.learning_rate = 1e-5 if cpu else 5e-7  # Peak LR (paper: 5e-7 at 8B).
+  c.optim.warmup_steps = 10 if cpu else 100  # Linear warmup from 0 (paper: 100).
+  c.optim.schedule = "constant"  # constant | cosine (after warmup).
+  c.optim.decay_steps = 0  # cosine: steps from end of warmup to the floor.
+  c.optim.final_lr_fraction = 0.0  # cosine: floor as a fraction of the peak.
+  c.optim.b1 = 0.9  # Adam first-moment decay.
+  c.optim.b2 = 0.999  # Adam second-moment decay.
+  c.optim.eps = 1e-15  # Adam epsilon; tiny to avoid underflowing updates (§5).
+  c.optim.weight_decay = 0.01  # AdamW decay; masked off norms and biases.
+  c.optim.grad_clip_norm = 1.0  # Global-norm clip; 0 disables.
+
+  c.rl = ml_collections.ConfigDict()
+  c.rl.loss = "cispo"  # grpo | dapo | gspo | gspo_token | cispo (§3).
+  c.rl.aggregation = "prompt"  # sample | prompt | token (§4).
+  c.rl.adv_norm = "batch"  # prompt | batch | none: std used to scale advantages.
+  c.rl.eps_clip = 0.2  # grpo: symmetric PPO clip.
+  c.rl.eps_low = 0.2  # dapo: lower clip.
+  c.rl.eps_high = 0.28  # dapo: upper clip (clip-higher).
+  c.rl.gspo_eps_low = 3e-4  # gspo: lower clip of the sequence ratio.
+  c.rl.gspo_eps_high = 4e-4  # gspo: upper clip of the sequence ratio.
+  c.rl.cispo_eps_max = 4.0  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
+  c.rl.tis_cap = 0.0  # Truncated-IS correction cap on pi_old/pi_gen; 0 disables.
+  c.rl.zero_variance_filter = True  # Drop groups whose rewards are all equal.
+  c.rl.reward_correct = 1.0  # Reward of a verified completion.
+  c.rl.reward_incorrect = 0.0  # Reward of a failed, timed-out or wrong one.
+
+  c.buffer = ml_collections.ConfigDict()
+  c.buffer.schedule = "pipeline_rl"  # pipeline_rl | ppo_off_policy (§5).
+  c.buffer.max_off_policy = 8  # k: max policy versions a consumed token may lag.
+
+  c.sampling = ml_collections.ConfigDict()
+  c.sampling.temperature = 1.0  # Softmax temperature of the generator.
+  c.sampling.top_k = 0  # 0 disables.
+  c.sampling.top_p = 1.0  # 1.0 disables.
+  c.sampling.max_prompt_len = 64 if cpu else 2048  # Prompt budget in tokens.
+  c.sampling.max_new_tokens = 96 if cpu else 14_336  # Generation budget.
+  c.sampling.num_slots = 0  # Continuous-batching slots; 0 = prompts x generations.
+  c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
+  c.sampling.interruption = ml_collections.ConfigDict()
+  c.sampling.interruption.enabled = not cpu  # Thinking-budget interruptions (§5).
+  c.sampling.interruption.thinking_budget_min = 10_000  # Budget drawn per sequence
+  c.sampling.interruption.thinking_budget_max = 12_000  # uniformly in [min, max].
+  c.sampling.interruption.answer_budget = 2_336  # Tokens allowed after the phrase.
+  c.sampling.interruption.phrase = (
+      "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>")
+
+  c.data = ml_collections.ConfigDict()
+  c.data.source = "builtin"  # builtin | reasoning_gym | tfds | jsonl.
+  c.data.prompts_per_step = 8 if cpu else 48  # P prompts per step (paper: 48).
+  c.data.generations_per_prompt = 8 if cpu else 16  # G completions per prompt.
+  c.data.on_long_prompt = "error"  # error | skip (counted) for prompts over budget.
+  c.data.builtin_difficulty = (1, 2, 3)  # Built-in task levels mixed in training.
+  c.data.builtin_num_train = 20_000  # Built-in task: training prompts.
+  c.data.builtin_num_val = 200  # Built-in task: held-out validation prompts.
+  c.data.reasoning_gym_name = ""  # reasoning_gym: dataset name.
+  c.data.reasoning_gym_size = 10_000  # reasoning_gym: number of prompts.
+  c.data.tfds_name = ""  # tfds: builder name (with optional :version).
+  c.data.tfds_split = "train"  # tfds: training split.
+  c.data.tfds_val_split = "test"  # tfds: validation split.
+  c.data.tfds_data_dir = ""  # tfds: data_dir; "" = TFDS default.
+  c.data.tfds_prompt_field = "question"  # tfds: feature holding the prompt.
+  c.data.tfds_answer_field = "answer"  # tfds: feature holding the answer.
+  c.data.jsonl_train = ""  # jsonl: training file of {"prompt", "answer"} rows.
+  c.data.jsonl_val = ""  # jsonl: validation file.
+  c.data.tokenizer_path = ""  # SentencePiece model; "" = train one (model.vocab_size) in the workdir.
+
+  c.rewards = ml_collections.ConfigDict()
+  c.rewards.verifier = "auto"  # auto (per source) | math | task | code.
+  c.rewards.timeout_s = 5.0  # Wall-clock limit per verification; then score 0.
+  c.rewards.num_workers = 2  # Verifier worker processes.
+  c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
+  c.rewards.code_memory_mb = 512  # code: address-space limit.
+
+  c.curriculum = ml_collections.ConfigDict()
+  c.curriculum.no_positive_resampling = True  # Retire prompts that are solved (§5).
+  c.curriculum.retire_threshold = 0.9  # Historical pass rate that retires a prompt.
+
+  c.trainer = ml_collections.ConfigDict()
+  c.trainer.num_steps = 60 if cpu else 10_000  # RL optimizer steps.
+  c.trainer.eval_every = 10 if cpu else 100  # Steps between validation runs.
+  c.trainer.eval_num_prompts = 64 if cpu else 1000  # Validation prompts.
+  c.trainer.eval_samples = 4 if cpu else 16  # k of mean@k.
+  c.trainer.checkpoint_every = 20 if cpu else 100  # Steps between checkpoints.
+  c.trainer.keep_checkpoints = 3  # Checkpoints kept on disk.
+  c.trainer.log_every = 1  # Steps between metric writes.
+  c.trainer.max_nonfinite_steps = 5  # Consecutive NaN/Inf steps before stopping.
+  c.trainer.warm_start_steps = 300 if cpu else 0  # Supervised steps (built-in only).
+  c.trainer.warm_start_lr = 1e-3  # Supervised warm-start learning rate.
+  c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.
+
+  c.lock()
+  return c

@@ -1,0 +1,1 @@
+"""scalerl_jax: JAX-native ScaleRL."""
