@@ -1,0 +1,319 @@
+"""Decoder-only transformer of the Llama / Qwen2 / Qwen3 family (flax linen).
+
+One module covers the three layouts: RMSNorm, rotary embeddings (optionally
+with Llama 3.1 frequency scaling), grouped-query attention, SwiGLU MLP, tied or
+untied embeddings, Qwen2's q/k/v biases and Qwen3's per-head q/k RMSNorm.
+
+Every parameter carries logical axis names (`vocab`, `embed`, `mlp`, `heads`,
+`kv_heads`, `head_dim`, `layers`, `norm`) and the main activations are
+constrained with `act_*` names; `scalerl_jax.sharding` maps them to the mesh.
+
+The forward pass and the KV-cache decode path are the same function: given
+tokens at explicit positions and an optional cache, it writes the new keys and
+values into the cache at those positions and attends to every cached key whose
+position is not after the query's. Prefill, one-token decode and multi-token
+injection (interruption phrases) are all calls of `__call__`.
+
+Shape letters: B batch, T tokens in this call, S cache length, D embed_dim,
+H query heads, K kv heads, G = H // K, E head_dim, F mlp_dim, V vocab, L layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Cache = dict[str, jax.Array]  # {"k": [L, B, S, K, E], "v": [L, B, S, K, E]}
+
+CACHE_AXES = ("layers", "act_batch", "act_len", "act_kv_heads", "head_dim")
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Static description of the network (hashable, so it can be a jit static)."""
+  vocab_size: int
+  embed_dim: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp_dim: int
+  rope_theta: float = 10_000.0
+  rope_scaling_type: str = "none"  # none | llama3
+  rope_factor: float = 8.0
+  rope_low_freq_factor: float = 1.0
+  rope_high_freq_factor: float = 4.0
+  rope_original_max_position: int = 8192
+  norm_eps: float = 1e-5
+  tie_embeddings: bool = True
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  max_seq_len: int = 2048
+  param_dtype: str = "float32"
+  compute_dtype: str = "float32"
+  fp32_lm_head: bool = True
+  remat: bool = False
+  family: str = "llama"
+
+  @classmethod
+  def from_config(cls, m: Any) -> "ModelConfig":
+    """Builds the model description from the `config.model` ConfigDict."""
+    return cls(
+        vocab_size=m.vocab_size, embed_dim=m.embed_dim, num_layers=m.num_layers,
+        num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
+        mlp_dim=m.mlp_dim, rope_theta=float(m.rope_theta),
+        rope_scaling_type=m.rope_scaling.type, rope_factor=float(m.rope_scaling.factor),
+        rope_low_freq_factor=float(m.rope_scaling.low_freq_factor),
+        rope_high_freq_factor=float(m.rope_scaling.high_freq_factor),
+        rope_original_max_position=m.rope_scaling.original_max_position,
+        norm_eps=float(m.norm_eps), tie_embeddings=m.tie_embeddings, qkv_bias=m.qkv_bias,
+        qk_norm=m.qk_norm, max_seq_len=m.max_seq_len, param_dtype=m.param_dtype,
+        compute_dtype=m.compute_dtype, fp32_lm_head=m.fp32_lm_head, remat=m.remat,
+        family=m.family)
+
+  @property
+  def dtype(self):
+    return _DTYPES[self.compute_dtype]
+
+  @property
+  def pdtype(self):
+    return _DTYPES[self.param_dtype]
+
+  def num_params(self) -> int:
+    """Parameter count (embedding and LM head counted once each)."""
+    d, e = self.embed_dim, self.head_dim
+    attn = d * e * (2 * self.num_heads + 2 * self.num_kv_heads)
+    if self.qkv_bias:
+      attn += e * (self.num_heads + 2 * self.num_kv_heads)
+    if self.qk_norm:
+      attn += 2 * e
+    block = attn + 3 * d * self.mlp_dim + 2 * d
+    head = 0 if self.tie_embeddings else d * self.vocab_size
+    return self.vocab_size * d + self.num_layers * block + d + head
+
+
+def _logical_init(init, names):
+  return nn.with_logical_partitioning(init, names)
+
+
+def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
+  """Inverse frequencies [E/2] of the rotary embedding, with optional scaling."""
+  exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
+  inv_freq = 1.0 / (cfg.rope_theta ** exponents)
+  if cfg.rope_scaling_type == "llama3":
+    # Llama 3.1: long wavelengths are divided by `factor`, short ones kept,
+    # and the band in between interpolated smoothly.
+    low_wavelen = cfg.rope_original_max_position / cfg.rope_low_freq_factor
+    high_wavelen = cfg.rope_original_max_position / cfg.rope_high_freq_factor
+    wavelen = 2 * np.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / cfg.rope_factor, inv_freq)
+    smooth = ((cfg.rope_original_max_position / wavelen - cfg.rope_low_freq_factor)
+              / (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor))
+    smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    inv_freq = np.where(medium, smoothed, scaled)
+  elif cfg.rope_scaling_type != "none":
+    raise ValueError(f"model.rope_scaling.type: unsupported {cfg.rope_scaling_type!r}")
+  return inv_freq.astype(np.float32)
+
+
+def apply_rope(x_BxTxNxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+  """Rotates pairs (i, i + E/2) of each head by position * frequency."""
+  angles_BxTxE2 = pos_BxT.astype(jnp.float32)[:, :, None] * inv_freq[None, None, :]
+  angles_BxTxE = jnp.concatenate([angles_BxTxE2, angles_BxTxE2], axis=-1)
+  cos = jnp.cos(angles_BxTxE)[:, :, None, :].astype(x_BxTxNxE.dtype)
+  sin = jnp.sin(angles_BxTxE)[:, :, None, :].astype(x_BxTxNxE.dtype)
+  half = x_BxTxNxE.shape[-1] // 2
+  rotated = jnp.concatenate([-x_BxTxNxE[..., half:], x_BxTxNxE[..., :half]], axis=-1)
+  return x_BxTxNxE * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+  """Root-mean-square norm, statistics in float32, learned scale."""
+  eps: float
+  dtype: Any
+  param_dtype: Any
+  axis_name: str = "norm"
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    scale = self.param("scale", _logical_init(nn.initializers.ones, (self.axis_name,)),
+                       (x.shape[-1],), self.param_dtype)
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return normed.astype(self.dtype) * scale.astype(self.dtype)
+
+
+def _dense(features, axis, names, cfg, use_bias=False, bias_names=None, name=None):
+  return nn.DenseGeneral(
+      features=features, axis=axis, use_bias=use_bias, dtype=cfg.dtype,
+      param_dtype=cfg.pdtype, name=name,
+      kernel_init=_logical_init(nn.initializers.lecun_normal(), names),
+      bias_init=_logical_init(nn.initializers.zeros, bias_names or names[-len(
+          features if isinstance(features, tuple) else (features,)):]))
+
+
+def _write_cache(cache_BxSxKxE, new_BxTxKxE, start_B):
+  """Writes T new entries per row at that row's start position."""
+  def one(row, new, start):
+    return jax.lax.dynamic_update_slice(row, new.astype(row.dtype), (start, 0, 0))
+  return jax.vmap(one)(cache_BxSxKxE, new_BxTxKxE, start_B)
+
+
+class Attention(nn.Module):
+  """Grouped-query attention with rotary embeddings and an optional KV cache."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD, pos_BxT, layer_cache):
+    cfg = self.cfg
+    h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = _dense((h, e), -1, ("embed", "heads", "head_dim"), cfg, cfg.qkv_bias, name="q")(x_BxTxD)
+    kk = _dense((k, e), -1, ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="k")(x_BxTxD)
+    v = _dense((k, e), -1, ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="v")(x_BxTxD)
+    if cfg.qk_norm:
+      q = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="q_norm")(q)
+      kk = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="k_norm")(kk)
+    inv_freq = rope_frequencies(cfg)
+    q_BxTxHxE = nn.with_logical_constraint(
+        apply_rope(q, pos_BxT, inv_freq), ("act_batch", "act_len", "act_heads", "head_dim"))
+    k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
+
+    if layer_cache is None:
+      keys_BxSxKxE, values_BxSxKxE, key_pos_BxS = k_BxTxKxE, v, pos_BxT
+      new_cache = None
+    else:
+      start_B = pos_BxT[:, 0]
+      keys_BxSxKxE = _write_cache(layer_cache["k"], k_BxTxKxE, start_B)
+      values_BxSxKxE = _write_cache(layer_cache["v"], v, start_B)
+      keys_BxSxKxE = nn.with_logical_constraint(keys_BxSxKxE, CACHE_AXES[1:])
+      values_BxSxKxE = nn.with_logical_constraint(values_BxSxKxE, CACHE_AXES[1:])
+      new_cache = {"k": keys_BxSxKxE, "v": values_BxSxKxE}
+      s = keys_BxSxKxE.shape[1]
+      key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=pos_BxT.dtype), (pos_BxT.shape[0], s))
+
+    b, t = pos_BxT.shape
+    q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, k, h // k, e)
+    scores_BxKxGxTxS = jnp.einsum(
+        "btkge,bske->bkgts", q_BxTxKxGxE, keys_BxSxKxE.astype(cfg.dtype),
+        preferred_element_type=jnp.float32) * (e ** -0.5)
+    visible_BxTxS = key_pos_BxS[:, None, :] <= pos_BxT[:, :, None]
+    scores_BxKxGxTxS = jnp.where(visible_BxTxS[:, None, None], scores_BxKxGxTxS,
+                                 jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1).astype(cfg.dtype)
+    out_BxTxKxGxE = jnp.einsum("bkgts,bske->btkge", probs, values_BxSxKxE.astype(cfg.dtype))
+    out_BxTxHxE = nn.with_logical_constraint(
+        out_BxTxKxGxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
+    out_BxTxD = _dense(cfg.embed_dim, (-2, -1), ("heads", "head_dim", "embed"), cfg,
+                       name="o")(out_BxTxHxE)
+    return out_BxTxD, new_cache
+
+
+class Mlp(nn.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    cfg = self.cfg
+    gate = _dense(cfg.mlp_dim, -1, ("embed", "mlp"), cfg, name="gate")(x_BxTxD)
+    up = _dense(cfg.mlp_dim, -1, ("embed", "mlp"), cfg, name="up")(x_BxTxD)
+    hidden_BxTxF = nn.with_logical_constraint(
+        nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
+    return _dense(cfg.embed_dim, -1, ("mlp", "embed"), cfg, name="down")(hidden_BxTxF)
+
+
+class Block(nn.Module):
+  """Pre-norm decoder block; scanned over layers by `Transformer`."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD, layer_cache, pos_BxT):
+    cfg = self.cfg
+    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="attn_norm")(x_BxTxD)
+    attn_out, new_cache = Attention(cfg, name="attn")(normed, pos_BxT, layer_cache)
+    x_BxTxD = x_BxTxD + attn_out
+    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="mlp_norm")(x_BxTxD)
+    x_BxTxD = x_BxTxD + Mlp(cfg, name="mlp")(normed)
+    x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
+    return x_BxTxD, new_cache
+
+
+class Transformer(nn.Module):
+  """The policy network: tokens (+ positions, + cache) -> logits (+ cache)."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
+               cache: Optional[Cache] = None) -> tuple[jax.Array, Optional[Cache]]:
+    """Runs the network.
+
+    Args:
+      tokens_BxT: int token ids.
+      pos_BxT: position of each token; defaults to 0..T-1. With a cache, each
+        row's positions must be consecutive; the new keys are written there.
+      cache: optional KV cache from `init_cache`; attention then covers every
+        cached position <= the query's position.
+
+    Returns:
+      logits [B, T, V] (float32 when `fp32_lm_head`, else the compute dtype) and
+      the updated cache (None when no cache was given).
+    """
+    cfg = self.cfg
+    if pos_BxT is None:
+      pos_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
+    embedding_VxD = self.param(
+        "embedding", _logical_init(nn.initializers.normal(0.02), ("vocab", "embed")),
+        (cfg.vocab_size, cfg.embed_dim), cfg.pdtype)
+    x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(cfg.dtype)
+    x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
+
+    block = nn.remat(Block, prevent_cse=False) if cfg.remat else Block
+    blocks = nn.scan(
+        block, variable_axes={"params": 0}, split_rngs={"params": True},
+        in_axes=(0, nn.broadcast), length=cfg.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"})
+    x_BxTxD, new_cache = blocks(cfg, name="layers")(x_BxTxD, cache, pos_BxT)
+    x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
+
+    if cfg.tie_embeddings:
+      head_DxV = embedding_VxD.T
+    else:
+      head_DxV = self.param(
+          "lm_head", _logical_init(nn.initializers.lecun_normal(), ("embed", "vocab")),
+          (cfg.embed_dim, cfg.vocab_size), cfg.pdtype)
+    if cfg.fp32_lm_head:
+      # PAPER.md §5: the final projection in float32, whatever the compute dtype.
+      logits_BxTxV = jnp.dot(x_BxTxD.astype(jnp.float32), head_DxV.astype(jnp.float32),
+                             precision=jax.lax.Precision.HIGHEST)
+    else:
+      logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
+    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
+    return logits_BxTxV, new_cache
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> Cache:
+  """An empty KV cache for `batch` rows of `length` positions."""
+  if length > cfg.max_seq_len:
+    raise ValueError(f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}")
+  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
+  dtype = dtype or cfg.dtype
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+
+def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
+                   temperature: float = 1.0) -> jax.Array:
+  """log softmax(logits / temperature)[target] in float32, per position."""
+  logits = logits_BxTxV.astype(jnp.float32)
+  if temperature != 1.0:
+    logits = logits / temperature
+  logz_BxT = jax.nn.logsumexp(logits, axis=-1)
+  picked_BxT = jnp.take_along_axis(logits, targets_BxT[..., None], axis=-1)[..., 0]
+  return picked_BxT - logz_BxT

@@ -1,0 +1,162 @@
+"""Device mesh, logical-axis rules and shardings, all derived from config.
+
+The model names logical axes only; `config.mesh.logical_axis_rules` maps them
+to mesh axes. Parameters are created directly in their shardings:
+`jax.eval_shape(init)` gives the boxed logical names, the rules turn them into
+`NamedSharding`s, and `jax.jit(init, out_shardings=...)` materialises each
+shard on its device, so no host ever holds a full replica it does not need.
+
+Multi-host runs use JAX's own multi-controller runtime: every host runs the
+same program, `maybe_initialize_distributed` calls `jax.distributed.initialize`
+and `jax.devices()` then spans all hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Callable, Optional, Sequence
+
+from absl import logging
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+Rules = tuple[tuple[str, Any], ...]
+
+
+def maybe_initialize_distributed(mesh_cfg: Any) -> None:
+  """Joins the multi-host runtime when `mesh.distributed` is set.
+
+  Empty / zero / -1 fields are left to JAX's cluster auto-detection (TPU pods,
+  SLURM, Open MPI, ...). Must run before anything touches a device.
+  """
+  if not mesh_cfg.distributed:
+    return
+  kwargs = {}
+  if mesh_cfg.coordinator_address:
+    kwargs["coordinator_address"] = mesh_cfg.coordinator_address
+  if mesh_cfg.num_processes:
+    kwargs["num_processes"] = mesh_cfg.num_processes
+  if mesh_cfg.process_id >= 0:
+    kwargs["process_id"] = mesh_cfg.process_id
+  jax.distributed.initialize(**kwargs)
+  logging.info("Process %d of %d; %d local and %d global devices.", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+  """Replaces a single -1 in `shape` by the remaining device count."""
+  shape = list(shape)
+  fixed = math.prod(s for s in shape if s != -1)
+  if -1 in shape:
+    if num_devices % fixed:
+      raise ValueError(
+          f"mesh.shape: fixed sizes {tuple(shape)} (product {fixed}) do not divide the "
+          f"{num_devices} available devices")
+    shape[shape.index(-1)] = num_devices // fixed
+  if math.prod(shape) != num_devices:
+    raise ValueError(
+        f"mesh.shape: {tuple(shape)} needs {math.prod(shape)} devices, {num_devices} available")
+  return tuple(shape)
+
+
+def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+  """The device mesh described by `config.mesh` (axes and shape)."""
+  devices = list(devices) if devices is not None else jax.devices()
+  shape = resolve_mesh_shape(mesh_cfg.shape, len(devices))
+  axes = tuple(mesh_cfg.axes)
+  # Auto axes: shardings are hints that XLA's partitioner propagates.
+  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
+
+
+def logical_rules(mesh_cfg: Any) -> Rules:
+  """The logical-axis rules as a hashable tuple."""
+  return tuple((name, tuple(t) if isinstance(t, list) else t)
+               for name, t in mesh_cfg.logical_axis_rules)
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh, rules: Rules):
+  """Context in which the model's logical activation constraints take effect.
+
+  Trace (or first call) jitted model code inside it.
+  """
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def logical_to_shardings(logical_tree: Any, mesh: Mesh, rules: Rules) -> Any:
+  """Tree of PartitionSpecs over logical names -> tree of NamedShardings."""
+  return nn.logical_to_mesh_sharding(logical_tree, mesh, rules)
+
+
+def named_sharding(mesh: Mesh, rules: Rules, logical_axes: Sequence[Optional[str]]) -> NamedSharding:
+  """NamedSharding for an array whose dimensions carry `logical_axes`."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(logical_axes), rules))
+
+
+def init_sharded(init_fn: Callable[[jax.Array], Any], rng: jax.Array, mesh: Mesh,
+                 rules: Rules) -> tuple[Any, Any]:
+  """Initialises a boxed (logically partitioned) tree directly into its shardings.
+
+  Args:
+    init_fn: rng -> tree of `nn.LogicallyPartitioned` leaves (e.g. a flax init).
+    rng: the PRNG key.
+    mesh: device mesh.
+    rules: logical-axis rules.
+
+  Returns:
+    (tree of plain sharded arrays, matching tree of NamedShardings).
+  """
+  abstract = jax.eval_shape(init_fn, rng)
+  shardings = logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
+  with activate(mesh, rules):
+    values = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=shardings)(rng)
+  return values, shardings
+
+
+def init_model_params(model: nn.Module, rng: jax.Array, mesh: Mesh, rules: Rules) -> tuple[Any, Any]:
+  """Sharded parameters of `model` (a Transformer) and their shardings."""
+  tokens = np.zeros((1, 1), np.int32)
+  return init_sharded(lambda r: model.init(r, tokens)["params"], rng, mesh, rules)
+
+
+def param_shardings(model: nn.Module, mesh: Mesh, rules: Rules) -> Any:
+  """The NamedSharding of every parameter of `model`, without allocating any."""
+  tokens = np.zeros((1, 1), np.int32)
+  abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens)["params"])
+  return logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
+
+
+def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
+  """Sharding of a batch-major array: dim 0 over `act_batch`, the rest replicated."""
+  return named_sharding(mesh, rules, ("act_batch",) + (None,) * (ndim - 1))
+
+
+def batch_divisor(mesh: Mesh, rules: Rules) -> int:
+  """How many ways the batch dimension is split; global batches must divide by it."""
+  spec = nn.logical_to_mesh_axes(("act_batch",), rules)[0]
+  axes = () if spec is None else ((spec,) if isinstance(spec, str) else tuple(spec))
+  return math.prod(mesh.shape[a] for a in axes)
+
+
+def shard_batch(tree: Any, mesh: Mesh, rules: Rules) -> Any:
+  """Places host-local numpy arrays (this process's rows) onto the mesh.
+
+  On one host the arrays are the whole batch; on many, each process passes its
+  own rows and the global array is assembled by JAX.
+  """
+  divisor = batch_divisor(mesh, rules)
+
+  def put(x):
+    x = np.asarray(x)
+    global_rows = x.shape[0] * jax.process_count()
+    if global_rows % divisor:
+      raise ValueError(
+          f"batch of {global_rows} rows does not divide over the {divisor}-way batch sharding "
+          f"(mesh axes of 'act_batch'); choose a batch size that is a multiple of {divisor}")
+    return jax.make_array_from_process_local_data(batch_sharding(mesh, rules, x.ndim), x)
+
+  return jax.tree_util.tree_map(put, tree)
