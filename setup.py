@@ -16,6 +16,7 @@ _RUNTIME = [
     "ml-collections",
     "tensorflow-datasets",
     "absl-py",
+    "etils[epath]",
     "safetensors",
     "numpy",
     "scipy",
@@ -28,6 +29,7 @@ _EXTRAS = {
     "test": [
         "pytest",
         "pytest-xdist",
+        "psutil",
         "chex",
         "torch==2.13.0",
         "transformers",

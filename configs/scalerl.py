@@ -191,7 +191,8 @@ def get_config(arg=None):
   c.data.builtin_num_train = 20_000  # Built-in task: training prompts.
   c.data.builtin_num_val = 200  # Built-in task: held-out validation prompts.
   c.data.reasoning_gym_name = ""  # reasoning_gym: dataset name.
-  c.data.reasoning_gym_size = 10_000  # reasoning_gym: number of prompts.
+  c.data.reasoning_gym_size = 10_000  # reasoning_gym: training prompts generated.
+  c.data.reasoning_gym_val_size = 200  # reasoning_gym: held-out validation prompts.
   c.data.tfds_name = ""  # tfds: builder name (with optional :version).
   c.data.tfds_split = "train"  # tfds: training split.
   c.data.tfds_val_split = "test"  # tfds: validation split.
@@ -200,7 +201,9 @@ def get_config(arg=None):
   c.data.tfds_answer_field = "answer"  # tfds: feature holding the answer.
   c.data.jsonl_train = ""  # jsonl: training file of {"prompt", "answer"} rows.
   c.data.jsonl_val = ""  # jsonl: validation file.
-  c.data.tokenizer_path = ""  # SentencePiece model; "" = train one (model.vocab_size) in the workdir.
+  # SentencePiece .model, tokenizer.json or a directory of either; "" = the one in
+  # model.hf_path, else one trained for the built-in task (at most model.vocab_size) in the workdir.
+  c.data.tokenizer_path = ""
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.verifier = "auto"  # auto (per source) | math | task | code.
@@ -208,6 +211,7 @@ def get_config(arg=None):
   c.rewards.num_workers = 2  # Verifier worker processes.
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
   c.rewards.code_memory_mb = 512  # code: address-space limit.
+  c.rewards.worker_memory_mb = 2048  # Address-space limit of a verifier worker; 0 = none.
 
   c.curriculum = ml_collections.ConfigDict()
   c.curriculum.no_positive_resampling = True  # Retire prompts that are solved (§5).

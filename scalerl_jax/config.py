@@ -147,6 +147,7 @@ SCHEMA: dict[str, Field] = {
     "data.builtin_num_val": _f(int, check=_POS[0], rule=_POS[1]),
     "data.reasoning_gym_name": _f(str),
     "data.reasoning_gym_size": _f(int, check=_POS[0], rule=_POS[1]),
+    "data.reasoning_gym_val_size": _f(int, check=_POS[0], rule=_POS[1]),
     "data.tfds_name": _f(str),
     "data.tfds_split": _f(str),
     "data.tfds_val_split": _f(str),
@@ -162,6 +163,7 @@ SCHEMA: dict[str, Field] = {
     "rewards.num_workers": _f(int, check=_POS[0], rule=_POS[1]),
     "rewards.code_cpu_s": _f(float, check=_POS[0], rule=_POS[1]),
     "rewards.code_memory_mb": _f(int, check=_POS[0], rule=_POS[1]),
+    "rewards.worker_memory_mb": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
     # curriculum
     "curriculum.no_positive_resampling": _f(bool),
     "curriculum.retire_threshold": _f(float, check=_UNIT[0], rule=_UNIT[1]),

@@ -112,8 +112,9 @@ def init_sharded(init_fn: Callable[[jax.Array], Any], rng: jax.Array, mesh: Mesh
   """
   abstract = jax.eval_shape(init_fn, rng)
   shardings = logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
-  with activate(mesh, rules):
-    values = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=shardings)(rng)
+  # Traced without an active mesh: out_shardings places the values, and flax's
+  # init-time constraints would otherwise see DenseGeneral's flattened kernels.
+  values = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=shardings)(rng)
   return values, shardings
 
 

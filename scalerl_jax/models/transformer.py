@@ -148,16 +148,37 @@ class RMSNorm(nn.Module):
                        (x.shape[-1],), self.param_dtype)
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return normed.astype(self.dtype) * scale.astype(self.dtype)
+    scale = scale.astype(self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+    return normed.astype(self.dtype) * scale
 
 
-def _dense(features, axis, names, cfg, use_bias=False, bias_names=None, name=None):
-  return nn.DenseGeneral(
-      features=features, axis=axis, use_bias=use_bias, dtype=cfg.dtype,
-      param_dtype=cfg.pdtype, name=name,
-      kernel_init=_logical_init(nn.initializers.lecun_normal(), names),
-      bias_init=_logical_init(nn.initializers.zeros, bias_names or names[-len(
-          features if isinstance(features, tuple) else (features,)):]))
+class Dense(nn.Module):
+  """x [..., *in_shape] -> [..., *out_shape] with a logically named kernel.
+
+  The kernel is created at its full multi-axis shape (e.g. [D, H, E]) so its
+  logical names apply as-is; flax's DenseGeneral would create it flattened.
+  """
+  in_shape: tuple[int, ...]
+  out_shape: tuple[int, ...]
+  names: tuple[str, ...]  # Logical names of the kernel's in + out axes.
+  cfg: ModelConfig
+  use_bias: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    n_in, n_out = len(self.in_shape), len(self.out_shape)
+    init = nn.initializers.lecun_normal(in_axis=tuple(range(n_in)),
+                                        out_axis=tuple(range(n_in, n_in + n_out)))
+    kernel = self.param("kernel", _logical_init(init, self.names),
+                        self.in_shape + self.out_shape, self.cfg.pdtype)
+    y = jax.lax.dot_general(
+        x.astype(self.cfg.dtype), kernel.astype(self.cfg.dtype),
+        ((tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))), ((), ())))
+    if self.use_bias:
+      bias = self.param("bias", _logical_init(nn.initializers.zeros, self.names[n_in:]),
+                        self.out_shape, self.cfg.pdtype)
+      y = y + bias.astype(self.cfg.dtype).reshape((1,) * (y.ndim - n_out) + self.out_shape)
+    return y
 
 
 def _write_cache(cache_BxSxKxE, new_BxTxKxE, start_B):
@@ -175,9 +196,10 @@ class Attention(nn.Module):
   def __call__(self, x_BxTxD, pos_BxT, layer_cache):
     cfg = self.cfg
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    q = _dense((h, e), -1, ("embed", "heads", "head_dim"), cfg, cfg.qkv_bias, name="q")(x_BxTxD)
-    kk = _dense((k, e), -1, ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="k")(x_BxTxD)
-    v = _dense((k, e), -1, ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="v")(x_BxTxD)
+    d = (cfg.embed_dim,)
+    q = Dense(d, (h, e), ("embed", "heads", "head_dim"), cfg, cfg.qkv_bias, name="q")(x_BxTxD)
+    kk = Dense(d, (k, e), ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="k")(x_BxTxD)
+    v = Dense(d, (k, e), ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="v")(x_BxTxD)
     if cfg.qk_norm:
       q = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="q_norm")(q)
       kk = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="k_norm")(kk)
@@ -211,8 +233,8 @@ class Attention(nn.Module):
     out_BxTxKxGxE = jnp.einsum("bkgts,bske->btkge", probs, values_BxSxKxE.astype(cfg.dtype))
     out_BxTxHxE = nn.with_logical_constraint(
         out_BxTxKxGxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
-    out_BxTxD = _dense(cfg.embed_dim, (-2, -1), ("heads", "head_dim", "embed"), cfg,
-                       name="o")(out_BxTxHxE)
+    out_BxTxD = Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
+                      name="o")(out_BxTxHxE)
     return out_BxTxD, new_cache
 
 
@@ -223,11 +245,12 @@ class Mlp(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD):
     cfg = self.cfg
-    gate = _dense(cfg.mlp_dim, -1, ("embed", "mlp"), cfg, name="gate")(x_BxTxD)
-    up = _dense(cfg.mlp_dim, -1, ("embed", "mlp"), cfg, name="up")(x_BxTxD)
+    d, f = (cfg.embed_dim,), (cfg.mlp_dim,)
+    gate = Dense(d, f, ("embed", "mlp"), cfg, name="gate")(x_BxTxD)
+    up = Dense(d, f, ("embed", "mlp"), cfg, name="up")(x_BxTxD)
     hidden_BxTxF = nn.with_logical_constraint(
         nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
-    return _dense(cfg.embed_dim, -1, ("mlp", "embed"), cfg, name="down")(hidden_BxTxF)
+    return Dense(f, d, ("mlp", "embed"), cfg, name="down")(hidden_BxTxF)
 
 
 class Block(nn.Module):

@@ -1,0 +1,64 @@
+"""Sharded == unsharded, on 8 simulated CPU devices (in a subprocess)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import scalerl
+from scalerl_jax import sharding
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def sharded_results():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT)
+  out = subprocess.run([sys.executable, "-m", "tests.scripts.sharded_forward"], cwd=_ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-4000:]
+  rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+  return {tuple(r["shape"]): r for r in rows}
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 1, 8)])
+def test_sharded_logits_match_single_device(sharded_results, shape):
+  r = sharded_results[shape]
+  print(shape, r["max_abs_diff"])
+  assert r["same_init"]
+  assert r["max_abs_diff"] <= 1e-5
+
+
+def test_parameters_are_really_sharded(sharded_results):
+  # q kernel [L=2, D=64, H=16, E=8]: embed over fsdp, heads over tensor.
+  assert sharded_results[(8, 1, 1)]["q_shard_shape"] == [2, 64, 16, 8]  # replicated
+  assert sharded_results[(2, 2, 2)]["q_shard_shape"] == [2, 32, 8, 8]
+  assert sharded_results[(1, 1, 8)]["q_shard_shape"] == [2, 64, 2, 8]
+  assert sharded_results[(1, 1, 8)]["q_spec"] == ["None", "fsdp", "tensor", "None"]
+  # embedding [V=128, D=64]: vocab over tensor, embed over fsdp.
+  assert sharded_results[(2, 2, 2)]["embedding_shard_shape"] == [64, 32]
+  # The batch of 8 rows splits over data x fsdp.
+  assert [sharded_results[s]["batch_shard_rows"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [1, 2, 8]
+  assert all(r["num_devices_holding_q"] == 8 for r in sharded_results.values())
+
+
+def test_resolve_mesh_shape():
+  assert sharding.resolve_mesh_shape((1, -1, 1), 8) == (1, 8, 1)
+  assert sharding.resolve_mesh_shape((2, -1, 2), 8) == (2, 2, 2)
+  with pytest.raises(ValueError, match="mesh.shape"):
+    sharding.resolve_mesh_shape((3, -1, 1), 8)
+  with pytest.raises(ValueError, match="mesh.shape"):
+    sharding.resolve_mesh_shape((2, 2, 1), 8)
+
+
+def test_batch_not_divisible_is_a_clear_error():
+  config = scalerl.get_config()
+  mesh = sharding.make_mesh(config.mesh)
+  rules = sharding.logical_rules(config.mesh)
+  assert sharding.batch_divisor(mesh, rules) == 1
+  placed = sharding.shard_batch({"x": np.arange(6).reshape(3, 2)}, mesh, rules)
+  np.testing.assert_array_equal(placed["x"], np.arange(6).reshape(3, 2))

@@ -1,0 +1,125 @@
+"""Properties of the policy transformer: causality, KV-cache == full forward, dtypes."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scalerl_jax.models import transformer
+from tests import helpers
+
+
+def _model(**overrides):
+  cfg = transformer.ModelConfig.from_config(helpers.tiny_config(**overrides).model)
+  model = transformer.Transformer(cfg)
+  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  return cfg, _Jitted(model), params
+
+
+class _Jitted:
+  """The model with `apply` jitted (eager scans would recompile every call)."""
+
+  def __init__(self, model):
+    self.apply = jax.jit(model.apply)
+
+
+def _tokens(shape, vocab, seed=0):
+  return jnp.asarray(np.random.RandomState(seed).randint(0, vocab, shape), jnp.int32)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True},
+                                       {"tie_embeddings": False}])
+def test_param_count_matches_formula(overrides):
+  cfg, _, params = _model(**overrides)
+  assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == cfg.num_params()
+
+
+def test_every_parameter_has_logical_axes():
+  cfg = transformer.ModelConfig.from_config(
+      helpers.tiny_config(qkv_bias=True, qk_norm=True, tie_embeddings=False).model)
+  boxed = jax.eval_shape(lambda: transformer.Transformer(cfg).init(
+      jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  specs = jax.tree_util.tree_leaves(
+      nn.get_partition_spec(boxed), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  shapes = jax.tree_util.tree_leaves(nn.unbox(boxed))
+  assert len(specs) == len(shapes) == 17
+  for spec, shape in zip(specs, shapes):
+    assert len(spec) == len(shape.shape) and all(isinstance(n, str) for n in spec)
+
+
+def test_causality_future_token_does_not_change_past_logits():
+  cfg, model, params = _model()
+  tokens = _tokens((2, 12), cfg.vocab_size)
+  changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % cfg.vocab_size)
+  a, _ = model.apply({"params": params}, tokens)
+  b, _ = model.apply({"params": params}, changed)
+  np.testing.assert_array_equal(np.asarray(a[:, :7]), np.asarray(b[:, :7]))
+  assert np.abs(np.asarray(a[:, 7:] - b[:, 7:])).max() > 1e-3
+
+
+@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True}])
+def test_kv_cache_decode_equals_full_forward(overrides):
+  cfg, model, params = _model(**overrides)
+  tokens = _tokens((3, 14), cfg.vocab_size, seed=1)
+  full, _ = model.apply({"params": params}, tokens)
+  cache = transformer.init_cache(cfg, batch=3, length=32)
+  # Prefill 5 tokens, then a 3-token chunk (as an injected phrase would be),
+  # then one token at a time.
+  logits, cache = model.apply({"params": params}, tokens[:, :5],
+                              jnp.broadcast_to(jnp.arange(5), (3, 5)), cache)
+  pieces = [logits]
+  logits, cache = model.apply({"params": params}, tokens[:, 5:8],
+                              jnp.broadcast_to(jnp.arange(5, 8), (3, 3)), cache)
+  pieces.append(logits)
+  for t in range(8, 14):
+    logits, cache = model.apply({"params": params}, tokens[:, t:t + 1],
+                                jnp.full((3, 1), t), cache)
+    pieces.append(logits)
+  np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5, rtol=0)
+
+
+def test_kv_cache_rows_at_different_positions():
+  """Each row writes and attends at its own position (what sampler slots need)."""
+  cfg, model, params = _model()
+  short, long = _tokens((1, 4), cfg.vocab_size, 2), _tokens((1, 9), cfg.vocab_size, 3)
+  ref_short, _ = model.apply({"params": params}, short)
+  ref_long, _ = model.apply({"params": params}, long)
+  cache = transformer.init_cache(cfg, batch=2, length=16)
+  padded = jnp.concatenate([jnp.pad(short[:, :3], ((0, 0), (0, 5))), long[:, :8]], axis=0)
+  _, cache = model.apply({"params": params}, padded,
+                         jnp.broadcast_to(jnp.arange(8), (2, 8)), cache)
+  # Row 0 continues at position 3 (its padding beyond is overwritten / never
+  # visible), row 1 at position 8.
+  step = jnp.concatenate([short[:, 3:4], long[:, 8:9]], axis=0)
+  logits, _ = model.apply({"params": params}, step, jnp.array([[3], [8]]), cache)
+  np.testing.assert_allclose(logits[0, 0], ref_short[0, 3], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(logits[1, 0], ref_long[0, 8], atol=1e-5, rtol=0)
+
+
+def test_fp32_lm_head_returns_float32_under_bfloat16():
+  cfg, model, params = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=True)
+  assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves(params))
+  tokens = _tokens((2, 6), cfg.vocab_size)
+  logits, _ = model.apply({"params": params}, tokens)
+  assert logits.dtype == jnp.float32
+  cfg16, model16, _ = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=False)
+  logits16, _ = model16.apply({"params": params}, tokens)
+  assert logits16.dtype == jnp.bfloat16
+  # Same network; only the head's precision differs, so the two agree to bf16 resolution.
+  np.testing.assert_allclose(np.asarray(logits16, np.float32), logits, atol=0.1)
+
+
+def test_token_logprobs_matches_log_softmax():
+  logits = jnp.asarray(np.random.RandomState(0).randn(2, 3, 5), jnp.float32)
+  targets = jnp.array([[0, 4, 2], [1, 1, 3]])
+  got = transformer.token_logprobs(logits, targets, temperature=0.5)
+  ref = jax.nn.log_softmax(logits / 0.5, axis=-1)
+  want = np.take_along_axis(np.asarray(ref), np.asarray(targets)[..., None], -1)[..., 0]
+  np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_cache_longer_than_context_is_rejected():
+  cfg, _, _ = _model()
+  with pytest.raises(ValueError, match="max_seq_len"):
+    transformer.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)
