@@ -1,0 +1,353 @@
+"""RL objectives (PAPER.md §3) and their aggregation (§4), as pure functions.
+
+Shapes: B completions in the batch, T completion tokens (padded), P prompt
+groups.
+
+A loss maps token log-probs of the trainer (`logp_BxT`, differentiated) and of
+a reference policy (`ref_logp_BxT`, constant), per-completion advantages
+`adv_B` and a bool token mask to the per-token objective `obj_BxT` that the
+policy ascends (zero on masked tokens), plus scalar metrics. `aggregate`
+averages it; `compute_loss` returns the negated average, to minimise.
+
+The reference policy is the generator (rho = pi_train / pi_gen) unless the
+trainer passes its own old-policy log-probs `old_logp_BxT`; then ratios are
+taken against pi_old and every loss is multiplied by the truncated
+importance-sampling (TIS) factor sg(min(pi_old / pi_gen, tis_cap)), which
+corrects for the generator's numerics without counting the mismatch twice.
+
+Losses register by name with `@register_loss(name)` and are chosen by
+`config.rl.loss`. Their hyperparameters are their keyword-only arguments,
+named exactly as the `config.rl` fields that hold them, so
+`LossParams.from_config` hands each loss the fields it needs and no others.
+
+Metrics, every one a mean over unmasked tokens except `ratio_max`:
+  ratio_mean, ratio_max: the ratio the loss clips or caps (GSPO: the sequence
+    ratio s_i, counted once per token of completion i).
+  clip_frac_low, clip_frac_high: tokens whose gradient the PPO clip removes,
+    i.e. rho < 1 - eps_low with A < 0, or rho > 1 + eps_high with A > 0
+    (always 0 for CISPO, which clips no gradient).
+  capped_frac: tokens whose CISPO weight min(rho, eps_max) was capped (always
+    0 for the PPO-style losses, which have no weight).
+  tis_ratio_mean, tis_ratio_max, tis_capped_frac: the same for pi_old / pi_gen,
+    present only when the TIS correction is on.
+"""
+
+import dataclasses
+import inspect
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+Metrics = dict[str, jax.Array]
+LossFn = Callable[..., tuple[jax.Array, Metrics]]
+
+# Loss aggregations, the choices of `config.rl.aggregation` (PAPER.md §4).
+AGGREGATIONS = ("sample", "prompt", "token")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+  fn: LossFn
+  hparams: tuple[str, ...]  # Keyword-only argument names = config.rl fields.
+
+
+_LOSSES: dict[str, _Entry] = {}
+
+
+def register_loss(name: str) -> Callable[[LossFn], LossFn]:
+  """Decorator registering a loss under `name` (the `config.rl.loss` string).
+
+  Args:
+    name: registry key.
+
+  Returns:
+    A decorator that records the function and returns it unchanged.
+  """
+  def register(fn: LossFn) -> LossFn:
+    if name in _LOSSES:
+      raise ValueError(f"loss {name!r} is already registered")
+    params = inspect.signature(fn).parameters.values()
+    hparams = tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    _LOSSES[name] = _Entry(fn, hparams)
+    return fn
+  return register
+
+
+def registered_losses() -> tuple[str, ...]:
+  """Names of all registered losses, sorted."""
+  return tuple(sorted(_LOSSES))
+
+
+def get_loss(name: str) -> LossFn:
+  """The loss registered under `name`; ValueError naming the choices if none."""
+  if name not in _LOSSES:
+    raise ValueError(f"rl.loss: {name!r} is not one of {registered_losses()}")
+  return _LOSSES[name].fn
+
+
+def _token_mean(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+  total = jnp.sum(jnp.where(mask_BxT, x_BxT, 0.0))
+  return total / jnp.maximum(jnp.sum(mask_BxT), 1)
+
+
+def _ratio_stats(ratio_BxT: jax.Array, mask_BxT: jax.Array, prefix: str = "") -> Metrics:
+  ratio_BxT = jax.lax.stop_gradient(ratio_BxT)
+  return {
+      f"{prefix}ratio_mean": _token_mean(ratio_BxT, mask_BxT),
+      # Ratios are positive, so 0 stands for "no tokens".
+      f"{prefix}ratio_max": jnp.max(jnp.where(mask_BxT, ratio_BxT, 0.0)),
+  }
+
+
+def _log_ratio(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+  # Padding may hold any log-prob (even -inf); its ratio is pinned to 1.
+  return jnp.where(mask_BxT, logp_BxT - ref_logp_BxT, 0.0)
+
+
+def _ppo_clip(ratio_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+              eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
+  """min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A) per token."""
+  adv_Bx1 = adv_B[:, None]
+  clipped_BxT = jnp.clip(ratio_BxT, 1.0 - eps_low, 1.0 + eps_high)
+  obj_BxT = jnp.minimum(ratio_BxT * adv_Bx1, clipped_BxT * adv_Bx1)
+  low_BxT = (ratio_BxT < 1.0 - eps_low) & (adv_Bx1 < 0)
+  high_BxT = (ratio_BxT > 1.0 + eps_high) & (adv_Bx1 > 0)
+  metrics = _ratio_stats(ratio_BxT, mask_BxT)
+  metrics["clip_frac_low"] = _token_mean(low_BxT, mask_BxT)
+  metrics["clip_frac_high"] = _token_mean(high_BxT, mask_BxT)
+  metrics["capped_frac"] = jnp.zeros((), jnp.float32)
+  return jnp.where(mask_BxT, obj_BxT, 0.0), metrics
+
+
+@register_loss("grpo")
+def grpo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+         *, eps_clip: float) -> tuple[jax.Array, Metrics]:
+  """GRPO / PPO-clip with a symmetric epsilon.
+
+  Args:
+    logp_BxT: trainer log-probs of the sampled tokens.
+    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    adv_B: advantage of every completion.
+    mask_BxT: bool, True on completion tokens.
+    eps_clip: rho is clipped to [1 - eps_clip, 1 + eps_clip].
+
+  Returns:
+    (obj_BxT, metrics).
+  """
+  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
+  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, eps_clip, eps_clip)
+
+
+@register_loss("dapo")
+def dapo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+         *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
+  """DAPO: PPO-clip with asymmetric clipping (clip-higher).
+
+  Token-level aggregation and dynamic sampling, the rest of DAPO, are chosen
+  separately (`config.rl.aggregation`, `config.rl.zero_variance_filter`).
+
+  Args:
+    logp_BxT: trainer log-probs of the sampled tokens.
+    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    adv_B: advantage of every completion.
+    mask_BxT: bool, True on completion tokens.
+    eps_low: lower clip, rho >= 1 - eps_low.
+    eps_high: upper clip, rho <= 1 + eps_high.
+
+  Returns:
+    (obj_BxT, metrics).
+  """
+  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
+  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, eps_low, eps_high)
+
+
+def _sequence_log_ratio(logp_BxT: jax.Array, ref_logp_BxT: jax.Array,
+                        mask_BxT: jax.Array) -> jax.Array:
+  """log s_i = mean over the completion's tokens of log rho; 0 if it has none."""
+  total_B = jnp.sum(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT), axis=1)
+  return total_B / jnp.maximum(jnp.sum(mask_BxT, axis=1), 1)
+
+
+@register_loss("gspo")
+def gspo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+         *, gspo_eps_low: float, gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
+  """GSPO: PPO-clip of the sequence ratio s_i = exp(mean_t log rho_{i,t}).
+
+  The sequence objective min(s_i A_i, clip(s_i) A_i) is placed on every token
+  of completion i, so `sample` aggregation gives GSPO's per-sequence mean.
+
+  Args:
+    logp_BxT: trainer log-probs of the sampled tokens.
+    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    adv_B: advantage of every completion.
+    mask_BxT: bool, True on completion tokens.
+    gspo_eps_low: lower clip, s_i >= 1 - gspo_eps_low.
+    gspo_eps_high: upper clip, s_i <= 1 + gspo_eps_high.
+
+  Returns:
+    (obj_BxT, metrics).
+  """
+  seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
+  ratio_BxT = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxT.shape)
+  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, gspo_eps_low, gspo_eps_high)
+
+
+@register_loss("gspo_token")
+def gspo_token(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array,
+               mask_BxT: jax.Array, *, gspo_eps_low: float,
+               gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
+  """GSPO-token: per-token ratio sg(s_i) * pi_train / sg(pi_train), clipped.
+
+  Its value equals `gspo`'s; each token's gradient is its own d log pi scaled
+  by s_i, which lets token-level advantages in while matching GSPO when the
+  advantage is per sequence.
+
+  Args:
+    logp_BxT: trainer log-probs of the sampled tokens.
+    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    adv_B: advantage of every completion.
+    mask_BxT: bool, True on completion tokens.
+    gspo_eps_low: lower clip of the ratio.
+    gspo_eps_high: upper clip of the ratio.
+
+  Returns:
+    (obj_BxT, metrics).
+  """
+  seq_log_ratio_B = jax.lax.stop_gradient(
+      _sequence_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
+  own_BxT = jnp.where(mask_BxT, logp_BxT - jax.lax.stop_gradient(logp_BxT), 0.0)
+  ratio_BxT = jnp.exp(seq_log_ratio_B[:, None] + own_BxT)
+  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, gspo_eps_low, gspo_eps_high)
+
+
+@register_loss("cispo")
+def cispo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+          *, cispo_eps_max: float) -> tuple[jax.Array, Metrics]:
+  """CISPO: sg(min(rho, eps_max)) * A * log pi_train (truncated-IS REINFORCE).
+
+  The weight is capped from above only and carries no gradient, so every
+  token's gradient is the weighted d log pi; none is clipped away.
+
+  Args:
+    logp_BxT: trainer log-probs of the sampled tokens.
+    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    adv_B: advantage of every completion.
+    mask_BxT: bool, True on completion tokens.
+    cispo_eps_max: cap on the importance weight.
+
+  Returns:
+    (obj_BxT, metrics).
+  """
+  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
+  weight_BxT = jax.lax.stop_gradient(jnp.minimum(ratio_BxT, cispo_eps_max))
+  obj_BxT = weight_BxT * adv_B[:, None] * logp_BxT
+  metrics = _ratio_stats(ratio_BxT, mask_BxT)
+  metrics["clip_frac_low"] = jnp.zeros((), jnp.float32)
+  metrics["clip_frac_high"] = jnp.zeros((), jnp.float32)
+  metrics["capped_frac"] = _token_mean(ratio_BxT > cispo_eps_max, mask_BxT)
+  return jnp.where(mask_BxT, obj_BxT, 0.0), metrics
+
+
+def aggregate(obj_BxT: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_groups: int,
+              aggregation: str) -> jax.Array:
+  """Averages a per-token objective over the batch (PAPER.md §4).
+
+  `sample`: mean over the tokens of each completion, then over completions;
+  `prompt`: mean over all tokens of each prompt's completions, then over
+  prompts; `token`: mean over all tokens of the batch. Completions and prompts
+  without unmasked tokens (e.g. zero-variance groups the trainer dropped) are
+  left out of the outer means; with no unmasked token at all the result is 0.
+
+  Args:
+    obj_BxT: per-token values.
+    mask_BxT: True (or 1) on tokens that count.
+    group_B: int prompt index in [0, num_groups) of every completion.
+    num_groups: P, static.
+    aggregation: one of `AGGREGATIONS`.
+
+  Returns:
+    Scalar average.
+  """
+  mask_BxT = mask_BxT.astype(bool)
+  sum_B = jnp.sum(jnp.where(mask_BxT, obj_BxT, 0.0), axis=1)
+  len_B = jnp.sum(mask_BxT, axis=1).astype(sum_B.dtype)
+  if aggregation == "token":
+    return jnp.sum(sum_B) / jnp.maximum(jnp.sum(len_B), 1.0)
+  if aggregation == "sample":
+    mean_B = sum_B / jnp.maximum(len_B, 1.0)
+    return jnp.sum(mean_B) / jnp.maximum(jnp.sum(len_B > 0), 1)
+  if aggregation == "prompt":
+    sum_P = jax.ops.segment_sum(sum_B, group_B, num_segments=num_groups)
+    len_P = jax.ops.segment_sum(len_B, group_B, num_segments=num_groups)
+    mean_P = sum_P / jnp.maximum(len_P, 1.0)
+    return jnp.sum(mean_P) / jnp.maximum(jnp.sum(len_P > 0), 1)
+  raise ValueError(f"rl.aggregation: {aggregation!r} is not one of {AGGREGATIONS}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossParams:
+  """Static choice of loss, aggregation and hyperparameters (hashable).
+
+  Build once with `from_config(config.rl)` and bind into the jitted train step
+  with `functools.partial(compute_loss, params)`.
+  """
+  loss: str  # Registered loss name.
+  aggregation: str  # One of AGGREGATIONS.
+  hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
+  tis_cap: float = 0.0  # Cap of the TIS factor pi_old / pi_gen; 0 disables.
+
+  @classmethod
+  def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
+    """Reads `config.rl.loss`, `.aggregation`, `.tis_cap` and the loss's fields.
+
+    Args:
+      rl: the `rl` section of the experiment config.
+
+    Returns:
+      The params, with the registered loss's hyperparameters read from the
+      fields of the same names.
+    """
+    get_loss(rl.loss)  # Raises for an unknown loss, naming the registered ones.
+    if rl.aggregation not in AGGREGATIONS:
+      raise ValueError(f"rl.aggregation: {rl.aggregation!r} is not one of {AGGREGATIONS}")
+    hparams = tuple((name, float(rl[name])) for name in _LOSSES[rl.loss].hparams)
+    return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))
+
+
+def compute_loss(params: LossParams, logp_BxT: jax.Array, gen_logp_BxT: jax.Array,
+                 adv_B: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_groups: int,
+                 old_logp_BxT: Optional[jax.Array] = None) -> tuple[jax.Array, Metrics]:
+  """The scalar RL loss to minimise, and its metrics.
+
+  Args:
+    params: static loss choice (`LossParams.from_config(config.rl)`).
+    logp_BxT: trainer log-probs of the sampled tokens (differentiated).
+    gen_logp_BxT: the generator's log-probs of the same tokens.
+    adv_B: advantage of every completion.
+    mask_BxT: True (or 1) on completion tokens; zero the rows of dropped groups.
+    group_B: int prompt index in [0, num_groups) of every completion.
+    num_groups: P, static.
+    old_logp_BxT: the trainer's log-probs under the generating weights; must be
+      given exactly when `params.tis_cap > 0`. Ratios are then taken against
+      it and the TIS factor sg(min(pi_old / pi_gen, tis_cap)) is applied.
+
+  Returns:
+    (loss, metrics): -aggregate(objective) and a dict of scalars.
+  """
+  if (old_logp_BxT is None) != (params.tis_cap == 0):
+    raise ValueError(
+        f"rl.tis_cap is {params.tis_cap}: the TIS correction needs old_logp_BxT exactly when "
+        f"tis_cap > 0, but old_logp_BxT was {'not ' if old_logp_BxT is None else ''}given")
+  mask_BxT = mask_BxT.astype(bool)
+  ref_logp_BxT = gen_logp_BxT if old_logp_BxT is None else old_logp_BxT
+  obj_BxT, metrics = get_loss(params.loss)(
+      logp_BxT, ref_logp_BxT, adv_B, mask_BxT, **dict(params.hparams))
+  if old_logp_BxT is not None:
+    tis_ratio_BxT = jnp.exp(_log_ratio(old_logp_BxT, gen_logp_BxT, mask_BxT))
+    obj_BxT = obj_BxT * jax.lax.stop_gradient(jnp.minimum(tis_ratio_BxT, params.tis_cap))
+    metrics.update(_ratio_stats(tis_ratio_BxT, mask_BxT, prefix="tis_"))
+    metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxT > params.tis_cap, mask_BxT)
+  loss = -aggregate(obj_BxT, mask_BxT, group_B, num_groups, params.aggregation)
+  return loss, metrics
