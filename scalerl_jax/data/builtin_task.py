@@ -1,0 +1,271 @@
+"""The built-in task: multi-step integer arithmetic with a short thinking trace.
+
+A problem is an expression of single-digit operands joined by `+`, `-` and
+`*`; its difficulty level is the number of operators. The worked solution
+rewrites the expression one operation at a time (products first, then sums
+and differences from left to right) inside a thinking block, then states the
+value on a final line:
+
+  prompt:  Compute 7+5*3-4
+  target:  <think> 7+5*3-4 = 7+15-4 = 22-4 = 18 </think>
+           Answer: 18
+
+Each rewrite is local, so a ~3M-parameter model learns the format and the
+easy levels from a short supervised warm start, while multi-digit products
+and long chains keep the pass rate well below 1 and leave room for RL.
+
+Training and validation problems are disjoint by construction: a hash of the
+expression assigns every expression to exactly one split, whatever the seed
+or the number of problems. Within a split, problems are distinct, so an
+expression is also a stable, unique prompt id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+ANSWER_PREFIX = "Answer:"
+SOURCE = "builtin"
+VERIFIER = "builtin"
+SPLITS = ("train", "val")
+
+_OPERATORS = "+-*"
+_MIN_OPERAND, _MAX_OPERAND = 1, 9
+# One expression in `_VAL_BUCKETS` (by hash) belongs to the validation split.
+_VAL_BUCKETS = 16
+# A level is sampled with rejection while at most `_SAMPLE_MAX_FRACTION` of its
+# expressions in the split are asked for; beyond that it is enumerated, which
+# levels of up to `_ENUMERATE_MAX` expressions (levels 1-3) allow.
+_SAMPLE_MAX_FRACTION = 0.25
+_ENUMERATE_MAX = 200_000
+_ANSWER_VALUE = re.compile(r"\s*([+-]?)([0-9]+)\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """One arithmetic expression: `operands[0] ops[0] operands[1] ...`."""
+  operands: tuple[int, ...]
+  ops: str
+
+  @property
+  def level(self) -> int:
+    return len(self.ops)
+
+  @property
+  def expression(self) -> str:
+    return _format(self.operands, self.ops)
+
+  def steps(self) -> list[str]:
+    """The expression after each rewrite, from the original to the value."""
+    operands, ops = list(self.operands), list(self.ops)
+    chain = [_format(operands, ops)]
+    while ops:
+      i = ops.index("*") if "*" in ops else 0
+      a, b = operands[i], operands[i + 1]
+      value = a * b if ops[i] == "*" else a + b if ops[i] == "+" else a - b
+      operands[i:i + 2] = [value]
+      del ops[i]
+      chain.append(_format(operands, ops))
+    return chain
+
+  @property
+  def value(self) -> int:
+    return int(self.steps()[-1])
+
+
+def _format(operands: Sequence[int], ops: Sequence[str]) -> str:
+  parts = [str(operands[0])]
+  for op, operand in zip(ops, operands[1:]):
+    parts += [op, str(operand)]
+  return "".join(parts)
+
+
+def parse_expression(expression: str) -> Problem:
+  """Parses an expression such as `7+5*3-4` into a Problem.
+
+  Args:
+    expression: single-digit operands (1-9) joined by `+`, `-` or `*`.
+
+  Returns:
+    The Problem.
+
+  Raises:
+    ValueError: the text is not a built-in task expression.
+  """
+  if not re.fullmatch(r"[1-9]([-+*][1-9])+", expression):
+    raise ValueError(
+        f"{expression!r} is not a built-in task expression (digits 1-9 joined by + - *)")
+  return Problem(tuple(int(c) for c in expression[0::2]), expression[1::2])
+
+
+def split_of(expression: str) -> str:
+  """The split ('train' or 'val') that an expression belongs to, by its hash."""
+  digest = hashlib.blake2b(expression.encode(), digest_size=8).digest()
+  return "val" if int.from_bytes(digest, "little") % _VAL_BUCKETS == 0 else "train"
+
+
+def prompt_text(problem: Problem) -> str:
+  """The prompt shown to the model."""
+  return f"Compute {problem.expression}"
+
+
+def solution_text(problem: Problem) -> str:
+  """The worked target: the `<think>` trace of rewrites, then the Answer line."""
+  chain = " = ".join(problem.steps())
+  return f"{THINK_OPEN} {chain} {THINK_CLOSE}\n{ANSWER_PREFIX} {problem.value}"
+
+
+def target_text(record: Mapping[str, Any]) -> str:
+  """The worked target text of a built-in prompt record (supervised warm start).
+
+  Args:
+    record: a prompt record made by `builtin_prompts`.
+
+  Returns:
+    `solution_text` of the record's problem.
+
+  Raises:
+    ValueError: the record is not a built-in task record.
+  """
+  if record.get("source") != SOURCE:
+    raise ValueError(
+        f"prompt {record.get('id')!r}: target_text needs a built-in task record, got "
+        f"source {record.get('source')!r}")
+  return solution_text(parse_expression(json.loads(record["metadata"])["expression"]))
+
+
+def make_record(problem: Problem) -> dict[str, str]:
+  """The prompt record of a problem (see sources.py for the record fields)."""
+  return {
+      "id": f"{SOURCE}:{problem.expression}",
+      "prompt": prompt_text(problem),
+      "answer": str(problem.value),
+      "source": SOURCE,
+      "verifier": VERIFIER,
+      "metadata": json.dumps({"level": problem.level, "expression": problem.expression}),
+  }
+
+
+def _canonical_integer(sign: str, digits: str) -> str:
+  digits = digits.lstrip("0") or "0"
+  return digits if sign != "-" or digits == "0" else "-" + digits
+
+
+def score_builtin(completion: Optional[str], answer: Optional[str]) -> float:
+  """1.0 if the value after the last `Answer:` equals `answer` as an integer.
+
+  The value must be the only thing after the last `Answer:` (surrounding
+  whitespace allowed). Integers are compared as canonical digit strings, so
+  inputs of any size are scored in linear time and nothing is converted with
+  `int()`. Never raises: anything that is not a string scores 0.0.
+
+  Args:
+    completion: the decoded completion.
+    answer: the reference answer (an integer as text).
+
+  Returns:
+    1.0 or 0.0.
+  """
+  if not isinstance(completion, str) or not isinstance(answer, str):
+    return 0.0
+  reference = _ANSWER_VALUE.fullmatch(answer)
+  start = completion.rfind(ANSWER_PREFIX)
+  if reference is None or start < 0:
+    return 0.0
+  value = _ANSWER_VALUE.fullmatch(completion, start + len(ANSWER_PREFIX))
+  if value is None:
+    return 0.0
+  return float(_canonical_integer(*value.groups()) == _canonical_integer(*reference.groups()))
+
+
+def _num_expressions(level: int) -> int:
+  return (_MAX_OPERAND - _MIN_OPERAND + 1) ** (level + 1) * len(_OPERATORS) ** level
+
+
+def _random_problem(level: int, rng: np.random.Generator) -> Problem:
+  operands = rng.integers(_MIN_OPERAND, _MAX_OPERAND + 1, size=level + 1)
+  ops = rng.integers(0, len(_OPERATORS), size=level)
+  return Problem(tuple(int(v) for v in operands), "".join(_OPERATORS[i] for i in ops))
+
+
+def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) -> list[Problem]:
+  """Up to `count` distinct problems of one level in `split` (fewer if exhausted)."""
+  total = _num_expressions(level)
+  in_split = total / _VAL_BUCKETS if split == "val" else total * (1 - 1 / _VAL_BUCKETS)
+  if count <= _SAMPLE_MAX_FRACTION * in_split:
+    problems, seen = [], set()
+    while len(problems) < count:
+      problem = _random_problem(level, rng)
+      expression = problem.expression
+      if expression not in seen and split_of(expression) == split:
+        seen.add(expression)
+        problems.append(problem)
+    return problems
+  if total > _ENUMERATE_MAX:
+    raise ValueError(
+        f"data.builtin_num_{split}: {count} distinct level-{level} problems asked for, more "
+        f"than the sampler can draw from the ~{int(in_split)} in the {split} split; "
+        "lower the number of problems or add levels to data.builtin_difficulty")
+  digits = range(_MIN_OPERAND, _MAX_OPERAND + 1)
+  candidates = []
+  for operands in itertools.product(digits, repeat=level + 1):
+    for ops in itertools.product(_OPERATORS, repeat=level):
+      problem = Problem(operands, "".join(ops))
+      if split_of(problem.expression) == split:
+        candidates.append(problem)
+  chosen = rng.permutation(len(candidates))[:count]
+  return [candidates[i] for i in sorted(chosen)]
+
+
+def builtin_problems(levels: Sequence[int], num: int, seed: int, split: str) -> list[Problem]:
+  """Distinct problems of one split, spread evenly over `levels`, in random order.
+
+  A level with fewer distinct problems than its share (level 1 has 243 in all)
+  contributes all it has, and the larger levels share the remainder.
+
+  Args:
+    levels: difficulty levels (number of operators), each >= 1.
+    num: number of problems.
+    seed: the same seed, levels and num give the same problems in the same order.
+    split: 'train' or 'val'.
+
+  Returns:
+    `num` problems.
+
+  Raises:
+    ValueError: bad arguments, or the levels hold fewer than `num` problems.
+  """
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  field = f"data.builtin_num_{split}"
+  if num <= 0:
+    raise ValueError(f"{field}: must be > 0, got {num}")
+  if not levels or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in levels):
+    raise ValueError(f"data.builtin_difficulty: levels must be integers >= 1, got {levels}")
+  levels = sorted(set(levels))
+  rng = np.random.default_rng([seed, SPLITS.index(split)])
+  problems = []
+  for i, level in enumerate(levels):
+    levels_left = len(levels) - i
+    share = -(-(num - len(problems)) // levels_left)  # Ceiling division.
+    problems += _draw_level(level, share, split, rng)
+  if len(problems) < num:
+    raise ValueError(
+        f"{field}: {num} problems asked for, but levels {tuple(levels)} hold only "
+        f"{len(problems)} distinct {split} problems; lower it or add harder levels to "
+        "data.builtin_difficulty")
+  return [problems[i] for i in rng.permutation(len(problems))]
+
+
+def builtin_prompts(levels: Sequence[int], num: int, seed: int, split: str) -> list[dict[str, str]]:
+  """Prompt records of `builtin_problems(levels, num, seed, split)`."""
+  return [make_record(p) for p in builtin_problems(levels, num, seed, split)]

@@ -1,0 +1,251 @@
+"""The prompt stream: a grain pipeline from prompt records to batches of P prompts.
+
+  records (sources.load_prompts)
+    -> tokenized once, up front: BOS + prompt ids. A prompt longer than
+       sampling.max_prompt_len raises, naming its id and length
+       (data.on_long_prompt='error'), or is left out and counted ('skip'), so
+       a bad prompt stops the run at start-up and not hours into it.
+    -> grain.MapDataset: a seeded shuffle whose order changes every epoch
+       (grain reshuffles epoch e with seed + e), repeated forever.
+    -> retired prompts dropped: `is_retired(id)` is consulted as each batch
+       is formed, so No-Positive-Resampling takes effect from the next batch.
+    -> PromptBatch of P = data.prompts_per_step prompts; the sampler draws
+       G = data.generations_per_prompt completions of each (`expand`).
+
+Every process yields the same global batch; the trainer places its slice.
+
+Exact resume: `get_state()` is grain's position in the infinite shuffled
+stream plus a fingerprint of the prompt set (JSON). Which prompts a batch skips
+depends on the retired set when the batch is formed, so the curriculum's
+retired set is saved in the same checkpoint: restoring both yields exactly
+the remaining stream; restoring the position alone yields the same order with
+the then-retired prompts left out.
+
+Shapes: P prompts per batch, L = sampling.max_prompt_len, G generations per
+prompt, B = P * G rows after expansion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from absl import logging
+import grain
+import ml_collections
+import numpy as np
+
+from scalerl_jax.data import tokenizer as tokenizer_lib
+
+Record = Mapping[str, str]
+_MAX_LOGGED_IDS = 10
+
+
+def prompt_ids(tokenizer: tokenizer_lib.Tokenizer, prompt: str) -> list[int]:
+  """Token ids the model sees for a prompt: BOS (if the tokenizer has one) + text."""
+  ids = tokenizer.encode(prompt)
+  return ids if tokenizer.bos_id is None else [tokenizer.bos_id] + ids
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptBatch:
+  """P prompts, right-padded, each to be sampled G times."""
+  tokens_PxL: np.ndarray  # int32 [P, L]: prompt ids, then pad_id.
+  lengths_P: np.ndarray  # int32 [P]: number of prompt ids in each row.
+  records: tuple[Record, ...]  # [P] the prompt records, in row order.
+  generations_per_prompt: int  # G
+
+  def expand(self) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens_BxL, lengths_B), B = P*G: rows i*G .. i*G+G-1 repeat prompt i."""
+    g = self.generations_per_prompt
+    return np.repeat(self.tokens_PxL, g, axis=0), np.repeat(self.lengths_P, g)
+
+
+def tokenize_prompts(records: Sequence[Record], tokenizer: tokenizer_lib.Tokenizer,
+                     max_prompt_len: int,
+                     on_long_prompt: str) -> tuple[list[tuple[Record, np.ndarray]], list[str]]:
+  """Tokenizes prompts and applies the prompt budget.
+
+  Args:
+    records: prompt records.
+    tokenizer: the experiment's tokenizer.
+    max_prompt_len: the prompt budget in tokens, BOS included.
+    on_long_prompt: 'error' raises on the first prompt over budget; 'skip'
+      leaves it out.
+
+  Returns:
+    ([(record, int32 ids)] of the prompts within budget, ids of skipped prompts).
+
+  Raises:
+    ValueError: a prompt is over budget and on_long_prompt is 'error', or
+      on_long_prompt is neither value.
+  """
+  if on_long_prompt not in ("error", "skip"):
+    raise ValueError(f"data.on_long_prompt: {on_long_prompt!r} is not one of ('error', 'skip')")
+  kept, skipped = [], []
+  for record in records:
+    ids = prompt_ids(tokenizer, record["prompt"])
+    if len(ids) <= max_prompt_len:
+      kept.append((record, np.asarray(ids, np.int32)))
+    elif on_long_prompt == "skip":
+      skipped.append(record["id"])
+    else:
+      raise ValueError(
+          f"prompt {record['id']!r}: {len(ids)} tokens exceed sampling.max_prompt_len="
+          f"{max_prompt_len} (set data.on_long_prompt='skip' to leave such prompts out)")
+  return kept, skipped
+
+
+def make_batch(examples: Sequence[tuple[Record, np.ndarray]], max_prompt_len: int, pad_id: int,
+               generations_per_prompt: int) -> PromptBatch:
+  """Pads tokenized prompts into a PromptBatch."""
+  tokens = np.full((len(examples), max_prompt_len), pad_id, np.int32)
+  lengths = np.zeros((len(examples),), np.int32)
+  for row, (_, ids) in enumerate(examples):
+    tokens[row, :len(ids)] = ids
+    lengths[row] = len(ids)
+  return PromptBatch(tokens, lengths, tuple(record for record, _ in examples),
+                     generations_per_prompt)
+
+
+class PromptPipeline:
+  """Infinite, checkpointable iterator of training PromptBatches.
+
+  Stops (StopIteration) only when every prompt is retired.
+  """
+
+  def __init__(self, records: Sequence[Record], tokenizer: tokenizer_lib.Tokenizer, *,
+               prompts_per_step: int, generations_per_prompt: int, max_prompt_len: int,
+               on_long_prompt: str, seed: int,
+               is_retired: Optional[Callable[[str], bool]] = None):
+    """Tokenizes the prompts and builds the grain stream.
+
+    Args:
+      records: the training prompt records; ids must be unique.
+      tokenizer: the experiment's tokenizer.
+      prompts_per_step: P.
+      generations_per_prompt: G.
+      max_prompt_len: L, the prompt budget in tokens.
+      on_long_prompt: 'error' or 'skip' (see `tokenize_prompts`).
+      seed: shuffle seed (taken modulo 2**32).
+      is_retired: `is_retired(id)` -> True drops the prompt from batches
+        formed from now on; None retires nothing.
+
+    Raises:
+      ValueError: no records, duplicate ids, a prompt over budget with
+        on_long_prompt='error', or no prompt within budget.
+    """
+    if not records:
+      raise ValueError("the prompt pipeline got no prompt records")
+    seen = set()
+    for record in records:
+      if record["id"] in seen:
+        raise ValueError(f"prompt {record['id']!r}: duplicate id in the prompt records")
+      seen.add(record["id"])
+    examples, self.skipped_ids = tokenize_prompts(records, tokenizer, max_prompt_len,
+                                                  on_long_prompt)
+    if self.skipped_ids:
+      logging.warning("skipped %d of %d prompts longer than sampling.max_prompt_len=%d, e.g. %s",
+                      len(self.skipped_ids), len(records), max_prompt_len,
+                      self.skipped_ids[:_MAX_LOGGED_IDS])
+    if not examples:
+      raise ValueError(f"no prompt fits sampling.max_prompt_len={max_prompt_len}")
+    self.num_prompts = len(examples)
+    self.prompts_per_step = prompts_per_step
+    self.generations_per_prompt = generations_per_prompt
+    self._max_prompt_len = max_prompt_len
+    self._pad_id = tokenizer.pad_id
+    self._is_retired = is_retired or (lambda _: False)
+    fingerprint = hashlib.sha256()
+    for record, ids in examples:
+      fingerprint.update(record["id"].encode("utf-8", "surrogatepass") + b"\0" + ids.tobytes())
+    fingerprint.update(f"{seed}/{prompts_per_step}".encode())
+    self._fingerprint = fingerprint.hexdigest()[:16]
+    dataset = grain.MapDataset.source(examples).shuffle(seed=seed % 2**32).repeat()
+    # No reader threads: elements are in memory, and the retired filter must
+    # run when a batch is formed, not ahead of it.
+    self._iterator = dataset.to_iter_dataset(
+        grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)).__iter__()
+
+  @property
+  def num_skipped(self) -> int:
+    """Prompts left out for exceeding the prompt budget."""
+    return len(self.skipped_ids)
+
+  def __iter__(self) -> PromptPipeline:
+    return self
+
+  def __next__(self) -> PromptBatch:
+    examples, retired_in_a_row = [], 0
+    while len(examples) < self.prompts_per_step:
+      # Two epochs' worth of retired prompts in a row cover a whole epoch:
+      # every prompt is retired.
+      if retired_in_a_row >= 2 * self.num_prompts:
+        logging.warning("all %d prompts are retired; the prompt stream ends", self.num_prompts)
+        raise StopIteration
+      example = next(self._iterator)
+      if self._is_retired(example[0]["id"]):
+        retired_in_a_row += 1
+      else:
+        retired_in_a_row = 0
+        examples.append(example)
+    return make_batch(examples, self._max_prompt_len, self._pad_id,
+                      self.generations_per_prompt)
+
+  def get_state(self) -> dict[str, Any]:
+    """JSON-serialisable position; save it with the curriculum's retired set."""
+    return {"grain": self._iterator.get_state(), "fingerprint": self._fingerprint}
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Restores a position saved by `get_state` of an identical pipeline.
+
+    Raises:
+      ValueError: the state is malformed or was saved for other prompts, seed
+        or batch size.
+    """
+    if not isinstance(state, Mapping) or set(state) != {"grain", "fingerprint"}:
+      raise ValueError(f"data iterator state must hold 'grain' and 'fingerprint', got {state!r}")
+    if state["fingerprint"] != self._fingerprint:
+      raise ValueError(
+          f"data iterator state was saved for another prompt set, seed or data.prompts_per_step "
+          f"(fingerprint {state['fingerprint']!r}, this pipeline {self._fingerprint!r})")
+    self._iterator.set_state(dict(state["grain"]))
+
+
+def make_pipeline(config: ml_collections.ConfigDict, records: Sequence[Record],
+                  tokenizer: tokenizer_lib.Tokenizer,
+                  is_retired: Optional[Callable[[str], bool]] = None) -> PromptPipeline:
+  """The training PromptPipeline of an experiment config."""
+  return PromptPipeline(
+      records, tokenizer, prompts_per_step=config.data.prompts_per_step,
+      generations_per_prompt=config.data.generations_per_prompt,
+      max_prompt_len=config.sampling.max_prompt_len,
+      on_long_prompt=config.data.on_long_prompt, seed=config.seed, is_retired=is_retired)
+
+
+def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],
+                 tokenizer: tokenizer_lib.Tokenizer, batch_size: int,
+                 generations_per_prompt: int) -> list[PromptBatch]:
+  """Validation prompts in their given order, in batches (the last may be smaller).
+
+  Args:
+    config: the experiment config (prompt budget and on_long_prompt).
+    records: the validation records, e.g. the first trainer.eval_num_prompts.
+    batch_size: prompts per batch.
+    generations_per_prompt: samples per prompt (k of mean@k).
+
+  Returns:
+    The batches; prompts over budget raise or are skipped as in training.
+  """
+  examples, skipped = tokenize_prompts(records, tokenizer, config.sampling.max_prompt_len,
+                                       config.data.on_long_prompt)
+  if skipped:
+    logging.warning("skipped %d validation prompts longer than sampling.max_prompt_len=%d",
+                    len(skipped), config.sampling.max_prompt_len)
+  if not examples:
+    raise ValueError(
+        f"no validation prompt fits sampling.max_prompt_len={config.sampling.max_prompt_len}")
+  return [make_batch(examples[i:i + batch_size], config.sampling.max_prompt_len,
+                     tokenizer.pad_id, generations_per_prompt)
+          for i in range(0, len(examples), batch_size)]

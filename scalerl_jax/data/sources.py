@@ -1,0 +1,315 @@
+"""Prompt sources: the built-in task, reasoning-gym, TFDS datasets and JSONL files.
+
+Every source yields prompt records, plain dicts of strings:
+
+  id        unique within a split and stable: the same config gives the same
+            ids for the same prompts (the curriculum keys its history on it)
+  prompt    the text shown to the model
+  answer    the reference answer ("" where a reasoning-gym task has none)
+  source    builtin | reasoning_gym | tfds | jsonl
+  verifier  how to score a completion: "builtin" (builtin_task.score_builtin),
+            "reasoning_gym:<dataset>" (that dataset's score_answer with the
+            entry stored in metadata), "math" (TFDS and JSONL answers), or the
+            name a JSONL row gives in its own "verifier" field
+  metadata  a JSON object as text: the built-in problem's level and
+            expression; the reasoning-gym entry itself; the extra fields of a
+            JSONL row (e.g. a code task's tests); {} for TFDS
+
+`load_prompts(config, split)` returns the records of split 'train' or 'val'
+for `config.data.source`. An empty or missing source is an error naming the
+config field. Malformed JSONL rows and TFDS examples are skipped, counted and
+logged with their file and line (or split and index); they are never dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+from typing import Any, Optional
+
+from absl import logging
+from etils import epath
+import ml_collections
+
+from scalerl_jax.data import builtin_task
+
+SPLITS = builtin_task.SPLITS
+RECORD_FIELDS = ("id", "prompt", "answer", "source", "verifier", "metadata")
+_JSONL_FIELDS = ("id", "prompt", "answer", "verifier")
+_MAX_LOGGED_ROWS = 20
+# Legacy TFDS builders (gsm8k, ...) register only when their package is
+# imported; `import tensorflow_datasets` alone skips them.
+_TFDS_BUILDER_PACKAGES = ("text", "question_answering", "summarization")
+
+
+@dataclasses.dataclass(frozen=True)
+class MalformedRow:
+  """A row that could not become a prompt record, and why."""
+  location: str  # "path:line" for JSONL, "name/split[index]" for TFDS.
+  reason: str
+
+  def __str__(self) -> str:
+    return f"{self.location}: {self.reason}"
+
+
+def _text_id(prefix: str, text: str) -> str:
+  return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def _record(id_: str, prompt: str, answer: str, source: str, verifier: str,
+            metadata: dict[str, Any]) -> dict[str, str]:
+  return {"id": id_, "prompt": prompt, "answer": answer, "source": source,
+          "verifier": verifier, "metadata": json.dumps(metadata)}
+
+
+def _report(what: str, malformed: list[MalformedRow]) -> None:
+  if not malformed:
+    return
+  lines = [str(row) for row in malformed[:_MAX_LOGGED_ROWS]]
+  if len(malformed) > _MAX_LOGGED_ROWS:
+    lines.append(f"... and {len(malformed) - _MAX_LOGGED_ROWS} more")
+  logging.warning("%s: skipped %d malformed rows:\n  %s", what, len(malformed),
+                  "\n  ".join(lines))
+
+
+def _check_row(row: Any) -> Optional[str]:
+  """Why a parsed JSONL row is not a prompt row, or None if it is one."""
+  if not isinstance(row, dict):
+    return f"expected a JSON object, got {type(row).__name__}"
+  prompt = row.get("prompt")
+  if not isinstance(prompt, str) or not prompt.strip():
+    return "field 'prompt' is missing or not a non-empty string"
+  answer = row.get("answer")
+  if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+    return "field 'answer' is missing or not a string or number"
+  if isinstance(answer, str) and not answer.strip():
+    return "field 'answer' is empty"
+  for field in ("id", "verifier"):
+    if field in row and (not isinstance(row[field], str) or not row[field]):
+      return f"field {field!r} must be a non-empty string"
+  return None
+
+
+def read_jsonl(path: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
+  """Prompt records of a JSONL file of {"prompt", "answer"} rows.
+
+  Optional row fields: "id" (default: a hash of the prompt), "verifier"
+  (default "math"); any other fields go to the record's metadata. Blank lines
+  are ignored. A row that is not valid UTF-8 or JSON, lacks a prompt or an
+  answer, or repeats an earlier id is malformed.
+
+  Args:
+    path: the file.
+
+  Returns:
+    (records, malformed rows with their line numbers).
+
+  Raises:
+    FileNotFoundError: `path` does not exist.
+  """
+  p = epath.Path(path)
+  if not p.exists():
+    raise FileNotFoundError(f"{path}: no such JSONL file")
+  records, malformed, first_line = [], [], {}
+  for number, raw in enumerate(p.read_bytes().splitlines(), start=1):
+    location = f"{path}:{number}"
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      malformed.append(MalformedRow(location, f"invalid UTF-8 ({e.reason} at byte {e.start})"))
+      continue
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError as e:
+      malformed.append(MalformedRow(location, f"invalid JSON ({e.msg} at column {e.colno})"))
+      continue
+    reason = _check_row(row)
+    if reason is None:
+      id_ = row.get("id") or _text_id("jsonl", row["prompt"])
+      if id_ in first_line:
+        reason = f"duplicate id {id_!r} (first on line {first_line[id_]})"
+    if reason is not None:
+      malformed.append(MalformedRow(location, reason))
+      continue
+    first_line[id_] = number
+    extra = {k: v for k, v in row.items() if k not in _JSONL_FIELDS}
+    records.append(_record(id_, row["prompt"], str(row["answer"]), "jsonl",
+                           row.get("verifier", "math"), extra))
+  return records, malformed
+
+
+def _tfds_value(example: dict[str, Any], field: str) -> Any:
+  value = example
+  for key in field.split("/"):
+    value = value[key]
+  if isinstance(value, bytes):
+    value = value.decode("utf-8")
+  if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # NumPy scalar.
+    value = value.item()
+  return value
+
+
+def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str,
+                 answer_field: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
+  """Prompt records of one split of a TFDS dataset, read with `tfds.data_source`.
+
+  The dataset must be available in the array_record format (TFDS prepares it
+  so by default on first use).
+
+  Args:
+    name: builder name, optionally with ":version".
+    split: TFDS split expression, e.g. "train" or "test[:500]".
+    data_dir: TFDS data_dir; "" for the default.
+    prompt_field: feature holding the prompt ("a/b" for a nested feature).
+    answer_field: feature holding the reference answer.
+
+  Returns:
+    (records, malformed examples: a field that is not text or a number, or an
+    empty prompt).
+
+  Raises:
+    ValueError: a field is not a feature of the dataset.
+  """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  for package in _TFDS_BUILDER_PACKAGES:
+    importlib.import_module(f"tensorflow_datasets.{package}")
+  source = tfds.data_source(name, split=split, data_dir=data_dir or None)
+  records, malformed = [], []
+  for index in range(len(source)):
+    example = source[index]
+    location = f"{name}/{split}[{index}]"
+    values = {}
+    for config_field, field in (("tfds_prompt_field", prompt_field),
+                                ("tfds_answer_field", answer_field)):
+      try:
+        values[config_field] = _tfds_value(example, field)
+      except (KeyError, TypeError):
+        raise ValueError(f"data.{config_field}: {field!r} is not a feature of {name}; "
+                         f"features: {sorted(example)}") from None
+    prompt, answer = values["tfds_prompt_field"], values["tfds_answer_field"]
+    if not isinstance(prompt, str) or not prompt.strip():
+      malformed.append(MalformedRow(location, f"{prompt_field!r} is not non-empty text"))
+    elif isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+      malformed.append(MalformedRow(location, f"{answer_field!r} is not text or a number"))
+    else:
+      records.append(_record(f"tfds:{name}:{split}:{index}", prompt, str(answer), "tfds",
+                             "math", {}))
+  return records, malformed
+
+
+def reasoning_gym_prompts(name: str, split: str, size: int, val_size: int,
+                          seed: int) -> list[dict[str, str]]:
+  """Prompt records of a reasoning-gym dataset, scored by its own score_answer.
+
+  The validation split is generated with seed 2*seed+1, the training split
+  with 2*seed; training drops any question that is also a validation question
+  or repeats an earlier one, so the splits are disjoint and ids (hashes of the
+  question) are unique.
+
+  Args:
+    name: reasoning-gym dataset name, e.g. "basic_arithmetic".
+    split: 'train' or 'val'.
+    size: number of training entries generated.
+    val_size: number of validation entries generated.
+    seed: the experiment seed.
+
+  Returns:
+    The records; metadata holds the entry as JSON (arc_agi and rearc compare
+    tuples, which JSON turns into lists).
+
+  Raises:
+    ImportError: reasoning-gym is not installed.
+    ValueError: unknown dataset, or an entry that is not JSON-serialisable.
+  """
+  try:
+    import reasoning_gym  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError("data.source='reasoning_gym' needs the reasoning-gym package "
+                      "(pip install 'scalerl_jax[tasks]')") from None
+
+  def entries(split_seed, split_size):
+    try:
+      return list(reasoning_gym.create_dataset(name, size=split_size, seed=split_seed))
+    except (ValueError, KeyError, AssertionError) as e:
+      raise ValueError(f"data.reasoning_gym_name: cannot create {name!r} ({e})") from None
+
+  taken = set()
+  if split == "train":
+    taken = {e["question"] for e in entries(2 * seed + 1, val_size)}
+  records, duplicates = [], 0
+  for entry in entries(2 * seed + (split == "val"), size if split == "train" else val_size):
+    if entry["question"] in taken:
+      duplicates += 1
+      continue
+    taken.add(entry["question"])
+    answer = "" if entry.get("answer") is None else str(entry["answer"])
+    try:
+      records.append(_record(_text_id(f"reasoning_gym:{name}", entry["question"]),
+                             entry["question"], answer, "reasoning_gym",
+                             f"reasoning_gym:{name}", entry))
+    except TypeError as e:
+      raise ValueError(f"data.reasoning_gym_name: {name!r} entries are not "
+                       f"JSON-serialisable ({e})") from None
+  if duplicates:
+    logging.info("reasoning_gym %s/%s: dropped %d questions repeated within the split or "
+                 "shared with validation", name, split, duplicates)
+  return records
+
+
+def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str, str]]:
+  """The prompt records of `split` for `config.data.source`.
+
+  Args:
+    config: the experiment config.
+    split: 'train' or 'val'.
+
+  Returns:
+    A non-empty list of records.
+
+  Raises:
+    ValueError: unknown split, an unset source field, or a source with no
+      usable prompts.
+    FileNotFoundError: a JSONL file does not exist.
+  """
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  d, train = config.data, split == "train"
+  malformed, where = [], d.source
+  if d.source == "builtin":
+    field = f"builtin_num_{split}"
+    records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], config.seed, split)
+  elif d.source == "reasoning_gym":
+    field = "reasoning_gym_name"
+    if not d[field]:
+      raise ValueError(f"data.{field}: must be set when data.source='reasoning_gym'")
+    records = reasoning_gym_prompts(d[field], split, d.reasoning_gym_size,
+                                    d.reasoning_gym_val_size, config.seed)
+  elif d.source == "tfds":
+    field = "tfds_split" if train else "tfds_val_split"
+    for required in ("tfds_name", field):
+      if not d[required]:
+        raise ValueError(f"data.{required}: must be set for the {split} split of "
+                         "data.source='tfds'")
+    where = f"tfds {d.tfds_name}/{d[field]}"
+    records, malformed = tfds_prompts(d.tfds_name, d[field], d.tfds_data_dir,
+                                      d.tfds_prompt_field, d.tfds_answer_field)
+  elif d.source == "jsonl":
+    field = "jsonl_train" if train else "jsonl_val"
+    if not d[field]:
+      raise ValueError(f"data.{field}: must be set for the {split} split of data.source='jsonl'")
+    where = d[field]
+    records, malformed = read_jsonl(d[field])
+  else:
+    raise ValueError(f"data.source: unknown source {d.source!r}")
+  _report(where, malformed)
+  if not records:
+    detail = ""
+    if malformed:
+      detail = f"; all {len(malformed)} rows are malformed, first: {malformed[0]}"
+    raise ValueError(f"data.{field}: {where} has no usable {split} prompts{detail}")
+  return records

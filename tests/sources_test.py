@@ -1,0 +1,156 @@
+"""Tests of the prompt sources: built-in, JSONL, TFDS (mock data) and reasoning-gym."""
+
+import json
+import logging
+
+import pytest
+
+from configs import scalerl
+from scalerl_jax.data import builtin_task
+from scalerl_jax.data import sources
+
+
+def _config(**data):
+  config = scalerl.get_config()
+  with config.unlocked():
+    for name, value in data.items():
+      config.data[name] = value
+  return config
+
+
+def _assert_records(records):
+  for record in records:
+    assert tuple(record) == sources.RECORD_FIELDS
+    assert all(isinstance(v, str) for v in record.values())
+    assert isinstance(json.loads(record["metadata"]), dict)
+  assert len({r["id"] for r in records}) == len(records)
+
+
+def test_builtin_source_follows_the_config():
+  config = _config(builtin_num_train=500, builtin_num_val=50, builtin_difficulty=(2, 4))
+  train = sources.load_prompts(config, "train")
+  val = sources.load_prompts(config, "val")
+  assert (len(train), len(val)) == (500, 50)
+  _assert_records(train)
+  assert train == builtin_task.builtin_prompts((2, 4), 500, config.seed, "train")
+  assert {json.loads(r["metadata"])["level"] for r in val} == {2, 4}
+  assert {r["verifier"] for r in train} == {"builtin"}
+  with pytest.raises(ValueError, match="split must be one of"):
+    sources.load_prompts(config, "test")
+
+
+_ROWS = [
+    '{"prompt": "1+1?", "answer": "2"}',                                    # 1 good
+    '{"prompt": "2+2?", "answer": 4, "verifier": "task", "id": "q2"}',     # 2 good
+    '{"prompt": "3+3?", "answer": "6"',                                     # 3 bad JSON
+    '["prompt", "answer"]',                                                 # 4 not an object
+    '{"answer": "1"}',                                                      # 5 no prompt
+    '{"prompt": "x", "answer": true}',                                      # 6 bool answer
+    '{"prompt": "other", "answer": "5", "id": "q2"}',                       # 7 duplicate id
+    None,                                                                   # 8 bad UTF-8
+    '   ',                                                                  # 9 blank: ignored
+    '{"prompt": "y", "answer": "  "}',                                      # 10 empty answer
+    '{"prompt": "z", "answer": "1", "verifier": 3}',                        # 11 bad verifier
+    '{"prompt": "1+1?", "answer": "3"}',                                    # 12 same prompt
+    '{"prompt": "code", "answer": "ok", "tests": ["assert f()"], "n": 1}',  # 13 good, extras
+]
+
+
+def _write_rows(path):
+  lines = [b"\xff\xfe{}" if row is None else row.encode() for row in _ROWS]
+  path.write_bytes(b"\n".join(lines) + b"\n")
+  return path
+
+
+def test_jsonl_reports_every_malformed_row_with_its_line(tmp_path):
+  path = _write_rows(tmp_path / "train.jsonl")
+  records, malformed = sources.read_jsonl(str(path))
+  assert [r["prompt"] for r in records] == ["1+1?", "2+2?", "code"]
+  assert [r["answer"] for r in records] == ["2", "4", "ok"]
+  assert [r["verifier"] for r in records] == ["math", "task", "math"]
+  assert records[1]["id"] == "q2"
+  assert records[0]["id"].startswith("jsonl:")
+  assert json.loads(records[2]["metadata"]) == {"tests": ["assert f()"], "n": 1}
+  _assert_records(records)
+  assert [m.location for m in malformed] == [
+      f"{path}:{line}" for line in (3, 4, 5, 6, 7, 8, 10, 11, 12)]
+  reasons = [m.reason for m in malformed]
+  assert reasons[0].startswith("invalid JSON")
+  assert reasons[1] == "expected a JSON object, got list"
+  assert "'prompt'" in reasons[2]
+  assert "'answer'" in reasons[3]
+  assert reasons[4] == "duplicate id 'q2' (first on line 2)"
+  assert reasons[5].startswith("invalid UTF-8")
+  assert reasons[6] == "field 'answer' is empty"
+  assert reasons[7] == "field 'verifier' must be a non-empty string"
+  assert reasons[8] == f"duplicate id {records[0]['id']!r} (first on line 1)"
+
+
+def test_load_prompts_logs_malformed_rows(tmp_path, caplog):
+  path = _write_rows(tmp_path / "train.jsonl")
+  with caplog.at_level(logging.WARNING):
+    records = sources.load_prompts(_config(source="jsonl", jsonl_train=str(path)), "train")
+  assert len(records) == 3
+  assert f"{path}: skipped 9 malformed rows" in caplog.text
+  for line in (3, 4, 5, 6, 7, 8, 10, 11, 12):
+    assert f"{path}:{line}: " in caplog.text
+
+
+def test_jsonl_empty_or_missing_is_an_error(tmp_path):
+  empty = tmp_path / "empty.jsonl"
+  empty.write_text("\n")
+  with pytest.raises(ValueError, match=r"data\.jsonl_train: .*empty\.jsonl has no usable train"):
+    sources.load_prompts(_config(source="jsonl", jsonl_train=str(empty)), "train")
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text("{}\n[]\n")
+  with pytest.raises(ValueError, match=r"all 2 rows are malformed, first: .*bad\.jsonl:1: "):
+    sources.load_prompts(_config(source="jsonl", jsonl_train=str(bad)), "train")
+  with pytest.raises(FileNotFoundError, match="absent.jsonl: no such JSONL file"):
+    sources.load_prompts(_config(source="jsonl", jsonl_train=str(tmp_path / "absent.jsonl")),
+                         "train")
+  with pytest.raises(ValueError, match=r"data\.jsonl_val: must be set"):
+    sources.load_prompts(_config(source="jsonl", jsonl_train=str(empty)), "val")
+
+
+def test_tfds_source_on_mock_data():
+  tfds = pytest.importorskip("tensorflow_datasets")
+  config = _config(source="tfds", tfds_name="gsm8k", tfds_split="train",
+                   tfds_val_split="test", tfds_prompt_field="question",
+                   tfds_answer_field="answer")
+  with tfds.testing.mock_data(num_examples=6):
+    train = sources.load_prompts(config, "train")
+    val = sources.load_prompts(config, "val")
+    expected = tfds.data_source("gsm8k", split="train")
+    assert [r["prompt"] for r in train] == [expected[i]["question"] for i in range(6)]
+    assert [r["answer"] for r in train] == [expected[i]["answer"] for i in range(6)]
+    with pytest.raises(ValueError, match=r"data\.tfds_answer_field: 'final' is not a feature "
+                       r"of gsm8k; features: \['annotation', 'answer', 'question'"):
+      sources.load_prompts(_config(source="tfds", tfds_name="gsm8k", tfds_answer_field="final"),
+                           "train")
+  _assert_records(train)
+  assert [r["id"] for r in val] == [f"tfds:gsm8k:test:{i}" for i in range(6)]
+  assert {r["verifier"] for r in train + val} == {"math"}
+  with pytest.raises(ValueError, match=r"data\.tfds_name: must be set"):
+    sources.load_prompts(_config(source="tfds"), "train")
+
+
+def test_reasoning_gym_source():
+  reasoning_gym = pytest.importorskip("reasoning_gym")
+  config = _config(source="reasoning_gym", reasoning_gym_name="basic_arithmetic",
+                   reasoning_gym_size=40, reasoning_gym_val_size=10)
+  train = sources.load_prompts(config, "train")
+  val = sources.load_prompts(config, "val")
+  _assert_records(train + val)
+  assert 0 < len(train) <= 40 and 0 < len(val) <= 10
+  assert not {r["prompt"] for r in train} & {r["prompt"] for r in val}
+  assert train == sources.load_prompts(config, "train")
+  score = reasoning_gym.get_score_answer_fn("basic_arithmetic")
+  for record in train + val:
+    assert record["verifier"] == "reasoning_gym:basic_arithmetic"
+    entry = json.loads(record["metadata"])
+    assert entry["question"] == record["prompt"]
+    assert score(record["answer"], entry) == 1.0
+    assert score("no answer", entry) == 0.0
+  with pytest.raises(ValueError, match=r"data\.reasoning_gym_name: cannot create 'no_such_task'"):
+    sources.load_prompts(_config(source="reasoning_gym", reasoning_gym_name="no_such_task"),
+                         "train")
