@@ -1,0 +1,127 @@
+"""Config validation: every preset validates; every bad field is named."""
+
+import ml_collections
+import pytest
+
+from configs import scalerl
+from scalerl_jax import config as config_lib
+
+
+@pytest.mark.parametrize("variant", scalerl.VARIANTS)
+def test_every_variant_validates(variant):
+  config = scalerl.get_config(f"variant={variant}")
+  assert config.variant == variant
+  config_lib.validate(config)
+
+
+def test_default_variant_is_tiny_cpu_and_locked():
+  config = scalerl.get_config()
+  assert config.variant == "tiny_cpu"
+  with pytest.raises(AttributeError):
+    config.model.not_a_field = 1  # Locked: new keys are refused at once.
+
+
+def test_unknown_variant_is_named():
+  with pytest.raises(ValueError, match="huge_tpu"):
+    scalerl.get_config("variant=huge_tpu")
+
+
+def _with(path, value, unlock=False):
+  config = scalerl.get_config()
+  node = config
+  *parents, leaf = path.split(".")
+  for p in parents:
+    node = node[p]
+  if unlock:
+    with node.unlocked():
+      node[leaf] = value
+  else:
+    # Bypass ml_collections' own type check so the validator sees the value.
+    node._fields[leaf] = value  # pylint: disable=protected-access
+  return config
+
+
+@pytest.mark.parametrize("path,value,message", [
+    ("model.num_heads", "8", "model.num_heads: expected int"),
+    ("model.fp32_lm_head", 1, "model.fp32_lm_head: expected bool"),
+    ("optim.learning_rate", True, "optim.learning_rate: expected float"),
+    ("rl.loss", "ppo", "rl.loss: 'ppo' is not one of"),
+    ("rl.aggregation", "batch", "rl.aggregation: 'batch' is not one of"),
+    ("rl.adv_norm", "group", "rl.adv_norm: 'group' is not one of"),
+    ("buffer.schedule", "sync", "buffer.schedule: 'sync' is not one of"),
+    ("model.param_dtype", "float16", "model.param_dtype: 'float16' is not one of"),
+    ("model.head_dim", 33, "model.head_dim: 33 must be a positive even number"),
+    ("optim.b2", 1.0, "optim.b2: 1.0 must be in [0, 1)"),
+    ("data.generations_per_prompt", 1, "data.generations_per_prompt: 1 must be >= 2"),
+    ("mesh.shape", (-1, -1, 1), "mesh.shape: (-1, -1, 1) must hold positive sizes and at most one -1"),
+    ("mesh.logical_axis_rules", (("embed",),), "mesh.logical_axis_rules:"),
+    ("curriculum.retire_threshold", 1.5, "curriculum.retire_threshold: 1.5 must be in (0, 1]"),
+])
+def test_bad_field_is_named(path, value, message):
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_lib.validate(_with(path, value))
+  assert str(e.value).startswith(message), str(e.value)
+
+
+def test_unknown_key_is_named_with_a_suggestion():
+  config = _with("rl.eps_max", 4.0, unlock=True)
+  with pytest.raises(config_lib.ConfigError, match=r"^rl.eps_max: unknown config field"):
+    config_lib.validate(config)
+  config = _with("optim.lr", 1e-3, unlock=True)
+  with pytest.raises(config_lib.ConfigError, match=r"^optim.lr: unknown"):
+    config_lib.validate(config)
+  config = scalerl.get_config()
+  with config.unlocked():
+    del config.model["qk_norm"]
+  with pytest.raises(config_lib.ConfigError, match=r"^model.qk_norm: missing config field"):
+    config_lib.validate(config)
+
+
+def test_suggestion_names_the_close_field():
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.trainer.warmup_steps = 3  # Belongs to optim.
+  with pytest.raises(config_lib.ConfigError, match="did you mean 'optim.warmup_steps'"):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize("updates,num_devices,message", [
+    ({"model.num_heads": 6}, None, "model.num_kv_heads: 4 does not divide model.num_heads=6"),
+    ({"mesh.shape": (1, 1, 8)}, 8, "model.num_kv_heads: 4 is not divisible by 8"),
+    ({"mesh.shape": (1, 1, 3)}, 3, "model.num_heads: 8 is not divisible by 3"),
+    ({"mesh.shape": (1, 6, 1)}, 6, "model.embed_dim: 256 is not divisible by 6"),
+    ({"mesh.shape": (1, 1, 2), "model.mlp_dim": 765}, 2, "model.mlp_dim: 765 is not divisible by 2"),
+    ({"mesh.shape": (2, 2, 2)}, 4, "mesh.shape: (2, 2, 2) needs 8 devices, 4 available"),
+    ({"mesh.shape": (3, -1, 1)}, 8, "mesh.shape: fixed sizes (3, -1, 1)"),
+    ({"mesh.shape": (1, -1)}, None, "mesh.shape: (1, -1) has 2 sizes for 3 axes"),
+    ({"mesh.logical_axis_rules": (("embed", "model"),)}, None,
+     "mesh.logical_axis_rules: rule for 'embed' names mesh axis 'model'"),
+    ({"sampling.max_new_tokens": 500}, None,
+     "sampling.max_new_tokens: max_prompt_len 64 + max_new_tokens 500 exceeds model.max_seq_len 512"),
+    ({"sampling.interruption.enabled": True, "sampling.interruption.thinking_budget_min": 10,
+      "sampling.interruption.thinking_budget_max": 5}, None,
+     "sampling.interruption.thinking_budget_min: 10 > thinking_budget_max 5"),
+    ({"sampling.interruption.enabled": True, "sampling.interruption.thinking_budget_min": 10,
+      "sampling.interruption.thinking_budget_max": 200}, None,
+     "sampling.interruption.thinking_budget_max: 200 exceeds sampling.max_new_tokens 96"),
+    ({"optim.schedule": "cosine"}, None, "optim.decay_steps: cosine schedule needs decay_steps > 0"),
+    ({"rl.reward_incorrect": 1.0}, None, "rl.reward_correct: 1.0 must exceed"),
+    ({"data.source": "jsonl"}, None, "data.jsonl_train: must be set when data.source='jsonl'"),
+    ({"data.source": "tfds"}, None, "data.tfds_name: must be set"),
+])
+def test_inconsistent_fields_are_named(updates, num_devices, message):
+  config = scalerl.get_config()
+  for path, value in updates.items():
+    node = config
+    *parents, leaf = path.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  with pytest.raises(config_lib.ConfigError) as e:
+    config_lib.validate(config, num_devices=num_devices)
+  assert str(e.value).startswith(message), str(e.value)
+
+
+def test_a_plain_dict_config_is_walked_too():
+  config = ml_collections.ConfigDict(scalerl.get_config().to_dict())
+  config_lib.validate(config)
