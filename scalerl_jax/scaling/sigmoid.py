@@ -1,0 +1,432 @@
+"""Compute-performance curves: fit, predict, extrapolate (PAPER.md §1).
+
+The curve is
+
+    R(C) = R_0 + (A - R_0) / (1 + (C_mid / C)^B)
+
+with A the asymptotic pass rate, B the steepness, C_mid the compute at half
+the gain and R_0 the pass rate before RL. Compute may be in any unit (FLOPs,
+device-hours, steps); C_mid comes back in that unit.
+
+`fit` follows the paper: drop points below a compute threshold, grid-search A
+and C_mid, least squares for B in every (A, C_mid) cell (over a fine log grid of
+B), keep the cell with the smallest squared residual, then refine all parameters
+continuously inside that cell with scipy. The grid is vectorised: for fixed
+(C_mid, B) the model is linear in A and R_0, so the residual of every
+(A, C_mid, B) triple follows from a handful of sums over the points (`_sums`).
+R_0 is the score at compute 0 when the run has such a point (the pass rate
+before RL), a given value, or a free parameter. Uncertainties come from a
+bootstrap over the points, every resample refitted by vectorised
+Levenberg-Marquardt steps.
+
+Inputs a fit cannot use (NaNs, fewer than 4 points, compute not increasing,
+scores outside [0, 1]) raise ValueError. Inputs it can fit but not trust (a
+flat or decreasing curve, a parameter at the edge of its grid, C_mid beyond the
+data) return a fit whose `warnings` say why and whose `reliable` is False.
+
+Deciding between recipes from their fits, and the power-law baseline, live in
+`compare.py`.
+
+Shapes: N points, K curves, nA / nC / nB grid sizes, S bootstrap samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import optimize, special
+
+MIN_POINTS = 4
+_EDGE_TOL = 1e-6
+_MAX_CELL_MOVES = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Uncertainty:
+  """Bootstrap spread of the fitted parameters (points resampled with replacement)."""
+  a_std: float
+  b_std: float
+  c_mid_std: float
+  a_interval: tuple[float, float]  # Central 95% of the bootstrap A values.
+  num_samples: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SigmoidFit:
+  """A fitted compute-performance curve."""
+  a: float
+  b: float
+  c_mid: float
+  r0: float
+  r0_source: str  # "measured" (score at compute 0), "given" or "fitted".
+  rmse: float  # Root mean squared residual over the fitted points.
+  num_points: int
+  compute_range: tuple[float, float]  # Smallest and largest compute fitted.
+  warnings: tuple[str, ...] = ()
+  uncertainty: Optional[Uncertainty] = None
+
+  @property
+  def reliable(self) -> bool:
+    return not self.warnings
+
+
+@dataclasses.dataclass(frozen=True)
+class Extrapolation:
+  """A fit on the first part of a run, scored on the rest."""
+  fit: SigmoidFit
+  split: float  # Points with compute <= split were fitted.
+  held_out: int  # Points after the split.
+  last_error: float  # Prediction minus measurement at the last point.
+  mean_abs_error: float  # Over the held-out points.
+  max_abs_error: float
+
+
+def sigmoid(compute, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
+  """Evaluates R(C) = r0 + (a - r0) / (1 + (c_mid / C)^b).
+
+  Args:
+    compute: C, any shape, >= 0 (R(0) = r0).
+    a: asymptote A.
+    b: steepness B.
+    c_mid: compute at half the gain, in the unit of `compute`.
+    r0: score before RL.
+
+  Returns:
+    R(C), shaped like `compute`.
+  """
+  c = np.asarray(compute, dtype=float)
+  with np.errstate(divide="ignore"):
+    share = special.expit(b * (np.log(c) - math.log(c_mid)))
+  return r0 + (a - r0) * share
+
+
+def predict(fit: SigmoidFit, compute) -> np.ndarray:
+  """Predicted score of a fitted curve.
+
+  Args:
+    fit: the fit.
+    compute: where to predict, in the unit of the fitted compute.
+
+  Returns:
+    The predicted scores, shaped like `compute`.
+  """
+  return sigmoid(compute, fit.a, fit.b, fit.c_mid, fit.r0)
+
+
+def check_curve(compute: Sequence[float], score: Sequence[float], min_compute: float = 0.0,
+                r0: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, Optional[float], str]:
+  """Validates one curve and keeps the points a fit uses.
+
+  Args:
+    compute: cumulative compute per evaluation.
+    score: validation pass rate per evaluation.
+    min_compute: points with less compute are dropped.
+    r0: the pass rate before RL, if known.
+
+  Returns:
+    (compute_N, score_N) of the points with compute > 0 and >= min_compute; R_0
+    (given, else the score at compute 0 if there is such a point, else None); and
+    where R_0 comes from: "given", "measured" or "fitted".
+
+  Raises:
+    ValueError: on input no fit can use, naming the first offending index.
+  """
+  c = np.asarray(compute, dtype=float)
+  r = np.asarray(score, dtype=float)
+  if c.ndim != 1 or c.shape != r.shape:
+    raise ValueError(f"compute and score must be 1-D of equal length; got {c.shape} and {r.shape}")
+  for name, v in (("compute", c), ("score", r)):
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+      raise ValueError(f"{name} has non-finite values at indices {bad[:10].tolist()}")
+  if c.size and c.min() < 0:
+    raise ValueError(f"compute must be >= 0; compute[{int(c.argmin())}] = {c.min()}")
+  steps = np.flatnonzero(np.diff(c) <= 0)
+  if steps.size:
+    i = int(steps[0]) + 1
+    raise ValueError(f"compute must be strictly increasing; compute[{i}] = {c[i]} "
+                     f"follows compute[{i - 1}] = {c[i - 1]}")
+  outside = np.flatnonzero((r < 0) | (r > 1))
+  if outside.size:
+    raise ValueError(f"scores are pass rates in [0, 1]; score[{outside[0]}] = {r[outside[0]]}")
+  source = "given"
+  if r0 is None and c.size and c[0] == 0:
+    r0, source = float(r[0]), "measured"
+  elif r0 is None:
+    source = "fitted"
+  keep = (c > 0) & (c >= min_compute)
+  if keep.sum() < MIN_POINTS:
+    raise ValueError(f"need at least {MIN_POINTS} points with compute > 0 and >= min_compute="
+                     f"{min_compute}; got {int(keep.sum())}")
+  return c[keep], r[keep], r0, source
+
+
+def _grids(xs, a_grid, c_mid_grid, b_grid):
+  """Default grids: A over [0, 1] by 0.005 (the paper's step), C_mid log-spaced
+  from a tenth of the first point to ten times the last, B log-spaced."""
+  lo = min(float(x[0]) for x in xs)
+  hi = max(float(x[-1]) for x in xs)
+  a = np.linspace(0.0, 1.0, 201) if a_grid is None else np.asarray(a_grid, dtype=float)
+  c = np.geomspace(lo / 10, hi * 10, 100) if c_mid_grid is None else np.asarray(c_mid_grid, float)
+  b = np.geomspace(0.05, 20.0, 61) if b_grid is None else np.asarray(b_grid, dtype=float)
+  for name, g in (("a_grid", a), ("c_mid_grid", c), ("b_grid", b)):
+    if g.ndim != 1 or not g.size or np.any(np.diff(g) <= 0) or not np.all(np.isfinite(g)):
+      raise ValueError(f"{name} must be a non-empty, strictly increasing 1-D array")
+  if c[0] <= 0 or b[0] <= 0:
+    raise ValueError("c_mid_grid and b_grid must be positive")
+  return a, c, b
+
+
+def _shares(x, c_grid, b_grid):
+  """s[c, b, i] = 1 / (1 + (C_mid_c / x_i)^B_b): the fraction of the gain reached."""
+  u = np.log(x)[None, :] - np.log(c_grid)[:, None]  # [nC, N]
+  return special.expit(b_grid[None, :, None] * u[:, None, :])  # [nC, nB, N]
+
+
+def _sums(x, y, s):
+  """Sums over the points that determine the residual of every grid cell."""
+  return dict(w=x.size, y=y.sum(), yy=(y * y).sum(), s=s.sum(-1), ss=(s * s).sum(-1), ys=s @ y)
+
+
+def _best_r0(t, a):
+  """Least-squares R_0 given A (residual y - R_0 (1 - s) - A s), clipped to [0, 1]."""
+  tu = (t["y"] - t["ys"]) - a * (t["s"] - t["ss"])
+  uu = t["w"] - 2 * t["s"] + t["ss"]
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.clip(tu / uu, 0.0, 1.0)
+
+
+def _sse(t, a, r0):
+  """Residual sum of squares of y - R_0 - (A - R_0) s from the sums `t`; +inf if undefined."""
+  g = a - r0
+  sse = (t["yy"] - 2 * r0 * t["y"] + r0 * r0 * t["w"] - 2 * g * (t["ys"] - r0 * t["s"])
+         + g * g * t["ss"])
+  return np.where(np.isfinite(sse), sse, np.inf)
+
+
+def _grid_search(x, y, r0, a, c, b):
+  """Per (A, C_mid) cell: best B and R_0 and the residual. Returns [nA, nC] arrays."""
+  s = _shares(x, c, b)
+  t = _sums(x, y, s)
+  a = a[:, None, None]
+  r0s = _best_r0(t, a) if r0 is None else np.full(a.shape, r0)
+  r0s = np.broadcast_to(r0s, (a.size, c.size, b.size))
+  sse = _sse(t, a, r0s)  # [nA, nC, nB]
+  k = sse.argmin(-1)
+  pick = lambda v: np.take_along_axis(v, k[..., None], -1)[..., 0]
+  return pick(sse), b[k], pick(r0s)
+
+
+def _bracket(grid, i):
+  return grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+
+
+def _refine(curves, r0s, grids, start):
+  """Least squares over all parameters of K curves sharing A, inside the best grid cell.
+
+  The cell spans the grid neighbours of A and of each curve's C_mid around
+  `start`, per curve (A, B, C_mid, R_0). Where the optimum lands on the cell's
+  boundary, the cell moves there and the refinement repeats. Parameters: A, then
+  per curve log C_mid, log B and (if fitted) R_0.
+  """
+  a, c, b = grids
+
+  def unpack(theta):
+    out, j = [], 1
+    for r0 in r0s:
+      free = r0 is None
+      out.append((theta[0], math.exp(theta[j + 1]), math.exp(theta[j]),
+                  theta[j + 2] if free else r0))
+      j += 3 if free else 2
+    return out  # Per curve (A, B, C_mid, R_0).
+
+  def residuals(theta):
+    return np.concatenate([sigmoid(x, *p) - y for (x, y), p in zip(curves, unpack(theta))])
+
+  def cells(params):
+    return (int(np.abs(a - params[0][0]).argmin()),
+            *(int(np.abs(np.log(c / p[2])).argmin()) for p in params))
+
+  params = start
+  for _ in range(_MAX_CELL_MOVES):
+    ia, *ics = cells(params)
+    lo, hi = [_bracket(a, ia)[0]], [_bracket(a, ia)[1]]
+    x0 = [params[0][0]]
+    for r0, ic, (_, b0, c0, r00) in zip(r0s, ics, params):
+      clo, chi = _bracket(c, ic)
+      lo += [math.log(clo), math.log(b[0])] + ([0.0] if r0 is None else [])
+      hi += [math.log(chi), math.log(b[-1])] + ([1.0] if r0 is None else [])
+      x0 += [math.log(c0), math.log(b0)] + ([r00] if r0 is None else [])
+    lo, hi = np.array(lo), np.array(hi)
+    hi = np.maximum(hi, lo + 1e-12)  # A one-point grid pins that parameter.
+    res = optimize.least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi),
+                                 x_scale="jac")
+    params = unpack(res.x)
+    if cells(params) == (ia, *ics):
+      break
+  return params
+
+
+def _warnings(x, y, a, b, c_mid, r0, rmse, grids):
+  """Reasons not to trust a fit; empty when none apply."""
+  out = []
+  ag, cg, bg = grids
+  for name, v, g in (("A", a, ag), ("C_mid", c_mid, cg), ("B", b, bg)):
+    if g.size > 1 and min(abs(v - g[0]), abs(v - g[-1])) <= _EDGE_TOL * max(1.0, abs(v)):
+      out.append(f"{name}={v:.4g} is at the edge of its grid [{g[0]:.4g}, {g[-1]:.4g}]: "
+                 "the data do not pin it down")
+  ranks = np.argsort(np.argsort(x))
+  if a < r0 or np.corrcoef(ranks, y)[0, 1] < 0:
+    out.append("the score decreases with compute")
+  gain = abs(float(np.diff(sigmoid(x[[0, -1]], a, b, c_mid, r0))[0]))
+  if gain < max(3 * rmse, 1e-3):
+    out.append(f"the curve is flat: fitted gain {gain:.4f} over the data is within 3x the "
+               f"residual noise {rmse:.4f}")
+  if c_mid > x[-1]:
+    out.append(f"C_mid={c_mid:.4g} lies beyond the last point ({x[-1]:.4g}): less than half "
+               "the gain is observed, so A is an extrapolation")
+  return tuple(out)
+
+
+def _bootstrap(x, y, result, grids, num_samples, seed):
+  """Pairs bootstrap: every resample of the points is refitted from `result` by
+  Levenberg-Marquardt steps, all resamples at once, within the grids' ranges."""
+  a, c, b = grids
+  free = [0, 1, 2] + ([3] if result.r0_source == "fitted" else [])  # A, log C_mid, log B, R_0.
+  lo = np.array([a[0], math.log(c[0]), math.log(b[0]), 0.0])[free]
+  hi = np.array([a[-1], math.log(c[-1]), math.log(b[-1]), 1.0])[free]
+  rng = np.random.default_rng(seed)
+  w = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=num_samples).astype(float)
+  p = np.tile([result.a, math.log(result.c_mid), math.log(result.b), result.r0],
+              (num_samples, 1))  # [S, 4]
+  lx = np.log(x)
+
+  def model(p):
+    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [S, N]
+    s = special.expit(z)
+    return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
+
+  def sse(p):
+    return (w * (y - model(p)[0]) ** 2).sum(1)
+
+  current, lam = sse(p), np.full(num_samples, 1e-3)
+  for _ in range(30):
+    f, s, z = model(p)
+    gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
+    jac = np.stack([s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1)[..., free]
+    hess = np.einsum("snp,sn,snq->spq", jac, w, jac)  # [S, P, P]
+    grad = np.einsum("snp,sn->sp", jac, w * (y - f))
+    diag = np.einsum("spp->sp", hess) + 1e-12
+    step = np.linalg.solve(hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
+                           grad[..., None])[..., 0]
+    trial = p.copy()
+    trial[:, free] = np.clip(p[:, free] + step, lo, hi)
+    new = sse(trial)
+    better = new < current
+    p[better], current[better] = trial[better], new[better]
+    lam = np.where(better, lam / 3, lam * 4)
+  a_s, c_s, b_s = p[:, 0], np.exp(p[:, 1]), np.exp(p[:, 2])
+  return Uncertainty(a_std=float(a_s.std()), b_std=float(b_s.std()), c_mid_std=float(c_s.std()),
+                     a_interval=(float(np.percentile(a_s, 2.5)), float(np.percentile(a_s, 97.5))),
+                     num_samples=num_samples)
+
+
+def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
+                 min_compute: float = 0.0, r0: Optional[float] = None,
+                 a_grid=None, c_mid_grid=None, b_grid=None) -> list[SigmoidFit]:
+  """Fits several curves with one common A (each keeps its own B, C_mid, R_0).
+
+  Args:
+    curves: (compute, score) pairs, compute strictly increasing, scores in [0, 1].
+    min_compute: points with less compute are dropped (the paper drops ~1.5k GPU-hours).
+    r0: the pass rate before RL for every curve; None measures it at compute 0
+      when a curve has that point and fits it otherwise.
+    a_grid, c_mid_grid, b_grid: search grids; None uses the defaults of `_grids`.
+
+  Returns:
+    One SigmoidFit per curve, all with the same `a`.
+  """
+  checked = [check_curve(c, r, min_compute, r0) for c, r in curves]
+  grids = _grids([x for x, _, _, _ in checked], a_grid, c_mid_grid, b_grid)
+  cells = [_grid_search(x, y, r, *grids) for x, y, r, _ in checked]
+  profile = sum(sse.min(1) for sse, _, _ in cells)  # [nA]: best total residual per A.
+  ia = int(profile.argmin())
+  ics = [int(sse[ia].argmin()) for sse, _, _ in cells]
+  start = [(grids[0][ia], bb[ia, ic], grids[1][ic], rr[ia, ic])
+           for (_, bb, rr), ic in zip(cells, ics)]
+  params = _refine([(x, y) for x, y, _, _ in checked], [r for _, _, r, _ in checked], grids,
+                   start)
+  fits = []
+  for (x, y, _, source), (a, b, c_mid, r0_fit) in zip(checked, params):
+    rmse = float(np.sqrt(np.mean((sigmoid(x, a, b, c_mid, r0_fit) - y) ** 2)))
+    fits.append(SigmoidFit(a=float(a), b=float(b), c_mid=float(c_mid), r0=float(r0_fit),
+                           r0_source=source, rmse=rmse, num_points=int(x.size),
+                           compute_range=(float(x[0]), float(x[-1])),
+                           warnings=_warnings(x, y, a, b, c_mid, r0_fit, rmse, grids)))
+  return fits
+
+
+def fit(compute: Sequence[float], score: Sequence[float], *, min_compute: float = 0.0,
+        r0: Optional[float] = None, a_grid=None, c_mid_grid=None, b_grid=None,
+        num_bootstrap: int = 200, seed: int = 0) -> SigmoidFit:
+  """Fits R(C) to one run by the paper's grid search plus continuous refinement.
+
+  Args:
+    compute: cumulative compute at each evaluation, strictly increasing, any unit.
+    score: validation pass rate at each evaluation, in [0, 1].
+    min_compute: points with less compute are dropped before fitting.
+    r0: the pass rate before RL; None measures it at compute 0 if present, else fits it.
+    a_grid, c_mid_grid, b_grid: search grids (C_mid in the unit of `compute`);
+      None gives A in [0, 1] by 0.005 and data-relative log grids for C_mid and B.
+    num_bootstrap: resamples for the uncertainty; 0 skips it.
+    seed: seed of the bootstrap resampling.
+
+  Returns:
+    The fit, with `uncertainty` when num_bootstrap > 0 and `warnings` naming any
+    reason not to trust it.
+
+  Raises:
+    ValueError: fewer than 4 usable points, non-finite values, compute not
+      strictly increasing, or scores outside [0, 1].
+  """
+  (result,) = fit_shared_a([(compute, score)], min_compute=min_compute, r0=r0, a_grid=a_grid,
+                           c_mid_grid=c_mid_grid, b_grid=b_grid)
+  if num_bootstrap <= 0:
+    return result
+  x, y, _, _ = check_curve(compute, score, min_compute, r0)
+  grids = _grids([x], a_grid, c_mid_grid, b_grid)
+  return dataclasses.replace(result, uncertainty=_bootstrap(x, y, result, grids, num_bootstrap,
+                                                            seed))
+
+
+def extrapolate(compute: Sequence[float], score: Sequence[float], fit_fraction: float = 0.5,
+                **fit_kwargs) -> Extrapolation:
+  """Fits the points up to `fit_fraction` of the final compute and scores the rest.
+
+  Args:
+    compute: cumulative compute per evaluation, strictly increasing.
+    score: validation pass rate per evaluation.
+    fit_fraction: share of the run's final compute used for fitting (paper: 0.5).
+    **fit_kwargs: passed to `fit`.
+
+  Returns:
+    The fit and its prediction errors on the held-out points.
+  """
+  c = np.asarray(compute, dtype=float)
+  r = np.asarray(score, dtype=float)
+  if not 0 < fit_fraction < 1:
+    raise ValueError(f"fit_fraction must be in (0, 1); got {fit_fraction}")
+  if c.size == 0:
+    raise ValueError("no points to extrapolate from")
+  split = fit_fraction * float(c[-1])
+  head = c <= split
+  if head.all():
+    raise ValueError(f"no points beyond the split at compute {split:.4g}")
+  result = fit(c[head], r[head], **fit_kwargs)
+  err = predict(result, c[~head]) - r[~head]
+  return Extrapolation(fit=result, split=split, held_out=int(err.size),
+                       last_error=float(err[-1]), mean_abs_error=float(np.abs(err).mean()),
+                       max_abs_error=float(np.abs(err).max()))

@@ -1,0 +1,275 @@
+"""Ablation grids: load a sweep file, build each point's config and command, run the points.
+
+A sweep file (`configs/ablations/*.py`) defines `get_config(arg)`, the base
+config (ScaleRL from configs/scalerl.py, possibly edited), and `get_sweep(arg)`,
+a list of points: dicts of dotted config overrides plus a "name". A "variant"
+key picks the model size and goes into `--config=configs/scalerl.py:variant=`;
+every other key becomes a `--config.<field>=<value>` flag, as do the fields in
+which the sweep's base differs from configs/scalerl.py.
+
+Each point runs in `<sweep_dir>/<name>`. The trainer writes `DONE` there when
+the run finishes, so a point is finished iff that file exists and rerunning a
+sweep resumes it. Every point's config is built and validated before anything
+starts, so a typo fails at once and names the file, the point and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from absl import logging
+import ml_collections
+
+from configs import scalerl
+from scalerl_jax import config as config_lib
+
+BASE_CONFIG = "configs/scalerl.py"  # As the training launcher sees it from the repository root.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(scalerl.__file__)))
+DONE = "DONE"
+LOG = "log.txt"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One run of a grid."""
+  name: str  # Also the name of its workdir.
+  variant: str  # configs/scalerl.py variant.
+  overrides: dict[str, Any]  # Dotted field -> value, applied on top of the variant.
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """What happened to one point in a local sweep."""
+  state: str  # "skipped" (already finished), "finished", "failed" or "incomplete".
+  returncode: Optional[int]
+  log: str  # Path of the point's log.txt.
+  tail: str = ""  # Last lines of the log, for failed and incomplete points.
+
+
+def _leaves(cfg, prefix=""):
+  for key, value in cfg.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      yield from _leaves(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", value
+
+
+def _load_module(path):
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: no such sweep file")
+  name = "_sweep_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for fn in ("get_config", "get_sweep"):
+    if not callable(getattr(module, fn, None)):
+      raise ValueError(f"{path}: a sweep file must define {fn}(arg=None)")
+  return module
+
+
+def load_sweep(spec: str) -> list[Point]:
+  """Loads and validates the points of a sweep file.
+
+  Args:
+    spec: "path/to/sweep.py" or "path/to/sweep.py:arg"; `arg` goes to the
+      file's get_config and get_sweep (for ScaleRL-based files: "variant=...").
+
+  Returns:
+    The points, in the file's order.
+
+  Raises:
+    ValueError: a point without a usable or unique name, or whose config does
+      not build or validate (the message names the file, point and field).
+  """
+  path, _, arg = spec.partition(":")
+  module = _load_module(path)
+  base = module.get_config(arg or None)
+  reference = dict(_leaves(scalerl.get_config(f"variant={base.variant}")))
+  shared = {k: v for k, v in _leaves(base) if reference.get(k) != v and k != "variant"}
+  points, names = [], set()
+  for i, raw in enumerate(module.get_sweep(arg or None)):
+    raw = dict(raw)
+    name = raw.pop("name", None)
+    if not isinstance(name, str) or not _NAME.match(name) or name in names:
+      raise ValueError(f"{path}: point {i} needs a unique 'name' of letters, digits and "
+                       f"'_.=+-' (it names the workdir); got {name!r}")
+    names.add(name)
+    point = Point(name, raw.pop("variant", base.variant), {**shared, **raw})
+    try:
+      build_config(point)
+    except (ValueError, TypeError) as e:
+      raise ValueError(f"{path}: {e}") from None
+    points.append(point)
+  if not points:
+    raise ValueError(f"{path}: get_sweep returned no points")
+  return points
+
+
+def build_config(point: Point) -> ml_collections.ConfigDict:
+  """The config a point trains with.
+
+  Args:
+    point: the point.
+
+  Returns:
+    Its variant of configs/scalerl.py with its overrides applied, validated.
+
+  Raises:
+    ValueError: an override names no field or has the wrong type (ConfigError,
+      a ValueError, when the result does not validate); all name the point.
+  """
+  config = scalerl.get_config(f"variant={point.variant}")
+  for key, value in point.overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node or isinstance(
+        node[leaf], ml_collections.ConfigDict):
+      raise ValueError(f"point {point.name!r}: {key!r} is not a field of {BASE_CONFIG}")
+    try:
+      node[leaf] = value
+    except TypeError as e:
+      raise ValueError(f"point {point.name!r}: {key}={value!r}: {e}") from None
+  try:
+    config_lib.validate(config)
+  except config_lib.ConfigError as e:
+    raise config_lib.ConfigError(f"point {point.name!r}: {e}") from None
+  return config
+
+
+def format_value(value: Any) -> str:
+  """A config value as a flag value that ml_collections' config_flags parses back.
+
+  Args:
+    value: a bool, int, float, str or (nested) tuple.
+
+  Returns:
+    The flag value, unquoted (argv lists need no quoting; `shlex.join` adds it).
+  """
+  if isinstance(value, bool):
+    return "True" if value else "False"
+  if isinstance(value, (int, str)):
+    return str(value)
+  if isinstance(value, float):
+    return repr(value)
+  if isinstance(value, (tuple, list)):
+    return repr(tuple(value))
+  raise TypeError(f"cannot pass a {type(value).__name__} ({value!r}) as a config flag")
+
+
+def train_command(point: Point, workdir: str, python: str = "python") -> list[str]:
+  """The argv that trains one point, to be run from the repository root.
+
+  Args:
+    point: the point.
+    workdir: its workdir.
+    python: the interpreter.
+
+  Returns:
+    `python -m launch.train --config=configs/scalerl.py:variant=... --workdir=...`
+    followed by one `--config.<field>=<value>` per override, sorted by field.
+  """
+  return [python, "-m", "launch.train", f"--config={BASE_CONFIG}:variant={point.variant}",
+          f"--workdir={workdir}"] + [
+              f"--config.{k}={format_value(v)}" for k, v in sorted(point.overrides.items())]
+
+
+def write_commands(points: Sequence[Point], sweep_dir: str, path: str,
+                   python: str = "python") -> list[str]:
+  """Writes one shell command line per point to `path` (for a cluster scheduler).
+
+  Args:
+    points: the grid.
+    sweep_dir: parent of the points' workdirs.
+    path: output file.
+    python: the interpreter named in the commands.
+
+  Returns:
+    The command lines, in order.
+  """
+  sweep_dir = os.path.abspath(sweep_dir)
+  lines = [shlex.join(train_command(p, os.path.join(sweep_dir, p.name), python)) for p in points]
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(f"# {len(lines)} runs; run each line from {REPO_ROOT}. A run is finished when "
+            f"<workdir>/{DONE} exists.\n")
+    f.write("\n".join(lines) + "\n")
+  return lines
+
+
+def _tail(path, lines=5):
+  with open(path, "rb") as f:
+    f.seek(max(0, os.path.getsize(path) - 4096))
+    return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+
+
+def run_local(points: Sequence[Point], sweep_dir: str, *, parallel: int = 1,
+              python: str = sys.executable, poll_s: float = 1.0,
+              command: Optional[Callable[[Point, str], list[str]]] = None) -> dict[str, Outcome]:
+  """Runs the unfinished points as local processes, `parallel` at a time.
+
+  Each process runs from the repository root with its output appended to
+  `<workdir>/log.txt`. A failing point does not stop the others. On an
+  interrupt the running processes are terminated; rerunning resumes.
+
+  Args:
+    points: the grid.
+    sweep_dir: parent of the points' workdirs.
+    parallel: processes at a time.
+    python: interpreter for the default training command.
+    poll_s: seconds between checks on running processes.
+    command: argv for (point, workdir); defaults to `train_command`.
+
+  Returns:
+    Point name -> outcome, in the points' order.
+  """
+  if parallel < 1:
+    raise ValueError(f"parallel must be >= 1; got {parallel}")
+  command = command or (lambda p, w: train_command(p, w, python))
+  outcomes, pending, running = {}, [], {}
+  for p in points:
+    workdir = os.path.abspath(os.path.join(sweep_dir, p.name))
+    if os.path.exists(os.path.join(workdir, DONE)):
+      outcomes[p.name] = Outcome("skipped", None, os.path.join(workdir, LOG))
+      logging.info("%s: already finished, skipped", p.name)
+    else:
+      pending.append((p, workdir))
+  try:
+    while pending or running:
+      while pending and len(running) < parallel:
+        p, workdir = pending.pop(0)
+        os.makedirs(workdir, exist_ok=True)
+        argv = command(p, workdir)
+        log = open(os.path.join(workdir, LOG), "ab")
+        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
+        log.flush()
+        running[p.name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            cwd=REPO_ROOT), log, workdir)
+        logging.info("%s: started in %s", p.name, workdir)
+      time.sleep(poll_s)
+      for name, (proc, log, workdir) in list(running.items()):
+        if proc.poll() is None:
+          continue
+        log.close()
+        del running[name]
+        done = os.path.exists(os.path.join(workdir, DONE))
+        state = "failed" if proc.returncode else ("finished" if done else "incomplete")
+        outcomes[name] = Outcome(state, proc.returncode, log.name,
+                                 "" if state == "finished" else _tail(log.name))
+        logging.info("%s: %s (exit code %d)", name, state, proc.returncode)
+  finally:
+    for proc, log, _ in running.values():
+      proc.terminate()
+      proc.wait()
+      log.close()
+  return {p.name: outcomes[p.name] for p in points}
