@@ -21,6 +21,7 @@ _RUNTIME = [
     "numpy",
     "scipy",
     "matplotlib",
+    "tensorboardX",
 ]
 
 _EXTRAS = {

@@ -1,0 +1,235 @@
+"""Code verifier: run the completion's program against the record's tests.
+
+The program is the last fenced Python block of the completion. The record's
+`answer` holds its tests in one of two forms:
+
+- stdin/stdout cases as JSON: `{"inputs": [...], "outputs": [...]}` or
+  `[{"input": ..., "output": ...}, ...]`; each case runs the program once and
+  compares its output line by line, ignoring trailing whitespace;
+- anything else is Python test code (asserts) appended to the program; it
+  passes when the process exits with status 0.
+
+The score is 1.0 when every case passes, else 0.0.
+
+Each run is a fresh `python -I -S -B` (standard library only) in its own
+session, inside a temporary directory that is removed afterwards, with
+- rlimits: CPU time (`code_cpu_s`, whole seconds), address space
+  (`code_memory_mb`), file size, no new processes or threads (RLIMIT_NPROC=0;
+  root is exempt from it, which the audit hook covers), open files, no core;
+- the audit hook of `sandbox_boot.py`: no sockets, no process creation, no
+  writes outside the temporary directory;
+- on Linux, a private network namespace when the kernel grants one (as root,
+  or through an unprivileged user namespace), and SIGKILL if its parent dies;
+- a wall-clock deadline (`VerifyContext.deadline`), after which the whole
+  process group is killed; it is killed after every run anyway, so nothing the
+  program left behind survives it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Mapping, Optional, Union
+
+from scalerl_jax.rewards import extract
+from scalerl_jax.rewards import registry
+from scalerl_jax.rewards import sandbox_boot
+
+_BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
+TEMP_PREFIX = "scalerl_sandbox_"  # Prefix of every sandbox's temporary directory.
+MAX_OUTPUT_BYTES = 8 << 20  # RLIMIT_FSIZE: largest file (stdout included) a program writes.
+_MAX_OPEN_FILES = 64
+_PR_SET_PDEATHSIG = 1
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramResult:
+  """What one sandboxed run did."""
+  returncode: int  # Negative: killed by that signal.
+  stdout: bytes  # At most MAX_OUTPUT_BYTES.
+  timed_out: bool  # Killed at the wall-clock deadline.
+
+  @property
+  def violation(self) -> bool:
+    """Whether the audit hook stopped the program."""
+    return self.returncode == sandbox_boot.VIOLATION_EXIT_CODE
+
+  @property
+  def ok(self) -> bool:
+    """Exited by itself with status 0."""
+    return not self.timed_out and self.returncode == 0
+
+
+@functools.cache
+def _libc() -> Optional[ctypes.CDLL]:
+  return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent() -> None:
+  """Has Linux SIGKILL this process when its parent exits (no-op elsewhere)."""
+  libc = _libc()
+  if libc is not None:
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _set_limit(which: int, soft: int, hard: int) -> None:
+  """Lowers a limit; a hard limit already below the request is kept."""
+  _, current = resource.getrlimit(which)
+  if current != resource.RLIM_INFINITY:
+    soft, hard = min(soft, current), min(hard, current)
+  resource.setrlimit(which, (soft, hard))
+
+
+def _confine_child(cpu_s: float, memory_mb: int) -> None:
+  """preexec_fn: runs in the forked child before it executes Python."""
+  cpu = max(1, math.ceil(cpu_s))
+  # SIGXCPU at the soft limit; SIGKILL a second later if the program catches it.
+  _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+  _set_limit(resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20)
+  _set_limit(resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+  _set_limit(resource.RLIMIT_NPROC, 0, 0)
+  _set_limit(resource.RLIMIT_NOFILE, _MAX_OPEN_FILES, _MAX_OPEN_FILES)
+  _set_limit(resource.RLIMIT_CORE, 0, 0)
+  die_with_parent()
+  libc = _libc()
+  if libc is not None:
+    # A private network namespace has no interface but a down loopback.
+    # Unavailable without root or unprivileged user namespaces; the audit
+    # hook still blocks sockets then.
+    if libc.unshare(_CLONE_NEWNET) != 0:
+      libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
+
+
+def _kill_group(pgid: int) -> None:
+  try:
+    os.killpg(pgid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass  # The group is gone already.
+
+
+def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> ProgramResult:
+  """Runs `source` as a sandboxed Python program (see module docstring).
+
+  Args:
+    source: program text.
+    stdin: the program's standard input.
+    ctx: deadline, CPU and memory limits, and the spawn/reap hooks.
+
+  Returns:
+    Its exit status, standard output and whether it hit the deadline.
+  """
+  _libc()  # Load libc before forking, not inside the child.
+  tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
+  try:
+    program = os.path.join(tmp, "main.py")
+    with open(program, "w", encoding="utf-8", errors="replace") as f:
+      f.write(source)
+    with open(os.path.join(tmp, "stdin"), "w", encoding="utf-8", errors="replace") as f:
+      f.write(stdin)
+    out_path = os.path.join(tmp, "stdout")
+    with open(os.path.join(tmp, "stdin"), "rb") as fin, open(out_path, "wb") as fout:
+      proc = subprocess.Popen(
+          [sys.executable, "-I", "-S", "-B", _BOOT_SCRIPT, tmp, program],
+          stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, cwd=tmp,
+          env={"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0"},
+          preexec_fn=functools.partial(_confine_child, ctx.code_cpu_s, ctx.code_memory_mb),
+          start_new_session=True, close_fds=True)
+    ctx.on_spawn(proc.pid, tmp)
+    try:
+      proc.wait(timeout=max(0.0, ctx.deadline - time.monotonic()))
+      timed_out = False
+    except subprocess.TimeoutExpired:
+      timed_out = True
+    finally:
+      _kill_group(proc.pid)
+      proc.wait()
+      ctx.on_reap(proc.pid)
+    with open(out_path, "rb") as f:
+      stdout = f.read(MAX_OUTPUT_BYTES)
+    return ProgramResult(proc.returncode, stdout, timed_out)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _text(value: Any, what: str) -> str:
+  if isinstance(value, str):
+    return value
+  if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    return "\n".join(value)
+  raise ValueError(f"Code test {what} must be a string or a list of strings, "
+                   f"got {type(value).__name__}")
+
+
+def parse_tests(answer: str) -> Union[str, list[tuple[str, str]]]:
+  """Reads a code record's tests (see module docstring for the forms).
+
+  Args:
+    answer: the record's `answer` field.
+
+  Returns:
+    A list of (stdin, expected stdout) cases, or Python test code.
+
+  Raises:
+    ValueError: no tests, or JSON that is not one of the case forms.
+  """
+  text = answer.strip()
+  if not text:
+    raise ValueError("A code record has no tests in its 'answer' field")
+  if not text.startswith(("{", "[")):
+    return answer
+  try:
+    spec = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"Code tests look like JSON but do not parse: {e}") from e
+  if isinstance(spec, dict) and {"inputs", "outputs"} <= spec.keys():
+    pairs = list(zip(spec["inputs"], spec["outputs"], strict=True))
+  elif isinstance(spec, list) and all(isinstance(c, dict) and {"input", "output"} <= c.keys()
+                                      for c in spec):
+    pairs = [(c["input"], c["output"]) for c in spec]
+  else:
+    raise ValueError('Code tests must be {"inputs": [...], "outputs": [...]} or '
+                     '[{"input": ..., "output": ...}, ...]')
+  if not pairs:
+    raise ValueError("A code record has an empty list of test cases")
+  return [(_text(i, "input"), _text(o, "output")) for i, o in pairs]
+
+
+def _lines(text: str) -> list[str]:
+  lines = [line.rstrip() for line in text.splitlines()]
+  while lines and not lines[-1]:
+    lines.pop()
+  return lines
+
+
+@registry.register_verifier("code", kind="code")
+def verify_code(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
+                option: str) -> float:
+  """1.0 if the completion's program passes every test of the record, else 0.0."""
+  del option
+  tests = parse_tests(record["answer"])
+  program = extract.extract_code(completion)
+  if program is None:
+    return 0.0
+  if isinstance(tests, str):
+    return float(run_program(f"{program}\n\n{tests}\n", "", ctx).ok)
+  for stdin, expected in tests:
+    result = run_program(program, stdin, ctx)
+    if not result.ok:
+      return 0.0
+    if _lines(result.stdout.decode("utf-8", errors="replace")) != _lines(expected):
+      return 0.0
+  return 1.0

@@ -1,0 +1,333 @@
+"""`RewardPool`: verifiers in killable worker processes with a per-call timeout.
+
+No completion can hang, crash or slow the run: each verification runs in one
+of `config.rewards.num_workers` persistent worker processes and gets
+`config.rewards.timeout_s` of wall-clock time from the moment it is handed
+over. A worker that overruns is SIGKILLed together with every sandboxed
+process group it reported, their temporary directories are removed, and a
+fresh worker takes its place. A timed-out, crashed or failed verification
+scores 0 and is counted in the returned stats.
+
+Workers are forked by the pool's own fork server (`zygote.py`), which imports
+the verifiers' dependencies once: replacing a killed worker costs a fork, not
+a re-import of sympy, and nothing is ever forked from the JAX process.
+
+Usage:
+
+  with RewardPool(config.rewards) as pool:
+    scores_N, stats = pool.score(completions, records)
+
+`score` is not thread-safe: call it from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from multiprocessing import connection as mp_connection
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Mapping, Optional, Sequence
+
+from absl import logging
+import numpy as np
+
+import scalerl_jax
+from scalerl_jax.rewards import registry
+from scalerl_jax.rewards import worker
+
+# The fork server must answer, and a new worker report ready, within this.
+_START_TIMEOUT_S = 120.0
+# How often a wait for the fork server checks that it is still alive.
+_POLL_S = 0.2
+
+
+@dataclasses.dataclass
+class _Slot:
+  """One worker process and what it is doing."""
+  pid: int
+  conn: mp_connection.Connection
+  started: float
+  ready: bool = False
+  task: Optional[int] = None  # Index, in the current batch, of the completion it scores.
+  sent: float = 0.0  # time.monotonic() when that completion was handed over.
+  groups: dict[int, str] = dataclasses.field(default_factory=dict)  # pgid -> temp dir.
+
+
+@dataclasses.dataclass
+class _Batch:
+  """Results and counters of one `score` call."""
+  scores_N: np.ndarray
+  seconds_N: np.ndarray
+  timeouts: int = 0
+  errors: int = 0
+  crashes: int = 0
+  first_error: str = ""
+
+
+class RewardPool:
+  """Scores completions against prompt records in a pool of worker processes.
+
+  Args:
+    rewards_config: `config.rewards` (verifier, timeout_s, num_workers,
+      code_cpu_s, code_memory_mb, worker_memory_mb).
+
+  Raises:
+    ValueError: an unknown `rewards_config.verifier`.
+    RuntimeError: the fork server or a worker could not start.
+  """
+
+  def __init__(self, rewards_config: Any):
+    self._mode = rewards_config.verifier
+    if self._mode not in registry.MODES:
+      raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
+    self._timeout_s = float(rewards_config.timeout_s)
+    self._settings = worker.WorkerSettings(
+        timeout_s=self._timeout_s, code_cpu_s=float(rewards_config.code_cpu_s),
+        code_memory_mb=int(rewards_config.code_memory_mb),
+        memory_mb=int(rewards_config.worker_memory_mb))
+    self._restarts = 0
+    self._slots: list[_Slot] = []
+    self._control: Optional[mp_connection.Connection] = None
+    self._zygote: Optional[subprocess.Popen] = None
+    self._dir = tempfile.mkdtemp(prefix="scalerl_rewards_")
+    self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+      path = os.path.join(self._dir, "socket")
+      self._server.bind(path)
+      self._server.listen()
+      self._server.settimeout(_POLL_S)
+      # The package root goes first on the path, so that the fork server
+      # imports this very scalerl_jax whatever the working directory.
+      root = os.path.dirname(os.path.dirname(os.path.abspath(scalerl_jax.__file__)))
+      env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+          p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+      self._zygote = subprocess.Popen(
+          [sys.executable, "-m", "scalerl_jax.rewards.zygote", path], env=env,
+          stdin=subprocess.DEVNULL)
+      self._control = self._accept()
+      self._control.send(self._settings)
+      self._reply("ready")
+      for _ in range(rewards_config.num_workers):
+        self._slots.append(self._start_worker())
+    except BaseException:
+      self.close()
+      raise
+
+  @property
+  def timeout_s(self) -> float:
+    """Wall-clock limit of one verification."""
+    return self._timeout_s
+
+  def _accept(self) -> mp_connection.Connection:
+    """The next connection from the fork server or a worker it forked."""
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while True:
+      try:
+        sock, _ = self._server.accept()
+      except TimeoutError:
+        status = self._zygote.poll()
+        if status is not None:
+          raise RuntimeError(
+              f"The reward fork server exited with status {status}; its traceback is on "
+              "stderr") from None
+        if time.monotonic() > deadline:
+          raise RuntimeError(
+              f"The reward fork server did not connect within {_START_TIMEOUT_S:.0f} s") from None
+        continue
+      sock.setblocking(True)
+      return mp_connection.Connection(sock.detach())
+
+  def _reply(self, kind: str) -> tuple:
+    """Waits for the fork server's answer `(kind, ...)`."""
+    if not self._control.poll(_START_TIMEOUT_S):
+      raise RuntimeError(
+          f"The reward fork server did not answer within {_START_TIMEOUT_S:.0f} s")
+    try:
+      message = self._control.recv()
+    except EOFError:
+      raise RuntimeError(
+          f"The reward fork server exited (status {self._zygote.wait()}); its traceback is on "
+          "stderr") from None
+    if message[0] != kind:
+      raise RuntimeError(f"The reward fork server answered {message!r}, expected {kind!r}")
+    return message
+
+  def _start_worker(self) -> _Slot:
+    self._control.send(("fork",))
+    conn = self._accept()
+    _, pid = self._reply("forked")
+    return _Slot(pid, conn, time.monotonic())
+
+  def _cleanup(self, slot: _Slot) -> None:
+    """After its worker is dead: kills the groups it left, removes their temp dirs."""
+    for pgid, tmpdir in slot.groups.items():
+      try:
+        os.killpg(pgid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass  # Killed with its parent (PR_SET_PDEATHSIG) already.
+      shutil.rmtree(tmpdir, ignore_errors=True)
+    slot.conn.close()
+
+  def _replace(self, index: int) -> None:
+    slot = self._slots[index]
+    self._control.send(("kill", slot.pid))
+    self._reply("killed")
+    self._cleanup(slot)
+    self._slots[index] = self._start_worker()
+    self._restarts += 1
+
+  def _receive(self, index: int, batch: _Batch, now: float) -> None:
+    """Handles every message waiting from worker `index`; replaces it if it died."""
+    slot = self._slots[index]
+    try:
+      while slot.conn.poll():
+        message = slot.conn.recv()
+        kind = message[0]
+        if kind == "ready":
+          slot.ready = True
+        elif kind == "spawned":
+          slot.groups[message[1]] = message[2]
+        elif kind == "reaped":
+          slot.groups.pop(message[1], None)
+        elif kind == "done":
+          _, task, score, error = message
+          batch.scores_N[task] = score
+          batch.seconds_N[task] = now - slot.sent
+          if error:
+            batch.errors += 1
+            batch.first_error = batch.first_error or error
+          slot.task = None
+    except (EOFError, OSError):
+      if slot.task is not None:
+        batch.crashes += 1
+        batch.seconds_N[slot.task] = now - slot.sent
+      elif not slot.ready:
+        raise RuntimeError(
+            "A reward worker died while starting; its traceback is on stderr") from None
+      self._replace(index)
+
+  def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+            ) -> tuple[np.ndarray, dict[str, float]]:
+    """Scores each completion against its prompt record.
+
+    Args:
+      completions: generated texts. Anything that is not a string (None, a
+        number) scores 0 and is counted as invalid; bytes are decoded as UTF-8
+        with replacement.
+      records: one prompt record per completion.
+
+    Returns:
+      scores_N: float32 scores in [0, 1].
+      stats: num_completions, num_timeouts, num_errors (the verifier raised),
+        num_crashes (the worker died), num_invalid, num_worker_restarts
+        (since the pool started), slowest_s and mean_s (per verification,
+        from hand-over to result or kill), wall_s (the whole call).
+
+    Raises:
+      ValueError: lengths differ, or a record is malformed or names an
+        unknown verifier.
+      RuntimeError: a worker could not start.
+    """
+    if len(completions) != len(records):
+      raise ValueError(
+          f"score: {len(completions)} completions but {len(records)} records")
+    if not self._slots:
+      raise RuntimeError("score: this RewardPool is closed")
+    specs = [registry.resolve_spec(record, self._mode) for record in records]
+    start = time.monotonic()
+    batch = _Batch(np.zeros(len(completions), np.float32), np.zeros(len(completions)))
+    valid_N = np.array([isinstance(c, (str, bytes)) for c in completions], bool)
+    pending = collections.deque(
+        (i, c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c)
+        for i, c in enumerate(completions) if valid_N[i])
+    while pending or any(slot.task is not None for slot in self._slots):
+      self._dispatch(pending, records, specs)
+      self._wait(batch)
+    timed = batch.seconds_N[valid_N]
+    num_invalid = int((~valid_N).sum())
+    stats = {
+        "num_completions": len(completions),
+        "num_timeouts": batch.timeouts,
+        "num_errors": batch.errors,
+        "num_crashes": batch.crashes,
+        "num_invalid": num_invalid,
+        "num_worker_restarts": self._restarts,
+        "slowest_s": float(timed.max()) if timed.size else 0.0,
+        "mean_s": float(timed.mean()) if timed.size else 0.0,
+        "wall_s": time.monotonic() - start,
+    }
+    if batch.timeouts or batch.errors or batch.crashes:
+      logging.warning(
+          "Rewards: %d timeouts, %d errors, %d worker crashes among %d completions "
+          "(all scored 0). First error: %s", batch.timeouts, batch.errors, batch.crashes,
+          len(completions), batch.first_error or "-")
+    return batch.scores_N, stats
+
+  def _dispatch(self, pending: collections.deque, records: Sequence[Mapping[str, Any]],
+                specs: Sequence[str]) -> None:
+    """Hands pending completions to idle, ready workers."""
+    for index, slot in enumerate(self._slots):
+      if not (pending and slot.ready and slot.task is None):
+        continue
+      i, completion = pending.popleft()
+      try:
+        slot.conn.send((i, completion, records[i], specs[i]))
+      except (BrokenPipeError, OSError):
+        pending.appendleft((i, completion))  # The worker died idle; not this input's fault.
+        self._replace(index)
+        continue
+      slot.task, slot.sent = i, time.monotonic()
+
+  def _wait(self, batch: _Batch) -> None:
+    """Waits for messages or the nearest deadline, then enforces deadlines."""
+    deadlines = []
+    for slot in self._slots:
+      if slot.task is not None:
+        deadlines.append(slot.sent + self._timeout_s)
+      elif not slot.ready:
+        deadlines.append(slot.started + _START_TIMEOUT_S)
+    waiting = [slot.conn for slot in self._slots if slot.task is not None or not slot.ready]
+    if waiting:
+      mp_connection.wait(waiting, timeout=max(0.0, min(deadlines) - time.monotonic()))
+    now = time.monotonic()
+    for index in range(len(self._slots)):
+      self._receive(index, batch, now)
+      slot = self._slots[index]
+      if slot.task is not None and now >= slot.sent + self._timeout_s:
+        batch.timeouts += 1
+        batch.seconds_N[slot.task] = now - slot.sent
+        self._replace(index)
+      elif not slot.ready and now >= slot.started + _START_TIMEOUT_S:
+        raise RuntimeError(
+            f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s")
+
+  def close(self) -> None:
+    """Stops the fork server, which kills every worker; then what they left. Idempotent."""
+    if self._control is not None:
+      self._control.close()  # The fork server kills its workers and exits.
+      self._control = None
+    if self._zygote is not None:
+      try:
+        self._zygote.wait(timeout=_START_TIMEOUT_S)
+      except subprocess.TimeoutExpired:
+        self._zygote.kill()  # Its workers die with it (PR_SET_PDEATHSIG).
+        self._zygote.wait()
+      self._zygote = None
+    for slot in self._slots:
+      self._cleanup(slot)
+    self._slots = []
+    self._server.close()
+    shutil.rmtree(self._dir, ignore_errors=True)
+
+  def __enter__(self) -> RewardPool:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

@@ -1,0 +1,97 @@
+"""Runs a candidate program under an audit hook that confines it.
+
+Executed as a script, never imported for its side effects:
+
+  python -I -S -B sandbox_boot.py <root_dir> <program.py>
+
+Before the program's first line runs, a `sys.addaudithook` hook is installed
+that ends the process at once with `VIOLATION_EXIT_CODE` (so the program cannot
+catch it and carry on) when the program
+
+- creates a socket or resolves a host name (any `socket.*` event),
+- starts a process or signals one (fork, exec, spawn, system, Popen, kill),
+- loads native code through ctypes,
+- opens a file for writing, or creates, removes, renames, links or changes
+  the mode of a path, outside `root_dir`.
+
+Reading is allowed (the program must import the standard library). Audit
+hooks are a guard against accidents and naive misbehaviour of generated code,
+not a security boundary against code written to escape: the caller adds
+resource limits, a process group that is killed as a whole, and a private
+network namespace where the kernel allows one. This file uses only the
+standard library: it runs under `-I -S`, without site-packages.
+"""
+
+import os
+import sys
+
+# Exit status of a program stopped by the hook.
+VIOLATION_EXIT_CODE = 113
+
+_BLOCKED_EVENTS = frozenset({
+    "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system",
+    "subprocess.Popen", "os.kill", "os.killpg",
+})
+_BLOCKED_PREFIXES = ("socket.", "ctypes.")
+# Path-changing events -> how many of their leading arguments are paths.
+_PATH_EVENTS = {
+    "os.chmod": 1, "os.chown": 1, "os.link": 2, "os.mkdir": 1, "os.remove": 1,
+    "os.removexattr": 1, "os.rename": 2, "os.rmdir": 1, "os.setxattr": 1,
+    "os.symlink": 2, "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1,
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _violation(event):
+  os.write(2, f"sandbox: {event} is not allowed\n".encode())
+  os._exit(VIOLATION_EXIT_CODE)
+
+
+def make_hook(root):
+  """Returns the audit hook confining writes to `root` (see module docstring).
+
+  Args:
+    root: the only directory the program may change.
+
+  Returns:
+    A function for `sys.addaudithook`.
+  """
+  root = os.path.realpath(root)
+
+  def inside(path):
+    if isinstance(path, int):
+      return True  # A descriptor, opened earlier under this same hook.
+    try:
+      full = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+      return False
+    return full == root or full.startswith(root + os.sep)
+
+  def hook(event, args):
+    if event in _BLOCKED_EVENTS or event.startswith(_BLOCKED_PREFIXES):
+      _violation(event)
+    elif event == "open":
+      path, _, flags = args
+      if isinstance(flags, int) and flags & _WRITE_FLAGS and not inside(path):
+        _violation(f"writing {path!r}")
+    elif event in _PATH_EVENTS:
+      for path in args[:_PATH_EVENTS[event]]:
+        if not inside(path):
+          _violation(f"{event} on {path!r}")
+
+  return hook
+
+
+def main(argv):
+  """Reads the program, confines the process, then runs the program as __main__."""
+  root, program = argv[1], argv[2]
+  with open(program, encoding="utf-8", errors="replace") as f:
+    source = f.read()
+  sys.argv = [program]
+  code = compile(source, program, "exec")
+  sys.addaudithook(make_hook(root))
+  exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+
+
+if __name__ == "__main__":
+  main(sys.argv)

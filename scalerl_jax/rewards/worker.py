@@ -1,0 +1,93 @@
+"""The reward worker process: scores one completion at a time for `RewardPool`.
+
+Messages over its `multiprocessing` connection to the pool (a Unix socket):
+
+  worker -> pool  ("ready",)                          once its limits are set
+  pool -> worker  (task_id, completion, record, spec)
+  worker -> pool  ("spawned", pgid, tmpdir)            a sandboxed program started
+  worker -> pool  ("reaped", pgid)                     ... and is gone
+  worker -> pool  ("done", task_id, score, error)      error is "" on success
+
+A worker never decides how long it may take: the pool kills it (and every
+process group it reported) when a call overruns. It only bounds sandboxed
+programs a little earlier, so that in the common case it cleans up after them
+itself and survives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import resource
+import signal
+import time
+from multiprocessing.connection import Connection
+
+from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import math_answer
+from scalerl_jax.rewards import registry
+
+# Imported once by the fork server (`zygote.py`), so that a new worker (after
+# a timeout kill) is a fork that starts in milliseconds instead of
+# re-importing sympy. Optional ones that are not installed are skipped.
+PRELOAD_MODULES = ("math_verify", "reasoning_gym", "scalerl_jax.data.builtin_task")
+# Share of the pool's timeout that sandboxed programs may use; the rest is
+# left for killing, reaping and reporting before the pool's hard kill.
+_PROGRAM_WALL_FRACTION = 0.8
+_MAX_ERROR_CHARS = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+  """What a worker needs from `config.rewards`."""
+  timeout_s: float
+  code_cpu_s: float
+  code_memory_mb: int
+  memory_mb: int  # Address-space limit of the worker itself; 0 = none.
+
+
+def warm_up() -> None:
+  """Pays the verifiers' imports and math-verify's parser set-up once."""
+  for name in PRELOAD_MODULES:
+    try:
+      importlib.import_module(name)
+    except ImportError:
+      pass
+  try:
+    math_answer.is_equivalent("1", "1")
+  except ImportError:
+    pass  # math-verify is not installed; math records will fail clearly.
+
+
+def worker_main(conn: Connection, settings: WorkerSettings) -> None:
+  """Entry point of a worker process: serves tasks until the pool hangs up.
+
+  Args:
+    conn: this worker's connection to the pool.
+    settings: limits from `config.rewards`.
+  """
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle.
+  # The parent is the fork server, which dies with the pool: no orphans.
+  code_sandbox.die_with_parent()
+  if settings.memory_mb:
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = settings.memory_mb << 20
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+  conn.send(("ready",))
+  on_spawn = lambda pgid, tmpdir: conn.send(("spawned", pgid, tmpdir))
+  on_reap = lambda pgid: conn.send(("reaped", pgid))
+  while True:
+    try:
+      task_id, completion, record, spec = conn.recv()
+    except EOFError:
+      return
+    ctx = registry.VerifyContext(
+        deadline=time.monotonic() + _PROGRAM_WALL_FRACTION * settings.timeout_s,
+        code_cpu_s=settings.code_cpu_s, code_memory_mb=settings.code_memory_mb,
+        on_spawn=on_spawn, on_reap=on_reap)
+    try:
+      score, error = registry.verify(completion, record, spec, ctx), ""
+    except Exception as e:  # Any failure on any input scores 0 and is reported.
+      score, error = 0.0, f"{type(e).__name__}: {e}"[:_MAX_ERROR_CHARS]
+    conn.send(("done", task_id, score, error))

@@ -1,0 +1,103 @@
+"""Fork server of the reward workers: imports once, forks workers on request.
+
+`RewardPool` starts it as `python -m scalerl_jax.rewards.zygote <socket>`, a
+fresh interpreter: nothing is ever forked from the (multi-threaded) JAX
+process, and unlike multiprocessing's own fork server it never re-imports the
+launcher's `__main__` (which would import JAX into every worker).
+
+It connects to the pool's Unix socket for its control connection, receives
+the `WorkerSettings`, imports the verifiers' dependencies
+(`worker.warm_up`) and then serves requests:
+
+  ("fork",)      connect a new socket to the pool, fork; the child runs
+                 `worker.worker_main` on it. Reply ("forked", pid).
+  ("kill", pid)  SIGKILL and reap that worker if it is still alive. Reply
+                 ("killed", pid). Only the parent can do this without racing
+                 pid reuse: a dead child stays a zombie until reaped here.
+
+When the pool hangs up it kills its remaining workers and exits; if the pool
+process dies it is killed (PR_SET_PDEATHSIG), and its workers with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import traceback
+from multiprocessing import connection as mp_connection
+
+from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import worker
+
+
+def connect(path: str) -> mp_connection.Connection:
+  """A message connection to the pool's Unix socket at `path`."""
+  sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+  sock.connect(path)
+  return mp_connection.Connection(sock.detach())
+
+
+def _reap(children: set[int]) -> None:
+  """Forgets workers that exited by themselves (crashed)."""
+  for pid in list(children):
+    if os.waitpid(pid, os.WNOHANG)[0]:
+      children.discard(pid)
+
+
+def _kill(pid: int, children: set[int]) -> None:
+  if pid in children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    children.discard(pid)
+
+
+def _run_worker(conn: mp_connection.Connection, settings: worker.WorkerSettings) -> None:
+  """Body of a forked child: serve, then exit without running the parent's cleanup."""
+  status = 0
+  try:
+    worker.worker_main(conn, settings)
+  except BaseException:  # Report anything, then leave through os._exit below.
+    traceback.print_exc()
+    status = 1
+  finally:
+    os._exit(status)
+
+
+def main(argv: list[str]) -> None:
+  """Serves fork and kill requests until the pool closes the control connection."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle.
+  code_sandbox.die_with_parent()
+  path = argv[1]
+  control = connect(path)
+  settings = control.recv()
+  worker.warm_up()
+  control.send(("ready",))
+  children: set[int] = set()
+  while True:
+    try:
+      request = control.recv()
+    except EOFError:
+      break
+    _reap(children)
+    if request[0] == "fork":
+      conn = connect(path)
+      pid = os.fork()
+      if pid == 0:
+        control.close()
+        _run_worker(conn, settings)
+      conn.close()
+      children.add(pid)
+      control.send(("forked", pid))
+    elif request[0] == "kill":
+      _kill(request[1], children)
+      control.send(("killed", request[1]))
+    else:
+      raise ValueError(f"Unknown request to the reward fork server: {request!r}")
+  for pid in list(children):
+    _kill(pid, children)
+
+
+if __name__ == "__main__":
+  main(sys.argv)

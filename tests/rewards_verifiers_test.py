@@ -1,0 +1,145 @@
+"""Tests of the verifiers run in-process: math, built-in task, reasoning-gym, code."""
+
+import json
+
+import pytest
+import reasoning_gym
+
+from scalerl_jax import rewards
+from scalerl_jax.data import builtin_task
+from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import math_answer
+from scalerl_jax.rewards import registry
+
+
+def _math(answer):
+  return {"id": "m", "answer": answer, "verifier": "math"}
+
+
+@pytest.mark.parametrize("completion, answer", [
+    (r"so \boxed{0.5}", r"\frac{1}{2}"),
+    (r"\boxed{\dfrac{1}{2}}", "1/2"),
+    ("Answer: 1+x^2", "x^2+1"),
+    (r"<answer>\sqrt{2}</answer>", "2^{1/2}"),
+    (r"\boxed{\{2, 1\}}", r"\{1,2\}"),
+    ("Answer: $42$", "42"),
+    ("Answer: 42.", "42"),
+    (r"first \boxed{41}, no wait: \boxed{42}", "42"),
+])
+def test_math_equivalent_answers_score_one(completion, answer):
+  assert rewards.verify(completion, _math(answer), "math") == 1.0
+
+
+@pytest.mark.parametrize("completion, answer", [
+    (r"\boxed{41}", "42"),
+    (r"\boxed{42} no wait: \boxed{41}", "42"),
+    ("42", "42"),  # No boxed answer, tag or Answer line: nothing was stated.
+    (r"\boxed{x^2-1}", "x^2+1"),
+    ("Answer: " + "4" * 3000, "4" * 3000),  # Longer than MAX_ANSWER_CHARS.
+])
+def test_math_wrong_or_missing_answers_score_zero(completion, answer):
+  assert rewards.verify(completion, _math(answer), "math") == 0.0
+
+
+def test_math_unparseable_gold_is_an_error():
+  with pytest.raises(ValueError, match="gold answer"):
+    math_answer.is_equivalent("1", "  ")
+
+
+def test_builtin_task_records():
+  record = builtin_task.builtin_prompts((2,), 1, 0, "train")[0]
+  spec = rewards.resolve_spec(record)
+  assert spec == "builtin"
+  assert rewards.verify(builtin_task.target_text(record), record, spec) == 1.0
+  wrong = builtin_task.target_text(record).replace(
+      f"Answer: {record['answer']}", f"Answer: {int(record['answer']) + 1}")
+  assert rewards.verify(wrong, record, spec) == 0.0
+
+
+@pytest.mark.parametrize("name", ["basic_arithmetic", "word_sorting"])
+def test_reasoning_gym_records(name):
+  entry = reasoning_gym.create_dataset(name, size=1, seed=3)[0]
+  record = {"id": "rg", "prompt": entry["question"], "answer": str(entry["answer"]),
+            "verifier": f"reasoning_gym:{name}", "metadata": json.dumps(entry)}
+  spec = rewards.resolve_spec(record, "task")
+  assert rewards.verify(f"thinking...\n<answer>{entry['answer']}</answer>", record, spec) == 1.0
+  assert rewards.verify("<answer>definitely wrong</answer>", record, spec) == 0.0
+  assert rewards.verify("no answer", record, spec) == 0.0
+
+
+def test_resolve_spec_modes():
+  builtin = {"id": "b", "answer": "3", "verifier": "builtin"}
+  assert rewards.resolve_spec(builtin, "auto") == "builtin"
+  assert rewards.resolve_spec(builtin, "task") == "builtin"
+  assert rewards.resolve_spec(builtin, "math") == "math"
+  assert rewards.resolve_spec(builtin, "code") == "code"
+
+
+@pytest.mark.parametrize("record, mode, message", [
+    ({"id": "a", "answer": "1", "verifier": "math"}, "task", "not a task scorer"),
+    ({"id": "a", "answer": "1", "verifier": "nope"}, "auto", "Unknown verifier 'nope'"),
+    ({"id": "a", "answer": "1"}, "auto", "no 'verifier' field"),
+    ({"id": "a", "verifier": "math"}, "auto", "needs a string 'answer'"),
+    ({"id": "a", "answer": "1", "verifier": "reasoning_gym"}, "auto", "needs an option"),
+    ({"id": "a", "answer": "1", "verifier": "reasoning_gym:x"}, "auto", "'metadata'"),
+    ({"id": "a", "answer": "1", "verifier": "math:x"}, "auto", "takes no option"),
+    ({"id": "a", "answer": "1", "verifier": "math"}, "exact", "rewards.verifier"),
+    ("not a dict", "auto", "must be a dict"),
+])
+def test_resolve_spec_errors_name_the_cause(record, mode, message):
+  with pytest.raises(ValueError, match=message):
+    rewards.resolve_spec(record, mode)
+
+
+def test_registry_clips_scores_and_rejects_nan_and_duplicates():
+  @rewards.register_verifier("test_constant", kind="task", takes_option=True)
+  def constant(completion, record, ctx, option):
+    del completion, record, ctx
+    return float(option)
+
+  record = {"answer": ""}
+  assert rewards.verify("", record, "test_constant:7") == 1.0
+  assert rewards.verify("", record, "test_constant:-2") == 0.0
+  assert rewards.verify("", record, "test_constant:0.25") == 0.25
+  with pytest.raises(ValueError, match="non-finite"):
+    rewards.verify("", record, "test_constant:nan")
+  with pytest.raises(ValueError, match="already registered"):
+    rewards.register_verifier("test_constant", kind="task")(constant)
+  assert "test_constant" in registry.registered_verifiers()
+
+
+_DOUBLE = "```python\nprint(2 * int(input()))\n```"
+
+
+@pytest.mark.parametrize("tests", [
+    json.dumps({"inputs": ["3\n", "-4"], "outputs": ["6\n", "-8"]}),
+    json.dumps([{"input": "3", "output": "6  \n\n"}, {"input": ["5"], "output": ["10"]}]),
+])
+def test_code_stdin_stdout_cases(tests):
+  record = {"id": "c", "answer": tests, "verifier": "code"}
+  assert rewards.verify(_DOUBLE, record, "code") == 1.0
+  assert rewards.verify(_DOUBLE.replace("2 *", "3 *"), record, "code") == 0.0
+  assert rewards.verify("print(2 * int(input()))", record, "code") == 0.0  # No code block.
+
+
+def test_code_assertion_tests():
+  record = {"id": "c", "answer": "assert add(2, 3) == 5\nassert add(-1, 1) == 0",
+            "verifier": "code"}
+  assert rewards.verify("```python\ndef add(a, b):\n  return a + b\n```", record, "code") == 1.0
+  assert rewards.verify("```python\ndef add(a, b):\n  return a - b\n```", record, "code") == 0.0
+  assert rewards.verify("```python\ndef add(a, b) return\n```", record, "code") == 0.0
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("   ", "no tests"),
+    ("[1, 2]", "must be"),
+    ('{"inputs": ["1"]}', "must be"),
+    ('{"inputs": ["1"], "outputs": ["1", "2"]}', "zip"),
+    ("[]", "empty list"),
+    ("{not json", "do not parse"),
+    ('[{"input": 1, "output": "1"}]', "string or a list of strings"),
+])
+def test_malformed_code_tests_are_errors(answer, message):
+  with pytest.raises(ValueError, match=message):
+    code_sandbox.parse_tests(answer)
+
