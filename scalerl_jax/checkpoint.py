@@ -1,0 +1,291 @@
+"""Checkpoints of everything a run needs to resume, with orbax.
+
+One checkpoint is one step directory `<directory>/<step>/` holding four orbax
+items, saved together:
+
+  state        pytree of jax.Arrays (params, optimizer state, PRNG key, ...),
+               written collectively by every process and restored straight
+               into the shardings of an abstract tree. Typed PRNG keys
+               (`jax.random.key`) are stored natively by orbax (as their key
+               data, re-wrapped on restore); no conversion is needed.
+  extra        a JSON dict: data iterator position, curriculum, buffer
+               metadata, compute-meter totals (tuples come back as lists).
+  host_layout  JSON description of `host_state`: its nesting and, per leaf,
+               shape and dtype. Restoring needs no shapes in advance.
+  host_arrays  the non-empty numpy leaves of `host_state` (e.g. the rollout
+               buffer's variable-length token arrays). orbax cannot write
+               zero-size arrays, so those live in the layout alone. Written
+               by the primary process: every process restores the primary's
+               copy, so `host_state` must be the same on all processes.
+
+Atomicity: orbax writes `<step>.orbax-checkpoint-tmp*` and renames it to
+`<step>` when every item is complete (on object stores it marks completion
+with `commit_success.txt` instead). A run killed mid-save leaves only the
+temporary directory, which `latest_step` ignores: the run resumes from the
+previous complete checkpoint, and orbax replaces the leftover when the resumed
+run saves that step again. Opening a `Checkpointer` deletes nothing, so
+evaluating or exporting from a workdir while its run is saving is safe.
+"""
+
+# Resume order (train_and_evaluate on a workdir that holds a checkpoint):
+#   1. step = Checkpointer.latest_step(); None means a fresh start.
+#   2. `state`: parameter shapes are checked against the model first (the
+#      error names the mismatching key), then params, optimizer state and the
+#      PRNG key are restored into their shardings.
+#   3. `extra`: the data iterator position (pipeline.set_state), the
+#      curriculum (Curriculum.from_state_dict), the buffer's metadata and the
+#      ComputeMeter totals (load_state_dict).
+#   4. `host_state`: the rollout buffer's arrays, joined with its metadata.
+#   5. Last, once everything above has succeeded: MetricWriter.truncate_after
+#      (step) drops metrics.jsonl lines after the checkpoint, which the resumed
+#      run logs again.
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+from absl import logging
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+_STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays"
+
+
+class Restored(NamedTuple):
+  """What `Checkpointer.restore` returns."""
+  state: Any  # The jax.Array pytree, in the abstract tree's structure and shardings.
+  extra: dict[str, Any]  # The JSON dict given to `save`.
+  host_state: Any  # The numpy pytree given to `save`, or None if none was.
+
+
+def _key_name(key: Any) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(key, attr):
+      return str(getattr(key, attr))
+  return str(key)
+
+
+def _path_name(path: tuple[Any, ...]) -> str:
+  """'params/layers/mlp/up/kernel' from a pytree key path."""
+  return "/".join(_key_name(k) for k in path) or "<root>"
+
+
+def _check_json(value: Any, where: str = "extra") -> None:
+  """Raises TypeError naming the first value JSON cannot hold."""
+  if isinstance(value, dict):
+    for k, v in value.items():
+      if not isinstance(k, str):
+        raise TypeError(f"{where}: key {k!r} is not a str; JSON keys must be strings")
+      _check_json(v, f"{where}[{k!r}]")
+  elif isinstance(value, (list, tuple)):
+    for i, v in enumerate(value):
+      _check_json(v, f"{where}[{i}]")
+  elif value is not None and not isinstance(value, (str, int, float, bool)):
+    raise TypeError(f"{where}: {type(value).__name__} is not JSON-serialisable "
+                    "(convert numpy scalars with int()/float(), bytes to str)")
+
+
+def _encode_host(tree: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
+  """JSON layout of a host pytree; non-empty leaves are copied into `arrays`."""
+  if isinstance(tree, dict):
+    for k in tree:
+      if not isinstance(k, str):
+        raise TypeError(f"{where}: key {k!r} is not a str")
+    return {"dict": {k: _encode_host(v, arrays, f"{where}[{k!r}]") for k, v in tree.items()}}
+  if isinstance(tree, (list, tuple)):
+    kind = "list" if isinstance(tree, list) else "tuple"
+    return {kind: [_encode_host(v, arrays, f"{where}[{i}]") for i, v in enumerate(tree)]}
+  if tree is None:
+    return {"none": None}
+  array = np.array(tree, copy=True)  # A copy: the async write must not see later edits.
+  if array.dtype.kind not in "biufc":
+    raise TypeError(f"{where}: dtype {array.dtype} cannot be checkpointed; host_state "
+                    "leaves must be bool, integer, float or complex arrays")
+  leaf = {"shape": list(array.shape), "dtype": array.dtype.name}
+  if array.size:
+    leaf["array"] = f"a{len(arrays)}"
+    arrays[leaf["array"]] = array
+  return leaf
+
+
+def _decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
+  """Inverse of `_encode_host`."""
+  if "dict" in layout:
+    return {k: _decode_host(v, arrays) for k, v in layout["dict"].items()}
+  if "list" in layout:
+    return [_decode_host(v, arrays) for v in layout["list"]]
+  if "tuple" in layout:
+    return tuple(_decode_host(v, arrays) for v in layout["tuple"])
+  if "none" in layout:
+    return None
+  shape, dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
+  if "array" not in layout:
+    return np.zeros(shape, dtype)
+  array = np.asarray(arrays[layout["array"]])
+  if array.shape != shape:
+    raise ValueError(f"host_state leaf {layout['array']}: stored shape {array.shape} differs "
+                     f"from its layout {shape}; the checkpoint is corrupt")
+  return array.astype(dtype, copy=False)
+
+
+def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
+  sharding = getattr(leaf, "sharding", None)
+  if sharding is None:
+    raise ValueError(f"abstract_state leaf {_path_name(path)!r} has no sharding; build it as "
+                     "jax.ShapeDtypeStruct(shape, dtype, sharding=...)")
+  return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+
+def _stored_shape(leaf: jax.ShapeDtypeStruct) -> tuple[int, ...]:
+  """The shape orbax stores: a typed PRNG key is stored as its key data."""
+  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    return tuple(jax.eval_shape(jax.random.key_data, leaf).shape)
+  return tuple(leaf.shape)
+
+
+class Checkpointer:
+  """Saves and restores a run's state, extra JSON and host arrays by step."""
+
+  def __init__(self, directory: str, max_to_keep: Optional[int] = 3,
+               save_interval_steps: int = 1, async_save: bool = True):
+    """Opens (creating if needed) a checkpoint directory.
+
+    Args:
+      directory: where step directories live (local path or an epath URL).
+      max_to_keep: newest checkpoints kept; None keeps all.
+      save_interval_steps: `save` writes only steps that are multiples of it,
+        unless forced or JAX reports a preemption (multi-host runs).
+      async_save: write in a background thread after the arrays are copied off
+        the devices; `wait` blocks until done.
+    """
+    self.directory = str(directory)
+    # Unlike orbax's default, no unconditional first save: only multiples of the
+    # interval, forced saves and JAX's preemption sync point.
+    policy = ocp.checkpoint_managers.AnySavePolicy([
+        ocp.checkpoint_managers.FixedIntervalPolicy(save_interval_steps),
+        ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, save_decision_policy=policy, create=True,
+        enable_async_checkpointing=async_save)
+    self._manager = ocp.CheckpointManager(
+        directory, options=options,
+        item_handlers={_STATE: ocp.StandardCheckpointHandler(),
+                       _EXTRA: ocp.JsonCheckpointHandler(),
+                       _LAYOUT: ocp.JsonCheckpointHandler(),
+                       _ARRAYS: ocp.StandardCheckpointHandler()})
+
+  def save(self, step: int, state: Any, extra: Optional[dict[str, Any]] = None,
+           host_state: Any = None, force: bool = False) -> bool:
+    """Saves one checkpoint (asynchronously unless `async_save=False`).
+
+    Args:
+      step: the step the state belongs to.
+      state: pytree of jax.Arrays (typed PRNG keys allowed).
+      extra: JSON-serialisable dict.
+      host_state: optional pytree (dicts with str keys, lists, tuples, None) of
+        numpy arrays of any shapes, zero-size included.
+      force: save even if `step` is not a multiple of `save_interval_steps`.
+
+    Returns:
+      Whether a checkpoint was started; False when the interval skips `step`
+      or a checkpoint of `step` already exists.
+
+    Raises:
+      TypeError: `extra` or `host_state` holds something that cannot be
+        stored, named by its key.
+    """
+    extra = {} if extra is None else extra
+    _check_json(extra)
+    if step in self._manager.all_steps():
+      logging.info("Checkpoint of step %d already exists in %s; not saving again.",
+                   step, self.directory)
+      return False
+    arrays: dict[str, np.ndarray] = {}
+    layout = None if host_state is None else _encode_host(host_state, arrays, "host_state")
+    items = {_STATE: ocp.args.StandardSave(state), _EXTRA: ocp.args.JsonSave(extra),
+             _LAYOUT: ocp.args.JsonSave({"layout": layout, "num_arrays": len(arrays)})}
+    if arrays:
+      items[_ARRAYS] = ocp.args.StandardSave(arrays)
+    return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+
+  def all_steps(self) -> list[int]:
+    """Steps of the complete checkpoints, ascending."""
+    return sorted(self._manager.all_steps())
+
+  def latest_step(self) -> Optional[int]:
+    """The newest complete checkpoint's step, or None if there is none."""
+    return self._manager.latest_step()
+
+  def restore(self, step: Optional[int], abstract_state: Any) -> Restored:
+    """Restores a checkpoint into the given shapes and shardings.
+
+    Args:
+      step: the step to restore; None for the latest.
+      abstract_state: the state's pytree with `jax.ShapeDtypeStruct` (or
+        jax.Array) leaves carrying `.sharding`; each array is read directly
+        into its sharding (every process reads only its shards). A dtype
+        different from the stored one is cast.
+
+    Returns:
+      Restored(state, extra, host_state).
+
+    Raises:
+      FileNotFoundError: the directory holds no complete checkpoint, or none at
+        `step`.
+      ValueError: the stored state does not fit `abstract_state`: missing or
+        unexpected keys or different shapes, each named.
+    """
+    steps = self.all_steps()
+    if not steps:
+      raise FileNotFoundError(f"{self.directory}: holds no complete checkpoint")
+    if step is None:
+      step = steps[-1]
+    elif step not in steps:
+      raise FileNotFoundError(f"{self.directory}: no checkpoint of step {step}; "
+                              f"complete checkpoints: {steps}")
+    abstract = jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
+    self._check_fits(step, abstract)
+    meta = self._manager.restore(step, args=ocp.args.Composite(
+        **{_EXTRA: ocp.args.JsonRestore(), _LAYOUT: ocp.args.JsonRestore()}))
+    layout, has_arrays = meta[_LAYOUT]["layout"], meta[_LAYOUT]["num_arrays"] > 0
+    items = {_STATE: ocp.args.StandardRestore(abstract)}
+    if has_arrays:
+      items[_ARRAYS] = ocp.args.StandardRestore()
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    host_state = None
+    if layout is not None:
+      host_state = _decode_host(layout, dict(restored[_ARRAYS]) if has_arrays else {})
+    return Restored(restored[_STATE], meta[_EXTRA], host_state)
+
+  def _check_fits(self, step: int, abstract: Any) -> None:
+    """Compares the stored state's keys and shapes with `abstract`."""
+    stored = self._manager.item_metadata(step)[_STATE]
+    stored = getattr(stored, "tree", stored)
+    have = {_path_name(p): tuple(m.shape)
+            for p, m in jax.tree_util.tree_flatten_with_path(stored)[0]}
+    want = {_path_name(p): _stored_shape(leaf)
+            for p, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+    problems = [f"shape of {k!r} is {have[k]} in the checkpoint but {want[k]} in the model"
+                for k in want if k in have and have[k] != want[k]]
+    problems += [f"{k!r} is missing from the checkpoint" for k in want if k not in have]
+    problems += [f"{k!r} is in the checkpoint but not in the model" for k in have if k not in want]
+    if problems:
+      shown = "; ".join(problems[:5])
+      more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+      raise ValueError(f"{self.directory}, step {step}: the checkpoint does not fit the "
+                       f"state to restore ({len(problems)} problems): {shown}{more}")
+
+  def wait(self) -> None:
+    """Blocks until the pending asynchronous save (if any) is on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases orbax's resources."""
+    self._manager.close()
+
+  def __enter__(self) -> "Checkpointer":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
