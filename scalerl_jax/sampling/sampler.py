@@ -1,0 +1,302 @@
+"""Jitted KV-cache sampler with continuous batching and in-flight weight updates.
+
+`Sampler` is built once per (model, sampling settings, mesh) and compiles each
+program once per shape bucket. Two ways to use it:
+
+* Whole batch: `sampler.generate(params, prompts_BxP, prompt_lens_B, rng)`
+  returns `Completions` in input order.
+* Slots (PipelineRL): a fixed number of slots that the caller keeps full::
+
+    state = sampler.init_state(num_slots, meta_width=2)
+    state = sampler.start(state, params, free_slots, prompts, lens, rng, meta)
+    while training:
+      state = sampler.advance(state, params, version)   # weights of *this* call
+      state, done = sampler.harvest(state)               # done.slot are free now
+      state = sampler.start(state, params, done.slot[:k], new_prompts, ...)
+
+  Parameters may change between any two calls; sequences in flight continue on
+  their existing KV cache, and every generated token records the `version`
+  passed to the `advance` call that chose it.
+
+Which log-prob the losses use: `Completions.logp`, the log-probability of the
+token under the model's full distribution at the sampling temperature. That is
+the quantity the trainer recomputes with the same network call
+(`token_logprobs(logits, tokens, temperature)`), so the ratio pi_train / pi_gen
+reflects only staleness and generator/trainer numerics, as the ScaleRL losses
+assume. `Completions.logp_sampling` is the log-probability under the top-k /
+top-p truncated distribution the token was actually drawn from; it equals
+`logp` when truncation is off (the ScaleRL recipe) and serves exact
+behaviour-policy corrections and diagnostics.
+
+Every input a caller can get wrong (prompt over budget, token id outside the
+vocabulary, empty batch, occupied or unknown slot, budgets beyond the KV cache)
+raises ValueError before anything is compiled. All processes of a multi-host
+run pass the same host arrays.
+
+Shape letters: B sequences passed in, P prompt width, N slots, M metadata ints,
+F finished sequences, S positions per slot.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh
+
+from scalerl_jax import sharding
+from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.sampling import slots
+from scalerl_jax.sampling.settings import SamplingSettings
+from scalerl_jax.sampling.slots import Completions, SlotState
+
+_MIN_PROMPT_BUCKET = 8
+
+
+def _pow2_at_least(n: int) -> int:
+  return 1 << max(n - 1, 0).bit_length()
+
+
+def _as_key(rng: jax.Array) -> jax.Array:
+  """Accepts typed keys and legacy uint32[2] keys."""
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    return rng
+  return jax.random.wrap_key_data(rng)
+
+
+class Sampler:
+  """Prefill + decode over a slot-major KV cache on the policy's mesh."""
+
+  def __init__(self, model_cfg: ModelConfig, settings: SamplingSettings, mesh: Mesh,
+               rules: sharding.Rules):
+    """Validates the settings against the model and prepares the jitted programs.
+
+    Args:
+      model_cfg: the policy network (the trainer's, so log-probs agree).
+      settings: sampling settings and token ids.
+      mesh: the policy's device mesh.
+      rules: its logical-axis rules.
+    """
+    settings.validate(model_cfg)
+    self.model_cfg = model_cfg
+    self.settings = settings
+    self.mesh = mesh
+    self.rules = rules
+    self._divisor = sharding.batch_divisor(mesh, rules)
+    state_sh = slots.state_shardings(mesh, rules)
+    small = slots.replicated(mesh)
+    bind = functools.partial
+    self._empty = jax.jit(bind(slots.empty_state, model_cfg, settings), static_argnums=(0, 1),
+                          out_shardings=state_sh)
+    self._start = jax.jit(bind(slots.start, model_cfg, settings), donate_argnums=0,
+                          out_shardings=state_sh)
+    self._advance = jax.jit(bind(slots.advance, model_cfg, settings), donate_argnums=0,
+                            out_shardings=state_sh)
+    self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
+    self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh, rules: sharding.Rules,
+                  *, eos_ids: Sequence[int], pad_id: int, think_close_id: Optional[int] = None,
+                  phrase_ids: Sequence[int] = ()) -> "Sampler":
+    """A sampler for `config.model` and `config.sampling`; see `SamplingSettings.from_config`."""
+    settings = SamplingSettings.from_config(
+        config.sampling, eos_ids=eos_ids, pad_id=pad_id, think_close_id=think_close_id,
+        phrase_ids=phrase_ids)
+    return cls(ModelConfig.from_config(config.model), settings, mesh, rules)
+
+  # Slot interface.
+
+  def init_state(self, num_slots: Optional[int] = None, meta_width: int = 1) -> SlotState:
+    """All slots free.
+
+    Args:
+      num_slots: number of slots N; defaults to `settings.num_slots`. Must
+        divide over the mesh's batch axes.
+      meta_width: M, the number of int32 metadata values per sequence.
+
+    Returns:
+      The slot state (device arrays, sharded over slots).
+    """
+    num_slots = num_slots or self.settings.num_slots
+    if num_slots <= 0:
+      raise ValueError("sampling.num_slots: 0; pass num_slots to init_state or set the field")
+    if num_slots % self._divisor:
+      raise ValueError(
+          f"num_slots {num_slots} does not divide over the {self._divisor}-way batch sharding "
+          f"of the mesh; use a multiple of {self._divisor}")
+    if meta_width <= 0:
+      raise ValueError(f"meta_width {meta_width} must be > 0")
+    return self._call(self._empty, num_slots, meta_width)
+
+  def free_slots(self, state: SlotState) -> np.ndarray:
+    """Ids of the slots that hold no sequence (host int array)."""
+    active, _ = self._call(self._flags, state)
+    return np.flatnonzero(~np.asarray(active)).astype(np.int32)
+
+  def start(self, state: SlotState, params: Any, slot_ids: Any, prompt_tokens: Any,
+            prompt_lens: Any, rng: jax.Array, meta: Any = None) -> SlotState:
+    """Prefills prompts into free slots; they decode from the next `advance`.
+
+    Args:
+      state: slot state; donated (do not reuse the argument).
+      params: policy parameters for the prefill.
+      slot_ids: [B] distinct free slots.
+      prompt_tokens: [B, P] int token ids; positions past a row's length are ignored.
+      prompt_lens: [B] prompt lengths, 1 <= len <= min(P, sampling.max_prompt_len).
+      rng: PRNG key; each sequence gets its own sampling stream and thinking budget.
+      meta: [B, M] (or [B] when M == 1) int metadata returned with the sequence.
+
+    Returns:
+      The new state.
+    """
+    prompts_BxP, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
+    b = len(lens_B)
+    num_slots, width = state.meta.shape
+    slot_ids_B = np.asarray(slot_ids)
+    if slot_ids_B.shape != (b,) or not np.issubdtype(slot_ids_B.dtype, np.integer):
+      raise ValueError(f"slot_ids: expected {b} ints, got shape {slot_ids_B.shape}")
+    if np.any((slot_ids_B < 0) | (slot_ids_B >= num_slots)):
+      raise ValueError(f"slot_ids: {slot_ids_B.tolist()} must lie in [0, {num_slots})")
+    if len(np.unique(slot_ids_B)) != b:
+      raise ValueError(f"slot_ids: {slot_ids_B.tolist()} contains duplicates")
+    active, _ = self._call(self._flags, state)
+    busy = slot_ids_B[np.asarray(active)[slot_ids_B]]
+    if busy.size:
+      raise ValueError(f"slot_ids: slots {busy.tolist()} still hold sequences; harvest first")
+    meta_BxM = self._check_meta(meta, b, width)
+
+    n = min(_pow2_at_least(b), num_slots)
+    pad = n - b
+    slot_ids_n = np.concatenate([slot_ids_B, np.full((pad,), num_slots)]).astype(np.int32)
+    prompts_nxP = np.pad(prompts_BxP, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
+    lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
+    meta_nxM = np.pad(meta_BxM, ((0, pad), (0, 0)))
+    return self._call(self._start, state, params, slot_ids_n, prompts_nxP, lens_n, meta_nxM,
+                      _as_key(rng))
+
+  def advance(self, state: SlotState, params: Any, version: int,
+              num_steps: Optional[int] = None) -> SlotState:
+    """Decodes every running slot by up to `num_steps` tokens with `params`.
+
+    Args:
+      state: slot state; donated.
+      params: parameters used for every token chosen in this call (they may
+        differ from those of earlier calls: in-flight weight update).
+      version: policy version recorded for those tokens.
+      num_steps: decode steps; defaults to `sampling.decode_steps_per_call`.
+        Stops early when no slot is running.
+
+    Returns:
+      The new state.
+    """
+    num_steps = self.settings.decode_steps_per_call if num_steps is None else num_steps
+    if int(num_steps) <= 0:
+      raise ValueError(f"num_steps {num_steps} must be > 0")
+    return self._call(self._advance, state, params, np.int32(version), np.int32(num_steps))
+
+  def harvest(self, state: SlotState) -> tuple[SlotState, Completions]:
+    """Takes every finished sequence out of its slot.
+
+    Args:
+      state: slot state; donated.
+
+    Returns:
+      (new state, finished sequences as host numpy arrays in slot order). The
+      slots in `Completions.slot` are free again.
+    """
+    active, done = self._call(self._flags, state)
+    rows_F = np.flatnonzero(np.asarray(active) & np.asarray(done)).astype(np.int32)
+    num_slots = state.meta.shape[0]
+    f = len(rows_F)
+    bucket = min(_pow2_at_least(max(f, 1)), num_slots)
+    rows_f = np.concatenate([rows_F, np.full((bucket - f,), num_slots, np.int32)])
+    state, out = self._call(self._take, state, rows_f)
+    return state, jax.tree.map(lambda x: np.asarray(x)[:f], out)
+
+  # Whole batch.
+
+  def generate(self, params: Any, prompt_tokens: Any, prompt_lens: Any, rng: jax.Array,
+               version: int = 0, meta: Any = None) -> Completions:
+    """Completes a batch of prompts on the slot machinery.
+
+    Args:
+      params: policy parameters.
+      prompt_tokens: [B, P] int token ids.
+      prompt_lens: [B] prompt lengths.
+      rng: PRNG key.
+      version: policy version recorded for the generated tokens.
+      meta: optional [B, M] or [B] int metadata.
+
+    Returns:
+      Completions for the B prompts, in input order.
+    """
+    _, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
+    b = len(lens_B)
+    num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
+    meta_shape = () if meta is None else np.asarray(meta).shape
+    state = self.init_state(num_slots, meta_shape[1] if len(meta_shape) == 2 else 1)
+    state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta)
+    # Each step appends a token to every running sequence and none exceeds
+    # max_new_tokens, so one call finishes them all.
+    state = self.advance(state, params, version, self.settings.max_new_tokens)
+    _, out = self.harvest(state)
+    order = np.argsort(out.slot)
+    return jax.tree.map(lambda x: x[order], out)
+
+  def _call(self, fn, *args):
+    # Traced inside the mesh context so the model's logical constraints apply.
+    with sharding.activate(self.mesh, self.rules):
+      return fn(*args)
+
+  # Host-side validation.
+
+  def _check_prompts(self, prompt_tokens: Any, prompt_lens: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Returns prompts [B, P'] cut or padded to a length bucket, and lengths [B]."""
+    prompts = np.asarray(prompt_tokens)
+    lens = np.asarray(prompt_lens)
+    if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
+      raise ValueError(
+          f"prompt_tokens: expected a [batch, length] int array, got shape {prompts.shape} "
+          f"dtype {prompts.dtype}")
+    b, width = prompts.shape
+    if b == 0:
+      raise ValueError("prompt_tokens: empty batch")
+    if lens.shape != (b,) or not np.issubdtype(lens.dtype, np.integer):
+      raise ValueError(f"prompt_lens: expected {b} ints, got shape {lens.shape}")
+    budget = self.settings.max_prompt_len
+    for i, n in enumerate(lens.tolist()):
+      if n < 1:
+        raise ValueError(f"prompt {i}: length {n}; prompts need at least one token")
+      if n > budget:
+        raise ValueError(
+            f"prompt {i}: {n} tokens exceed the prompt budget sampling.max_prompt_len {budget}")
+      if n > width:
+        raise ValueError(f"prompt {i}: length {n} exceeds the prompt_tokens width {width}")
+    vocab = self.model_cfg.vocab_size
+    inside = np.arange(width)[None, :] < lens[:, None]
+    bad = inside & ((prompts < 0) | (prompts >= vocab))
+    if bad.any():
+      i, j = np.argwhere(bad)[0]
+      raise ValueError(
+          f"prompt {i}: token id {prompts[i, j]} at position {j} is outside the vocabulary "
+          f"[0, {vocab})")
+    p = min(max(_pow2_at_least(int(lens.max())), _MIN_PROMPT_BUCKET), budget)
+    prompts = prompts[:, :p]
+    if prompts.shape[1] < p:
+      prompts = np.pad(prompts, ((0, 0), (0, p - width)), constant_values=self.settings.pad_id)
+    return prompts.astype(np.int32), lens.astype(np.int32)
+
+  @staticmethod
+  def _check_meta(meta: Any, b: int, width: int) -> np.ndarray:
+    if meta is None:
+      return np.zeros((b, width), np.int32)
+    meta = np.asarray(meta)
+    if meta.ndim == 1 and width == 1:
+      meta = meta[:, None]
+    if meta.shape != (b, width) or not np.issubdtype(meta.dtype, np.integer):
+      raise ValueError(f"meta: expected a [{b}, {width}] int array, got shape {meta.shape}")
+    return meta.astype(np.int32)

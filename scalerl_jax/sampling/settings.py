@@ -1,0 +1,87 @@
+"""Static sampler settings: `config.sampling` plus the token ids the sampler needs.
+
+The sampler takes token ids, never a tokenizer: end-of-sequence ids, the pad
+id, and for interruptions the think-close marker and the phrase as ids.
+`SamplingSettings` is frozen and hashable, so it is bound into the jitted
+functions as a compile-time constant; changing it means a new `Sampler`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.sampling.interruptions import InterruptionSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+  """Everything that shapes the compiled sampler."""
+  temperature: float = 1.0  # 0 = greedy.
+  top_k: int = 0  # 0 disables.
+  top_p: float = 1.0  # 1.0 disables.
+  max_prompt_len: int = 64  # Prompt budget; the KV cache holds this
+  max_new_tokens: int = 96  # plus the completion budget.
+  num_slots: int = 0  # Default slot count of `Sampler.init_state`; 0 = must be given.
+  decode_steps_per_call: int = 16  # Default `num_steps` of `Sampler.advance`.
+  eos_ids: tuple[int, ...] = ()  # Tokens that end a sequence (kept, mask 1); () = none.
+  pad_id: int = 0  # Fills positions after a sequence's end.
+  interruption: InterruptionSettings = InterruptionSettings()
+
+  @classmethod
+  def from_config(cls, s: Any, *, eos_ids: Sequence[int], pad_id: int,
+                  think_close_id: Optional[int] = None,
+                  phrase_ids: Sequence[int] = ()) -> "SamplingSettings":
+    """From `config.sampling` and the tokenizer's ids.
+
+    Args:
+      s: the `config.sampling` ConfigDict.
+      eos_ids: ids that end a sequence (end-of-sequence and any stop tokens).
+      pad_id: id written after a sequence's end.
+      think_close_id: id of the think-close marker (needed for interruptions).
+      phrase_ids: `s.interruption.phrase` tokenized (needed for interruptions).
+
+    Returns:
+      The settings.
+    """
+    return cls(
+        temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p),
+        max_prompt_len=int(s.max_prompt_len), max_new_tokens=int(s.max_new_tokens),
+        num_slots=int(s.num_slots), decode_steps_per_call=int(s.decode_steps_per_call),
+        eos_ids=tuple(int(t) for t in eos_ids), pad_id=int(pad_id),
+        interruption=InterruptionSettings.from_config(
+            s.interruption, tuple(phrase_ids), think_close_id))
+
+  @property
+  def cache_len(self) -> int:
+    """Positions per slot: the prompt budget plus the completion budget."""
+    return self.max_prompt_len + self.max_new_tokens
+
+  def validate(self, model_cfg: ModelConfig) -> None:
+    """Raises ValueError naming the first setting that cannot work with the model."""
+    vocab = model_cfg.vocab_size
+    if self.temperature < 0:
+      raise ValueError(f"sampling.temperature: {self.temperature} must be >= 0")
+    if not 0 <= self.top_k <= vocab:
+      raise ValueError(f"sampling.top_k: {self.top_k} must be in [0, vocab_size={vocab}]")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"sampling.top_p: {self.top_p} must be in (0, 1]")
+    if self.max_prompt_len <= 0 or self.max_new_tokens <= 0:
+      raise ValueError(
+          f"sampling.max_prompt_len / max_new_tokens: {self.max_prompt_len} / "
+          f"{self.max_new_tokens} must both be > 0")
+    if self.cache_len > model_cfg.max_seq_len:
+      raise ValueError(
+          f"sampling.max_new_tokens: max_prompt_len {self.max_prompt_len} + max_new_tokens "
+          f"{self.max_new_tokens} = {self.cache_len} exceeds the KV cache limit "
+          f"model.max_seq_len {model_cfg.max_seq_len}")
+    if self.num_slots < 0:
+      raise ValueError(f"sampling.num_slots: {self.num_slots} must be >= 0")
+    if self.decode_steps_per_call <= 0:
+      raise ValueError(
+          f"sampling.decode_steps_per_call: {self.decode_steps_per_call} must be > 0")
+    bad = [t for t in self.eos_ids + (self.pad_id,) if not 0 <= t < vocab]
+    if bad:
+      raise ValueError(f"sampler eos/pad ids {bad} are outside the vocabulary [0, {vocab})")
+    self.interruption.validate(self.max_new_tokens, vocab)

@@ -1,0 +1,253 @@
+"""The slot state of continuous batching and the pure functions that move it.
+
+A `SlotState` holds a fixed number of slots. Each slot owns one row of the KV
+cache and one row of per-token records laid out like the trainer's input:
+prompt at positions [0, prompt_len), completion after it, `pad_id` after the
+end. Row positions are absolute, so a slot's cache row is indexed by the same
+positions as its token row.
+
+Decoding is one model call per step on every slot's last token: the call writes
+that token's keys/values into the cache at its position and returns the logits
+of the next token, which is chosen and appended. The prompt's last token is
+therefore processed again by the first decode step (prefill already wrote it),
+which makes every chosen token depend only on the parameters of the call that
+chose it: after an in-flight weight update, the first new token is computed
+with the new weights (on the cache built by the old ones, as in PipelineRL).
+
+Every function here is pure and jit-able; `sampler.Sampler` binds the static
+arguments, shardings and buckets.
+
+Shape letters: N slots, n new sequences, S cache positions per slot (prompt
+budget + completion budget), P padded prompt length, M metadata ints per
+sequence, F gathered rows, V vocab; cache: L layers, K kv heads, E head dim.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from scalerl_jax import sharding
+from scalerl_jax.models.transformer import CACHE_AXES, ModelConfig, Transformer, init_cache
+from scalerl_jax.sampling import interruptions
+from scalerl_jax.sampling.selection import select_tokens
+from scalerl_jax.sampling.settings import SamplingSettings
+
+NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
+
+
+@flax.struct.dataclass
+class SlotState:
+  """Device state of all slots (a pytree; donated to every update)."""
+  cache: dict[str, jax.Array]  # {"k", "v"}: [L, N, S, K, E]
+  tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
+  logp: jax.Array  # [N, S] float32 generator log-prob (model dist. at temperature); 0 where mask is 0.
+  logp_sampling: jax.Array  # [N, S] float32 log-prob under the truncated sampling distribution.
+  version: jax.Array  # [N, S] int32 policy version that chose the token; -1 where mask is 0.
+  mask: jax.Array  # [N, S] bool loss mask: True for generated tokens only.
+  prompt_len: jax.Array  # [N] int32
+  length: jax.Array  # [N] int32 tokens in the row; the next token goes here.
+  limit: jax.Array  # [N] int32 completion length at which the row stops.
+  active: jax.Array  # [N] bool the slot holds a sequence not yet harvested.
+  done: jax.Array  # [N] bool the sequence has ended.
+  truncated: jax.Array  # [N] bool it ended at its length limit without an EOS token.
+  key: jax.Array  # [N] PRNG keys; token at position t uses fold_in(key, t).
+  meta: jax.Array  # [N, M] int32 caller's metadata, returned with the sequence.
+  interruption: interruptions.InterruptionState  # [N] fields
+
+
+@flax.struct.dataclass
+class Completions:
+  """Finished sequences, one row each, in the trainer's layout (see `SlotState`)."""
+  tokens: jax.Array  # [F, S] int32
+  logp: jax.Array  # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
+  logp_sampling: jax.Array  # [F, S] float32 log-prob under the top-k/top-p distribution.
+  version: jax.Array  # [F, S] int32 policy version per generated token; -1 elsewhere.
+  mask: jax.Array  # [F, S] bool generated tokens.
+  prompt_len: jax.Array  # [F] int32
+  length: jax.Array  # [F] int32 prompt + completion tokens (injected ones included).
+  truncated: jax.Array  # [F] bool hit the length limit without an EOS token.
+  interrupted: jax.Array  # [F] bool the thinking-budget phrase was injected.
+  thinking_budget: jax.Array  # [F] int32 its drawn budget (0 with interruptions off).
+  meta: jax.Array  # [F, M] int32 as passed to `start`.
+  slot: jax.Array  # [F] int32 the slot it ran in (now free).
+
+
+def state_shardings(mesh: Mesh, rules: sharding.Rules) -> SlotState:
+  """NamedShardings of a `SlotState`: slots over the batch axes, the rest replicated."""
+  rows = sharding.named_sharding(mesh, rules, ("act_batch",))
+  rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
+  rows_meta = sharding.named_sharding(mesh, rules, ("act_batch", None))
+  cache = sharding.named_sharding(mesh, rules, CACHE_AXES)
+  return SlotState(
+      cache={"k": cache, "v": cache}, tokens=rows_pos, logp=rows_pos,
+      logp_sampling=rows_pos, version=rows_pos, mask=rows_pos, prompt_len=rows,
+      length=rows, limit=rows, active=rows, done=rows, truncated=rows, key=rows,
+      meta=rows_meta, interruption=interruptions.InterruptionState(rows, rows, rows, rows))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  """Sharding of small outputs every process reads in full."""
+  return NamedSharding(mesh, PartitionSpec())
+
+
+def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: int,
+                meta_width: int) -> SlotState:
+  """All slots free."""
+  n, s = num_slots, settings.cache_len
+  rows_pos = (n, s)
+  return SlotState(
+      cache=init_cache(model_cfg, n, s),
+      tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
+      logp=jnp.zeros(rows_pos, jnp.float32), logp_sampling=jnp.zeros(rows_pos, jnp.float32),
+      version=jnp.full(rows_pos, NO_VERSION, jnp.int32), mask=jnp.zeros(rows_pos, bool),
+      prompt_len=jnp.zeros((n,), jnp.int32), length=jnp.zeros((n,), jnp.int32),
+      limit=jnp.zeros((n,), jnp.int32), active=jnp.zeros((n,), bool),
+      done=jnp.zeros((n,), bool), truncated=jnp.zeros((n,), bool),
+      key=jax.random.split(jax.random.key(0), n),
+      meta=jnp.zeros((n, meta_width), jnp.int32),
+      interruption=interruptions.empty(n))
+
+
+def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, params: Any,
+          slot_ids_n: jax.Array, prompts_nxP: jax.Array, prompt_lens_n: jax.Array,
+          meta_nxM: jax.Array, rng: jax.Array) -> SlotState:
+  """Prefills new prompts and installs them in their slots.
+
+  Args:
+    model_cfg: the policy network.
+    settings: sampler settings.
+    state: current slots; the target slots must be free.
+    params: policy parameters used for the prefill.
+    slot_ids_n: target slots; ids >= N mark padding rows, which are dropped.
+    prompts_nxP: prompt tokens, anything after a row's length is ignored.
+    prompt_lens_n: prompt lengths, 1 <= len <= P.
+    meta_nxM: caller metadata per sequence.
+    rng: PRNG key; row i gets its sampling stream and thinking budget from
+      fold_in(rng, i) alone.
+
+  Returns:
+    The new state.
+  """
+  n, p = prompts_nxP.shape
+  s = settings.cache_len
+  in_prompt_nxP = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
+  prompts_nxP = jnp.where(in_prompt_nxP, prompts_nxP, settings.pad_id).astype(jnp.int32)
+  pos_nxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
+  # The logits are unused, so XLA drops the LM head from this program.
+  _, fresh = Transformer(model_cfg).apply(
+      {"params": params}, prompts_nxP, pos_nxP, init_cache(model_cfg, n, p))
+  cache = {name: state.cache[name].at[:, slot_ids_n, :p].set(fresh[name], mode="drop")
+           for name in ("k", "v")}
+
+  def put(x, rows):
+    return x.at[slot_ids_n].set(rows, mode="drop")
+
+  # Row i's keys depend only on (rng, i), not on the bucket or the slot.
+  row_keys_nx2 = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(rng, i)))(jnp.arange(n))
+  fresh_int = interruptions.draw(settings.interruption, row_keys_nx2[:, 1])
+  rows_pos = (n, s)
+  return SlotState(
+      cache=cache,
+      tokens=put(state.tokens, jnp.pad(prompts_nxP, ((0, 0), (0, s - p)),
+                                       constant_values=settings.pad_id)),
+      logp=put(state.logp, jnp.zeros(rows_pos, jnp.float32)),
+      logp_sampling=put(state.logp_sampling, jnp.zeros(rows_pos, jnp.float32)),
+      version=put(state.version, jnp.full(rows_pos, NO_VERSION, jnp.int32)),
+      mask=put(state.mask, jnp.zeros(rows_pos, bool)),
+      prompt_len=put(state.prompt_len, prompt_lens_n.astype(jnp.int32)),
+      length=put(state.length, prompt_lens_n.astype(jnp.int32)),
+      limit=put(state.limit, jnp.full((n,), settings.max_new_tokens, jnp.int32)),
+      active=put(state.active, jnp.ones((n,), bool)),
+      done=put(state.done, jnp.zeros((n,), bool)),
+      truncated=put(state.truncated, jnp.zeros((n,), bool)),
+      key=put(state.key, row_keys_nx2[:, 0]),
+      meta=put(state.meta, meta_nxM.astype(jnp.int32)),
+      interruption=jax.tree.map(put, state.interruption, fresh_int))
+
+
+def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, params: Any,
+                 version: jax.Array, state: SlotState) -> SlotState:
+  """Appends one token to every running slot."""
+  n, s = state.tokens.shape
+  live_N = state.active & ~state.done
+  last_N = jnp.maximum(state.length - 1, 0)
+  last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
+  logits_Nx1xV, cache = Transformer(model_cfg).apply(
+      {"params": params}, last_tok_N[:, None], last_N[:, None], state.cache)
+  step_keys_N = jax.vmap(jax.random.fold_in)(state.key, state.length)
+  sampled_N, logp_N, logp_sampling_N = select_tokens(
+      logits_Nx1xV[:, 0], step_keys_N, settings.temperature, settings.top_k, settings.top_p)
+
+  completion_N = state.length - state.prompt_len
+  tokens_N, forced_N, int_state, limit_N = interruptions.apply(
+      settings.interruption, state.interruption, sampled_N, completion_N, state.limit, live_N,
+      settings.max_new_tokens)
+  generated_N = live_N & ~forced_N
+
+  rows_N = jnp.arange(n)
+  write_N = jnp.where(live_N, state.length, s)  # Out of range: dropped.
+
+  def record(x, value_N):
+    return x.at[rows_N, write_N].set(value_N, mode="drop")
+
+  eos_N = generated_N & jnp.isin(sampled_N, jnp.asarray(settings.eos_ids, jnp.int32))
+  length_N = state.length + live_N
+  at_limit_N = live_N & (length_N - state.prompt_len >= limit_N)
+  return state.replace(
+      cache=cache,
+      tokens=record(state.tokens, tokens_N),
+      logp=record(state.logp, jnp.where(generated_N, logp_N, 0.0)),
+      logp_sampling=record(state.logp_sampling, jnp.where(generated_N, logp_sampling_N, 0.0)),
+      version=record(state.version, jnp.where(generated_N, version, NO_VERSION)),
+      mask=record(state.mask, generated_N),
+      length=length_N, limit=limit_N,
+      done=state.done | eos_N | at_limit_N,
+      truncated=state.truncated | (at_limit_N & ~eos_N),
+      interruption=int_state)
+
+
+def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, params: Any,
+            version: jax.Array, num_steps: jax.Array) -> SlotState:
+  """Runs up to `num_steps` decode steps, stopping early when no slot is running.
+
+  Args:
+    model_cfg: the policy network.
+    settings: sampler settings.
+    state: current slots.
+    params: policy parameters for every token chosen in this call.
+    version: int32 policy version recorded for those tokens.
+    num_steps: int32 step budget of this call (traced: no recompilation).
+
+  Returns:
+    The new state.
+  """
+  def running(carry):
+    step, st = carry
+    return (step < num_steps) & jnp.any(st.active & ~st.done)
+
+  def body(carry):
+    step, st = carry
+    return step + 1, _decode_step(model_cfg, settings, params, version, st)
+
+  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+  return state
+
+
+def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
+  """Gathers rows (ids >= N are padding, returned as junk) and frees their slots."""
+  def rows(x):
+    return jnp.take(x, rows_F, axis=0, mode="clip")
+
+  out = Completions(
+      tokens=rows(state.tokens), logp=rows(state.logp),
+      logp_sampling=rows(state.logp_sampling), version=rows(state.version),
+      mask=rows(state.mask), prompt_len=rows(state.prompt_len), length=rows(state.length),
+      truncated=rows(state.truncated), interrupted=rows(state.interruption.interrupted),
+      thinking_budget=rows(state.interruption.budget),
+      meta=rows(state.meta), slot=rows_F.astype(jnp.int32))
+  return state.replace(active=state.active.at[rows_F].set(False, mode="drop")), out

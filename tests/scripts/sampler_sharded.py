@@ -1,0 +1,58 @@
+"""Sampler output on several meshes vs one device; run with 8 simulated devices.
+
+Prints one JSON line per mesh shape. Used by tests/sampler_sharded_test.py,
+which sets XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts.
+"""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+
+from scalerl_jax import sharding
+from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.sampling.sampler import Sampler
+from scalerl_jax.sampling.settings import SamplingSettings
+from tests import helpers
+
+LENS = np.array([1, 5, 16, 9, 3, 12, 7, 14])
+
+
+def _outputs(config, devices, prompts):
+  """Greedy and sampled completions of `prompts` on a mesh over `devices`."""
+  mesh = sharding.make_mesh(config.mesh, devices=devices)
+  rules = sharding.logical_rules(config.mesh)
+  cfg = ModelConfig.from_config(config.model)
+  params, _ = sharding.init_model_params(Transformer(cfg), jax.random.key(0), mesh, rules)
+  base = SamplingSettings.from_config(config.sampling, eos_ids=(), pad_id=0)
+  results = {}
+  for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+    sampler = Sampler(cfg, dataclasses.replace(base, temperature=temperature), mesh, rules)
+    results[name] = sampler.generate(params, prompts, LENS, jax.random.key(1))
+  state = sampler.init_state(len(LENS))
+  results["cache_shard_shape"] = list(state.cache["k"].addressable_shards[0].data.shape)
+  return results
+
+
+def main():
+  assert jax.device_count() == 8, jax.devices()
+  config = helpers.tiny_config()
+  config.sampling.max_prompt_len = 16
+  config.sampling.max_new_tokens = 16
+  prompts = np.random.RandomState(0).randint(1, config.model.vocab_size, (len(LENS), 16))
+  config.mesh.shape = (1, 1, 1)
+  ref = _outputs(config, jax.devices()[:1], prompts)
+  for shape in [(1, 8, 1), (2, 2, 2)]:
+    config.mesh.shape = shape
+    got = _outputs(config, jax.devices(), prompts)
+    row = {"shape": shape, "cache_shard_shape": got["cache_shard_shape"]}
+    for name in ("greedy", "sampled"):
+      row[f"{name}_tokens_equal"] = bool(np.array_equal(got[name].tokens, ref[name].tokens))
+      row[f"{name}_mask_equal"] = bool(np.array_equal(got[name].mask, ref[name].mask))
+      row[f"{name}_logp_max_diff"] = float(np.abs(got[name].logp - ref[name].logp).max())
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+  main()

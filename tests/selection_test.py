@@ -1,0 +1,71 @@
+"""Token selection: draw frequencies and log-probs of the (truncated) distribution."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scalerl_jax.sampling import selection
+
+PROBS = np.array([0.05, 0.3, 0.02, 0.25, 0.15, 0.1, 0.08, 0.05])
+
+
+def _renormalised(keep):
+  p = np.where(np.isin(np.arange(len(PROBS)), keep), PROBS, 0.0)
+  return p / p.sum()
+
+
+# Sorted: token 1 (0.3), 3 (0.25), 4 (0.15), 5 (0.1), 6 (0.08), 0 and 7 (0.05), 2.
+CASES = {
+    (0, 1.0): PROBS,
+    # Top 3 of 8.
+    (3, 1.0): _renormalised([1, 3, 4]),
+    # Cumulative 0.3, 0.55, 0.7, 0.8: the first prefix reaching 0.75 has 4 tokens.
+    (0, 0.75): _renormalised([1, 3, 4, 5]),
+    # Top 4 renormalised: 0.375, 0.3125, 0.1875, 0.125 -> cumulative reaches
+    # 0.8 at the third.
+    (4, 0.8): _renormalised([1, 3, 4]),
+}
+
+
+@pytest.mark.parametrize("top_k,top_p", list(CASES))
+def test_draw_frequencies_and_logprobs(top_k, top_p):
+  n = 20_000
+  logits = jnp.broadcast_to(jnp.log(jnp.asarray(PROBS, jnp.float32)), (n, len(PROBS)))
+  keys = jax.random.split(jax.random.key(0), n)
+  tokens, logp, logp_sampling = jax.jit(
+      selection.select_tokens, static_argnums=(2, 3, 4))(logits, keys, 1.0, top_k, top_p)
+  expected = CASES[(top_k, top_p)]
+  freq = np.bincount(np.asarray(tokens), minlength=len(PROBS)) / n
+  # 4.5 standard deviations of a frequency estimated from 20k draws.
+  np.testing.assert_allclose(freq, expected, atol=4.5 * np.sqrt(0.25 / n))
+  assert (expected[np.asarray(tokens)] > 0).all()
+  np.testing.assert_allclose(logp, np.log(PROBS[np.asarray(tokens)]), atol=1e-5)
+  np.testing.assert_allclose(logp_sampling, np.log(expected[np.asarray(tokens)]), atol=1e-5)
+
+
+def test_temperature_scales_the_distribution():
+  n = 20_000
+  logits = jnp.broadcast_to(jnp.log(jnp.asarray(PROBS, jnp.float32)), (n, len(PROBS)))
+  tokens, logp, _ = selection.select_tokens(logits, jax.random.split(jax.random.key(1), n),
+                                            0.5, 0, 1.0)
+  sharpened = PROBS ** 2 / (PROBS ** 2).sum()
+  freq = np.bincount(np.asarray(tokens), minlength=len(PROBS)) / n
+  np.testing.assert_allclose(freq, sharpened, atol=4.5 * np.sqrt(0.25 / n))
+  np.testing.assert_allclose(logp, np.log(sharpened[np.asarray(tokens)]), atol=1e-5)
+
+
+@pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9, 0.99])
+def test_nucleus_threshold_equals_sorted_prefix(top_p):
+  logits = jax.random.normal(jax.random.key(2), (64, 1000)) * 3
+  probs = jax.nn.softmax(logits, axis=-1)
+  keep = np.asarray(probs >= selection._nucleus_threshold(probs, top_p)[:, None])
+  p = np.asarray(probs, np.float64)
+  order = np.argsort(-p, axis=-1, kind="stable")
+  sorted_p = np.take_along_axis(p, order, axis=-1)
+  mass_before = np.zeros_like(p)
+  np.put_along_axis(mass_before, order, np.cumsum(sorted_p, -1) - sorted_p, axis=-1)
+  # Float32 sums may decide differently only where the mass sits on top_p.
+  differ = keep != (mass_before < top_p)
+  assert (np.abs(mass_before[differ] - top_p) < 1e-5).all()
+  assert keep.sum(-1).min() >= 1 and differ.sum() <= 2
