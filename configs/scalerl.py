@@ -172,7 +172,9 @@ def get_config(arg=None):
   c.sampling.top_p = 1.0  # 1.0 disables.
   c.sampling.max_prompt_len = 64 if cpu else 2048  # Prompt budget in tokens.
   c.sampling.max_new_tokens = 96 if cpu else 14_336  # Generation budget.
-  c.sampling.num_slots = 0  # Continuous-batching slots; 0 = prompts x generations.
+  # Continuous-batching slots; 0 = P x G for ppo_off_policy and 2 x P x G for
+  # pipeline_rl (a second batch in flight while the trainer steps).
+  c.sampling.num_slots = 0
   c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
   c.sampling.interruption = ml_collections.ConfigDict()
   c.sampling.interruption.enabled = not cpu  # Thinking-budget interruptions (§5).

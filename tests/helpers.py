@@ -12,3 +12,20 @@ def tiny_config(**model_overrides):
   with config.unlocked():
     config.model.update(model)
   return config
+
+
+def rl_test_config(schedule="pipeline_rl", num_steps=4):
+  """A whole RL experiment small enough for a test: 2-layer model, 4 x 4 rollouts."""
+  config = tiny_config(vocab_size=384, max_seq_len=128)
+  s, d, t = config.sampling, config.data, config.trainer
+  s.max_prompt_len, s.max_new_tokens, s.decode_steps_per_call = 16, 48, 16
+  d.prompts_per_step, d.generations_per_prompt = 4, 4
+  # Level 1 only (231 training problems): the warm start reaches ~10% there.
+  d.builtin_difficulty, d.builtin_num_train, d.builtin_num_val = (1,), 231, 12
+  t.warm_start_steps, t.warm_start_lr, t.warm_start_batch = 300, 3e-3, 32
+  t.num_steps, t.eval_every, t.eval_num_prompts, t.eval_samples = num_steps, 2, 12, 4
+  t.checkpoint_every = 2
+  config.optim.learning_rate, config.optim.warmup_steps = 1e-4, 0
+  config.buffer.schedule, config.buffer.max_off_policy = schedule, 2
+  config.rewards.num_workers, config.rewards.timeout_s = 1, 5.0
+  return config

@@ -1,0 +1,62 @@
+"""Validation: mean@k and pass@k of a policy on held-out prompts.
+
+The y-axis of every compute-performance curve (PAPER.md §1: mean@16 over
+1,000 prompts) is `val/mean_at_k` from here, written by the trainer every
+`trainer.eval_every` steps and by `launch/evaluate.py` for a checkpoint.
+
+Shape letters: P prompts in a batch, K samples per prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from scalerl_jax.data import pipeline as pipeline_lib
+from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.rl.rollouts import completion_texts
+from scalerl_jax.sampling.sampler import Sampler
+
+
+def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.PromptBatch],
+             tok: tokenizer_lib.Tokenizer, pool: Any, rng: jax.Array,
+             version: int = 0) -> dict[str, float]:
+  """Samples K completions per validation prompt and scores them.
+
+  Args:
+    sampler: the sampler (its temperature is the evaluation temperature).
+    params: policy parameters.
+    batches: validation batches from `pipeline.eval_batches` (K = their
+      generations_per_prompt).
+    tok: tokenizer, to decode completions.
+    pool: reward pool.
+    rng: PRNG key (fixed per evaluation so that repeated evaluations of the
+      same parameters agree).
+    version: policy version recorded in the sampler's outputs.
+
+  Returns:
+    val/mean_at_k (mean score over all samples), val/pass_at_k (fraction of
+    prompts with at least one verified sample), val/mean_length (completion
+    tokens), val/truncation_rate, val/num_prompts.
+  """
+  scores, lengths, truncated = [], [], []
+  for i, batch in enumerate(batches):
+    k = batch.generations_per_prompt
+    tokens_BxL, lens_B = batch.expand()
+    out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
+    texts = completion_texts(out.tokens, out.prompt_len, out.length, tok)
+    records = [record for record in batch.records for _ in range(k)]
+    batch_scores, _ = pool.score(texts, records)
+    scores.append(np.asarray(batch_scores, np.float32).reshape(-1, k))
+    lengths.append(out.length - out.prompt_len)
+    truncated.append(out.truncated)
+  scores_PxK = np.concatenate(scores)
+  return {
+      "val/mean_at_k": float(scores_PxK.mean()),
+      "val/pass_at_k": float((scores_PxK.max(axis=1) > 0.5).mean()),
+      "val/mean_length": float(np.concatenate(lengths).mean()),
+      "val/truncation_rate": float(np.concatenate(truncated).mean()),
+      "val/num_prompts": float(scores_PxK.shape[0]),
+  }

@@ -1,0 +1,142 @@
+"""Builds the pieces of an experiment from its config: the one place that wires them.
+
+`Experiment.build(config, workdir)` validates the config, joins the multi-host
+runtime if asked, makes the mesh, the tokenizer, the policy (imported from
+`model.hf_path` or warm-started on the built-in task), the sampler on the same
+mesh, the reward pool and the prompt sources. The trainer, `launch/evaluate.py`
+and `launch/export.py` all start here, so they see the same model and data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging as pylogging
+import os
+from typing import Any, Optional
+
+from absl import logging
+import jax
+import ml_collections
+
+from scalerl_jax import config as config_lib
+from scalerl_jax import sharding
+from scalerl_jax import warm_start
+from scalerl_jax.data import pipeline as pipeline_lib
+from scalerl_jax.data import sources
+from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.models import hf_io, transformer
+from scalerl_jax.rewards.pool import RewardPool
+from scalerl_jax.sampling.sampler import Sampler
+
+
+def _sync_model_config(config: ml_collections.ConfigDict, cfg: transformer.ModelConfig) -> None:
+  """Writes an imported checkpoint's shape back into `config.model`."""
+  with config.unlocked():
+    m = config.model
+    for field in ("family", "vocab_size", "embed_dim", "num_layers", "num_heads",
+                  "num_kv_heads", "head_dim", "mlp_dim", "tie_embeddings", "qkv_bias",
+                  "qk_norm", "max_seq_len"):
+      m[field] = getattr(cfg, field)
+    m.rope_theta = float(cfg.rope_theta)
+    m.norm_eps = float(cfg.norm_eps)
+    m.rope_scaling.type = cfg.rope_scaling_type
+    m.rope_scaling.factor = float(cfg.rope_factor)
+    m.rope_scaling.low_freq_factor = float(cfg.rope_low_freq_factor)
+    m.rope_scaling.high_freq_factor = float(cfg.rope_high_freq_factor)
+    m.rope_scaling.original_max_position = cfg.rope_original_max_position
+
+
+@dataclasses.dataclass
+class Experiment:
+  """Everything built from one config (see module docstring)."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  mesh: jax.sharding.Mesh
+  rules: sharding.Rules
+  tok: tokenizer_lib.Tokenizer
+  model_cfg: transformer.ModelConfig
+  model: transformer.Transformer
+  params: Any  # Base policy parameters, sharded.
+  param_shardings: Any
+  sampler: Sampler
+
+  @classmethod
+  def build(cls, config: ml_collections.ConfigDict, workdir: str,
+            base_params: bool = True) -> "Experiment":
+    """Validates `config` and builds the mesh, tokenizer, model and sampler.
+
+    Args:
+      config: experiment config; `model` fields are overwritten from
+        `model.hf_path`'s config.json when set.
+      workdir: experiment directory (tokenizer and base policy are cached here).
+      base_params: build the base policy (import or warm start). Pass False
+        when the parameters will be restored from a checkpoint anyway; the
+        returned params are then freshly initialised.
+    """
+    config_lib.validate(config)
+    sharding.maybe_initialize_distributed(config.mesh)
+    config_lib.validate(config, num_devices=jax.device_count())
+    os.makedirs(workdir, exist_ok=True)
+    mesh = sharding.make_mesh(config.mesh)
+    rules = sharding.logical_rules(config.mesh)
+    if config.model.hf_path:
+      model_cfg = hf_io.read_config(
+          config.model.hf_path, param_dtype=config.model.param_dtype,
+          compute_dtype=config.model.compute_dtype, fp32_lm_head=config.model.fp32_lm_head,
+          remat=config.model.remat)
+      _sync_model_config(config, model_cfg)
+      config_lib.validate(config, num_devices=jax.device_count())
+    else:
+      model_cfg = transformer.ModelConfig.from_config(config.model)
+    tok = tokenizer_lib.get_tokenizer(config, workdir)
+    if tok.vocab_size > model_cfg.vocab_size:
+      raise ValueError(
+          f"model.vocab_size: {model_cfg.vocab_size} is smaller than the tokenizer's "
+          f"{tok.vocab_size} pieces ({tok.path})")
+    model = transformer.Transformer(model_cfg)
+    shardings = sharding.param_shardings(model, mesh, rules)
+    if config.model.hf_path and base_params:
+      _, params = hf_io.load_checkpoint(config.model.hf_path, shardings=shardings, cfg=model_cfg)
+    else:
+      params, _ = sharding.init_model_params(model, jax.random.key(config.seed), mesh, rules)
+      if base_params:
+        params = warm_start.warm_start(config, workdir, model, params, shardings, tok)
+    phrase = tok.encode(config.sampling.interruption.phrase)
+    sampler = Sampler.from_config(
+        config, mesh, rules, eos_ids=[tok.eos_id], pad_id=tok.pad_id,
+        think_close_id=tok.end_think_id, phrase_ids=phrase)
+    logging.info("Policy: %s, %.2fM parameters; mesh %s", model_cfg.family,
+                 model_cfg.num_params() / 1e6, dict(mesh.shape))
+    return cls(config, workdir, mesh, rules, tok, model_cfg, model, params, shardings, sampler)
+
+  def reward_pool(self) -> RewardPool:
+    """A reward pool for `config.rewards` (close it, or use it as a context manager)."""
+    return RewardPool(self.config.rewards)
+
+  def prompts(self, split: str) -> list[dict]:
+    """Prompt records of `split` ('train' or 'val') from `config.data.source`."""
+    return sources.load_prompts(self.config, split)
+
+  def eval_batches(self, num_prompts: Optional[int] = None,
+                   samples: Optional[int] = None) -> list[pipeline_lib.PromptBatch]:
+    """Validation batches: the first `trainer.eval_num_prompts` prompts, K samples each."""
+    t = self.config.trainer
+    num_prompts = num_prompts or t.eval_num_prompts
+    samples = samples or t.eval_samples
+    records = self.prompts("val")[:num_prompts]
+    rows = self.config.data.prompts_per_step * self.config.data.generations_per_prompt
+    return pipeline_lib.eval_batches(self.config, records, self.tok,
+                                     max(1, rows // samples), samples)
+
+
+class _LibraryInfoFilter(pylogging.Filter):
+  """Drops INFO lines of orbax (several per checkpoint); keeps its warnings."""
+
+  def filter(self, record: pylogging.LogRecord) -> bool:
+    return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
+
+
+def configure_logging() -> None:
+  """INFO logging for our progress messages, without orbax's chatter."""
+  logging.set_verbosity(logging.INFO)
+  logging.get_absl_handler().addFilter(_LibraryInfoFilter())

@@ -1,0 +1,190 @@
+"""Rollouts: prompts -> sampler slots -> verifiers -> scored groups.
+
+`Rollouts` keeps the continuous-batching sampler's slots busy with whole
+groups (G slots per prompt), harvests finished sequences, and once all G
+completions of a prompt are in, scores them in the reward pool and returns a
+`buffer.Group`. The parameters passed to each call are the ones the sampler
+uses for that call, so under PipelineRL sequences in flight continue with new
+weights after every train step, and every token keeps the version that chose
+it. Its whole state (slot arrays, prompt queue, partial groups) is
+checkpointed, so a resumed run continues the very same sequences.
+
+Shape letters: G generations per prompt, S sequence length, F finished rows.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from typing import Any, Iterator, Optional
+
+import jax
+import numpy as np
+
+from scalerl_jax.data import pipeline as pipeline_lib
+from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.rl.buffer import Group
+from scalerl_jax.sampling.sampler import Sampler
+
+_ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "length", "truncated",
+               "interrupted")
+
+
+def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, length_F: np.ndarray,
+                     tok: tokenizer_lib.Tokenizer) -> list[str]:
+  """Decoded completion of every row (injected phrases included, EOS dropped)."""
+  texts = []
+  for i in range(tokens_FxS.shape[0]):
+    ids = tokens_FxS[i, int(prompt_len_F[i]):int(length_F[i])].tolist()
+    if ids and ids[-1] == tok.eos_id:
+      ids = ids[:-1]
+    texts.append(tok.decode(ids))
+  return texts
+
+
+def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarray:
+  """Verifier scores in [0, 1] -> rewards in [incorrect, correct]."""
+  return (incorrect + np.asarray(scores, np.float32) * (correct - incorrect)).astype(np.float32)
+
+
+class Rollouts:
+  """Generates scored groups on the sampler's slots.
+
+  Args:
+    sampler: the continuous-batching sampler.
+    pool: the reward pool (`score(texts, records) -> (scores, stats)`).
+    tok: the tokenizer (to decode completions).
+    prompts: iterator of `PromptBatch` (the training pipeline).
+    num_slots: sampler slots; a multiple of G.
+    generations: G.
+    reward_range: (reward of a failed completion, reward of a verified one).
+    rng: base PRNG key; each prefill uses fold_in(rng, counter).
+  """
+
+  def __init__(self, sampler: Sampler, pool: Any, tok: tokenizer_lib.Tokenizer,
+               prompts: Iterator[pipeline_lib.PromptBatch], num_slots: int, generations: int,
+               reward_range: tuple[float, float], rng: jax.Array):
+    if num_slots % generations:
+      raise ValueError(f"sampling.num_slots: {num_slots} is not a multiple of "
+                       f"data.generations_per_prompt={generations}")
+    self.sampler, self.pool, self.tok, self.prompts = sampler, pool, tok, prompts
+    self.generations = generations
+    self.reward_range = reward_range
+    self._rng = rng
+    self.slots = sampler.init_state(num_slots, meta_width=1)
+    self._queue: collections.deque = collections.deque()  # (record, ids) not yet started
+    self._records: dict[int, dict] = {}  # group key -> record, for groups in flight
+    self._partial: dict[int, list[dict[str, np.ndarray]]] = collections.defaultdict(list)
+    self._next_key = 0
+    self._starts = 0
+    self.verify_stats: collections.Counter = collections.Counter()
+
+  @property
+  def in_flight(self) -> int:
+    """Groups started and not yet returned."""
+    return len(self._records)
+
+  def _next_prompt(self) -> tuple[dict, np.ndarray]:
+    if not self._queue:
+      batch = next(self.prompts)  # StopIteration: every prompt is retired.
+      for record, ids, n in zip(batch.records, batch.tokens_PxL, batch.lengths_P):
+        self._queue.append((dict(record), np.asarray(ids[:n], np.int32)))
+    return self._queue.popleft()
+
+  def fill(self, params: Any, max_groups: Optional[int] = None) -> int:
+    """Starts new prompts in free slots, G slots each; returns groups started."""
+    free = self.sampler.free_slots(self.slots)
+    n = len(free) // self.generations
+    if max_groups is not None:
+      n = min(n, max_groups)
+    if n == 0:
+      return 0
+    started = [self._next_prompt() for _ in range(n)]
+    width = max(len(ids) for _, ids in started)
+    tokens = np.full((n * self.generations, width), self.tok.pad_id, np.int32)
+    lens = np.zeros((n * self.generations,), np.int32)
+    keys = np.zeros((n * self.generations,), np.int32)
+    for j, (record, ids) in enumerate(started):
+      rows = slice(j * self.generations, (j + 1) * self.generations)
+      tokens[rows, :len(ids)] = ids
+      lens[rows] = len(ids)
+      keys[rows] = self._next_key
+      self._records[self._next_key] = record
+      self._next_key += 1
+    rng = jax.random.fold_in(self._rng, self._starts)
+    self._starts += 1
+    self.slots = self.sampler.start(self.slots, params, free[:n * self.generations], tokens,
+                                    lens, rng, keys)
+    return n
+
+  def step(self, params: Any, version: int, num_steps: Optional[int] = None) -> list[Group]:
+    """Advances every slot with `params` (tagged `version`) and returns finished groups."""
+    self.slots = self.sampler.advance(self.slots, params, version, num_steps)
+    self.slots, done = self.sampler.harvest(self.slots)
+    finished = []
+    for i in range(done.tokens.shape[0]):
+      key = int(done.meta[i, 0])
+      self._partial[key].append({f: np.asarray(getattr(done, f)[i]) for f in _ROW_FIELDS})
+      if len(self._partial[key]) == self.generations:
+        finished.append(key)
+    return self._score(finished)
+
+  def _score(self, keys: list[int]) -> list[Group]:
+    if not keys:
+      return []
+    rows = [self._partial.pop(k) for k in keys]
+    records = [self._records.pop(k) for k in keys]
+    stacked = [{f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS} for group in rows]
+    texts, row_records = [], []
+    for group, record in zip(stacked, records):
+      texts += completion_texts(group["tokens"], group["prompt_len"], group["length"], self.tok)
+      row_records += [record] * self.generations
+    scores, stats = self.pool.score(texts, row_records)
+    self.verify_stats.update({k: v for k, v in stats.items() if isinstance(v, (int, float))
+                              and not k.endswith("_s")})
+    scores = np.asarray(scores, np.float32).reshape(len(keys), self.generations)
+    groups = []
+    for group, record, scores_G in zip(stacked, records, scores):
+      groups.append(Group(
+          record=record, tokens_GxS=group["tokens"].astype(np.int32),
+          mask_GxS=group["mask"].astype(np.float32), gen_logp_GxS=group["logp"].astype(np.float32),
+          version_GxS=group["version"].astype(np.int32),
+          rewards_G=to_rewards(scores_G, self.reward_range[1], self.reward_range[0]),
+          prompt_lens_G=group["prompt_len"].astype(np.int32),
+          lengths_G=(group["length"] - group["prompt_len"]).astype(np.int32),
+          truncated_G=group["truncated"].astype(bool)))
+    return groups
+
+  # Checkpointing: slot arrays go with the device state, the rest is host data.
+
+  def state(self) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
+    """(slot state pytree, host arrays, JSON metadata) for the checkpoint."""
+    arrays = {}
+    partial_meta = {}
+    for key, rows in self._partial.items():
+      partial_meta[str(key)] = len(rows)
+      for j, row in enumerate(rows):
+        for f, v in row.items():
+          arrays[f"partial/{key}/{j}/{f}"] = v
+    for j, (_, ids) in enumerate(self._queue):
+      arrays[f"queue/{j}"] = ids
+    meta = {"queue_records": [json.dumps(r) for r, _ in self._queue],
+            "records": {str(k): json.dumps(r) for k, r in self._records.items()},
+            "partial": partial_meta, "next_key": self._next_key, "starts": self._starts,
+            "verify_stats": dict(self.verify_stats)}
+    return self.slots, arrays, meta
+
+  def restore(self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Inverse of `state`."""
+    self.slots = slots
+    self._queue = collections.deque(
+        (json.loads(r), np.asarray(arrays[f"queue/{j}"]))
+        for j, r in enumerate(meta["queue_records"]))
+    self._records = {int(k): json.loads(r) for k, r in meta["records"].items()}
+    self._partial = collections.defaultdict(list)
+    for key, n in meta["partial"].items():
+      self._partial[int(key)] = [{f: np.asarray(arrays[f"partial/{key}/{j}/{f}"])
+                                  for f in _ROW_FIELDS} for j in range(n)]
+    self._next_key = int(meta["next_key"])
+    self._starts = int(meta["starts"])
+    self.verify_stats = collections.Counter(meta["verify_stats"])

@@ -1,0 +1,306 @@
+"""train_and_evaluate(config, workdir): the loop that alternates generate and train phases.
+
+One mesh holds the policy; the sampler and the jitted train step share its
+parameters. Each step:
+  1. generate: keep the sampler's slots busy (`Rollouts`) until the buffer
+     holds P groups that are at most k versions stale (`pipeline_rl`: weights
+     change under in-flight sequences after every step), or, for
+     `ppo_off_policy`, generate k batches with fixed weights every k steps;
+  2. train: collate P groups, one optimizer step (`rl/train_step.py`), the
+     policy version advances;
+  3. metrics (one JSON line + TensorBoard), validation mean@k every
+     `trainer.eval_every` steps, a checkpoint every `trainer.checkpoint_every`.
+
+Resume order (checkpoint.py saves all of it together): step and train state
+(params, optimizer) -> sampler slots (sequences in flight, their KV caches
+and PRNG keys) -> data iterator position and prompt queue -> curriculum ->
+rollout buffer and partial groups -> compute meter and counters ->
+metrics.jsonl truncated to the checkpoint step.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, Optional
+
+from absl import logging
+import jax
+import ml_collections
+import numpy as np
+
+from scalerl_jax import checkpoint as checkpoint_lib
+from scalerl_jax import evaluation
+from scalerl_jax import metrics as metrics_lib
+from scalerl_jax import optim
+from scalerl_jax import sharding
+from scalerl_jax.data import curriculum as curriculum_lib
+from scalerl_jax.data import pipeline as pipeline_lib
+from scalerl_jax.experiment import Experiment
+from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import losses
+from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import train_step as train_step_lib
+
+DONE_FILE = "DONE"  # Written when a run has finished all its steps (sweep.py checks it).
+
+
+def make_train_step(exp: Experiment, optimizer, state_shardings):
+  """The jitted train step with explicit shardings and a donated state."""
+  config = exp.config
+  spec = train_step_lib.StepSpec(
+      model=exp.model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
+      adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
+      num_prompts=config.data.prompts_per_step,
+      num_generations=config.data.generations_per_prompt,
+      temperature=config.sampling.temperature or 1.0)
+  batch_sh = {k: sharding.batch_sharding(exp.mesh, exp.rules, 2)
+              for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
+  batch_sh["rewards_PxG"] = sharding.named_sharding(exp.mesh, exp.rules, (None, None))
+  step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec),
+                 in_shardings=(state_shardings, batch_sh), out_shardings=(state_shardings, None),
+                 donate_argnums=0)
+
+  def run(state, batch):
+    with sharding.activate(exp.mesh, exp.rules):
+      return step(state, batch)
+  return run
+
+
+def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict[str, float]:
+  rewards = np.stack([g.rewards_G for g in groups])
+  lengths = np.concatenate([g.lengths_G for g in groups])
+  truncated = np.concatenate([g.truncated_G for g in groups])
+  hist = buffer_lib.staleness_histogram(groups, version, k)
+  staleness = np.repeat(np.arange(k + 1), hist)
+  mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
+  return {"train/reward_mean": float(rewards.mean()),
+          "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
+          "train/truncation_rate": float(truncated.mean()),
+          "staleness/mean": float(staleness.mean()) if staleness.size else 0.0,
+          "staleness/max": float(staleness.max()) if staleness.size else 0.0,
+          "staleness/mixed_version_frac": float(mixed),
+          **{f"staleness/hist_{i}": float(c) for i, c in enumerate(hist)}}
+
+
+class Trainer:
+  """The RL loop's state and its steps; `train_and_evaluate` drives it."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
+               restore_step: Optional[int] = None, require_checkpoint: bool = False):
+    """Builds the experiment and restores the latest (or `restore_step`) checkpoint.
+
+    Args:
+      config: experiment config.
+      workdir: experiment directory.
+      restore_step: checkpoint to restore instead of the latest.
+      require_checkpoint: raise if `workdir` holds no checkpoint.
+    """
+    self.config, self.workdir = config, workdir
+    self.checkpointer = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, "checkpoints"), max_to_keep=config.trainer.keep_checkpoints)
+    latest = self.checkpointer.latest_step()
+    if restore_step is None:
+      restore_step = latest
+    elif restore_step not in self.checkpointer.all_steps():
+      raise ValueError(f"{workdir}: no checkpoint at step {restore_step}; "
+                       f"available: {self.checkpointer.all_steps()}")
+    if require_checkpoint and restore_step is None:
+      raise FileNotFoundError(f"{workdir}/checkpoints: no checkpoint to read")
+    resuming = restore_step is not None
+    self.exp = exp = Experiment.build(config, workdir, base_params=not resuming)
+    self.optimizer = optim.make_optimizer(config.optim)
+    init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=self.optimizer))
+    self.state = init(exp.params)
+    self.state_shardings = jax.tree.map(lambda x: x.sharding, self.state)
+    self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
+    self.pool = exp.reward_pool()
+    self.curriculum = curriculum_lib.Curriculum.from_config(config.curriculum)
+    self.pipeline = pipeline_lib.make_pipeline(config, exp.prompts("train"), exp.tok,
+                                               is_retired=self.curriculum.is_retired)
+    self.val_batches = exp.eval_batches()
+    p, g = config.data.prompts_per_step, config.data.generations_per_prompt
+    self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
+    pipelined = config.buffer.schedule == "pipeline_rl"
+    num_slots = config.sampling.num_slots or (2 if pipelined else 1) * p * g
+    if config.buffer.schedule == "ppo_off_policy" and num_slots < p * g:
+      raise ValueError(f"sampling.num_slots: {num_slots} < prompts x generations = {p * g}; "
+                       "ppo_off_policy generates whole batches")
+    self.rollouts = rollouts_lib.Rollouts(
+        exp.sampler, self.pool, exp.tok, self.pipeline, num_slots, g,
+        (config.rl.reward_incorrect, config.rl.reward_correct),
+        jax.random.key(config.seed + 1))
+    self.writer = metrics_lib.MetricWriter(workdir)
+    self.meter = metrics_lib.ComputeMeter()
+    self.counters = {"tokens_generated": 0, "tokens_trained": 0, "nonfinite_steps": 0,
+                     "consecutive_nonfinite": 0}
+    self.step = 0
+    if resuming:
+      self._restore(restore_step)
+
+  def close(self) -> None:
+    """Waits for pending checkpoint writes; stops the reward pool and writers."""
+    self.checkpointer.wait()
+    self.writer.close()
+    self.pool.close()
+
+  # Checkpoints.
+
+  def _host_state(self):
+    buf_arrays, buf_meta = self.buffer.state()
+    slots, roll_arrays, roll_meta = self.rollouts.state()
+    device = {"train": self.state, "slots": slots}
+    host = {"buffer": buf_arrays, "rollouts": roll_arrays}
+    extra = {"step": self.step, "pipeline": self.pipeline.get_state(),
+             "curriculum": self.curriculum.state_dict(), "buffer": buf_meta,
+             "rollouts": roll_meta, "meter": self.meter.state_dict(), "counters": self.counters}
+    return device, host, extra
+
+  def save(self, force: bool = False) -> None:
+    device, host, extra = self._host_state()
+    self.checkpointer.save(self.step, device, extra, host_state=host, force=force)
+
+  def _restore(self, step: int) -> None:
+    device, _, _ = self._host_state()
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device)
+    device, extra, host = self.checkpointer.restore(step, abstract)
+    self.state = device["train"]
+    self.step = int(extra["step"])
+    self.pipeline.set_state(extra["pipeline"])
+    self.curriculum = curriculum_lib.Curriculum.from_state_dict(extra["curriculum"])
+    self.pipeline._is_retired = self.curriculum.is_retired  # pylint: disable=protected-access
+    self.buffer.restore(host.get("buffer", {}), extra["buffer"])
+    self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
+    self.meter.load_state_dict(extra["meter"])
+    self.counters = dict(extra["counters"])
+    logging.info("Resumed from the checkpoint at step %d", self.step)
+
+  # Phases.
+
+  def _add_groups(self, groups: list[buffer_lib.Group]) -> None:
+    lo, hi = self.config.rl.reward_incorrect, self.config.rl.reward_correct
+    for g in groups:
+      self.curriculum.update([g.record["id"]], ((g.rewards_G - lo) / (hi - lo))[None])
+      self.buffer.add(g)
+      self.counters["tokens_generated"] += int(g.mask_GxS.sum())
+
+  def _generation_flops(self, groups):
+    return metrics_lib.generation_flops(
+        self.exp.model_cfg, [int(n) for g in groups for n in g.prompt_lens_G],
+        [int(n) for g in groups for n in g.lengths_G])
+
+  def generate(self) -> None:
+    """Fills the buffer until a batch can be taken at the current version."""
+    p, k = self.config.data.prompts_per_step, self.config.buffer.max_off_policy
+    params, version = self.state.params, self.step
+    if self.config.buffer.schedule == "pipeline_rl":
+      # The generator never idles: at least one decode call per train step
+      # (as PipelineRL's generators run while the trainer steps), then more
+      # until P groups within the staleness bound are ready.
+      while True:
+        self.rollouts.fill(params)
+        self._add_groups(self.rollouts.step(params, version))
+        if self.buffer.num_ready(version) >= p:
+          return
+    if len(self.buffer):  # ppo_off_policy: still consuming the last k batches.
+      return
+    for _ in range(k):
+      self.rollouts.fill(params, max_groups=p)
+      while self.rollouts.in_flight:
+        self._add_groups(self.rollouts.step(params, version))
+
+  def train(self, groups) -> tuple[dict[str, float], int]:
+    """One optimizer step on `groups`; returns its metrics and sequence length."""
+    host_batch = buffer_lib.collate(groups)
+    batch = sharding.shard_batch(host_batch, self.exp.mesh, self.exp.rules)
+    self.state, step_metrics = self.train_step(self.state, batch)
+    step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+    self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
+    if step_metrics["nonfinite"]:
+      self.counters["nonfinite_steps"] += 1
+      self.counters["consecutive_nonfinite"] += 1
+      logging.warning("step %d: non-finite loss or gradient; update skipped", self.step)
+    else:
+      self.counters["consecutive_nonfinite"] = 0
+    return step_metrics, host_batch["tokens_BxS"].shape[1]
+
+  def evaluate(self) -> dict[str, float]:
+    return evaluation.evaluate(self.exp.sampler, self.state.params, self.val_batches,
+                               self.exp.tok, self.pool, jax.random.key(self.config.seed + 2),
+                               version=self.step)
+
+  def run_step(self) -> dict[str, float]:
+    """One generate + train step; returns its metrics."""
+    cfg, p = self.config, self.config.data.prompts_per_step
+    num_devices = self.exp.mesh.size
+    t0 = time.perf_counter()
+    self.generate()
+    t_gen = time.perf_counter() - t0
+    groups = self.buffer.take(p, self.step)
+    if groups is None:
+      raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
+    gen_flops = self._generation_flops(groups)
+    self.meter.add(gen_flops, t_gen, num_devices)
+    row = _batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
+    t1 = time.perf_counter()
+    step_metrics, batch_len = self.train(groups)
+    t_train = time.perf_counter() - t1
+    seq = [batch_len for g in groups for _ in g.lengths_G]
+    self.meter.add(metrics_lib.train_flops(self.exp.model_cfg, seq), t_train, num_devices)
+    self.step += 1
+    row.update({f"train/{k}": v for k, v in step_metrics.items()})
+    row.update(self.curriculum.metrics())
+    row.update({"time/generate_s": t_gen, "time/train_s": t_train,
+                "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
+                "buffer/evicted_stale": float(self.buffer.num_evicted),
+                "buffer/size": float(len(self.buffer)),
+                **{f"verify/{k}": float(v) for k, v in self.rollouts.verify_stats.items()},
+                **{f"counters/{k}": float(v) for k, v in self.counters.items()},
+                **self.meter.scalars()})
+    return row
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+  """Runs (or resumes) the experiment in `workdir`; returns the last metrics written."""
+  trainer = Trainer(config, workdir)
+  t = config.trainer
+  # Lines past the checkpoint will be written again by the resumed run.
+  trainer.writer.truncate_after(trainer.step)
+  progress = metrics_lib.Progress(t.num_steps, trainer.step)
+  last: dict[str, float] = {}
+  try:
+    if trainer.step == 0:
+      last = {**trainer.evaluate(), **trainer.meter.scalars()}
+      trainer.writer.write(0, last)
+      logging.info("step 0: validation mean@%d %.3f", t.eval_samples, last["val/mean_at_k"])
+    while trainer.step < t.num_steps:
+      try:
+        row = trainer.run_step()
+      except StopIteration:
+        logging.warning("step %d: every training prompt is retired (No-Positive-Resampling); "
+                        "stopping early", trainer.step)
+        trainer.save(force=True)
+        break
+      if trainer.counters["consecutive_nonfinite"] >= t.max_nonfinite_steps:
+        raise FloatingPointError(
+            f"step {trainer.step}: {t.max_nonfinite_steps} consecutive non-finite steps "
+            f"(trainer.max_nonfinite_steps); stopping. The last good checkpoint is in "
+            f"{trainer.checkpointer.directory}")
+      if trainer.step % t.eval_every == 0 or trainer.step == t.num_steps:
+        row.update(trainer.evaluate())
+      if trainer.step % t.log_every == 0 or "val/mean_at_k" in row:
+        trainer.writer.write(trainer.step, row)
+      last = row
+      progress.update(trainer.step, reward=row["train/reward_mean"],
+                      val=row.get("val/mean_at_k", float("nan")))
+      if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps:
+        trainer.save()
+    trainer.checkpointer.wait()
+    if jax.process_index() == 0:
+      open(os.path.join(workdir, DONE_FILE), "w").close()
+  finally:
+    progress.close()
+    trainer.close()
+  return last

@@ -1,0 +1,95 @@
+"""The jitted train step: learning signal, zero-variance filtering, NaN guard."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scalerl_jax import optim
+from scalerl_jax.models import transformer
+from scalerl_jax.rl import losses
+from scalerl_jax.rl import train_step as ts
+from tests import helpers
+
+P, G, S = 2, 2, 12
+
+
+def _setup(loss="cispo"):
+  config = helpers.tiny_config()
+  config.rl.loss = loss
+  config.optim.warmup_steps = 0
+  cfg = transformer.ModelConfig.from_config(config.model)
+  model = transformer.Transformer(cfg)
+  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  optimizer = optim.make_optimizer(config.optim)
+  spec = ts.StepSpec(model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
+                     adv_norm="batch", zero_variance_filter=True, num_prompts=P,
+                     num_generations=G, temperature=1.0)
+  step = jax.jit(functools.partial(ts.train_step, spec=spec))
+  return model, params, ts.init_state(params, optimizer), step
+
+
+def _batch(model, params, rewards):
+  rng = np.random.RandomState(0)
+  tokens = rng.randint(0, 128, (P * G, S)).astype(np.int32)
+  mask = np.zeros((P * G, S), np.float32)
+  mask[:, 4:10] = 1
+  logp, _ = ts.policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
+  return {"tokens_BxS": tokens, "mask_BxS": mask,
+          "gen_logp_BxS": np.asarray(logp) * mask,  # On-policy: rho = 1.
+          "rewards_PxG": np.asarray(rewards, np.float32)}
+
+
+def _same(a, b):
+  return all(np.array_equal(x, y) for x, y in
+             zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def test_step_updates_params_and_filters_zero_variance_groups():
+  model, params, state, step = _setup()
+  batch = _batch(model, params, [[1, 0], [1, 1]])  # Group 1 has zero variance.
+  new_state, metrics = step(state, batch)
+  assert int(new_state.step) == 1
+  assert not _same(new_state.params, params)
+  # Only group 0's 2 completions x 6 tokens remain in the loss.
+  assert float(metrics["loss_tokens"]) == 12.0
+  assert float(metrics["zero_variance_frac"]) == 0.5
+  assert float(metrics["nonfinite"]) == 0.0
+  np.testing.assert_allclose(float(metrics["ratio_mean"]), 1.0, atol=1e-5)
+
+
+def test_all_zero_variance_gives_no_update():
+  model, params, state, step = _setup()
+  new_state, metrics = step(state, _batch(model, params, [[0, 0], [1, 1]]))
+  assert float(metrics["loss_tokens"]) == 0.0
+  # AdamW still decays weights on a zero gradient; but with no signal the
+  # gradient itself is exactly zero.
+  assert float(metrics["l2_grads"]) == 0.0
+
+
+def test_non_finite_gradient_leaves_state_unchanged():
+  model, params, state, step = _setup()
+  batch = _batch(model, params, [[1, 0], [0, 1]])
+  batch["gen_logp_BxS"][0, 5] = np.nan  # Poisons the IS ratio of one token.
+  new_state, metrics = step(state, batch)
+  assert float(metrics["nonfinite"]) == 1.0
+  assert int(new_state.step) == 1
+  assert _same(new_state.params, params)
+  assert _same(new_state.opt_state, state.opt_state)
+  # And the next, finite step proceeds normally from the unchanged state.
+  batch["gen_logp_BxS"][0, 5] = 0.0
+  newer, metrics = step(new_state, batch)
+  assert float(metrics["nonfinite"]) == 0.0 and not _same(newer.params, params)
+
+
+def test_policy_logprobs_align_with_targets():
+  model, params, _, _ = _setup()
+  tokens = jnp.asarray(np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32)
+  logp, entropy = ts.policy_logprobs(model, params, tokens, 1.0)
+  logits, _ = model.apply({"params": params}, tokens)
+  want = jax.nn.log_softmax(logits[:, 2])[np.arange(2), tokens[:, 3]]
+  np.testing.assert_allclose(logp[:, 3], want, atol=1e-6)
+  assert float(logp[0, 0]) == 0.0 and float(entropy[0, 0]) == 0.0
+  assert float(entropy[0, 3]) > 0
