@@ -231,6 +231,9 @@ def get_config(arg=None):
   c.trainer.warm_start_steps = 300 if cpu else 0  # Supervised steps (built-in only).
   c.trainer.warm_start_lr = 1e-3  # Supervised warm-start learning rate.
   c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.
+  # Where warm-started base policies are cached, one subdirectory per settings
+  # fingerprint; "" = <workdir>/base_policy. Sweeps share one across points.
+  c.trainer.warm_start_dir = ""
 
   c.lock()
   return c

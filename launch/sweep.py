@@ -42,6 +42,7 @@ def main(argv):
     points = sweep.load_sweep(_SWEEP.value)
   except (OSError, ValueError) as e:
     raise SystemExit(f"launch.sweep: {e}") from None
+  points = sweep.share_warm_start(points, _WORKDIR.value)
   if _MODE.value == "commands":
     path = _COMMANDS_FILE.value or os.path.join(_WORKDIR.value, "commands.sh")
     lines = sweep.write_commands(points, _WORKDIR.value, path, _PYTHON.value or "python")

@@ -32,7 +32,8 @@ def main(argv):
   experiment.configure_logging()
   try:
     last = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (config_lib.ConfigError, ValueError, FileNotFoundError, FloatingPointError) as e:
+  except (config_lib.ConfigError, ValueError, FileNotFoundError, FloatingPointError,
+          RuntimeError) as e:
     raise SystemExit(f"launch.train: {e}") from None
   if "val/mean_at_k" in last:
     print(f"final validation mean@k: {last['val/mean_at_k']:.3f} (metrics in "

@@ -184,6 +184,18 @@ def train_command(point: Point, workdir: str, python: str = "python") -> list[st
               f"--config.{k}={format_value(v)}" for k, v in sorted(point.overrides.items())]
 
 
+def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
+  """Points whose runs cache and reuse warm-started base policies in one place.
+
+  Every point that does not choose `trainer.warm_start_dir` itself gets
+  `<sweep_dir>/base_policy`, so points with the same model and warm-start
+  settings train the base policy once instead of once each.
+  """
+  shared = os.path.join(os.path.abspath(sweep_dir), "base_policy")
+  return [p if "trainer.warm_start_dir" in p.overrides else dataclasses.replace(
+      p, overrides={**p.overrides, "trainer.warm_start_dir": shared}) for p in points]
+
+
 def write_commands(points: Sequence[Point], sweep_dir: str, path: str,
                    python: str = "python") -> list[str]:
   """Writes one shell command line per point to `path` (for a cluster scheduler).

@@ -20,6 +20,7 @@ metrics.jsonl truncated to the checkpoint step.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import time
@@ -44,6 +45,31 @@ from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import train_step as train_step_lib
 
 DONE_FILE = "DONE"  # Written when a run has finished all its steps (sweep.py checks it).
+LOCK_FILE = ".lock"  # Held by the process that trains in a workdir.
+
+
+def lock_workdir(workdir: str):
+  """Takes the workdir's lock, or raises if another process trains there.
+
+  Returns:
+    The open lock file; the lock lasts until it is closed or the process ends.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  handle = open(os.path.join(workdir, LOCK_FILE), "a+")
+  try:
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    owner = handle.read().strip() or "unknown"
+    handle.close()
+    raise RuntimeError(
+        f"{workdir}: another process (pid {owner}) is training in this workdir; "
+        "two runs must not share one") from None
+  handle.seek(0)
+  handle.truncate()
+  handle.write(str(os.getpid()))
+  handle.flush()
+  return handle
 
 
 def make_train_step(exp: Experiment, optimizer, state_shardings):
@@ -117,8 +143,10 @@ class Trainer:
     self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
     self.pool = exp.reward_pool()
     self.curriculum = curriculum_lib.Curriculum.from_config(config.curriculum)
-    self.pipeline = pipeline_lib.make_pipeline(config, exp.prompts("train"), exp.tok,
-                                               is_retired=self.curriculum.is_retired)
+    # Looked up at call time: a restore replaces the curriculum object.
+    self.pipeline = pipeline_lib.make_pipeline(
+        config, exp.prompts("train"), exp.tok,
+        is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id))
     self.val_batches = exp.eval_batches()
     p, g = config.data.prompts_per_step, config.data.generations_per_prompt
     self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
@@ -147,7 +175,7 @@ class Trainer:
 
   # Checkpoints.
 
-  def _host_state(self):
+  def _checkpoint_items(self):
     buf_arrays, buf_meta = self.buffer.state()
     slots, roll_arrays, roll_meta = self.rollouts.state()
     device = {"train": self.state, "slots": slots}
@@ -158,11 +186,11 @@ class Trainer:
     return device, host, extra
 
   def save(self, force: bool = False) -> None:
-    device, host, extra = self._host_state()
+    device, host, extra = self._checkpoint_items()
     self.checkpointer.save(self.step, device, extra, host_state=host, force=force)
 
   def _restore(self, step: int) -> None:
-    device, _, _ = self._host_state()
+    device, _, _ = self._checkpoint_items()
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device)
     device, extra, host = self.checkpointer.restore(step, abstract)
@@ -170,7 +198,6 @@ class Trainer:
     self.step = int(extra["step"])
     self.pipeline.set_state(extra["pipeline"])
     self.curriculum = curriculum_lib.Curriculum.from_state_dict(extra["curriculum"])
-    self.pipeline._is_retired = self.curriculum.is_retired  # pylint: disable=protected-access
     self.buffer.restore(host.get("buffer", {}), extra["buffer"])
     self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
     self.meter.load_state_dict(extra["meter"])
@@ -264,6 +291,15 @@ class Trainer:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Runs (or resumes) the experiment in `workdir`; returns the last metrics written."""
+  lock = lock_workdir(workdir) if jax.process_index() == 0 else None
+  try:
+    return _train(config, workdir)
+  finally:
+    if lock is not None:
+      lock.close()
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
   t = config.trainer
   # Lines past the checkpoint will be written again by the resumed run.

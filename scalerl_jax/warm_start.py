@@ -3,9 +3,11 @@
 Without `model.hf_path`, RL would start from a random network that never
 solves anything (every group zero-variance, no signal). A short supervised
 phase on the built-in task's worked solutions gives a base policy with a
-modest pass rate, which RL then improves. The result is cached in
-`<workdir>/base_policy` (orbax) with a fingerprint of every config field that
-shapes it, and reused by later runs on the same workdir (and by resumes).
+modest pass rate, which RL then improves. The result is cached (orbax) in
+`<trainer.warm_start_dir or workdir/base_policy>/<fingerprint>/`, keyed by a
+hash of every config field that shapes it, and reused by later runs, resumes
+and, when sweeps point `trainer.warm_start_dir` at one place, by every point
+of a grid that shares those settings.
 
 Shape letters: B batch, S sequence length.
 """
@@ -30,6 +32,12 @@ from scalerl_jax.data import builtin_task, pipeline, tokenizer as tokenizer_lib
 from scalerl_jax.models import transformer
 
 _DIR = "base_policy"
+
+
+def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) -> str:
+  """Directory of the cached base policy for these settings."""
+  root = config.trainer.warm_start_dir or os.path.join(workdir, _DIR)
+  return os.path.join(os.path.abspath(root), fingerprint(config, vocab_size))
 
 
 def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
@@ -96,21 +104,13 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
         f"trainer.warm_start_steps: {steps}, but a supervised warm start needs worked "
         f"solutions, which only data.source='builtin' has (got {config.data.source!r}); "
         "set model.hf_path to a base checkpoint or trainer.warm_start_steps=0")
-  path = os.path.join(os.path.abspath(workdir), _DIR)
-  tag = fingerprint(config, tok.vocab_size)
-  tag_file = os.path.join(path, "fingerprint.txt")
+  path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           params, shardings)
   checkpointer = ocp.StandardCheckpointer()
-  if os.path.isfile(tag_file):
-    with open(tag_file) as f:
-      cached = f.read().strip()
-    if cached == tag:
-      logging.info("Reusing the warm-started base policy in %s", path)
-      return checkpointer.restore(os.path.join(path, "params"), abstract)
-    raise ValueError(
-        f"{path}: holds a base policy for other settings (fingerprint {cached}, now {tag}); "
-        "use a fresh --workdir or delete that directory")
+  if os.path.isdir(path):
+    logging.info("Reusing the warm-started base policy in %s", path)
+    return checkpointer.restore(path, abstract)
 
   records = builtin_task.builtin_prompts(
       tuple(config.data.builtin_difficulty), config.data.builtin_num_train, config.seed, "train")
@@ -135,11 +135,12 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
       logging.info("warm start step %d/%d: loss %.4f", i + 1, steps, float(loss))
       if not np.isfinite(float(loss)):
         raise FloatingPointError(f"warm start diverged at step {i + 1} (loss {float(loss)})")
-  if jax.process_index() == 0:
-    os.makedirs(path, exist_ok=True)
-  checkpointer.save(os.path.join(path, "params"), params)
-  checkpointer.wait_until_finished()
-  if jax.process_index() == 0:
-    with open(tag_file, "w") as f:
-      f.write(tag)
+  try:
+    checkpointer.save(path, params)
+    checkpointer.wait_until_finished()
+  except (ValueError, FileExistsError, OSError):
+    if not os.path.isdir(path):
+      raise
+    # Another run of the same sweep saved these very settings first.
+    logging.info("A base policy for these settings appeared in %s meanwhile", path)
   return params

@@ -30,10 +30,10 @@ def test_sharded_greedy_equals_single_device(sharded_results, shape):
   assert r["greedy_logp_max_diff"] <= 1e-5
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_sharded_sampling_equals_single_device(sharded_results, shape):
-  # Each sequence has its own key stream, so the layout cannot change the draws.
-  r = sharded_results[shape]
+def test_sharded_sampling_equals_single_device(sharded_results):
+  # Each sequence has its own key stream, so the layout cannot change the draws;
+  # (2, 2, 2) also splits the vocabulary over `tensor`.
+  r = sharded_results[(2, 2, 2)]
   assert r["sampled_tokens_equal"] and r["sampled_mask_equal"]
   assert r["sampled_logp_max_diff"] <= 1e-5
 

@@ -36,10 +36,10 @@ def setup():
 
   def make(**overrides):
     """One sampler per settings, shared across tests (its programs compile once)."""
-    key = tuple(sorted(overrides.items()))
-    if key not in samplers:
-      samplers[key] = Sampler(cfg, dataclasses.replace(base, **overrides), mesh, rules)
-    return samplers[key]
+    settings = dataclasses.replace(base, **overrides)
+    if settings not in samplers:
+      samplers[settings] = Sampler(cfg, settings, mesh, rules)
+    return samplers[settings]
 
   return dict(cfg=cfg, model=model, params=params, other=other, make=make, prompts=prompts,
               mesh_rules=(mesh, rules))
@@ -68,7 +68,7 @@ def test_greedy_equals_repeated_argmax_of_full_forward(setup):
   assert out.truncated.all()
 
 
-@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (20, 0.9), (0, 0.8)])
+@pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (20, 0.9)])
 def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
   temperature = 0.7
   out = setup["make"](temperature=temperature, top_k=top_k, top_p=top_p).generate(
@@ -104,7 +104,7 @@ def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
 
 
 def test_fixed_key_is_deterministic(setup):
-  sampler = setup["make"]()
+  sampler = setup["make"](temperature=0.7)
   run = lambda seed: sampler.generate(setup["params"], setup["prompts"], PROMPT_LENS,
                                       jax.random.key(seed))
   first, again, other = run(7), run(7), run(8)

@@ -192,8 +192,9 @@ def test_sweep_launcher_writes_commands(tmp_path):
       cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr
   lines = proc.stdout.splitlines()
-  assert [shlex.split(line)[-1] for line in lines] == [
-      f"--config.rl.loss={loss}" for loss in ("grpo", "dapo", "gspo", "cispo")]
+  assert [shlex.split(line)[-2:] for line in lines] == [
+      [f"--config.rl.loss={loss}", f"--config.trainer.warm_start_dir={tmp_path}/base_policy"]
+      for loss in ("grpo", "dapo", "gspo", "cispo")]
   assert (tmp_path / "commands.sh").read_text().splitlines()[1:] == lines
 
 

@@ -131,3 +131,13 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
   result = checkpoint_io.evaluate_checkpoint(config, workdir)
   assert result["step"] == 4
   assert result["val/mean_at_k"] == last["val/mean_at_k"]
+
+
+def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
+  holder = trainer_lib.lock_workdir(str(tmp_path))
+  try:
+    with pytest.raises(RuntimeError, match=f"pid {os.getpid()}"):
+      trainer_lib.lock_workdir(str(tmp_path))
+  finally:
+    holder.close()
+  trainer_lib.lock_workdir(str(tmp_path)).close()  # Free again once released.

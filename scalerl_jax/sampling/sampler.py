@@ -147,7 +147,9 @@ class Sampler:
       slot_ids: [B] distinct free slots.
       prompt_tokens: [B, P] int token ids; positions past a row's length are ignored.
       prompt_lens: [B] prompt lengths, 1 <= len <= min(P, sampling.max_prompt_len).
-      rng: PRNG key; each sequence gets its own sampling stream and thinking budget.
+      rng: PRNG key; sequence i draws its tokens and thinking budget from
+        fold_in(rng, i) only, so its sampling does not depend on its slot or
+        on the other sequences.
       meta: [B, M] (or [B] when M == 1) int metadata returned with the sequence.
 
     Returns:
@@ -236,16 +238,16 @@ class Sampler:
     """
     _, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
-    num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
     meta_shape = () if meta is None else np.asarray(meta).shape
-    state = self.init_state(num_slots, meta_shape[1] if len(meta_shape) == 2 else 1)
-    state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta)
+    meta_BxM = self._check_meta(meta, b, meta_shape[1] if len(meta_shape) == 2 else 1)
+    num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
+    state = self.init_state(num_slots, meta_BxM.shape[1])
+    state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxM)
     # Each step appends a token to every running sequence and none exceeds
-    # max_new_tokens, so one call finishes them all.
+    # max_new_tokens, so one call finishes them all; prompt i ran in slot i and
+    # harvest returns slot order, which is input order.
     state = self.advance(state, params, version, self.settings.max_new_tokens)
-    _, out = self.harvest(state)
-    order = np.argsort(out.slot)
-    return jax.tree.map(lambda x: x[order], out)
+    return self.harvest(state)[1]
 
   def _call(self, fn, *args):
     # Traced inside the mesh context so the model's logical constraints apply.

@@ -45,7 +45,7 @@ class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
   cache: dict[str, jax.Array]  # {"k", "v"}: [L, N, S, K, E]
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
-  logp: jax.Array  # [N, S] float32 generator log-prob (model dist. at temperature); 0 where mask is 0.
+  logp: jax.Array  # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
   logp_sampling: jax.Array  # [N, S] float32 log-prob under the truncated sampling distribution.
   version: jax.Array  # [N, S] int32 policy version that chose the token; -1 where mask is 0.
   mask: jax.Array  # [N, S] bool loss mask: True for generated tokens only.
@@ -141,6 +141,7 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   # The logits are unused, so XLA drops the LM head from this program.
   _, fresh = Transformer(model_cfg).apply(
       {"params": params}, prompts_nxP, pos_nxP, init_cache(model_cfg, n, p))
+  # Cache rows are [L, N, S, K, E] (`init_cache`): slots on axis 1, positions on 2.
   cache = {name: state.cache[name].at[:, slot_ids_n, :p].set(fresh[name], mode="drop")
            for name in ("k", "v")}
 
