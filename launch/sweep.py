@@ -31,6 +31,8 @@ _MODE = flags.DEFINE_enum("mode", "local", ["local", "commands"],
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "local: runs at a time.")
 _PYTHON = flags.DEFINE_string(
     "python", None, "Interpreter in the commands; default: this one locally, 'python' in files.")
+_SET = flags.DEFINE_multi_string(
+    "set", [], "field=value applied to every point, e.g. --set=trainer.eval_every=5.")
 _COMMANDS_FILE = flags.DEFINE_string(
     "commands_file", None, "commands: output file; default <workdir>/commands.sh.")
 
@@ -39,8 +41,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
-    points = sweep.load_sweep(_SWEEP.value)
-  except (OSError, ValueError) as e:
+    points = sweep.with_overrides(sweep.load_sweep(_SWEEP.value),
+                                  sweep.parse_overrides(_SET.value))
+  except (OSError, ValueError, TypeError) as e:
     raise SystemExit(f"launch.sweep: {e}") from None
   points = sweep.share_warm_start(points, _WORKDIR.value)
   if _MODE.value == "commands":

@@ -15,6 +15,7 @@ starts, so a typo fails at once and names the file, the point and the field.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import os
@@ -182,6 +183,28 @@ def train_command(point: Point, workdir: str, python: str = "python") -> list[st
   return [python, "-m", "launch.train", f"--config={BASE_CONFIG}:variant={point.variant}",
           f"--workdir={workdir}"] + [
               f"--config.{k}={format_value(v)}" for k, v in sorted(point.overrides.items())]
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+  """['trainer.eval_every=5', 'rl.loss=dapo'] -> {field: value} (Python literals or strings)."""
+  overrides = {}
+  for item in items:
+    field, sep, text = item.partition("=")
+    if not sep or not field:
+      raise ValueError(f"override {item!r}: expected field=value")
+    try:
+      overrides[field] = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      overrides[field] = text
+  return overrides
+
+
+def with_overrides(points: Sequence[Point], overrides: dict[str, Any]) -> list[Point]:
+  """Every point with `overrides` applied on top (validated like the points themselves)."""
+  out = [dataclasses.replace(p, overrides={**p.overrides, **overrides}) for p in points]
+  for p in out:
+    build_config(p)
+  return out
 
 
 def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:

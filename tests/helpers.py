@@ -1,4 +1,9 @@
-"""Small configs for tests, made from the real `configs/scalerl.py`."""
+"""Small configs for tests, made from the real `configs/scalerl.py`, and a multi-device runner."""
+
+import json
+import os
+import subprocess
+import sys
 
 from configs import scalerl
 
@@ -29,3 +34,19 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
   config.buffer.schedule, config.buffer.max_off_policy = schedule, 2
   config.rewards.num_workers, config.rewards.timeout_s = 1, 5.0
   return config
+
+
+def run_on_8_devices(module: str) -> dict:
+  """Runs `python -m <module>` with 8 simulated CPU devices; its JSON rows by shape.
+
+  The device count is fixed when JAX starts, hence the separate process. The
+  script prints one JSON object per line with a "shape" key.
+  """
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu", PYTHONPATH=root)
+  out = subprocess.run([sys.executable, "-m", module], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-4000:]
+  rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+  return {tuple(r["shape"]): r for r in rows}

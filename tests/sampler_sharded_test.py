@@ -1,26 +1,15 @@
 """Sampler on 8 simulated CPU devices == one device (in a subprocess)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
+
 SHAPES = [(1, 8, 1), (2, 2, 2)]
 
 
 @pytest.fixture(scope="module")
 def sharded_results():
-  # The device count is fixed when JAX starts, hence the separate process.
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT)
-  out = subprocess.run([sys.executable, "-m", "tests.scripts.sampler_sharded"], cwd=_ROOT,
-                       env=env, capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-4000:]
-  rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-  return {tuple(r["shape"]): r for r in rows}
+  return helpers.run_on_8_devices("tests.scripts.sampler_sharded")
 
 
 @pytest.mark.parametrize("shape", SHAPES)

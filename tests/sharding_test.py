@@ -1,28 +1,16 @@
 """Sharded == unsharded, on 8 simulated CPU devices (in a subprocess)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from configs import scalerl
 from scalerl_jax import sharding
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import helpers
 
 
 @pytest.fixture(scope="module")
 def sharded_results():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT)
-  out = subprocess.run([sys.executable, "-m", "tests.scripts.sharded_forward"], cwd=_ROOT,
-                       env=env, capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stderr[-4000:]
-  rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-  return {tuple(r["shape"]): r for r in rows}
+  return helpers.run_on_8_devices("tests.scripts.sharded_forward")
 
 
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 1, 8)])

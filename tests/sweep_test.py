@@ -204,3 +204,18 @@ def test_sweep_launcher_names_a_bad_sweep_file(tmp_path):
        f"--workdir={tmp_path}", "--mode=commands"],
       cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0 and "nope.py: no such sweep file" in proc.stderr
+
+
+def test_set_overrides_reach_every_point_and_are_validated():
+  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/loss_type.py"))
+  extra = sweep.parse_overrides(["trainer.eval_every=5", "data.builtin_difficulty=(1,)",
+                                 "model.hf_path=/ckpt"])
+  assert extra == {"trainer.eval_every": 5, "data.builtin_difficulty": (1,),
+                   "model.hf_path": "/ckpt"}
+  for p in sweep.with_overrides(points, extra):
+    config = sweep.build_config(p)
+    assert config.trainer.eval_every == 5 and config.rl.loss == p.name
+  with pytest.raises(ValueError, match="trainer.eval_every"):
+    sweep.with_overrides(points, {"trainer.eval_every": 0})
+  with pytest.raises(ValueError, match="expected field=value"):
+    sweep.parse_overrides(["trainer.eval_every"])
