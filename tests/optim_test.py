@@ -34,8 +34,9 @@ _DECAYED = {
 
 
 def _optim_config(**overrides):
-  config = scalerl.get_config()  # tiny_cpu: peak 1e-5, 10 warmup steps, eps 1e-15.
-  config.optim.update(overrides)
+  config = scalerl.get_config()  # tiny_cpu: 10 warmup steps, eps 1e-15.
+  # Peak 1e-5, pinned here so the hand-worked numbers below do not follow the preset.
+  config.optim.update(dict(dict(learning_rate=1e-5), **overrides))
   return config.optim
 
 

@@ -1,0 +1,178 @@
+"""Sampler throughput on CPU against a naive loop and Hugging Face `generate`.
+
+  python benchmarks/sampler.py
+  python benchmarks/sampler.py --variants=tiny_cpu --batch_sizes=64 --new_tokens=64
+
+For each model (`tiny_cpu` and the ~50M `small_cpu` of configs/scalerl.py, with
+random weights) and each batch size and completion length, all measured in this
+one run on the same weights and prompts:
+
+* sampler: `Sampler.generate` (prefill + jitted decode loop over the KV cache),
+  temperature 1, no top-k/top-p, no EOS, so every row makes exactly
+  `new_tokens` tokens;
+* naive: a jitted full forward pass over the whole (fixed-shape, padded)
+  sequence for every token. Every step costs the same, so it is timed over
+  `--naive_steps` steps;
+* transformers: `generate` with its KV cache, PyTorch CPU, on the same weights
+  exported with `hf_io.save_checkpoint`, sampling at temperature 1 without
+  top-k/top-p and with `min_new_tokens` = `max_new_tokens`.
+
+Tokens per second count generated tokens only; wall time includes the prompt's
+prefill for both KV-cache samplers. The machine's dense matmul throughput (a
+large float32 matmul through JAX) is measured in the same run, and the useful
+model FLOPs (2 x weights x tokens, plus attention over the positions each token
+sees; the prefill without the LM head, which XLA drops there) divided by the
+wall time are reported as a fraction of it.
+"""
+
+import os
+import tempfile
+import time
+from typing import Callable
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import scalerl
+from scalerl_jax import sharding
+from scalerl_jax.models import hf_io
+from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.sampling.sampler import Sampler
+
+_VARIANTS = flags.DEFINE_list("variants", ["tiny_cpu", "small_cpu"], "Model sizes.")
+_BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"], "Completion lengths.")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt length (all rows).")
+_NAIVE_STEPS = flags.DEFINE_integer("naive_steps", 8, "Timed steps of the naive loop.")
+_REPEATS = flags.DEFINE_integer("repeats", 1, "Timed runs after the warm-up; best is kept.")
+_HF = flags.DEFINE_bool("hf", True, "Also time transformers generate.")
+_TORCH_THREADS = flags.DEFINE_list(
+    "torch_threads", ["1", "2"],
+    "PyTorch thread counts to try; the fastest is reported (on a shared machine OpenMP "
+    "threads can stall each other, so fewer threads are sometimes faster).")
+_MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul.")
+
+
+def _best_time(fn: Callable[[], object], repeats: int) -> float:
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def matmul_flops_per_s(n: int) -> float:
+  """Dense float32 matmul throughput of this machine through JAX."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  matmul = jax.jit(jnp.matmul)
+  jax.block_until_ready(matmul(a, b))
+  return 2 * n ** 3 / _best_time(lambda: matmul(a, b), 5)
+
+
+def generate_flops(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
+  """Useful FLOPs of prefill + decode for `batch` rows (see module docstring)."""
+  d, h, k, e, f = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim
+  per_token = cfg.num_layers * 2 * (d * e * (2 * h + 2 * k) + 3 * d * f)
+  attn_per_position = cfg.num_layers * 4 * h * e
+  head = 2 * d * cfg.vocab_size
+  prefill = prompt_len * per_token + attn_per_position * prompt_len * (prompt_len + 1) / 2
+  # Decode step j reads the token at position prompt_len - 1 + j.
+  positions_seen = new * prompt_len + new * (new - 1) / 2
+  decode = new * (per_token + head) + attn_per_position * positions_seen
+  return batch * (prefill + decode)
+
+
+def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
+  batch, prompt_len = prompts.shape
+
+  def step(params, tokens, pos, key):
+    logits = model.apply({"params": params}, tokens)[0]
+    last = jax.lax.dynamic_index_in_dim(logits, pos - 1, axis=1, keepdims=False)
+    nxt = jax.random.categorical(key, last).astype(jnp.int32)
+    return jax.lax.dynamic_update_index_in_dim(tokens, nxt, pos, axis=1)
+
+  tokens = np.zeros((batch, prompt_len + new), np.int32)
+  tokens[:, :prompt_len] = prompts
+  steps = min(new, _NAIVE_STEPS.value)
+  with sharding.activate(mesh, rules):
+    step = jax.jit(step, donate_argnums=1)
+    warm = step(params, jnp.asarray(tokens), prompt_len, jax.random.key(0))
+
+    def run():
+      out = jnp.asarray(tokens)
+      for i in range(steps):
+        out = step(params, out, prompt_len + i, jax.random.key(i))
+      return out
+
+    jax.block_until_ready(warm)
+    return batch * steps / _best_time(run, _REPEATS.value)
+
+
+def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float, int]:
+  """Best tokens/s of transformers generate over `--torch_threads`, and its thread count."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+  ids = torch.from_numpy(prompts.astype(np.int64))
+  kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
+                top_p=1.0, pad_token_id=0)
+  best = (0.0, 0)
+  with torch.inference_mode():
+    for threads in map(int, _TORCH_THREADS.value):
+      torch.set_num_threads(threads)
+      model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kwargs)
+      seconds = _best_time(
+          lambda: model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kwargs),
+          _REPEATS.value)
+      best = max(best, (prompts.shape[0] * new / seconds, threads))
+  return best
+
+
+def main(argv):
+  del argv
+  peak = matmul_flops_per_s(_MATMUL.value)
+  print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
+  print(f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s\n")
+  header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) | vs naive "
+            "| vs HF | sampler GFLOP/s | sampler % matmul | HF % matmul |")
+  print(header)
+  print("|" + "---|" * (header.count("|") - 1))
+  prompt_len = _PROMPT_LEN.value
+  for variant in _VARIANTS.value:
+    config = scalerl.get_config(variant)
+    cfg = ModelConfig.from_config(config.model)
+    model = Transformer(cfg)
+    mesh = sharding.make_mesh(config.mesh)
+    rules = sharding.logical_rules(config.mesh)
+    params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
+    hf_dir = tempfile.mkdtemp(prefix=f"sampler_bench_{variant}_")
+    hf_io.save_checkpoint(params, cfg, hf_dir)
+    for new in map(int, _NEW_TOKENS.value):
+      config.sampling.max_prompt_len = prompt_len
+      config.sampling.max_new_tokens = new
+      sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
+      for batch in map(int, _BATCH_SIZES.value):
+        prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
+        lens = np.full((batch,), prompt_len)
+        sampler.generate(params, prompts, lens, jax.random.key(0))  # Compile.
+        seconds = _best_time(
+            lambda: sampler.generate(params, prompts, lens, jax.random.key(1)).tokens,
+            _REPEATS.value)
+        ours = batch * new / seconds
+        naive = _naive_tokens_per_s(model, params, prompts, new, mesh, rules)
+        hf, threads = _hf_tokens_per_s(hf_dir, prompts, new) if _HF.value else (float("nan"), 0)
+        flops = generate_flops(cfg, batch, prompt_len, new)
+        hf_fraction = flops / (batch * new / hf) / peak
+        print(f"| {variant} | {batch} | {new} | {ours:,.0f} | {naive:,.0f} | {hf:,.0f} ({threads}) "
+              f"| {ours / naive:.1f}x | {ours / hf:.2f}x | {flops / seconds / 1e9:.1f} "
+              f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
