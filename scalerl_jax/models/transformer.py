@@ -181,11 +181,15 @@ class Dense(nn.Module):
     return y
 
 
-def _write_cache(cache_BxSxKxE, new_BxTxKxE, start_B):
-  """Writes T new entries per row at that row's start position."""
-  def one(row, new, start):
-    return jax.lax.dynamic_update_slice(row, new.astype(row.dtype), (start, 0, 0))
-  return jax.vmap(one)(cache_BxSxKxE, new_BxTxKxE, start_B)
+def _write_cache(cache_LxBxSxKxE, layer, new_BxTxKxE, pos_BxT):
+  """Writes T new entries per row at that row's positions into one layer.
+
+  The whole stacked cache is the scan's loop carry, so XLA updates it in place
+  instead of copying a layer slice in and out on every decode step.
+  """
+  rows_BxT = jnp.broadcast_to(jnp.arange(pos_BxT.shape[0])[:, None], pos_BxT.shape)
+  return cache_LxBxSxKxE.at[layer, rows_BxT, pos_BxT].set(
+      new_BxTxKxE.astype(cache_LxBxSxKxE.dtype))
 
 
 class Attention(nn.Module):
@@ -193,7 +197,7 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxTxD, pos_BxT, layer_cache):
+  def __call__(self, x_BxTxD, pos_BxT, cache, layer):
     cfg = self.cfg
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     d = (cfg.embed_dim,)
@@ -208,16 +212,14 @@ class Attention(nn.Module):
         apply_rope(q, pos_BxT, inv_freq), ("act_batch", "act_len", "act_heads", "head_dim"))
     k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
 
-    if layer_cache is None:
+    if cache is None:
       keys_BxSxKxE, values_BxSxKxE, key_pos_BxS = k_BxTxKxE, v, pos_BxT
       new_cache = None
     else:
-      start_B = pos_BxT[:, 0]
-      keys_BxSxKxE = _write_cache(layer_cache["k"], k_BxTxKxE, start_B)
-      values_BxSxKxE = _write_cache(layer_cache["v"], v, start_B)
-      keys_BxSxKxE = nn.with_logical_constraint(keys_BxSxKxE, CACHE_AXES[1:])
-      values_BxSxKxE = nn.with_logical_constraint(values_BxSxKxE, CACHE_AXES[1:])
-      new_cache = {"k": keys_BxSxKxE, "v": values_BxSxKxE}
+      new_cache = {"k": _write_cache(cache["k"], layer, k_BxTxKxE, pos_BxT),
+                   "v": _write_cache(cache["v"], layer, v, pos_BxT)}
+      keys_BxSxKxE = nn.with_logical_constraint(new_cache["k"][layer], CACHE_AXES[1:])
+      values_BxSxKxE = nn.with_logical_constraint(new_cache["v"][layer], CACHE_AXES[1:])
       s = keys_BxSxKxE.shape[1]
       key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=pos_BxT.dtype), (pos_BxT.shape[0], s))
 
@@ -258,15 +260,17 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxTxD, layer_cache, pos_BxT):
+  def __call__(self, carry, layer, pos_BxT):
+    """carry = (x_BxTxD, stacked cache or None); `layer` indexes the cache."""
+    x_BxTxD, cache = carry
     cfg = self.cfg
     normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="attn_norm")(x_BxTxD)
-    attn_out, new_cache = Attention(cfg, name="attn")(normed, pos_BxT, layer_cache)
+    attn_out, new_cache = Attention(cfg, name="attn")(normed, pos_BxT, cache, layer)
     x_BxTxD = x_BxTxD + attn_out
     normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="mlp_norm")(x_BxTxD)
     x_BxTxD = x_BxTxD + Mlp(cfg, name="mlp")(normed)
     x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
-    return x_BxTxD, new_cache
+    return (x_BxTxD, new_cache), None
 
 
 class Transformer(nn.Module):
@@ -303,7 +307,8 @@ class Transformer(nn.Module):
         block, variable_axes={"params": 0}, split_rngs={"params": True},
         in_axes=(0, nn.broadcast), length=cfg.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"})
-    x_BxTxD, new_cache = blocks(cfg, name="layers")(x_BxTxD, cache, pos_BxT)
+    (x_BxTxD, new_cache), _ = blocks(cfg, name="layers")(
+        (x_BxTxD, cache), jnp.arange(cfg.num_layers), pos_BxT)
     x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
 
     if cfg.tie_embeddings:
