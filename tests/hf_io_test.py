@@ -126,26 +126,25 @@ def test_missing_shard_is_named(tmp_path):
     hf_io.load_checkpoint(sharded)
 
 
-def test_unsupported_architecture_is_named(tmp_path):
-  _, path = _hf_model("llama", tmp_path)
+def _edit_config(path, **changes):
+  """Rewrites <path>/config.json with some fields changed."""
   config_path = os.path.join(path, "config.json")
   with open(config_path) as f:
     hf = json.load(f)
-  hf["architectures"] = ["MistralForCausalLM"]
   with open(config_path, "w") as f:
-    json.dump(hf, f)
+    json.dump(dict(hf, **changes), f)
+
+
+def test_unsupported_architecture_is_named(tmp_path):
+  _, path = _hf_model("llama", tmp_path)
+  _edit_config(path, architectures=["MistralForCausalLM"])
   with pytest.raises(hf_io.CheckpointError, match="MistralForCausalLM"):
     hf_io.load_checkpoint(path)
 
 
 def test_wrong_tensor_shape_is_named(tmp_path):
   _, path = _hf_model("qwen2", tmp_path)
-  config_path = os.path.join(path, "config.json")
-  with open(config_path) as f:
-    hf = json.load(f)
-  hf["intermediate_size"] = 64  # The file's MLP tensors are 48 wide.
-  with open(config_path, "w") as f:
-    json.dump(hf, f)
+  _edit_config(path, intermediate_size=64)  # The file's MLP tensors are 48 wide.
   with pytest.raises(hf_io.CheckpointError, match=r"model\.layers\.0\.mlp\.\w+_proj\.weight"):
     hf_io.load_checkpoint(path)
 
@@ -153,15 +152,10 @@ def test_wrong_tensor_shape_is_named(tmp_path):
 def test_missing_and_unused_tensors_are_named(tmp_path):
   _, path = _hf_model("qwen3", tmp_path)
   # Claim Llama: the q_norm / k_norm tensors are then unexpected.
-  config_path = os.path.join(path, "config.json")
-  with open(config_path) as f:
-    hf = json.load(f)
-  with open(config_path, "w") as f:
-    json.dump(dict(hf, architectures=["LlamaForCausalLM"], model_type="llama"), f)
+  _edit_config(path, architectures=["LlamaForCausalLM"], model_type="llama")
   with pytest.raises(hf_io.CheckpointError, match="q_norm"):
     hf_io.load_checkpoint(path)
   # Claim Qwen2: the q_proj bias is then missing.
-  with open(config_path, "w") as f:
-    json.dump(dict(hf, architectures=["Qwen2ForCausalLM"], model_type="qwen2"), f)
+  _edit_config(path, architectures=["Qwen2ForCausalLM"], model_type="qwen2")
   with pytest.raises(hf_io.CheckpointError, match=r"q_proj\.bias: missing"):
     hf_io.load_checkpoint(path)
