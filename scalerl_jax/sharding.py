@@ -143,6 +143,16 @@ def batch_divisor(mesh: Mesh, rules: Rules) -> int:
   return math.prod(mesh.shape[a] for a in axes)
 
 
+def place_global(array: np.ndarray, target: jax.sharding.Sharding) -> jax.Array:
+  """Places a host array that every process holds in full onto `target`.
+
+  Each device receives only its own slice, so this works on one host and on
+  many (where a plain device_put of a global numpy array does not).
+  """
+  array = np.asarray(array)
+  return jax.make_array_from_callback(array.shape, target, lambda index: array[index])
+
+
 def shard_batch(tree: Any, mesh: Mesh, rules: Rules) -> Any:
   """Places host-local numpy arrays (this process's rows) onto the mesh.
 

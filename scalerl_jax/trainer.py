@@ -88,7 +88,16 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
                  in_shardings=(state_shardings, batch_sh), out_shardings=(state_shardings, None),
                  donate_argnums=0)
 
-  def run(state, batch):
+  divisor = sharding.batch_divisor(exp.mesh, exp.rules)
+
+  def run(state, host_batch):
+    """Places the host batch (the same on every process) in the step's shardings."""
+    rows = host_batch["tokens_BxS"].shape[0]
+    if rows % divisor:
+      raise ValueError(
+          f"data.prompts_per_step x data.generations_per_prompt = {rows} completions do not "
+          f"divide over the {divisor}-way batch sharding of the mesh")
+    batch = {k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()}
     with sharding.activate(exp.mesh, exp.rules):
       return step(state, batch)
   return run
@@ -241,8 +250,7 @@ class Trainer:
   def train(self, groups) -> tuple[dict[str, float], int]:
     """One optimizer step on `groups`; returns its metrics and sequence length."""
     host_batch = buffer_lib.collate(groups)
-    batch = sharding.shard_batch(host_batch, self.exp.mesh, self.exp.rules)
-    self.state, step_metrics = self.train_step(self.state, batch)
+    self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
     if step_metrics["nonfinite"]:

@@ -27,6 +27,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from scalerl_jax import sharding
 from scalerl_jax.models.transformer import ModelConfig, Transformer
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
@@ -196,10 +197,8 @@ def _param_shapes(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
   return {tuple(p.key for p in path): tuple(leaf.shape) for path, leaf in flat}
 
 
-def _place(array: np.ndarray, sharding: Optional[jax.sharding.Sharding]) -> jax.Array:
-  if sharding is None:
-    return jax.numpy.asarray(array)
-  return jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
+def _place(array: np.ndarray, target: Optional[jax.sharding.Sharding]) -> jax.Array:
+  return jax.numpy.asarray(array) if target is None else sharding.place_global(array, target)
 
 
 def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
@@ -236,15 +235,15 @@ def load_checkpoint(path: str, shardings: Any = None, cfg: Optional[ModelConfig]
   params: dict = {}
   for our_path, (hf_name, from_hf, to_hf) in _top_tensors(cfg).items():
     array = from_hf(index.get(hf_name, _expected_hf_shape(to_hf, shapes[our_path])))
-    sharding = _get(shardings, our_path) if shardings is not None else None
-    _set(params, our_path, _place(np.asarray(array, dtype), sharding))
+    target = _get(shardings, our_path) if shardings is not None else None
+    _set(params, our_path, _place(np.asarray(array, dtype), target))
   for sub_path, (pattern, from_hf, to_hf) in _layer_tensors(cfg).items():
     our_path = ("layers",) + sub_path
     hf_shape = _expected_hf_shape(to_hf, shapes[our_path][1:])
     stacked = np.stack([np.asarray(from_hf(index.get(f"model.layers.{i}.{pattern}", hf_shape)),
                                    dtype) for i in range(cfg.num_layers)])
-    sharding = _get(shardings, our_path) if shardings is not None else None
-    _set(params, our_path, _place(stacked, sharding))
+    target = _get(shardings, our_path) if shardings is not None else None
+    _set(params, our_path, _place(stacked, target))
   unused = sorted(n for n in set(index.files) - index.used
                   if not n.endswith(_IGNORED_SUFFIXES)
                   and not (cfg.tie_embeddings and n == "lm_head.weight"))
