@@ -26,6 +26,7 @@ from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling.sampler import Sampler
 
+_VERIFY_COUNTS = ("num_completions", "num_timeouts", "num_errors", "num_crashes", "num_invalid")
 _ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "length", "truncated",
                "interrupted")
 
@@ -140,8 +141,8 @@ class Rollouts:
       texts += completion_texts(group["tokens"], group["prompt_len"], group["length"], self.tok)
       row_records += [record] * self.generations
     scores, stats = self.pool.score(texts, row_records)
-    self.verify_stats.update({k: v for k, v in stats.items() if isinstance(v, (int, float))
-                              and not k.endswith("_s")})
+    # Per-call counts only: the pool's num_worker_restarts is a running total.
+    self.verify_stats.update({k: stats[k] for k in _VERIFY_COUNTS})
     scores = np.asarray(scores, np.float32).reshape(len(keys), self.generations)
     groups = []
     for group, record, scores_G in zip(stacked, records, scores):
