@@ -119,7 +119,7 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, :min(used, seq_len)], mask[:, :min(used, seq_len)]
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
-      optax.warmup_cosine_decay_schedule(0.0, config.trainer.warm_start_lr, min(20, steps),
+      optax.warmup_cosine_decay_schedule(0.0, config.trainer.warm_start_lr, min(20, steps // 2),
                                          steps, config.trainer.warm_start_lr * 0.1),
       weight_decay=0.0))
   step = jax.jit(functools.partial(_sft_step, model=model, optimizer=optimizer),
