@@ -91,7 +91,7 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
   batch, prompt_len = prompts.shape
 
   def step(params, tokens, pos, key):
-    logits = model.apply({"params": params}, tokens)[0]
+    logits = model.apply({"params": params}, tokens)
     last = jax.lax.dynamic_index_in_dim(logits, pos - 1, axis=1, keepdims=False)
     nxt = jax.random.categorical(key, last).astype(jnp.int32)
     return jax.lax.dynamic_update_index_in_dim(tokens, nxt, pos, axis=1)

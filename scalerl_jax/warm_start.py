@@ -71,7 +71,7 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int) -> 
 
 def _sft_step(params, opt_state, tokens_BxS, mask_BxS, *, model, optimizer):
   def loss_fn(p):
-    logits, _ = model.apply({"params": p}, tokens_BxS[:, :-1])
+    logits = model.apply({"params": p}, tokens_BxS[:, :-1])
     logp = transformer.token_logprobs(logits, tokens_BxS[:, 1:])
     m = mask_BxS[:, 1:]
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)

@@ -88,7 +88,7 @@ def test_policy_logprobs_align_with_targets():
   model, params, _, _ = _setup()
   tokens = jnp.asarray(np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32)
   logp, entropy = ts.policy_logprobs(model, params, tokens, 1.0)
-  logits, _ = model.apply({"params": params}, tokens)
+  logits = model.apply({"params": params}, tokens)
   want = jax.nn.log_softmax(logits[:, 2])[np.arange(2), tokens[:, 3]]
   np.testing.assert_allclose(logp[:, 3], want, atol=1e-6)
   assert float(logp[0, 0]) == 0.0 and float(entropy[0, 0]) == 0.0

@@ -123,7 +123,7 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
   exp = experiment.Experiment.build(config, workdir, base_params=False)
   params, _ = _final_params(config, workdir)
   ids = np.random.RandomState(0).randint(0, config.model.vocab_size, (2, 24))
-  ours, _ = exp.model.apply({"params": params}, ids)
+  ours = exp.model.apply({"params": params}, ids)
   with torch.no_grad():
     theirs = hf(torch.tensor(ids)).logits.numpy()
   assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4

@@ -1,4 +1,4 @@
-"""Properties of the policy transformer: causality, KV-cache == full forward, dtypes."""
+"""Properties of the policy transformer: causality, KV-cache decode == full forward, dtypes."""
 
 import flax.linen as nn
 import jax
@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 from tests import helpers
 
@@ -52,59 +53,92 @@ def test_causality_future_token_does_not_change_past_logits():
   cfg, model, params = _model()
   tokens = _tokens((2, 12), cfg.vocab_size)
   changed = tokens.at[:, 7].set((tokens[:, 7] + 1) % cfg.vocab_size)
-  a, _ = model.apply({"params": params}, tokens)
-  b, _ = model.apply({"params": params}, changed)
+  a = model.apply({"params": params}, tokens)
+  b = model.apply({"params": params}, changed)
   np.testing.assert_array_equal(np.asarray(a[:, :7]), np.asarray(b[:, :7]))
   assert np.abs(np.asarray(a[:, 7:] - b[:, 7:])).max() > 1e-3
 
 
-@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True}])
+_forward = jax.jit(decode.forward, static_argnums=0)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True},
+                                       {"tie_embeddings": False, "qkv_bias": True,
+                                        "qk_norm": True}])
 def test_kv_cache_decode_equals_full_forward(overrides):
   cfg, model, params = _model(**overrides)
   tokens = _tokens((3, 14), cfg.vocab_size, seed=1)
-  full, _ = model.apply({"params": params}, tokens)
-  cache = transformer.init_cache(cfg, batch=3, length=32)
-  # Prefill 5 tokens, then a 3-token chunk (as an injected phrase would be),
-  # then one token at a time.
-  logits, cache = model.apply({"params": params}, tokens[:, :5],
-                              jnp.broadcast_to(jnp.arange(5), (3, 5)), cache)
+  full = model.apply({"params": params}, tokens)
+  prepared = decode.prepare(cfg, params)
+  cache = decode.init_cache(cfg, batch=3, length=32)
+  # Prefill 5 tokens, then a 3-token chunk, then one token at a time.
+  logits, cache = _forward(cfg, prepared, tokens[:, :5], jnp.broadcast_to(jnp.arange(5), (3, 5)),
+                           cache)
   pieces = [logits]
-  logits, cache = model.apply({"params": params}, tokens[:, 5:8],
-                              jnp.broadcast_to(jnp.arange(5, 8), (3, 3)), cache)
+  logits, cache = _forward(cfg, prepared, tokens[:, 5:8],
+                           jnp.broadcast_to(jnp.arange(5, 8), (3, 3)), cache)
   pieces.append(logits)
   for t in range(8, 14):
-    logits, cache = model.apply({"params": params}, tokens[:, t:t + 1],
-                                jnp.full((3, 1), t), cache)
+    logits, cache = _forward(cfg, prepared, tokens[:, t:t + 1], jnp.full((3, 1), t), cache)
     pieces.append(logits)
   np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5, rtol=0)
+
+
+def test_kv_cache_layout():
+  """Keys [B, K, E, S] and values [B, K, S, E], one buffer per layer, at the written positions."""
+  cfg, _, params = _model()
+  tokens = _tokens((2, 3), cfg.vocab_size, seed=4)
+  cache = decode.init_cache(cfg, batch=2, length=8)
+  assert len(cache["k"]) == len(cache["v"]) == cfg.num_layers
+  k, e = cfg.num_kv_heads, cfg.head_dim
+  assert cache["k"][0].shape == (2, k, e, 8) and cache["v"][0].shape == (2, k, 8, e)
+  pos = jnp.array([[0, 1, 2], [4, 5, 6]])
+  _, cache = _forward(cfg, decode.prepare(cfg, params), tokens, pos, cache)
+  for name, axis in (("k", 3), ("v", 2)):
+    written = np.abs(np.asarray(cache[name][1])).sum(axis=tuple(
+        a for a in range(4) if a not in (0, axis)))
+    assert (written[0, :3] > 0).all() and (written[0, 3:] == 0).all()
+    assert (written[1, 4:7] > 0).all() and (written[1, [0, 1, 2, 3, 7]] == 0).all()
 
 
 def test_kv_cache_rows_at_different_positions():
   """Each row writes and attends at its own position (what sampler slots need)."""
   cfg, model, params = _model()
   short, long = _tokens((1, 4), cfg.vocab_size, 2), _tokens((1, 9), cfg.vocab_size, 3)
-  ref_short, _ = model.apply({"params": params}, short)
-  ref_long, _ = model.apply({"params": params}, long)
-  cache = transformer.init_cache(cfg, batch=2, length=16)
+  ref_short = model.apply({"params": params}, short)
+  ref_long = model.apply({"params": params}, long)
+  prepared = decode.prepare(cfg, params)
+  cache = decode.init_cache(cfg, batch=2, length=16)
   padded = jnp.concatenate([jnp.pad(short[:, :3], ((0, 0), (0, 5))), long[:, :8]], axis=0)
-  _, cache = model.apply({"params": params}, padded,
-                         jnp.broadcast_to(jnp.arange(8), (2, 8)), cache)
+  _, cache = _forward(cfg, prepared, padded, jnp.broadcast_to(jnp.arange(8), (2, 8)), cache)
   # Row 0 continues at position 3 (its padding beyond is overwritten / never
   # visible), row 1 at position 8.
   step = jnp.concatenate([short[:, 3:4], long[:, 8:9]], axis=0)
-  logits, _ = model.apply({"params": params}, step, jnp.array([[3], [8]]), cache)
+  logits, _ = _forward(cfg, prepared, step, jnp.array([[3], [8]]), cache)
   np.testing.assert_allclose(logits[0, 0], ref_short[0, 3], atol=1e-5, rtol=0)
   np.testing.assert_allclose(logits[1, 0], ref_long[0, 8], atol=1e-5, rtol=0)
+
+
+def test_kv_cache_decode_in_bfloat16_tracks_full_forward():
+  cfg, model, params = _model(compute_dtype="bfloat16", param_dtype="bfloat16")
+  tokens = _tokens((2, 6), cfg.vocab_size, seed=5)
+  full = model.apply({"params": params}, tokens)
+  cache = decode.init_cache(cfg, batch=2, length=8)
+  assert cache["k"][0].dtype == jnp.bfloat16
+  logits, _ = _forward(cfg, decode.prepare(cfg, params), tokens,
+                       jnp.broadcast_to(jnp.arange(6), (2, 6)), cache)
+  assert logits.dtype == jnp.float32
+  np.testing.assert_allclose(logits, full, atol=0.05, rtol=0)
 
 
 def test_fp32_lm_head_returns_float32_under_bfloat16():
   cfg, model, params = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=True)
   assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves(params))
   tokens = _tokens((2, 6), cfg.vocab_size)
-  logits, _ = model.apply({"params": params}, tokens)
+  logits = model.apply({"params": params}, tokens)
   assert logits.dtype == jnp.float32
   cfg16, model16, _ = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=False)
-  logits16, _ = model16.apply({"params": params}, tokens)
+  logits16 = model16.apply({"params": params}, tokens)
   assert logits16.dtype == jnp.bfloat16
   # Same network; only the head's precision differs, so the two agree to bf16 resolution.
   np.testing.assert_allclose(np.asarray(logits16, np.float32), logits, atol=0.1)
@@ -122,4 +156,4 @@ def test_token_logprobs_matches_log_softmax():
 def test_cache_longer_than_context_is_rejected():
   cfg, _, _ = _model()
   with pytest.raises(ValueError, match="max_seq_len"):
-    transformer.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)
+    decode.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)

@@ -8,11 +8,10 @@ Every parameter carries logical axis names (`vocab`, `embed`, `mlp`, `heads`,
 `kv_heads`, `head_dim`, `layers`, `norm`) and the main activations are
 constrained with `act_*` names; `scalerl_jax.sharding` maps them to the mesh.
 
-The forward pass and the KV-cache decode path are the same function: given
-tokens at explicit positions and an optional cache, it writes the new keys and
-values into the cache at those positions and attends to every cached key whose
-position is not after the query's. Prefill, one-token decode and multi-token
-injection (interruption phrases) are all calls of `__call__`.
+This module is the training and evaluation forward pass (a whole sequence,
+layers scanned). Token-by-token inference with a KV cache lives in
+`scalerl_jax.models.decode`, which runs the same network on regrouped weights
+and shares the math below (`rms_norm`, `apply_rope`, `attention`).
 
 Shape letters: B batch, T tokens in this call, S cache length, D embed_dim,
 H query heads, K kv heads, G = H // K, E head_dim, F mlp_dim, V vocab, L layers.
@@ -27,10 +26,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-Cache = dict[str, jax.Array]  # {"k": [L, B, S, K, E], "v": [L, B, S, K, E]}
-
-CACHE_AXES = ("layers", "act_batch", "act_len", "act_kv_heads", "head_dim")
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -135,6 +130,39 @@ def apply_rope(x_BxTxNxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray) -
   return x_BxTxNxE * cos + rotated * sin
 
 
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype) -> jax.Array:
+  """x / rms(x) * scale over the last axis; statistics in float32, result in `dtype`."""
+  x32 = x.astype(jnp.float32)
+  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return normed.astype(dtype) * scale.astype(dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+
+
+def attention(q_BxTxKxGxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: jax.Array,
+              visible_BxTxS: jax.Array, dtype) -> jax.Array:
+  """Grouped-query softmax attention -> [B, T, K, G, E].
+
+  Query head k * G + g reads kv head k. Keys come as [B, K, E, S] and values
+  as [B, K, S, E] (the decode cache's layout), so both products are plain
+  [M, E] x [E, S] and [M, S] x [S, E] matmuls batched over (B, K), with
+  M = T * G; XLA's CPU matmul is several times slower on other layouts.
+  Scores and softmax are float32.
+  """
+  b, t, k, g, e = q_BxTxKxGxE.shape
+  s = keys_BxKxExS.shape[-1]
+  q_BxKxMxE = q_BxTxKxGxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
+  batch = ((0, 1), (0, 1))
+  scores_BxKxMxS = jax.lax.dot_general(
+      q_BxKxMxE, keys_BxKxExS.astype(dtype), (((3,), (2,)), batch),
+      preferred_element_type=jnp.float32) * (e ** -0.5)
+  visible_Bx1xTx1xS = visible_BxTxS[:, None, :, None, :]
+  scores_BxKxTxGxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxMxS.reshape(b, k, t, g, s),
+                               jnp.finfo(jnp.float32).min)
+  probs_BxKxMxS = jax.nn.softmax(scores_BxKxTxGxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
+  out_BxKxMxE = jax.lax.dot_general(probs_BxKxMxS, values_BxKxSxE.astype(dtype),
+                                    (((3,), (2,)), batch))
+  return out_BxKxMxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
+
+
 class RMSNorm(nn.Module):
   """Root-mean-square norm, statistics in float32, learned scale."""
   eps: float
@@ -146,10 +174,7 @@ class RMSNorm(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     scale = self.param("scale", _logical_init(nn.initializers.ones, (self.axis_name,)),
                        (x.shape[-1],), self.param_dtype)
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    scale = scale.astype(self.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
-    return normed.astype(self.dtype) * scale
+    return rms_norm(x, scale, self.eps, self.dtype)
 
 
 class Dense(nn.Module):
@@ -181,23 +206,12 @@ class Dense(nn.Module):
     return y
 
 
-def _write_cache(cache_LxBxSxKxE, layer, new_BxTxKxE, pos_BxT):
-  """Writes T new entries per row at that row's positions into one layer.
-
-  The whole stacked cache is the scan's loop carry, so XLA updates it in place
-  instead of copying a layer slice in and out on every decode step.
-  """
-  rows_BxT = jnp.broadcast_to(jnp.arange(pos_BxT.shape[0])[:, None], pos_BxT.shape)
-  return cache_LxBxSxKxE.at[layer, rows_BxT, pos_BxT].set(
-      new_BxTxKxE.astype(cache_LxBxSxKxE.dtype))
-
-
 class Attention(nn.Module):
-  """Grouped-query attention with rotary embeddings and an optional KV cache."""
+  """Causal grouped-query self-attention with rotary embeddings."""
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxTxD, pos_BxT, cache, layer):
+  def __call__(self, x_BxTxD, pos_BxT):
     cfg = self.cfg
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     d = (cfg.embed_dim,)
@@ -211,33 +225,15 @@ class Attention(nn.Module):
     q_BxTxHxE = nn.with_logical_constraint(
         apply_rope(q, pos_BxT, inv_freq), ("act_batch", "act_len", "act_heads", "head_dim"))
     k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
-
-    if cache is None:
-      keys_BxSxKxE, values_BxSxKxE, key_pos_BxS = k_BxTxKxE, v, pos_BxT
-      new_cache = None
-    else:
-      new_cache = {"k": _write_cache(cache["k"], layer, k_BxTxKxE, pos_BxT),
-                   "v": _write_cache(cache["v"], layer, v, pos_BxT)}
-      keys_BxSxKxE = nn.with_logical_constraint(new_cache["k"][layer], CACHE_AXES[1:])
-      values_BxSxKxE = nn.with_logical_constraint(new_cache["v"][layer], CACHE_AXES[1:])
-      s = keys_BxSxKxE.shape[1]
-      key_pos_BxS = jnp.broadcast_to(jnp.arange(s, dtype=pos_BxT.dtype), (pos_BxT.shape[0], s))
-
     b, t = pos_BxT.shape
-    q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, k, h // k, e)
-    scores_BxKxGxTxS = jnp.einsum(
-        "btkge,bske->bkgts", q_BxTxKxGxE, keys_BxSxKxE.astype(cfg.dtype),
-        preferred_element_type=jnp.float32) * (e ** -0.5)
-    visible_BxTxS = key_pos_BxS[:, None, :] <= pos_BxT[:, :, None]
-    scores_BxKxGxTxS = jnp.where(visible_BxTxS[:, None, None], scores_BxKxGxTxS,
-                                 jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores_BxKxGxTxS, axis=-1).astype(cfg.dtype)
-    out_BxTxKxGxE = jnp.einsum("bkgts,bske->btkge", probs, values_BxSxKxE.astype(cfg.dtype))
+    visible_BxTxT = pos_BxT[:, None, :] <= pos_BxT[:, :, None]
+    out_BxTxKxGxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
+                              k_BxTxKxE.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
+                              visible_BxTxT, cfg.dtype)
     out_BxTxHxE = nn.with_logical_constraint(
         out_BxTxKxGxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
-    out_BxTxD = Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
-                      name="o")(out_BxTxHxE)
-    return out_BxTxD, new_cache
+    return Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
+                 name="o")(out_BxTxHxE)
 
 
 class Mlp(nn.Module):
@@ -260,38 +256,31 @@ class Block(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, carry, layer, pos_BxT):
-    """carry = (x_BxTxD, stacked cache or None); `layer` indexes the cache."""
-    x_BxTxD, cache = carry
+  def __call__(self, x_BxTxD, pos_BxT):
     cfg = self.cfg
     normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="attn_norm")(x_BxTxD)
-    attn_out, new_cache = Attention(cfg, name="attn")(normed, pos_BxT, cache, layer)
-    x_BxTxD = x_BxTxD + attn_out
+    x_BxTxD = x_BxTxD + Attention(cfg, name="attn")(normed, pos_BxT)
     normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="mlp_norm")(x_BxTxD)
     x_BxTxD = x_BxTxD + Mlp(cfg, name="mlp")(normed)
     x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
-    return (x_BxTxD, new_cache), None
+    return x_BxTxD, None
 
 
 class Transformer(nn.Module):
-  """The policy network: tokens (+ positions, + cache) -> logits (+ cache)."""
+  """The policy network: tokens (+ positions) -> logits."""
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
-               cache: Optional[Cache] = None) -> tuple[jax.Array, Optional[Cache]]:
-    """Runs the network.
+  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None) -> jax.Array:
+    """Runs the network over whole sequences (causal attention).
 
     Args:
       tokens_BxT: int token ids.
-      pos_BxT: position of each token; defaults to 0..T-1. With a cache, each
-        row's positions must be consecutive; the new keys are written there.
-      cache: optional KV cache from `init_cache`; attention then covers every
-        cached position <= the query's position.
+      pos_BxT: position of each token (rotary phase and causal order); defaults
+        to 0..T-1.
 
     Returns:
-      logits [B, T, V] (float32 when `fp32_lm_head`, else the compute dtype) and
-      the updated cache (None when no cache was given).
+      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype.
     """
     cfg = self.cfg
     if pos_BxT is None:
@@ -305,10 +294,9 @@ class Transformer(nn.Module):
     block = nn.remat(Block, prevent_cse=False) if cfg.remat else Block
     blocks = nn.scan(
         block, variable_axes={"params": 0}, split_rngs={"params": True},
-        in_axes=(0, nn.broadcast), length=cfg.num_layers,
+        in_axes=nn.broadcast, length=cfg.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"})
-    (x_BxTxD, new_cache), _ = blocks(cfg, name="layers")(
-        (x_BxTxD, cache), jnp.arange(cfg.num_layers), pos_BxT)
+    x_BxTxD, _ = blocks(cfg, name="layers")(x_BxTxD, pos_BxT)
     x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
 
     if cfg.tie_embeddings:
@@ -317,23 +305,17 @@ class Transformer(nn.Module):
       head_DxV = self.param(
           "lm_head", _logical_init(nn.initializers.lecun_normal(), ("embed", "vocab")),
           (cfg.embed_dim, cfg.vocab_size), cfg.pdtype)
-    if cfg.fp32_lm_head:
-      # PAPER.md §5: the final projection in float32, whatever the compute dtype.
-      logits_BxTxV = jnp.dot(x_BxTxD.astype(jnp.float32), head_DxV.astype(jnp.float32),
-                             precision=jax.lax.Precision.HIGHEST)
-    else:
-      logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
-    logits_BxTxV = nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
-    return logits_BxTxV, new_cache
+    return lm_head(cfg, x_BxTxD, head_DxV)
 
 
-def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> Cache:
-  """An empty KV cache for `batch` rows of `length` positions."""
-  if length > cfg.max_seq_len:
-    raise ValueError(f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}")
-  shape = (cfg.num_layers, batch, length, cfg.num_kv_heads, cfg.head_dim)
-  dtype = dtype or cfg.dtype
-  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Array:
+  """The final projection; in float32 when `cfg.fp32_lm_head` (PAPER.md §5)."""
+  if cfg.fp32_lm_head:
+    logits_BxTxV = jnp.dot(x_BxTxD.astype(jnp.float32), head_DxV.astype(jnp.float32),
+                           precision=jax.lax.Precision.HIGHEST)
+  else:
+    logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
+  return nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
 
 
 def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,

@@ -68,7 +68,7 @@ def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax
   Returns:
     (logp_BxS, entropy_BxS), float32; position 0 (no prefix) holds 0.
   """
-  logits_BxTxV, _ = model.apply({"params": params}, tokens_BxS[:, :-1])
+  logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])
   logits_BxTxV = logits_BxTxV.astype(jnp.float32) / temperature
   logp_BxT = transformer.token_logprobs(logits_BxTxV, tokens_BxS[:, 1:])
   logp_all = jax.nn.log_softmax(logits_BxTxV, axis=-1)

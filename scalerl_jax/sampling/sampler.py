@@ -86,7 +86,7 @@ class Sampler:
     self.mesh = mesh
     self.rules = rules
     self._divisor = sharding.batch_divisor(mesh, rules)
-    state_sh = slots.state_shardings(mesh, rules)
+    state_sh = slots.state_shardings(mesh, rules, model_cfg.num_layers)
     small = slots.replicated(mesh)
     bind = functools.partial
     self._empty = jax.jit(bind(slots.empty_state, model_cfg, settings), static_argnums=(0, 1),

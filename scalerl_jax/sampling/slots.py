@@ -32,7 +32,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scalerl_jax import sharding
-from scalerl_jax.models.transformer import CACHE_AXES, ModelConfig, Transformer, init_cache
+from scalerl_jax.models import decode
+from scalerl_jax.models.transformer import ModelConfig
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.selection import select_tokens
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -43,7 +44,7 @@ NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
 @flax.struct.dataclass
 class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
-  cache: dict[str, jax.Array]  # {"k", "v"}: [L, N, S, K, E]
+  cache: decode.Cache  # {"k": L x [N, K, E, S], "v": L x [N, K, S, E]}
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
   logp: jax.Array  # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
   logp_sampling: jax.Array  # [N, S] float32 log-prob under the truncated sampling distribution.
@@ -77,14 +78,16 @@ class Completions:
   slot: jax.Array  # [F] int32 the slot it ran in (now free).
 
 
-def state_shardings(mesh: Mesh, rules: sharding.Rules) -> SlotState:
+def state_shardings(mesh: Mesh, rules: sharding.Rules, num_layers: int) -> SlotState:
   """NamedShardings of a `SlotState`: slots over the batch axes, the rest replicated."""
   rows = sharding.named_sharding(mesh, rules, ("act_batch",))
   rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
   rows_meta = sharding.named_sharding(mesh, rules, ("act_batch", None))
-  cache = sharding.named_sharding(mesh, rules, CACHE_AXES)
+  keys = sharding.named_sharding(mesh, rules, decode.KEY_AXES)
+  values = sharding.named_sharding(mesh, rules, decode.VALUE_AXES)
+  layers = range(num_layers)
   return SlotState(
-      cache={"k": cache, "v": cache}, tokens=rows_pos, logp=rows_pos,
+      cache={"k": tuple(keys for _ in layers), "v": tuple(values for _ in layers)}, tokens=rows_pos, logp=rows_pos,
       logp_sampling=rows_pos, version=rows_pos, mask=rows_pos, prompt_len=rows,
       length=rows, limit=rows, active=rows, done=rows, truncated=rows, key=rows,
       meta=rows_meta, interruption=interruptions.InterruptionState(rows, rows, rows, rows))
@@ -101,7 +104,7 @@ def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: i
   n, s = num_slots, settings.cache_len
   rows_pos = (n, s)
   return SlotState(
-      cache=init_cache(model_cfg, n, s),
+      cache=decode.init_cache(model_cfg, n, s),
       tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
       logp=jnp.zeros(rows_pos, jnp.float32), logp_sampling=jnp.zeros(rows_pos, jnp.float32),
       version=jnp.full(rows_pos, NO_VERSION, jnp.int32), mask=jnp.zeros(rows_pos, bool),
@@ -139,11 +142,16 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   prompts_nxP = jnp.where(in_prompt_nxP, prompts_nxP, settings.pad_id).astype(jnp.int32)
   pos_nxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
   # The logits are unused, so XLA drops the LM head from this program.
-  _, fresh = Transformer(model_cfg).apply(
-      {"params": params}, prompts_nxP, pos_nxP, init_cache(model_cfg, n, p))
-  # Cache rows are [L, N, S, K, E] (`init_cache`): slots on axis 1, positions on 2.
-  cache = {name: state.cache[name].at[:, slot_ids_n, :p].set(fresh[name], mode="drop")
-           for name in ("k", "v")}
+  _, fresh = decode.forward(model_cfg, decode.prepare(model_cfg, params), prompts_nxP, pos_nxP,
+                            decode.init_cache(model_cfg, n, p))
+  # Slots are axis 0 of every layer's buffer; positions are the last axis of
+  # keys [N, K, E, S] and axis 2 of values [N, K, S, E].
+  cache = {
+      "k": tuple(old.at[slot_ids_n, ..., :p].set(new, mode="drop")
+                 for old, new in zip(state.cache["k"], fresh["k"])),
+      "v": tuple(old.at[slot_ids_n, :, :p].set(new, mode="drop")
+                 for old, new in zip(state.cache["v"], fresh["v"])),
+  }
 
   def put(x, rows):
     return x.at[slot_ids_n].set(rows, mode="drop")
@@ -171,15 +179,15 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
       interruption=jax.tree.map(put, state.interruption, fresh_int))
 
 
-def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, params: Any,
+def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, prepared: Any,
                  version: jax.Array, state: SlotState) -> SlotState:
   """Appends one token to every running slot."""
   n, s = state.tokens.shape
   live_N = state.active & ~state.done
   last_N = jnp.maximum(state.length - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
-  logits_Nx1xV, cache = Transformer(model_cfg).apply(
-      {"params": params}, last_tok_N[:, None], last_N[:, None], state.cache)
+  logits_Nx1xV, cache = decode.forward(model_cfg, prepared, last_tok_N[:, None], last_N[:, None],
+                                       state.cache)
   step_keys_N = jax.vmap(jax.random.fold_in)(state.key, state.length)
   sampled_N, logp_N, logp_sampling_N = select_tokens(
       logits_Nx1xV[:, 0], step_keys_N, settings.temperature, settings.top_k, settings.top_p)
@@ -231,9 +239,11 @@ def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState
     step, st = carry
     return (step < num_steps) & jnp.any(st.active & ~st.done)
 
+  prepared = decode.prepare(model_cfg, params)  # Once per call, outside the loop.
+
   def body(carry):
     step, st = carry
-    return step + 1, _decode_step(model_cfg, settings, params, version, st)
+    return step + 1, _decode_step(model_cfg, settings, prepared, version, st)
 
   _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
   return state
