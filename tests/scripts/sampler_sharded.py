@@ -32,7 +32,7 @@ def _outputs(config, devices, prompts, modes):
     sampler = Sampler(cfg, dataclasses.replace(base, temperature=TEMPERATURE[name]), mesh, rules)
     results[name] = sampler.generate(params, prompts, LENS, jax.random.key(1))
   state = sampler.init_state(len(LENS))
-  results["cache_shard_shape"] = list(state.cache["k"].addressable_shards[0].data.shape)
+  results["cache_shard_shape"] = list(state.cache["k"][0].addressable_shards[0].data.shape)
   return results
 
 
