@@ -17,6 +17,11 @@ one run on the same weights and prompts:
   exported with `hf_io.save_checkpoint`, sampling at temperature 1 without
   top-k/top-p and with `min_new_tokens` = `max_new_tokens`.
 
+* matmuls alone: the decode step's weight matmuls (fused q/k/v, o, fused
+  gate/up, down, LM head) on [batch, D] rows in a jitted loop, with nothing
+  else: no attention, norms, sampling or prefill. It is the ceiling that XLA's
+  CPU matmuls put on any decoder at these shapes.
+
 Tokens per second count generated tokens only; wall time includes the prompt's
 prefill for both KV-cache samplers. The machine's dense matmul throughput (a
 large float32 matmul through JAX) is measured in the same run, and the useful
@@ -47,7 +52,7 @@ _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes.
 _NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"], "Completion lengths.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt length (all rows).")
 _NAIVE_STEPS = flags.DEFINE_integer("naive_steps", 8, "Timed steps of the naive loop.")
-_REPEATS = flags.DEFINE_integer("repeats", 1, "Timed runs after the warm-up; best is kept.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs after the warm-up; best is kept.")
 _HF = flags.DEFINE_bool("hf", True, "Also time transformers generate.")
 _TORCH_THREADS = flags.DEFINE_list(
     "torch_threads", ["1", "2"],
@@ -113,6 +118,31 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
     return batch * steps / _best_time(run, _REPEATS.value)
 
 
+def _matmul_ceiling_tokens_per_s(cfg: ModelConfig, batch: int, new: int) -> float:
+  """Tokens/s of the decode step's weight matmuls alone (see module docstring)."""
+  d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
+  qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+  key = jax.random.key(0)
+  shapes = [(d, qkv), (cfg.num_heads * cfg.head_dim, d), (d, 2 * f), (f, d)]
+  weights = [[0.02 * jax.random.normal(jax.random.fold_in(key, i), shape) for shape in shapes]
+             for i in range(cfg.num_layers)]
+  head = 0.02 * jax.random.normal(key, (d, v))
+
+  @jax.jit
+  def run(x_BxD):
+    def step(_, x_BxD):
+      for w_qkv, w_o, w_gate_up, w_down in weights:
+        attn_BxHE = (x_BxD @ w_qkv)[:, :w_o.shape[0]]
+        x_BxD = x_BxD + attn_BxHE @ w_o
+        x_BxD = x_BxD + (x_BxD @ w_gate_up)[:, :f] @ w_down
+      return x_BxD + (x_BxD @ head)[:, :d]
+    return jax.lax.fori_loop(0, new, step, x_BxD)
+
+  x = jnp.ones((batch, d), jnp.float32)
+  jax.block_until_ready(run(x))
+  return batch * new / _best_time(lambda: run(x), _REPEATS.value)
+
+
 def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float, int]:
   """Best tokens/s of transformers generate over `--torch_threads`, and its thread count."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -139,8 +169,9 @@ def main(argv):
   peak = matmul_flops_per_s(_MATMUL.value)
   print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
   print(f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s\n")
-  header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) | vs naive "
-            "| vs HF | sampler GFLOP/s | sampler % matmul | HF % matmul |")
+  header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) "
+            "| matmuls alone tok/s | vs naive | vs HF | vs matmuls alone | sampler GFLOP/s "
+            "| sampler % matmul | HF % matmul |")
   print(header)
   print("|" + "---|" * (header.count("|") - 1))
   prompt_len = _PROMPT_LEN.value
@@ -167,10 +198,12 @@ def main(argv):
         ours = batch * new / seconds
         naive = _naive_tokens_per_s(model, params, prompts, new, mesh, rules)
         hf, threads = _hf_tokens_per_s(hf_dir, prompts, new) if _HF.value else (float("nan"), 0)
+        ceiling = _matmul_ceiling_tokens_per_s(cfg, batch, new)
         flops = generate_flops(cfg, batch, prompt_len, new)
         hf_fraction = flops / (batch * new / hf) / peak
         print(f"| {variant} | {batch} | {new} | {ours:,.0f} | {naive:,.0f} | {hf:,.0f} ({threads}) "
-              f"| {ours / naive:.1f}x | {ours / hf:.2f}x | {flops / seconds / 1e9:.1f} "
+              f"| {ceiling:,.0f} | {ours / naive:.1f}x | {ours / hf:.2f}x | {ours / ceiling:.2f}x "
+              f"| {flops / seconds / 1e9:.1f} "
               f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
 
 
