@@ -210,6 +210,22 @@ def test_in_flight_weight_update(setup):
     assert (out.version[row, :n] == -1).all()
 
 
+def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
+  """With a long budget, generate runs its first steps on the first half of the cache only."""
+  sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128: a 64 window.
+  assert sampler._windows() == [64]
+  params, prompts, key = setup["params"], setup["prompts"], jax.random.key(2)
+  out = sampler.generate(params, prompts, PROMPT_LENS, key)
+  # Reference: the slot interface, whose advance always attends over the whole cache.
+  state = sampler.init_state(8)
+  state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
+  _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
+  assert sampler._advance._cache_size() == 2  # The 64 window and the whole cache.
+  np.testing.assert_array_equal(out.tokens, ref.tokens)
+  np.testing.assert_array_equal(out.length, PROMPT_LENS + 112)
+  np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)
+
+
 def test_compiled_once_per_bucket_and_cache_donated(setup):
   sampler = Sampler(setup["cfg"], setup["make"]().settings, *setup["mesh_rules"])
   for b in (3, 4):  # Both use 4 slots and the 16-token prompt bucket.

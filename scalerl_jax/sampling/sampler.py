@@ -54,6 +54,10 @@ from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.slots import Completions, SlotState
 
 _MIN_PROMPT_BUCKET = 8
+# `generate` decodes in attention windows of the cache length / 4 and / 2 when
+# those are at least this long (shorter ones save too little to pay for
+# compiling another program).
+_MIN_WINDOW = 64
 
 
 def _pow2_at_least(n: int) -> int:
@@ -94,7 +98,7 @@ class Sampler:
     self._start = jax.jit(bind(slots.start, model_cfg, settings), donate_argnums=0,
                           out_shardings=state_sh)
     self._advance = jax.jit(bind(slots.advance, model_cfg, settings), donate_argnums=0,
-                            out_shardings=state_sh)
+                            out_shardings=state_sh, static_argnames="window")
     self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
     self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
 
@@ -243,16 +247,29 @@ class Sampler:
     num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
     state = self.init_state(num_slots, meta_BxM.shape[1])
     state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxM)
-    # Each step appends a token to every running sequence and none exceeds
-    # max_new_tokens, so one call finishes them all; prompt i ran in slot i and
-    # harvest returns slot order, which is input order.
-    state = self.advance(state, params, version, self.settings.max_new_tokens)
+    # Each step appends one token to every running sequence, so before step j
+    # (from 0) no row is longer than the longest prompt + j, and step j only
+    # reads cache positions below that: the early steps run in a shorter
+    # attention window. No row exceeds max_new_tokens, so the calls finish them
+    # all; prompt i ran in slot i and harvest returns slot order (input order).
+    longest, total, done = int(lens_B.max()), self.settings.max_new_tokens, 0
+    for window in self._windows():
+      steps = min(window - longest - done + 1, total - done)
+      if steps > 0:
+        state = self._call(self._advance, state, params, np.int32(version), np.int32(steps),
+                           window=window)
+        done += steps
+    state = self.advance(state, params, version, total - done) if done < total else state
     return self.harvest(state)[1]
 
-  def _call(self, fn, *args):
+  def _windows(self) -> list[int]:
+    s = self.settings.cache_len
+    return [w for w in (s // 4, s // 2) if w >= _MIN_WINDOW]
+
+  def _call(self, fn, *args, **static):
     # Traced inside the mesh context so the model's logical constraints apply.
     with sharding.activate(self.mesh, self.rules):
-      return fn(*args)
+      return fn(*args, **static)
 
   # Host-side validation.
 

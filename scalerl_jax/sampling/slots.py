@@ -221,7 +221,7 @@ def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, prepared: A
 
 
 def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, params: Any,
-            version: jax.Array, num_steps: jax.Array) -> SlotState:
+            version: jax.Array, num_steps: jax.Array, window: int = 0) -> SlotState:
   """Runs up to `num_steps` decode steps, stopping early when no slot is running.
 
   Args:
@@ -231,22 +231,42 @@ def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState
     params: policy parameters for every token chosen in this call.
     version: int32 policy version recorded for those tokens.
     num_steps: int32 step budget of this call (traced: no recompilation).
+    window: static; when 0 < window < the cache length, attention reads only
+      the first `window` cache positions (a copy of that part of the cache is
+      decoded on and written back), and the loop also stops before any running
+      slot's next token would sit past it. Early in a generation this skips
+      reading the empty tail of the cache on every step.
 
   Returns:
     The new state.
   """
+  s = settings.cache_len
+  windowed = 0 < window < s
+  prepared = decode.prepare(model_cfg, params)  # Once per call, outside the loop.
+
   def running(carry):
     step, st = carry
-    return (step < num_steps) & jnp.any(st.active & ~st.done)
-
-  prepared = decode.prepare(model_cfg, params)  # Once per call, outside the loop.
+    live_N = st.active & ~st.done
+    ok = (step < num_steps) & jnp.any(live_N)
+    if windowed:
+      # A step processes the token at position length - 1.
+      ok &= jnp.max(jnp.where(live_N, st.length, 0)) <= window
+    return ok
 
   def body(carry):
     step, st = carry
     return step + 1, _decode_step(model_cfg, settings, prepared, version, st)
 
-  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
-  return state
+  if not windowed:
+    _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+    return state
+  full = state.cache
+  part = {"k": tuple(x[..., :window] for x in full["k"]),
+          "v": tuple(x[:, :, :window] for x in full["v"])}
+  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state.replace(cache=part)))
+  return state.replace(cache={
+      "k": tuple(old.at[..., :window].set(new) for old, new in zip(full["k"], state.cache["k"])),
+      "v": tuple(old.at[:, :, :window].set(new) for old, new in zip(full["v"], state.cache["v"]))})
 
 
 def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
