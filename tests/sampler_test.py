@@ -214,9 +214,20 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   """With a long budget, generate runs its first steps on the first half of the cache only."""
   sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128: a 64 window.
   assert sampler._windows() == [64]
+  windows_used = []
+  call = sampler._call
+
+  def spy(fn, *args, **static):
+    if fn is sampler._advance:
+      windows_used.append(static["window"])
+    return call(fn, *args, **static)
+
+  sampler._call = spy
   params, prompts, key = setup["params"], setup["prompts"], jax.random.key(2)
   out = sampler.generate(params, prompts, PROMPT_LENS, key)
-  # Reference: the slot interface, whose advance always attends over the whole cache.
+  # Steps 0..48 fit the window (the longest prompt has 16 tokens), the rest not.
+  assert windows_used == [64, 0]
+  # Reference: the slot interface in one call, which cannot fit the window.
   state = sampler.init_state(8)
   state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
   _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
@@ -224,6 +235,17 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.length, PROMPT_LENS + 112)
   np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)
+  # The slot interface picks the window itself while the longest sequence
+  # (16 tokens) + the call's steps fit: 48 steps do, the rest do not.
+  state = sampler.init_state(8)
+  state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
+  state = sampler.advance(state, params, 0, 48)
+  assert int(sampler._call(sampler._longest, state)) == 64
+  _, split = sampler.harvest(sampler.advance(state, params, 0, 64))
+  assert windows_used == [64, 0, 0, 64, 0]
+  assert sampler._advance._cache_size() == 2
+  np.testing.assert_array_equal(split.tokens, ref.tokens)
+  np.testing.assert_allclose(split.logp, ref.logp, atol=1e-5, rtol=0)
 
 
 def test_compiled_once_per_bucket_and_cache_donated(setup):

@@ -43,6 +43,7 @@ import functools
 from typing import Any, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh
@@ -54,9 +55,9 @@ from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.slots import Completions, SlotState
 
 _MIN_PROMPT_BUCKET = 8
-# `generate` decodes in attention windows of the cache length / 4 and / 2 when
-# those are at least this long (shorter ones save too little to pay for
-# compiling another program).
+# Decoding attends over only the first cache length / 4 or / 2 positions while
+# every running sequence fits there, for windows at least this long (shorter
+# ones save too little to pay for compiling another program).
 _MIN_WINDOW = 64
 
 
@@ -101,6 +102,8 @@ class Sampler:
                             out_shardings=state_sh, static_argnames="window")
     self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
     self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
+    self._longest = jax.jit(
+        lambda st: jnp.max(jnp.where(st.active & ~st.done, st.length, 0)), out_shardings=small)
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh, rules: sharding.Rules,
@@ -198,11 +201,24 @@ class Sampler:
 
     Returns:
       The new state.
+
+    When the cache is long enough for attention windows (see `_MIN_WINDOW`),
+    this reads the longest running sequence's length (a scalar from the
+    device) and runs the call in the smallest window that holds all of its
+    steps: while every sequence is still short, as after a batch of prompts
+    started together (ppo_off_policy), the steps skip the empty tail of the
+    cache.
     """
-    num_steps = self.settings.decode_steps_per_call if num_steps is None else num_steps
-    if int(num_steps) <= 0:
+    num_steps = int(self.settings.decode_steps_per_call if num_steps is None else num_steps)
+    if num_steps <= 0:
       raise ValueError(f"num_steps {num_steps} must be > 0")
-    return self._call(self._advance, state, params, np.int32(version), np.int32(num_steps))
+    window = 0
+    if self._windows():
+      # Step j (from 0) processes the token at position length - 1 <= longest - 1 + j.
+      longest = int(self._call(self._longest, state))
+      window = next((w for w in self._windows() if longest + num_steps - 1 <= w), 0)
+    return self._call(self._advance, state, params, np.int32(version), np.int32(num_steps),
+                      window=window)
 
   def harvest(self, state: SlotState) -> tuple[SlotState, Completions]:
     """Takes every finished sequence out of its slot.
@@ -259,7 +275,9 @@ class Sampler:
         state = self._call(self._advance, state, params, np.int32(version), np.int32(steps),
                            window=window)
         done += steps
-    state = self.advance(state, params, version, total - done) if done < total else state
+    if done < total:
+      state = self._call(self._advance, state, params, np.int32(version),
+                         np.int32(total - done), window=0)
     return self.harvest(state)[1]
 
   def _windows(self) -> list[int]:
