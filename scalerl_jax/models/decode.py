@@ -64,18 +64,37 @@ def cache_length(cache: Cache) -> int:
   return cache["k"][0].shape[-1]
 
 
+def cache_prefix(cache: Cache, length: int) -> Cache:
+  """A copy of the first `length` positions of every row."""
+  return {"k": tuple(x[..., :length] for x in cache["k"]),
+          "v": tuple(x[:, :, :length] for x in cache["v"])}
+
+
+def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
+  """Writes `part` over the first positions of `rows` (row ids out of range are dropped).
+
+  `part` is a `cache_prefix` of this cache or a fresh cache (a prefill), with
+  one row per entry of `rows`.
+  """
+  p = cache_length(part)
+  return {"k": tuple(old.at[rows, ..., :p].set(new, mode="drop")
+                     for old, new in zip(cache["k"], part["k"])),
+          "v": tuple(old.at[rows, :, :p].set(new, mode="drop")
+                     for old, new in zip(cache["v"], part["v"]))}
+
+
 def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
   """Regroups `Transformer` parameters for `forward` (see the module docstring)."""
   dtype = cfg.dtype
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   stacked = params["layers"]
   attn, mlp = stacked["attn"], stacked["mlp"]
+  d = cfg.embed_dim
   layers = []
   for i in range(cfg.num_layers):
     def kernel(tree, i=i):
       return tree["kernel"][i].astype(dtype)
 
-    d = cfg.embed_dim
     # Query head k * G + g reads kv head k (as in `attention`), so [D, H, E]
     # reshapes to [D, K, G, E] and k, v join as entries G and G + 1.
     layer = {

@@ -43,7 +43,6 @@ import functools
 from typing import Any, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh
@@ -102,8 +101,7 @@ class Sampler:
                             out_shardings=state_sh, static_argnames="window")
     self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
     self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
-    self._longest = jax.jit(
-        lambda st: jnp.max(jnp.where(st.active & ~st.done, st.length, 0)), out_shardings=small)
+    self._longest = jax.jit(slots.longest_running, out_shardings=small)
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh, rules: sharding.Rules,

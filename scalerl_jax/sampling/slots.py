@@ -87,9 +87,9 @@ def state_shardings(mesh: Mesh, rules: sharding.Rules, num_layers: int) -> SlotS
   values = sharding.named_sharding(mesh, rules, decode.VALUE_AXES)
   layers = range(num_layers)
   return SlotState(
-      cache={"k": tuple(keys for _ in layers), "v": tuple(values for _ in layers)}, tokens=rows_pos, logp=rows_pos,
-      logp_sampling=rows_pos, version=rows_pos, mask=rows_pos, prompt_len=rows,
-      length=rows, limit=rows, active=rows, done=rows, truncated=rows, key=rows,
+      cache={"k": tuple(keys for _ in layers), "v": tuple(values for _ in layers)},
+      tokens=rows_pos, logp=rows_pos, logp_sampling=rows_pos, version=rows_pos, mask=rows_pos,
+      prompt_len=rows, length=rows, limit=rows, active=rows, done=rows, truncated=rows, key=rows,
       meta=rows_meta, interruption=interruptions.InterruptionState(rows, rows, rows, rows))
 
 
@@ -144,14 +144,7 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   # The logits are unused, so XLA drops the LM head from this program.
   _, fresh = decode.forward(model_cfg, decode.prepare(model_cfg, params), prompts_nxP, pos_nxP,
                             decode.init_cache(model_cfg, n, p))
-  # Slots are axis 0 of every layer's buffer; positions are the last axis of
-  # keys [N, K, E, S] and axis 2 of values [N, K, S, E].
-  cache = {
-      "k": tuple(old.at[slot_ids_n, ..., :p].set(new, mode="drop")
-                 for old, new in zip(state.cache["k"], fresh["k"])),
-      "v": tuple(old.at[slot_ids_n, :, :p].set(new, mode="drop")
-                 for old, new in zip(state.cache["v"], fresh["v"])),
-  }
+  cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
 
   def put(x, rows):
     return x.at[slot_ids_n].set(rows, mode="drop")
@@ -246,11 +239,10 @@ def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState
 
   def running(carry):
     step, st = carry
-    live_N = st.active & ~st.done
-    ok = (step < num_steps) & jnp.any(live_N)
+    ok = (step < num_steps) & jnp.any(st.active & ~st.done)
     if windowed:
       # A step processes the token at position length - 1.
-      ok &= jnp.max(jnp.where(live_N, st.length, 0)) <= window
+      ok &= longest_running(st) <= window
     return ok
 
   def body(carry):
@@ -261,12 +253,14 @@ def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState
     _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
     return state
   full = state.cache
-  part = {"k": tuple(x[..., :window] for x in full["k"]),
-          "v": tuple(x[:, :, :window] for x in full["v"])}
-  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state.replace(cache=part)))
-  return state.replace(cache={
-      "k": tuple(old.at[..., :window].set(new) for old, new in zip(full["k"], state.cache["k"])),
-      "v": tuple(old.at[:, :, :window].set(new) for old, new in zip(full["v"], state.cache["v"]))})
+  state = state.replace(cache=decode.cache_prefix(full, window))
+  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+  return state.replace(cache=decode.put_prefix(full, state.cache))
+
+
+def longest_running(state: SlotState) -> jax.Array:
+  """Length of the longest sequence still decoding (0 if none)."""
+  return jnp.max(jnp.where(state.active & ~state.done, state.length, 0))
 
 
 def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
