@@ -1,0 +1,404 @@
+"""Memory and FLOPs per device of a config on a named accelerator (`launch/plan.py`).
+
+Nothing is allocated and no device is needed: shapes come from `jax.eval_shape`
+of the real code (model init, optimizer init, sampler slot state) and the
+per-device share of every array from its partition spec on an `AbstractMesh`
+of the config's mesh, through the same rules the trainer uses
+(`config.mesh.logical_axis_rules`). A dimension sharded n ways keeps
+ceil(size / n) entries per device, as XLA pads uneven shards.
+
+What a device holds while the train step runs (the peak of an RL step, since
+generation and training alternate on one mesh):
+
+  * parameters, in `model.param_dtype`, sharded over fsdp/tensor by the rules;
+  * optimizer state: optax AdamW's two moments, which it keeps in the
+    parameter dtype (`mu_dtype` unset), plus scalar step counts. The trainer
+    leaves them replicated on every device (see `make_plan`); the figure
+    they would have sharded like their parameters is reported beside it;
+  * gradients, a parameter-shaped tree in the parameter dtype;
+  * the sampler's slot state, which stays allocated between generate phases:
+    the KV cache (slots x (max_prompt_len + max_new_tokens) x layers x
+    kv_heads x head_dim x 2 in the compute dtype) and the per-token records
+    (tokens, log-probs, versions, mask), slots sharded over the batch axes;
+  * train-step activations (`activation_bytes`), the residuals the backward
+    pass keeps, with the batch sharded over the batch axes and heads, MLP and
+    vocabulary over tensor, as the `act_*` rules say. Only the main residuals
+    are counted, so this is a floor: XLA's CPU backend keeps about twice as
+    much (tests/plan_test.py compares).
+
+The generate phase holds, instead of gradients and activations, a copy of the
+layer weights in the compute dtype (`decode.prepare`); its peak is reported
+too. Transients of prefill and decode (one layer's attention scores of a
+prefill batch, one step's logits) are not counted.
+
+FLOPs are `scalerl_jax.metrics`'s: generation is a causal pass over prompt +
+completion - 1 tokens for every one of the P x G completions, training 3 x the
+forward pass over the P x G sequences, all at the full token budget (every
+completion truncated: the worst case). Time at peak divides them by the
+devices' summed peak bf16 FLOP/s; decode is memory-bound in practice, so this
+is a lower bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import AbstractMesh, PartitionSpec
+
+from scalerl_jax import config as config_lib
+from scalerl_jax import metrics
+from scalerl_jax import optim
+from scalerl_jax import sharding
+from scalerl_jax.models import transformer
+from scalerl_jax.sampling import slots
+from scalerl_jax.sampling.settings import SamplingSettings
+
+GB = 1e9  # Vendors state HBM capacity in GB of 10^9 bytes; so does the report.
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+  """Published per-chip figures of one accelerator."""
+  name: str
+  hbm_bytes: float  # HBM capacity per chip.
+  peak_flops: float  # Dense bf16 FLOP/s per chip.
+  source: str
+
+
+# Published per-chip figures: HBM capacity and dense bf16 peak. NVIDIA's
+# datasheets list 1,979 bf16 TFLOP/s "with sparsity"; dense is half.
+ACCELERATORS = {
+    "tpu_v5e": Accelerator("TPU v5e", 16 * GB, 197e12, 'Google Cloud TPU docs, "TPU v5e"'),
+    "tpu_v5p": Accelerator("TPU v5p", 95 * GB, 459e12, 'Google Cloud TPU docs, "TPU v5p"'),
+    "tpu_v6e": Accelerator("TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"'),
+    "h100": Accelerator("NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet"),
+    "h200": Accelerator("NVIDIA H200 SXM", 141 * GB, 989e12, "NVIDIA H200 datasheet"),
+}
+
+
+def abstract_mesh(mesh_cfg: Any, num_devices: int) -> AbstractMesh:
+  """The config's mesh over `num_devices` devices, without the devices."""
+  shape = sharding.resolve_mesh_shape(mesh_cfg.shape, num_devices)
+  return AbstractMesh(shape, tuple(mesh_cfg.axes))
+
+
+def shard_elements(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) -> int:
+  """Entries of one device's shard of an array of `shape` laid out by `spec`.
+
+  Args:
+    shape: the global shape.
+    spec: mesh axes (a name, a tuple of names or None) per dimension; missing
+      trailing entries mean replicated.
+    mesh: gives the size of each mesh axis.
+
+  Returns:
+    prod over dimensions of ceil(size / ways), ways the product of the sizes
+    of the dimension's mesh axes.
+  """
+  count = 1
+  for i, size in enumerate(shape):
+    axes = spec[i] if i < len(spec) else None
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    count *= -(-size // math.prod(mesh.shape[a] for a in axes))
+  return count
+
+
+def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
+  """Per-device bytes of a tree of ShapeDtypeStructs laid out by a matching tree of specs."""
+  sizes = jax.tree.map(lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
+                       abstract, specs)
+  return sum(jax.tree.leaves(sizes))
+
+
+def default_num_slots(config: ml_collections.ConfigDict) -> int:
+  """Sampler slots the trainer runs with.
+
+  The rule lives inline in `trainer.Trainer.__init__` (not importable), so it
+  is restated here: `sampling.num_slots`, or when 0, P x G for ppo_off_policy
+  and 2 x P x G for pipeline_rl (a second batch in flight while training).
+  """
+  p, g = config.data.prompts_per_step, config.data.generations_per_prompt
+  pipelined = config.buffer.schedule == "pipeline_rl"
+  return config.sampling.num_slots or (2 if pipelined else 1) * p * g
+
+
+# An activation: shape, logical axis names, bytes per entry.
+Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
+
+
+def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int) -> list[Residual]:
+  """What one decoder block keeps for its backward pass over [b, t] tokens."""
+  c = np.dtype(cfg.dtype).itemsize
+  h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  tok = ("act_batch", "act_len")
+  embed = ((b, t, cfg.embed_dim), tok + ("act_embed",), c)
+  heads = ((b, t, h, e), tok + ("act_heads", "head_dim"), c)
+  kv = ((b, t, k, e), tok + ("act_kv_heads", "head_dim"), c)
+  mlp = ((b, t, cfg.mlp_dim), tok + ("act_mlp",), c)
+  scores = ((b, h, t, t), ("act_batch", "act_heads", "act_len", None), 4)
+  # Block input, attention norm output, residual after attention, MLP norm
+  # output; q, k, v after rope and the attention output (matmul inputs);
+  # gate, up and their product; the float32 softmax output [B, H, T, T].
+  out = [embed] * 4 + [heads, kv, kv, heads] + [mlp] * 3 + [scores]
+  if c != 4:  # The probabilities cast to the compute dtype feed the values product.
+    out.append(scores[:2] + (c,))
+  if cfg.qk_norm:  # q and k before their norms.
+    out += [heads, kv]
+  return out
+
+
+def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
+                     rows: int, seq_len: int, remat: bool) -> int:
+  """Per-device bytes of the train step's activations over `rows` sequences.
+
+  The model runs on seq_len - 1 tokens (the last token is only a target).
+  Without remat every layer's residuals (`_block_residuals`) are kept; with
+  remat only each layer's input, and one layer's residuals exist at a time
+  while it is recomputed. The head keeps the final norm's output and two
+  [rows, T, V] float32 buffers: the logits the log-softmax backward reads
+  and their gradient.
+
+  Args:
+    cfg: the model's shape.
+    mesh: gives the size of each mesh axis.
+    rules: logical-axis rules (`act_*` names).
+    rows: global batch of sequences.
+    seq_len: tokens per sequence (prompt + completion).
+    remat: whether blocks are rematerialised.
+
+  Returns:
+    The bytes on one device.
+  """
+  t = seq_len - 1
+
+  def size(items):
+    return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
+               for shape, axes, nbytes in items)
+
+  block = _block_residuals(cfg, rows, t)
+  logits = ((rows, t, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
+  head = size([block[0], logits, logits])
+  if remat:
+    return cfg.num_layers * size(block[:1]) + size(block) + head
+  return cfg.num_layers * size(block) + head
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Per-device bytes and per-step FLOPs of one config on one mesh."""
+  mesh_shape: dict[str, int]
+  num_slots: int
+  train_rows: int  # P x G sequences per train step.
+  seq_len: int  # max_prompt_len + max_new_tokens.
+  remat: bool  # config.model.remat: which activation figure counts.
+  params: int
+  opt_state: int  # As trainer.py lays it out: replicated.
+  opt_state_sharded: int  # If the moments were sharded like their parameters.
+  grads: int
+  kv_cache: int
+  slot_records: int
+  decode_weights: int  # Layer weights in the compute dtype, generate phase only.
+  activations_remat: int
+  activations_no_remat: int
+  activations_per_row: int  # With config.model.remat, per sequence on a device.
+  rows_per_device: int  # ceil(train_rows / batch-axis ways).
+  generation_flops: int
+  train_flops: int
+
+  @property
+  def activations(self) -> int:
+    return self.activations_remat if self.remat else self.activations_no_remat
+
+  @property
+  def resident(self) -> int:
+    """What stays allocated through the whole step."""
+    return self.params + self.opt_state + self.kv_cache + self.slot_records
+
+  @property
+  def train_peak(self) -> int:
+    return self.resident + self.grads + self.activations
+
+  @property
+  def generate_peak(self) -> int:
+    return self.resident + self.decode_weights
+
+  @property
+  def peak(self) -> int:
+    return max(self.train_peak, self.generate_peak)
+
+
+def _check_divides(what: str, count: int, ways: int) -> None:
+  if count % ways:
+    raise config_lib.ConfigError(
+        f"{what}: {count} does not divide over the {ways}-way batch sharding of the mesh")
+
+
+def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
+  """Counts memory and FLOPs for `config` on `num_devices` devices.
+
+  Args:
+    config: an experiment config (`configs/scalerl.py`); the model shape is
+      `config.model` (an `hf_path` checkpoint is not read).
+    num_devices: devices in the mesh (its -1 axis takes the rest).
+
+  Returns:
+    The plan.
+
+  Raises:
+    ConfigError: the config is invalid on this many devices, or the slots or
+      the train batch do not divide over the batch axes.
+  """
+  config_lib.validate(config, num_devices)
+  cfg = transformer.ModelConfig.from_config(config.model)
+  mesh = abstract_mesh(config.mesh, num_devices)
+  rules = sharding.logical_rules(config.mesh)
+  batch_ways = sharding.batch_divisor(mesh, rules)
+  num_slots = default_num_slots(config)
+  rows = config.data.prompts_per_step * config.data.generations_per_prompt
+  _check_divides("sampling.num_slots", num_slots, batch_ways)
+  _check_divides("data.prompts_per_step x data.generations_per_prompt", rows, batch_ways)
+
+  model = transformer.Transformer(cfg)
+  params = nn.unbox(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))["params"]))
+  param_specs = jax.tree.map(lambda s: s.spec, sharding.param_shardings(model, mesh, rules))
+  optimizer = optim.make_optimizer(config.optim)
+  opt_state = jax.eval_shape(optimizer.init, params)
+  # The trainer makes its state with jax.jit(init_state) and no out_shardings,
+  # and optax creates the moments with zeros_like, which carries no sharding:
+  # XLA replicates them on every device (tests/plan_test.py checks this on
+  # real arrays). Sharded like their parameters is what they could be.
+  replicated = jax.tree.map(lambda _: PartitionSpec(), opt_state)
+  opt_specs = optax.tree_map_params(
+      optimizer, lambda _, spec: spec, opt_state, param_specs,
+      transform_non_params=lambda _: PartitionSpec(),
+      is_leaf=lambda x: isinstance(x, PartitionSpec))
+  layer_weights = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, cfg.dtype),
+                               params["layers"])
+
+  s = config.sampling
+  settings = SamplingSettings(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens)
+  state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, num_slots, 1))
+  state_specs = jax.tree.map(lambda sh: sh.spec,
+                             slots.state_shardings(mesh, rules, cfg.num_layers))
+  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
+
+  seq_len = settings.cache_len
+  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len)
+  return Plan(
+      mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
+      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
+      opt_state=tree_bytes(opt_state, replicated, mesh),
+      opt_state_sharded=tree_bytes(opt_state, opt_specs, mesh),
+      grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
+      slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
+      decode_weights=tree_bytes(layer_weights, param_specs["layers"], mesh),
+      activations_remat=acts(rows=rows, remat=True),
+      activations_no_remat=acts(rows=rows, remat=False),
+      activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
+      rows_per_device=-(-rows // batch_ways),
+      generation_flops=metrics.generation_flops(
+          cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
+      train_flops=metrics.train_flops(cfg, [seq_len] * rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+  """How a plan sits on one accelerator."""
+  accelerator: Accelerator
+  fits: bool  # peak <= (1 - margin) x HBM.
+  free_bytes: float  # (1 - margin) x HBM - peak; negative when it does not fit.
+  rows_that_fit: int  # Train sequences per device the activations leave room for.
+  generate_s: float  # At peak FLOP/s on every device.
+  train_s: float
+
+
+def fit(plan: Plan, accelerator: Accelerator, margin: float) -> Fit:
+  """Whether `plan` fits on `accelerator` keeping `margin` of HBM free, and its time at peak.
+
+  Args:
+    plan: from `make_plan`.
+    accelerator: e.g. `ACCELERATORS["h100"]`.
+    margin: fraction of HBM kept for XLA's scratch space and fragmentation.
+
+  Returns:
+    The fit.
+  """
+  usable = (1.0 - margin) * accelerator.hbm_bytes
+  rows = 0
+  if plan.generate_peak <= usable:
+    rows = max(int((usable - plan.train_peak + plan.activations) // plan.activations_per_row), 0)
+  device_flops = math.prod(plan.mesh_shape.values()) * accelerator.peak_flops
+  return Fit(accelerator, plan.peak <= usable, usable - plan.peak, rows,
+             plan.generation_flops / device_flops, plan.train_flops / device_flops)
+
+
+def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float) -> str:
+  """The planner's printout: per-device memory, FLOPs, and a fit table."""
+  gb = lambda n: f"{n / GB:10.3f} GB"
+  act = "remat" if plan.remat else "no remat"
+  lines = [
+      f"mesh {plan.mesh_shape}; {plan.num_slots} sampler slots; train batch "
+      f"{plan.train_rows} x {plan.seq_len} tokens ({plan.rows_per_device} rows per device)",
+      "", "Per device:",
+      f"  parameters                 {gb(plan.params)}",
+      f"  optimizer state (AdamW)    {gb(plan.opt_state)}  replicated, as trainer.py "
+      f"builds it; {plan.opt_state_sharded / GB:.3f} GB if sharded like the parameters",
+      f"  gradients                  {gb(plan.grads)}",
+      f"  sampler KV cache           {gb(plan.kv_cache)}",
+      f"  sampler token records      {gb(plan.slot_records)}",
+      f"  train activations, remat   {gb(plan.activations_remat)}",
+      f"  train activations, none    {gb(plan.activations_no_remat)}",
+      f"  decode weights (generate)  {gb(plan.decode_weights)}",
+      f"  {'peak, train (' + act + ')':27s}{gb(plan.train_peak)}",
+      f"  peak, generate             {gb(plan.generate_peak)}",
+      "", "Per RL step (every completion at the full budget):",
+      f"  generation FLOPs  {plan.generation_flops:.4g}",
+      f"  training FLOPs    {plan.train_flops:.4g}",
+      "", f"Fit with {margin:.0%} of HBM kept free (time at peak bf16 FLOP/s, a lower bound):",
+      f"  {'accelerator':16s} {'HBM GB':>7s} {'TFLOP/s':>8s} {'fits':>5s} {'free GB':>9s} "
+      f"{'rows/dev':>8s} {'gen s':>9s} {'train s':>9s} {'step s':>9s}"]
+  for acc in accelerators:
+    f = fit(plan, acc, margin)
+    lines.append(
+        f"  {acc.name:16s} {acc.hbm_bytes / GB:7.0f} {acc.peak_flops / 1e12:8.0f} "
+        f"{'yes' if f.fits else 'no':>5s} {f.free_bytes / GB:9.2f} {f.rows_that_fit:8d} "
+        f"{f.generate_s:9.3g} {f.train_s:9.3g} {f.generate_s + f.train_s:9.3g}")
+  lines.append(f"  (rows/dev: train sequences per device that would fit; this batch puts "
+               f"{plan.rows_per_device} on each)")
+  return "\n".join(lines) + "\n"
+
+
+def resolve_num_devices(mesh_cfg: Any, requested: Optional[int]) -> int:
+  """Devices to plan for: `requested`, else the mesh's own size, else the local count.
+
+  Args:
+    mesh_cfg: `config.mesh`.
+    requested: a device count asked for explicitly, or None.
+
+  Returns:
+    `requested` when given; the product of `mesh_cfg.shape` when it has no
+    -1; otherwise `jax.device_count()`.
+  """
+  if requested is not None:
+    return requested
+  if -1 not in mesh_cfg.shape:
+    return math.prod(mesh_cfg.shape)
+  return jax.device_count()
+
+
+def accelerators_named(names: Sequence[str]) -> list[Accelerator]:
+  """`ACCELERATORS` entries by key, in order; raises ValueError naming an unknown one."""
+  unknown = [n for n in names if n not in ACCELERATORS]
+  if unknown:
+    raise ValueError(f"unknown accelerators {unknown}; choose from {sorted(ACCELERATORS)}")
+  return [ACCELERATORS[n] for n in names]
+

@@ -1,0 +1,282 @@
+"""Tests of scalerl_jax.plan (memory and FLOPs per device) and launch/plan.py.
+
+The numbers for `tiny_cpu` are worked out by hand below. Its shape:
+V=512, D=256, L=4, H=8, K=4, E=32, F=768, tied embeddings, float32 params
+and compute; P x G = 8 x 16 = 128 sequences of 64 + 96 = 160 tokens.
+
+Run as a script (`python -m tests.plan_test`, 8 simulated devices) it prints
+the bytes that real sharded arrays hold on device 0, for
+`test_plan_matches_real_sharded_arrays`.
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from configs import scalerl
+from scalerl_jax import config as config_lib
+from scalerl_jax import optim
+from scalerl_jax import plan
+from scalerl_jax import sharding
+from scalerl_jax.models import transformer
+from scalerl_jax.rl import losses
+from scalerl_jax.rl import train_step as train_step_lib
+from tests import helpers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Parameters: attention D*E*(2H + 2K) = 256*32*24 = 196,608 per layer, MLP
+# 3*D*F = 589,824, norms 2*D = 512 -> 786,944 per layer; x 4 layers = 3,147,776;
+# embedding V*D = 131,072; final norm 256 -> 3,279,104 in all. Norm scales
+# (2,048 in the layers + 256 final = 2,304) are replicated; every other
+# tensor has an `embed` axis (-> fsdp) and maybe heads/mlp/vocab (-> tensor).
+SHARDED_PARAMS = 3_279_104 - 2_304
+
+
+def _config(**mesh_shape):
+  config = scalerl.get_config("tiny_cpu")
+  with config.unlocked():
+    for name, value in mesh_shape.items():
+      config.mesh[name] = value
+  return config
+
+
+def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
+  p = plan.make_plan(_config(), 8)
+  assert p.mesh_shape == {"data": 1, "fsdp": 8, "tensor": 1}
+  # 3,276,800 / 8 + 2,304 = 411,904 float32 entries.
+  assert p.params == 411_904 * 4 == 1_647_616
+  assert p.grads == p.params
+  # AdamW: mu and nu in float32 plus two int32 step counts (adam, schedule).
+  # The trainer replicates them: 2 x 3,279,104 x 4 + 8; sharded like the
+  # params they would take 2 x 1,647,616 + 8.
+  assert p.opt_state == 2 * 3_279_104 * 4 + 8 == 26_232_840
+  assert p.opt_state_sharded == 2 * 1_647_616 + 8
+  # Decode weights: the layer kernels and norms in float32 (no embedding):
+  # 3,147,776 - 2,048 norms = 3,145,728 / 8 + 2,048 = 395,264 entries.
+  assert p.decode_weights == 395_264 * 4
+
+
+def test_params_on_a_mesh_with_data_and_tensor_axes():
+  # (2, 2, 2): data replicates parameters, fsdp x tensor splits them 4 ways
+  # (the embedding is [vocab -> tensor, embed -> fsdp]).
+  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  assert p.params == (SHARDED_PARAMS // 4 + 2_304) * 4 == 3_286_016
+  assert p.opt_state_sharded == 2 * 3_286_016 + 8
+
+
+def test_sampler_state_on_fsdp8():
+  p = plan.make_plan(_config(), 8)
+  # pipeline_rl: 2 x P x G = 256 slots, 32 per device.
+  assert p.num_slots == 256
+  # KV cache: 256 slots x 160 positions x 4 layers x 4 kv heads x 32 x 2 (k, v)
+  # x 4 bytes / 8 devices.
+  assert p.kv_cache == 256 * 160 * 4 * 4 * 32 * 2 * 4 // 8 == 20_971_520
+  # Per slot: tokens, logp, logp_sampling, version (4 B x 160 each) = 2,560,
+  # mask 160, prompt_len/length/limit 12, active/done/truncated 3, PRNG key 8,
+  # meta 4, interruption budget/phrase_pos 8 + 2 flags = 2,757 B; x 32 slots.
+  assert p.slot_records == 2_757 * 32 == 88_224
+
+
+def test_kv_cache_splits_kv_heads_over_tensor():
+  # (2, 2, 2): slots over data x fsdp (64 each), kv heads over tensor (2 each).
+  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  assert p.kv_cache == 64 * 2 * 32 * 160 * 2 * 4 * 4
+
+
+def test_activations_on_fsdp8():
+  p = plan.make_plan(_config(), 8)
+  # 128 rows / 8 = 16 per device, T = 159 tokens -> 2,544 tokens per device.
+  assert p.rows_per_device == 16
+  # Per token per layer (float32 entries): 4 x D (block input, attn norm,
+  # residual, MLP norm) = 1,024; q and attention output 2 x H*E = 512; k, v
+  # 2 x K*E = 256; gate, up, hidden 3 x F = 2,304; softmax H x T = 1,272.
+  # 5,368 entries = 21,472 B; x 2,544 tokens = 54,624,768 B per layer.
+  per_layer = 2_544 * 21_472
+  # Head per token: final norm D + logits and their gradient 2 x V = 1,280
+  # entries = 5,120 B; x 2,544 = 13,025,280.
+  head = 2_544 * 5_120
+  assert p.activations_no_remat == 4 * per_layer + head == 231_524_352
+  # Remat: each layer's input only (D = 1,024 B per token), plus one layer
+  # being recomputed.
+  assert p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
+  assert p.activations_per_row == p.activations_no_remat // 16  # remat is off in tiny_cpu.
+
+
+def test_activations_split_heads_mlp_and_vocab_over_tensor():
+  # (2, 2, 2): 128 / 4 = 32 rows per device, 5,088 tokens; tensor halves H, K, F, V.
+  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  # Per token per layer: 4 x 256 + 2 x 4*32 + 2 x 2*32 + 3 x 384 + 4 x 159
+  # = 1,024 + 256 + 128 + 1,152 + 636 = 3,196 entries = 12,784 B.
+  # Head: 256 + 2 x 256 = 768 entries = 3,072 B.
+  assert p.activations_no_remat == 5_088 * (4 * 12_784 + 3_072)
+
+
+def test_bfloat16_compute_and_qk_norm_add_their_residuals():
+  config = _config()
+  with config.unlocked():
+    config.model.compute_dtype = "bfloat16"
+    config.model.qk_norm = True
+  cfg = transformer.ModelConfig.from_config(config.model)
+  mesh = plan.abstract_mesh(config.mesh, 1)
+  rules = sharding.logical_rules(config.mesh)
+  # One sequence, 159 tokens. Per token per layer: the 4,096 entries above
+  # in bfloat16 = 8,192 B; the float32 softmax and its bfloat16 copy
+  # 8 x 159 x (4 + 2) = 7,632 B; q and k before their norms (256 + 128) x 2
+  # = 768 B; 16,592 B. Head: final norm 256 x 2 + float32 logits and
+  # gradient 2 x 512 x 4 = 4,608 B. Layer input (remat): 256 x 2 = 512 B.
+  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=False) == 159 * (
+      4 * 16_592 + 4_608)
+  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=True) == 159 * (
+      4 * 512 + 16_592 + 4_608)
+
+
+def test_flops_at_the_full_budget():
+  p = plan.make_plan(_config(), 8)
+  # Matmul params: 4 x (196,608 + 589,824) + D*V 131,072 = 3,276,800.
+  # Attention: 2*2*L*H*E = 4,096 FLOPs per attended key.
+  # Generation: 159 tokens per sequence, sum of contexts 159*160/2 = 12,720:
+  #   2 x 3,276,800 x 159 + 4,096 x 12,720 = 1,094,123,520 per sequence.
+  assert p.generation_flops == 128 * 1_094_123_520
+  # Training: 3 x a forward over 160 tokens (12,880 keys):
+  #   3 x (2 x 3,276,800 x 160 + 4,096 x 12,880) = 3,303,997,440 per sequence.
+  assert p.train_flops == 128 * 3_303_997_440
+
+
+def test_fit_against_a_made_up_chip():
+  p = plan.make_plan(_config(), 8)
+  # Train peak: params and grads 1,647,616 x 2 + optimizer 26,232,840 + KV
+  # 20,971,520 + records 88,224 + activations 231,524,352 = 282,112,168 B.
+  assert p.peak == p.train_peak == 282_112_168
+  chip = plan.Accelerator("chip", hbm_bytes=400e6, peak_flops=1e12, source="none")
+  f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
+  assert f.fits and f.free_bytes == pytest.approx(360e6 - 282_112_168)
+  # Without activations 50,587,816 B; 309,412,184 / 14,470,272 per row = 21.4.
+  assert f.rows_that_fit == 21
+  assert not plan.fit(p, chip, margin=0.3).fits  # 280e6 usable.
+  # 128 x 1,094,123,520 FLOPs over 8 chips x 1e12 FLOP/s.
+  assert f.generate_s == pytest.approx(0.017505976)
+  assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)
+
+
+def test_optimizer_moments_stay_in_bfloat16_for_qwen3():
+  p = plan.make_plan(scalerl.get_config("qwen3_0.6b"), 8)
+  # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
+  cfg = transformer.ModelConfig.from_config(scalerl.get_config("qwen3_0.6b").model)
+  assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 2
+  assert p.opt_state_sharded == 2 * p.params + 8
+  assert p.opt_state == 2 * cfg.num_params() * 2 + 8
+  assert p.num_slots == 2 * 48 * 16
+
+
+def test_num_slots_rule():
+  config = _config()
+  with config.unlocked():
+    config.buffer.schedule = "ppo_off_policy"
+  assert plan.default_num_slots(config) == 128
+  with config.unlocked():
+    config.sampling.num_slots = 64
+  assert plan.default_num_slots(config) == 64
+
+
+def test_rejects_slots_that_do_not_divide_the_batch_axes():
+  config = _config()
+  with config.unlocked():
+    config.sampling.num_slots = 12
+  with pytest.raises(config_lib.ConfigError, match="sampling.num_slots: 12"):
+    plan.make_plan(config, 8)
+
+
+def test_rejects_a_mesh_the_model_does_not_divide_over():
+  with pytest.raises(config_lib.ConfigError, match="model.embed_dim: 256 is not divisible by 3"):
+    plan.make_plan(_config(), 3)
+
+
+def test_resolve_num_devices():
+  assert plan.resolve_num_devices(_config(shape=(2, 2, 2)).mesh, None) == 8
+  assert plan.resolve_num_devices(_config().mesh, 64) == 64
+  assert plan.resolve_num_devices(_config().mesh, None) == jax.device_count()
+
+
+def test_activation_count_is_a_lower_bound_of_xla_cpu():
+  # XLA's own count for the compiled train step on one CPU device. The CPU
+  # backend fuses less than TPU/GPU and keeps ~2x the residuals this model
+  # counts; it must never keep fewer.
+  config = _config()
+  p = plan.make_plan(config, 1)
+  cfg = transformer.ModelConfig.from_config(config.model)
+  model = transformer.Transformer(cfg)
+  optimizer = optim.make_optimizer(config.optim)
+  params = nn.unbox(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]))
+  state = jax.eval_shape(functools.partial(train_step_lib.init_state, optimizer=optimizer),
+                         params)
+  spec = train_step_lib.StepSpec(
+      model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
+      adv_norm="batch", zero_variance_filter=True, num_prompts=8, num_generations=16,
+      temperature=1.0)
+  rows = jax.ShapeDtypeStruct((128, 160), jnp.float32)
+  batch = {"tokens_BxS": jax.ShapeDtypeStruct((128, 160), jnp.int32), "mask_BxS": rows,
+           "gen_logp_BxS": rows, "rewards_PxG": jax.ShapeDtypeStruct((8, 16), jnp.float32)}
+  step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0)
+  temp = step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
+  assert p.activations_no_remat <= temp <= 3 * p.activations_no_remat
+
+
+def test_plan_matches_real_sharded_arrays():
+  real = helpers.run_on_8_devices("tests.plan_test")
+  for shape in ((1, 8, 1), (2, 2, 2)):
+    p = plan.make_plan(_config(shape=shape), 8)
+    assert real[shape] == {"shape": list(shape), "params": p.params, "opt_state": p.opt_state,
+                           "kv_cache": p.kv_cache, "slot_records": p.slot_records}
+
+
+def test_launcher_prints_the_report():
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.plan", "--config=configs/scalerl.py",
+       "--config.mesh.shape=(2,2,2)", "--accelerators=tpu_v5e,h200"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 2}" in out.stdout
+  assert "sampler KV cache                0.021 GB" in out.stdout
+  chips = [line.split()[:2] for line in out.stdout.splitlines()
+           if line.startswith(("  TPU", "  NVIDIA"))]
+  assert chips == [["TPU", "v5e"], ["NVIDIA", "H200"]]
+
+
+def _real_bytes_on_device_0():
+  """Per-device bytes of the arrays the trainer and sampler really build."""
+  from scalerl_jax.sampling.sampler import Sampler
+  from scalerl_jax.sampling.settings import SamplingSettings
+  device = jax.devices()[0]
+
+  def on_device(tree):
+    return sum(s.data.nbytes for x in jax.tree.leaves(tree) for s in x.addressable_shards
+               if s.device == device)
+
+  for shape in ((1, 8, 1), (2, 2, 2)):
+    config = _config(shape=shape)
+    cfg = transformer.ModelConfig.from_config(config.model)
+    mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(config.mesh)
+    params, _ = sharding.init_model_params(transformer.Transformer(cfg), jax.random.key(0),
+                                           mesh, rules)
+    # As trainer.Trainer builds it: the optimizer state follows the params.
+    state = jax.jit(functools.partial(
+        train_step_lib.init_state, optimizer=optim.make_optimizer(config.optim)))(params)
+    sampler = Sampler(cfg, SamplingSettings(max_prompt_len=64, max_new_tokens=96), mesh, rules)
+    slots = sampler.init_state(256, meta_width=1)
+    kv = on_device(slots.cache)
+    print(json.dumps({"shape": list(shape), "params": on_device(params),
+                      "opt_state": on_device(state.opt_state), "kv_cache": kv,
+                      "slot_records": on_device(slots) - kv}))
+
+
+if __name__ == "__main__":
+  _real_bytes_on_device_0()
