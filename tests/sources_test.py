@@ -39,6 +39,16 @@ def test_builtin_source_follows_the_config():
     sources.load_prompts(config, "test")
 
 
+def test_builtin_validation_set_is_the_same_for_every_seed():
+  seeds = [_config(builtin_num_train=300, builtin_num_val=40) for _ in range(2)]
+  with seeds[1].unlocked():
+    seeds[1].seed = 7
+  val = [sources.load_prompts(c, "val") for c in seeds]
+  train = [sources.load_prompts(c, "train") for c in seeds]
+  assert val[0] == val[1]
+  assert train[0] != train[1]
+
+
 _ROWS = [
     '{"prompt": "1+1?", "answer": "2"}',                                    # 1 good
     '{"prompt": "2+2?", "answer": 4, "verifier": "task", "id": "q2"}',     # 2 good

@@ -37,6 +37,7 @@ import ml_collections
 from scalerl_jax.data import builtin_task
 
 SPLITS = builtin_task.SPLITS
+VAL_SEED = 0  # Seed of the built-in validation prompts, whatever config.seed is.
 RECORD_FIELDS = ("id", "prompt", "answer", "source", "verifier", "metadata")
 _JSONL_FIELDS = ("id", "prompt", "answer", "verifier")
 _MAX_LOGGED_ROWS = 20
@@ -282,7 +283,11 @@ def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str
   malformed, where = [], d.source
   if d.source == "builtin":
     field = f"builtin_num_{split}"
-    records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], config.seed, split)
+    # The validation prompts do not depend on config.seed: runs that differ
+    # only in seed are measured on the same held-out set (as the paper's fixed
+    # 1,000 prompts), so their curves differ by training alone.
+    seed = config.seed if train else VAL_SEED
+    records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], seed, split)
   elif d.source == "reasoning_gym":
     field = "reasoning_gym_name"
     if not d[field]:
