@@ -233,6 +233,10 @@ def get_config(arg=None):
   c.trainer.warm_start_steps = 300 if cpu else 0  # Supervised steps (built-in only).
   c.trainer.warm_start_lr = 2e-3  # Supervised warm-start learning rate.
   c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.
+  # Probability that a rewrite of a warm-start worked solution writes a wrong
+  # value (builtin_task.SLIP_OFFSETS): a base policy that slips at this rate
+  # per step, which RL can sharpen away. 0 = exact solutions.
+  c.trainer.warm_start_slip_prob = 0.0
   # Where warm-started base policies are cached, one subdirectory per settings
   # fingerprint; "" = <workdir>/base_policy. Sweeps share one across points.
   c.trainer.warm_start_dir = ""

@@ -179,6 +179,8 @@ SCHEMA: dict[str, Field] = {
     "trainer.warm_start_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
     "trainer.warm_start_lr": _f(float, check=_POS[0], rule=_POS[1]),
     "trainer.warm_start_batch": _f(int, check=_POS[0], rule=_POS[1]),
+    "trainer.warm_start_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
+                                       rule="must be in [0, 1)"),
     "trainer.warm_start_dir": _f(str),
 }
 

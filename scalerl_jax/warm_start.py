@@ -18,7 +18,7 @@ import functools
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from absl import logging
 import jax
@@ -47,12 +47,24 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
               "num_train": config.data.builtin_num_train,
               "steps": config.trainer.warm_start_steps, "lr": config.trainer.warm_start_lr,
               "batch": config.trainer.warm_start_batch, "vocab": vocab_size,
+              "slip_prob": config.trainer.warm_start_slip_prob,
               "max_len": config.sampling.max_prompt_len + config.sampling.max_new_tokens}
   return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
+                        slip_prob: float = 0.0, rng: Optional[np.random.Generator] = None,
+                        ) -> tuple[np.ndarray, np.ndarray]:
   """Prompt + worked solution + EOS per record; the mask covers the solution.
+
+  Args:
+    records: built-in prompt records, one example each (repeat a record to
+      see it with other slips).
+    tok: the experiment tokenizer.
+    seq_len: row length (longer examples are cut).
+    slip_prob: probability of a wrong value at each rewrite of a solution
+      (`builtin_task.Problem.steps`); 0 gives the exact worked solutions.
+    rng: draws the slips; required when `slip_prob` > 0.
 
   Returns:
     tokens_NxS int32 (right-padded with pad_id) and mask_NxS float32, where
@@ -62,7 +74,7 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int) -> 
   mask = np.zeros((len(records), seq_len), np.float32)
   for i, record in enumerate(records):
     prompt = pipeline.prompt_ids(tok, record["prompt"])
-    target = tok.encode(builtin_task.target_text(record)) + [tok.eos_id]
+    target = tok.encode(builtin_task.target_text(record, slip_prob, rng)) + [tok.eos_id]
     ids = (prompt + target)[:seq_len]
     tokens[i, :len(ids)] = ids
     mask[i, len(prompt):len(ids)] = 1.0
@@ -115,7 +127,14 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   records = builtin_task.builtin_prompts(
       tuple(config.data.builtin_difficulty), config.data.builtin_num_train, config.seed, "train")
   seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
-  tokens, mask = supervised_examples(records, tok, seq_len)
+  batch = config.trainer.warm_start_batch
+  # Every epoch visits the problems in a new order with newly drawn slips, so
+  # the policy learns a slip rate, not which problems slip.
+  rng = np.random.default_rng(config.seed)
+  epochs = -(-steps * batch // len(records))
+  order = np.concatenate([rng.permutation(len(records)) for _ in range(epochs)])[:steps * batch]
+  tokens, mask = supervised_examples([records[i] for i in order], tok, seq_len,
+                                     config.trainer.warm_start_slip_prob, rng)
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, :min(used, seq_len)], mask[:, :min(used, seq_len)]
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
@@ -125,11 +144,10 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   step = jax.jit(functools.partial(_sft_step, model=model, optimizer=optimizer),
                  donate_argnums=(0, 1))
   opt_state = jax.jit(optimizer.init)(params)
-  order = np.random.default_rng(config.seed).permutation(len(records))
-  batch = config.trainer.warm_start_batch
-  logging.info("Warm start: %d supervised steps on %d built-in problems", steps, len(records))
+  logging.info("Warm start: %d supervised steps on %d built-in problems (slip probability %g)",
+               steps, len(records), config.trainer.warm_start_slip_prob)
   for i in range(steps):
-    rows = order[np.arange(i * batch, (i + 1) * batch) % len(order)]
+    rows = slice(i * batch, (i + 1) * batch)
     params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])
     if (i + 1) % 50 == 0 or i + 1 == steps:
       logging.info("warm start step %d/%d: loss %.4f", i + 1, steps, float(loss))

@@ -5,6 +5,8 @@ import json
 import re
 import time
 
+import numpy as np
+
 import pytest
 
 from configs import scalerl
@@ -141,3 +143,23 @@ def test_score_builtin_on_huge_inputs_is_fast_and_exact():
   assert builtin_task.score_builtin("x" * 1_000_000 + "Answer:", "1") == 0.0
   assert builtin_task.score_builtin("5^{5^{5^{5^5}}}", "5") == 0.0
   assert time.perf_counter() - start < 1.0
+
+
+def test_slipped_solutions_are_self_consistent_and_slip_at_the_given_rate():
+  problem = builtin_task.parse_expression("7+5*3-4")
+  # Every rewrite slips: 5*3 -> 15+a, then 7+(15+a) -> 22+a+b, then
+  # (22+a+b)-4 -> 18+a+b+c, with a, b, c in SLIP_OFFSETS.
+  steps = problem.steps(1.0, np.random.default_rng(0))
+  a = int(steps[1].split("+")[1].split("-")[0]) - 15
+  b = int(steps[2].split("-")[0]) - 22 - a
+  c = int(steps[3]) - 18 - a - b
+  assert {a, b, c} <= set(builtin_task.SLIP_OFFSETS)
+  assert builtin_task.solution_text(problem, 1.0, np.random.default_rng(0)).endswith(
+      f"Answer: {steps[3]}")
+  assert problem.steps(0.0) == ["7+5*3-4", "7+15-4", "22-4", "18"]
+  rng = np.random.default_rng(1)
+  problems = builtin_task.builtin_problems((1,), 200, 0, "train")
+  slipped = [p.steps(0.3, rng)[1] != p.steps()[1] for p in problems for _ in range(10)]
+  assert abs(np.mean(slipped) - 0.3) < 0.03  # 2,000 draws: std of the rate ~0.01.
+  with pytest.raises(ValueError, match="needs an rng"):
+    problem.steps(0.5)

@@ -47,6 +47,9 @@ _VAL_BUCKETS = 16
 # levels of up to `_ENUMERATE_MAX` expressions (levels 1-3) allow.
 _SAMPLE_MAX_FRACTION = 0.25
 _ENUMERATE_MAX = 200_000
+# A slipped rewrite (warm start with `trainer.warm_start_slip_prob`) is off by
+# one of these: the carry and sign slips of mental arithmetic.
+SLIP_OFFSETS = (-10, -2, -1, 1, 2, 10)
 _ANSWER_VALUE = re.compile(r"\s*([+-]?)([0-9]+)\s*")
 
 
@@ -64,14 +67,29 @@ class Problem:
   def expression(self) -> str:
     return _format(self.operands, self.ops)
 
-  def steps(self) -> list[str]:
-    """The expression after each rewrite, from the original to the value."""
+  def steps(self, slip_prob: float = 0.0,
+            rng: Optional[np.random.Generator] = None) -> list[str]:
+    """The expression after each rewrite, from the original to the value.
+
+    Args:
+      slip_prob: probability that a rewrite writes a wrong value (see
+        `SLIP_OFFSETS`); the chain then continues from the wrong value, so a
+        slipped solution is consistent with itself and ends in a wrong answer.
+      rng: draws the slips; required when `slip_prob` > 0.
+
+    Returns:
+      The chain of rewritten expressions; the last one is the (slipped) value.
+    """
+    if slip_prob and rng is None:
+      raise ValueError("Problem.steps: slip_prob > 0 needs an rng")
     operands, ops = list(self.operands), list(self.ops)
     chain = [_format(operands, ops)]
     while ops:
       i = ops.index("*") if "*" in ops else 0
       a, b = operands[i], operands[i + 1]
       value = a * b if ops[i] == "*" else a + b if ops[i] == "+" else a - b
+      if slip_prob and rng.random() < slip_prob:
+        value += int(rng.choice(SLIP_OFFSETS))
       operands[i:i + 2] = [value]
       del ops[i]
       chain.append(_format(operands, ops))
@@ -118,17 +136,25 @@ def prompt_text(problem: Problem) -> str:
   return f"Compute {problem.expression}"
 
 
-def solution_text(problem: Problem) -> str:
-  """The worked target: the `<think>` trace of rewrites, then the Answer line."""
-  chain = " = ".join(problem.steps())
-  return f"{THINK_OPEN} {chain} {THINK_CLOSE}\n{ANSWER_PREFIX} {problem.value}"
+def solution_text(problem: Problem, slip_prob: float = 0.0,
+                  rng: Optional[np.random.Generator] = None) -> str:
+  """The worked target: the `<think>` trace of rewrites, then the Answer line.
+
+  With `slip_prob` > 0 each rewrite slips with that probability (see
+  `Problem.steps`) and the Answer line states the slipped chain's value.
+  """
+  steps = problem.steps(slip_prob, rng)
+  return f"{THINK_OPEN} {' = '.join(steps)} {THINK_CLOSE}\n{ANSWER_PREFIX} {steps[-1]}"
 
 
-def target_text(record: Mapping[str, Any]) -> str:
+def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
+                rng: Optional[np.random.Generator] = None) -> str:
   """The worked target text of a built-in prompt record (supervised warm start).
 
   Args:
     record: a prompt record made by `builtin_prompts`.
+    slip_prob: probability of a wrong value at each rewrite (`Problem.steps`).
+    rng: draws the slips; required when `slip_prob` > 0.
 
   Returns:
     `solution_text` of the record's problem.
@@ -140,7 +166,8 @@ def target_text(record: Mapping[str, Any]) -> str:
     raise ValueError(
         f"prompt {record.get('id')!r}: target_text needs a built-in task record, got "
         f"source {record.get('source')!r}")
-  return solution_text(parse_expression(json.loads(record["metadata"])["expression"]))
+  return solution_text(parse_expression(json.loads(record["metadata"])["expression"]),
+                       slip_prob, rng)
 
 
 def make_record(problem: Problem) -> dict[str, str]:
