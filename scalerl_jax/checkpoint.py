@@ -21,14 +21,36 @@ items, saved together:
 Atomicity: orbax writes `<step>.orbax-checkpoint-tmp*` and renames it to
 `<step>` when every item is complete (on object stores it marks completion
 with `commit_success.txt` instead). A run killed mid-save leaves only the
-temporary directory, which `latest_step` ignores: the run resumes from the
-previous complete checkpoint, and orbax replaces the leftover when the resumed
-run saves that step again. Opening a `Checkpointer` deletes nothing, so
+temporary directory, which orbax ignores: the run resumes from the previous
+complete checkpoint, and orbax replaces the leftover when the resumed run saves
+that step again. Opening a `Checkpointer` deletes and moves nothing, so
 evaluating or exporting from a workdir while its run is saving is safe.
+
+Integrity: once every process has written its files, and before the rename,
+the primary process writes `<step>/integrity.json`: size and sha256 of every
+file of the step but orbax's `_CHECKPOINT_METADATA` and `commit_success.txt`,
+written after it and holding no arrays. A step directory without it never
+finished saving (or predates manifests) and is incomplete. `latest_step` and
+`restore` check the files against it before orbax reads any array (orbax
+itself would load flipped bytes as wrong values without a word).
+
+A damaged newest checkpoint makes `latest_step` fall back to the newest intact
+one, with a warning naming the damaged step and its faults. Restarts after
+preemption are unattended: stopping instead would fail the same way on every
+retry until someone moved the directory away (the only fix), while falling
+back costs the steps since the previous checkpoint and loads nothing damaged.
+The damaged directory is kept: the resumed run's next save moves it aside to
+`<step>.damaged` (orbax would not save the steps up to it again otherwise).
+Where no intact choice is left, it stops with the faults and what to do:
+`restore` of a damaged step asked for by number, or no checkpoint verifying
+(starting afresh would silently discard the run). Verifying reads every byte
+once (sha256, ~1.5 GB/s a thread, several files at once), once per step and
+`Checkpointer`.
 """
 
 # Resume order (train_and_evaluate on a workdir that holds a checkpoint):
-#   1. step = Checkpointer.latest_step(); None means a fresh start.
+#   1. step = Checkpointer.latest_step(), the newest checkpoint whose files
+#      match their manifest; None means a fresh start.
 #   2. `state`: parameter shapes are checked against the model first (the
 #      error names the mismatching key), then params, optimizer state and the
 #      PRNG key are restored into their shardings.
@@ -42,14 +64,27 @@ evaluating or exporting from a workdir while its run is saving is safe.
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
+import json
 from typing import Any, NamedTuple, Optional
 
 from absl import logging
+from etils import epath
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
 _STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays"
+_MANIFEST = "integrity.json"
+# Step-level files orbax writes after the manifest: the commit time and marker.
+_WRITTEN_AFTER_MANIFEST = ("_CHECKPOINT_METADATA", "commit_success.txt")
+_SHOWN_FAULTS = 3
+
+
+class DamagedCheckpointError(ValueError):
+  """A checkpoint's files are not the ones its save wrote; nothing was loaded."""
 
 
 class Restored(NamedTuple):
@@ -129,6 +164,70 @@ def _decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
   return array.astype(dtype, copy=False)
 
 
+def _covered_files(step_dir: epath.Path) -> dict[str, epath.Path]:
+  """Every file of a step directory the manifest covers, by relative name."""
+  files = {}
+  for root, _, names in step_dir.walk():
+    for name in names:
+      rel = (root / name).relative_to(step_dir).as_posix()
+      if rel != _MANIFEST and rel not in _WRITTEN_AFTER_MANIFEST:
+        files[rel] = root / name
+  return files
+
+
+def _sha256(path: epath.Path) -> str:
+  digest = hashlib.sha256()
+  with path.open("rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _digests(paths: list[epath.Path]) -> list[str]:
+  # hashlib releases the GIL: threads overlap reading and hashing across files.
+  with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+    return list(pool.map(_sha256, paths))
+
+
+def _write_manifest(step_dir: epath.Path) -> None:
+  """Records the size and sha256 of every covered file of `step_dir`."""
+  files = _covered_files(step_dir)
+  names = sorted(files)
+  record = {name: {"bytes": files[name].stat().length, "sha256": digest}
+            for name, digest in zip(names, _digests([files[n] for n in names]))}
+  (step_dir / _MANIFEST).write_text(json.dumps({"files": record}, indent=1))
+
+
+def _find_damage(step_dir: epath.Path) -> Optional[str]:
+  """Why `step_dir` differs from what its save wrote; None when it does not."""
+  manifest = step_dir / _MANIFEST
+  if not manifest.exists():
+    return (f"it has no {_MANIFEST}: its save did not finish, or it was written before "
+            "checkpoints carried integrity manifests")
+  try:
+    saved = {name: (int(r["bytes"]), str(r["sha256"]))
+             for name, r in json.loads(manifest.read_text())["files"].items()}
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
+    return f"its {_MANIFEST} is unreadable ({type(e).__name__}: {e})"
+  files = _covered_files(step_dir)
+  faults = [f"{name} is missing" for name in sorted(set(saved) - set(files))]
+  faults += [f"{name} was not written by the save" for name in sorted(set(files) - set(saved))]
+  same_size = []
+  for name in sorted(set(saved) & set(files)):
+    size = files[name].stat().length
+    if size == saved[name][0]:
+      same_size.append(name)
+    else:
+      faults.append(f"{name} holds {size} bytes where {saved[name][0]} were saved")
+  for name, digest in zip(same_size, _digests([files[n] for n in same_size])):
+    if digest != saved[name][1]:
+      faults.append(f"{name} differs from the bytes saved (sha256 mismatch)")
+  if not faults:
+    return None
+  more = len(faults) - _SHOWN_FAULTS
+  return "; ".join(faults[:_SHOWN_FAULTS]) + (f"; and {more} more faults" if more > 0 else "")
+
+
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
   sharding = getattr(leaf, "sharding", None)
   if sharding is None:
@@ -160,14 +259,21 @@ class Checkpointer:
         the devices; `wait` blocks until done.
     """
     self.directory = str(directory)
+    self._root = epath.Path(directory)
+    self._async_save = async_save
+    self._sealing: Optional[int] = None  # The step of the save in flight.
+    self._intact: set[int] = set()  # Steps this object has verified.
     # Unlike orbax's default, no unconditional first save: only multiples of the
     # interval, forced saves and JAX's preemption sync point.
     policy = ocp.checkpoint_managers.AnySavePolicy([
         ocp.checkpoint_managers.FixedIntervalPolicy(save_interval_steps),
         ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
+    # Always orbax's async checkpointer: only it runs the post-finalization
+    # callback that seals each step (`save` waits when async_save is False).
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, save_decision_policy=policy, create=True,
-        enable_async_checkpointing=async_save)
+        enable_async_checkpointing=True,
+        async_options=ocp.AsyncOptions(post_finalization_callback=self._seal))
     self._manager = ocp.CheckpointManager(
         directory, options=options,
         item_handlers={_STATE: ocp.StandardCheckpointHandler(),
@@ -179,6 +285,9 @@ class Checkpointer:
            host_state: Any = None, force: bool = False) -> bool:
     """Saves one checkpoint (asynchronously unless `async_save=False`).
 
+    A damaged or unfinished checkpoint of `step` or a later step (left by the
+    run this one resumed) is first moved aside to `<step>.damaged`.
+
     Args:
       step: the step the state belongs to.
       state: pytree of jax.Arrays (typed PRNG keys allowed).
@@ -189,7 +298,7 @@ class Checkpointer:
 
     Returns:
       Whether a checkpoint was started; False when the interval skips `step`
-      or a checkpoint of `step` already exists.
+      or an intact checkpoint of `step` already exists.
 
     Raises:
       TypeError: `extra` or `host_state` holds something that cannot be
@@ -197,31 +306,120 @@ class Checkpointer:
     """
     extra = {} if extra is None else extra
     _check_json(extra)
+    arrays: dict[str, np.ndarray] = {}
+    layout = None if host_state is None else _encode_host(host_state, arrays, "host_state")
+    self._set_aside_damaged(step)
+    if not force and not self._manager.should_save(step):
+      return False
     if step in self._manager.all_steps():
       logging.info("Checkpoint of step %d already exists in %s; not saving again.",
                    step, self.directory)
       return False
-    arrays: dict[str, np.ndarray] = {}
-    layout = None if host_state is None else _encode_host(host_state, arrays, "host_state")
     items = {_STATE: ocp.args.StandardSave(state), _EXTRA: ocp.args.JsonSave(extra),
              _LAYOUT: ocp.args.JsonSave({"layout": layout, "num_arrays": len(arrays)})}
     if arrays:
       items[_ARRAYS] = ocp.args.StandardSave(arrays)
-    return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+    # orbax would wait for the previous save here too; waiting first means
+    # `_seal` of that save cannot read the step set for this one.
+    self._manager.wait_until_finished()
+    self._sealing = step
+    self._intact.discard(step)  # Verified contents of an earlier save by this number.
+    started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    if started and not self._async_save:
+      self.wait()
+    return started
+
+  def _seal(self) -> None:
+    """Writes the manifest of the save in flight (orbax's callback).
+
+    orbax calls it on the primary process once every process has written its
+    files, before the temporary directory is renamed to the step.
+    """
+    final = self._root / str(self._sealing)
+    tmp = final.parent / (final.name + ocp.path.atomicity_types.TMP_DIR_SUFFIX)
+    # On object stores orbax writes into the final directory and commits with
+    # a marker file instead of renaming.
+    _write_manifest(tmp if tmp.exists() else final)
+
+  def _damage(self, step: int) -> Optional[str]:
+    """Why checkpoint `step` cannot be restored; None when it verifies."""
+    if step in self._intact:
+      return None
+    damage = _find_damage(self._root / str(step))
+    if damage is None:
+      self._intact.add(step)
+    return damage
+
+  def _set_aside_damaged(self, step: int) -> None:
+    """Moves damaged checkpoints of `step` or later out of orbax's sight.
+
+    They are left by the run this one resumed, which fell back past them.
+    orbax skips saving any step up to the newest directory named by a step,
+    so without this the resumed run would not checkpoint until it passed them.
+    """
+    later = [s for s in self._manager.all_steps() if s >= step]
+    if not later:
+      return
+    self._manager.wait_until_finished()  # This run's own save in flight is not damage.
+    damaged = [s for s in later if self._damage(s) is not None]
+    if not damaged:
+      return
+    if jax.process_index() == 0:
+      for s in damaged:
+        aside, n = self._root / f"{s}.damaged", 1
+        while aside.exists():
+          n += 1
+          aside = self._root / f"{s}.damaged-{n}"
+        (self._root / str(s)).rename(aside)
+        logging.warning("Moved damaged checkpoint %s aside to %s before saving step %d; "
+                        "delete it once inspected.", self._root / str(s), aside, step)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"checkpoint_set_aside_{step}")
+    self._manager.reload()
 
   def all_steps(self) -> list[int]:
-    """Steps of the complete checkpoints, ascending."""
-    return sorted(self._manager.all_steps())
+    """Steps of the complete checkpoints (those sealed by a manifest), ascending.
+
+    Complete is not intact: `latest_step` and `restore` verify the files.
+    """
+    return sorted(s for s in self._manager.all_steps()
+                  if (self._root / str(s) / _MANIFEST).exists())
 
   def latest_step(self) -> Optional[int]:
-    """The newest complete checkpoint's step, or None if there is none."""
-    return self._manager.latest_step()
+    """The newest checkpoint whose files verify, or None if there is none.
+
+    Waits for this object's save in flight. Newer checkpoints that do not
+    verify are skipped with a warning naming each and its faults.
+
+    Raises:
+      DamagedCheckpointError: the directory holds checkpoints, none intact.
+    """
+    self._manager.wait_until_finished()
+    skipped = []
+    for step in sorted(self._manager.all_steps(), reverse=True):
+      damage = self._damage(step)
+      if damage is None:
+        for bad, why in skipped:
+          logging.warning("Checkpoint %s is damaged and skipped: %s. The newest intact one is "
+                          "step %d; a run resumed from it moves the damaged one aside when it "
+                          "saves.", self._root / str(bad), why, step)
+        return step
+      skipped.append((step, damage))
+    if skipped:
+      listed = "; ".join(f"step {bad}: {why}" for bad, why in skipped)
+      raise DamagedCheckpointError(
+          f"{self.directory}: no checkpoint can be restored, nothing was loaded. {listed}. "
+          f"Restore these step directories from a backup, or move them out of "
+          f"{self.directory} to start the run afresh.")
+    return None
 
   def restore(self, step: Optional[int], abstract_state: Any) -> Restored:
     """Restores a checkpoint into the given shapes and shardings.
 
+    Its files are verified against the manifest before any is read.
+
     Args:
-      step: the step to restore; None for the latest.
+      step: the step to restore; None for `latest_step()`.
       abstract_state: the state's pytree with `jax.ShapeDtypeStruct` (or
         jax.Array) leaves carrying `.sharding`; each array is read directly
         into its sharding (every process reads only its shards). A dtype
@@ -233,17 +431,19 @@ class Checkpointer:
     Raises:
       FileNotFoundError: the directory holds no complete checkpoint, or none at
         `step`.
+      DamagedCheckpointError: checkpoint `step` (or, for None, every one) does
+        not verify; the message names the faults and the intact steps.
       ValueError: the stored state does not fit `abstract_state`: missing or
         unexpected keys or different shapes, each named.
     """
-    steps = self.all_steps()
-    if not steps:
-      raise FileNotFoundError(f"{self.directory}: holds no complete checkpoint")
     if step is None:
-      step = steps[-1]
-    elif step not in steps:
+      step = self.latest_step()
+      if step is None:
+        raise FileNotFoundError(f"{self.directory}: holds no complete checkpoint")
+    elif step not in self._manager.all_steps():
       raise FileNotFoundError(f"{self.directory}: no checkpoint of step {step}; "
-                              f"complete checkpoints: {steps}")
+                              f"complete checkpoints: {self.all_steps()}")
+    self._check_intact(step)
     abstract = jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
     self._check_fits(step, abstract)
     meta = self._manager.restore(step, args=ocp.args.Composite(
@@ -257,6 +457,17 @@ class Checkpointer:
     if layout is not None:
       host_state = _decode_host(layout, dict(restored[_ARRAYS]) if has_arrays else {})
     return Restored(restored[_STATE], meta[_EXTRA], host_state)
+
+  def _check_intact(self, step: int) -> None:
+    """Raises DamagedCheckpointError naming the faults of checkpoint `step`."""
+    damage = self._damage(step)
+    if damage is None:
+      return
+    intact = [s for s in self._manager.all_steps() if s != step and self._damage(s) is None]
+    raise DamagedCheckpointError(
+        f"{self._root / str(step)} cannot be restored, nothing was loaded from it: {damage}. "
+        f"Intact checkpoints: {sorted(intact)}. Restore one of those, or move this "
+        f"directory out of {self.directory} so that a restart resumes from the newest one.")
 
   def _check_fits(self, step: int, abstract: Any) -> None:
     """Compares the stored state's keys and shapes with `abstract`."""
