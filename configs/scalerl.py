@@ -211,6 +211,10 @@ def get_config(arg=None):
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.verifier = "auto"  # auto (per source) | math | task | code.
+  # Verifier kinds (math | task | code) that score only the text after the
+  # last </think>, and score 0 when the thinking is never closed (§5: answers
+  # are checked after stripping the thinking trace); () scores whole completions.
+  c.rewards.strip_thinking = ("math", "task", "code")
   c.rewards.timeout_s = 5.0  # Wall-clock limit per verification; then score 0.
   c.rewards.num_workers = 2  # Verifier worker processes.
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.

@@ -40,6 +40,7 @@ _NONNEG = (lambda v: v >= 0, "must be >= 0")
 _UNIT = (lambda v: 0 < v <= 1, "must be in (0, 1]")
 _PROB = (lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _DTYPES = ("float32", "bfloat16")
+_VERIFIER_KINDS = ("math", "task", "code")  # rewards.registry.KINDS
 
 
 def _axis_rules_ok(rules):
@@ -158,7 +159,10 @@ SCHEMA: dict[str, Field] = {
     "data.jsonl_val": _f(str),
     "data.tokenizer_path": _f(str),
     # rewards
-    "rewards.verifier": _f(str, choices=("auto", "math", "task", "code")),
+    "rewards.verifier": _f(str, choices=("auto",) + _VERIFIER_KINDS),
+    "rewards.strip_thinking": _f((tuple, list), check=lambda v: all(k in _VERIFIER_KINDS for k in v)
+                                 and len(set(v)) == len(v),
+                                 rule=f"must be distinct verifier kinds of {_VERIFIER_KINDS}"),
     "rewards.timeout_s": _f(float, check=_POS[0], rule=_POS[1]),
     "rewards.num_workers": _f(int, check=_POS[0], rule=_POS[1]),
     "rewards.code_cpu_s": _f(float, check=_POS[0], rule=_POS[1]),

@@ -56,6 +56,9 @@ def _with(path, value, unlock=False):
     ("mesh.shape", (-1, -1, 1), "mesh.shape: (-1, -1, 1) must hold positive sizes and at most one -1"),
     ("mesh.logical_axis_rules", (("embed",),), "mesh.logical_axis_rules:"),
     ("curriculum.retire_threshold", 1.5, "curriculum.retire_threshold: 1.5 must be in (0, 1]"),
+    ("rewards.strip_thinking", ("maths",), "rewards.strip_thinking: ('maths',) must be distinct"),
+    ("rewards.strip_thinking", ("math", "math"), "rewards.strip_thinking: ('math', 'math') must"),
+    ("rewards.strip_thinking", "math", "rewards.strip_thinking: expected tuple or list"),
 ])
 def test_bad_field_is_named(path, value, message):
   with pytest.raises(config_lib.ConfigError) as e:

@@ -7,6 +7,21 @@ import pytest
 from scalerl_jax.rewards import extract
 
 
+@pytest.mark.parametrize("text, region", [
+    ("no thinking, Answer: 4", "no thinking, Answer: 4"),  # All answer.
+    ("<think> Answer: 3 </think>\nAnswer: 4", "\nAnswer: 4"),
+    ("<think> Answer: 3 </think>", ""),  # Closed with nothing after: empty.
+    ("<think> a </think> b <think> c </think> d", " d"),  # After the last close.
+    ("so ... </think> Answer: 4", " Answer: 4"),  # Thinking opened in the prompt.
+    ("<think> Answer: 3", None),  # Never closed: no answer region.
+    ("<think> a </think> Answer: 3 <think> b", None),  # Reopened, never closed.
+    ("", ""),
+    (None, None),
+])
+def test_answer_region(text, region):
+  assert extract.answer_region(text) == region
+
+
 @pytest.mark.parametrize("text, answer", [
     (r"so \boxed{42}.", "42"),
     (r"\boxed{\frac{1}{2}} and later \boxed{ \frac{3}{4} }", r"\frac{3}{4}"),
@@ -47,10 +62,13 @@ def test_unclosed_box_falls_back_to_the_closed_one():
     "\n" * 1_000_000 + "Answer: 1",
     " \t" * 500_000,
     "```" * 300_000,
+    "<think>" * 150_000,
+    "</think><think>" * 70_000,
 ])
 def test_megabyte_inputs_are_linear(text):
   # A quadratic scan of a megabyte would take minutes.
   start = time.monotonic()
+  extract.answer_region(text)
   extract.extract_final_answer(text)
   extract.extract_code(text)
   assert time.monotonic() - start < 5.0

@@ -174,6 +174,20 @@ def test_verifier_mode_from_config():
     rewards.RewardPool(_rewards_config(verifier="exact"))
 
 
+def test_strip_thinking_from_config_reaches_the_workers(pool):
+  # The answer sits only inside a thinking trace the completion never closed.
+  record = {"id": "m", "answer": "54", "verifier": "math"}
+  completions = [r"<think> so \boxed{54} and then", r"<think> so \boxed{54} </think>"]
+  scores, _ = pool.score(completions, [record] * 2)  # Default: every kind strips.
+  np.testing.assert_array_equal(scores, [0.0, 0.0])
+  with rewards.RewardPool(_rewards_config(strip_thinking=("task", "code"),
+                                          num_workers=1)) as whole_pool:
+    scores, _ = whole_pool.score(completions, [record] * 2)
+    np.testing.assert_array_equal(scores, [1.0, 1.0])
+  with pytest.raises(ValueError, match="rewards.strip_thinking"):
+    rewards.RewardPool(_rewards_config(strip_thinking=("maths",)))
+
+
 def test_close_leaves_nothing_behind():
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   p = rewards.RewardPool(_rewards_config(num_workers=2))

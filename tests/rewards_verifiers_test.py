@@ -5,6 +5,8 @@ import json
 import pytest
 import reasoning_gym
 
+from configs import scalerl
+from scalerl_jax import config as config_lib
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
 from scalerl_jax.rewards import code_sandbox
@@ -143,3 +145,69 @@ def test_malformed_code_tests_are_errors(answer, message):
   with pytest.raises(ValueError, match=message):
     code_sandbox.parse_tests(answer)
 
+
+
+def _thinking_cases():
+  """(record, spec, its kind, a correct answer as that verifier reads it) per verifier."""
+  builtin = builtin_task.builtin_prompts((2,), 1, 0, "train")[0]
+  entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=3)[0]
+  gym = {"id": "rg", "answer": str(entry["answer"]), "verifier": "reasoning_gym:basic_arithmetic",
+         "metadata": json.dumps(entry)}
+  code = {"id": "c", "answer": json.dumps({"inputs": ["3"], "outputs": ["6"]}),
+          "verifier": "code"}
+  return [
+      (_math("54"), "math", "math", r"\boxed{54}"),
+      (builtin, "builtin", "task", f"Answer: {builtin['answer']}"),
+      (gym, "reasoning_gym:basic_arithmetic", "task", f"<answer>{entry['answer']}</answer>"),
+      (code, "code", "code", _DOUBLE),
+  ]
+
+
+_THINKING_IDS = ["math", "builtin", "reasoning_gym", "code"]
+
+
+@pytest.mark.parametrize("record, spec, kind, answer", _thinking_cases(), ids=_THINKING_IDS)
+def test_an_answer_only_inside_the_thinking_scores_zero(record, spec, kind, answer):
+  del kind
+  # Closed: the answer region after </think> states nothing.
+  assert rewards.verify(f"<think> so\n{answer}\n</think>", record, spec) == 0.0
+  # Unclosed (e.g. truncated mid-thought): there is no answer region at all.
+  assert rewards.verify(f"<think> so\n{answer}\nand then", record, spec) == 0.0
+  # Reopened after an earlier close: still thinking at the end.
+  assert rewards.verify(f"<think> a </think> <think> so\n{answer}\n", record, spec) == 0.0
+
+
+@pytest.mark.parametrize("record, spec, kind, answer", _thinking_cases(), ids=_THINKING_IDS)
+def test_an_answer_after_the_thinking_scores_one(record, spec, kind, answer):
+  del kind
+  assert rewards.verify(f"<think> so\n{answer}\n</think>\n{answer}", record, spec) == 1.0
+  # A template that opened the thinking in the prompt leaves only the close.
+  assert rewards.verify(f"so ... </think>\n{answer}", record, spec) == 1.0
+  # No thinking at all: the whole completion is the answer.
+  assert rewards.verify(answer, record, spec) == 1.0
+
+
+@pytest.mark.parametrize("record, spec, kind, answer", _thinking_cases(), ids=_THINKING_IDS)
+def test_strip_thinking_is_chosen_per_kind(record, spec, kind, answer):
+  unclosed = f"<think> so\n{answer}"
+  others = tuple(k for k in registry.KINDS if k != kind)
+  assert rewards.verify(unclosed, record, spec, strip_thinking=()) == 1.0
+  assert rewards.verify(unclosed, record, spec, strip_thinking=others) == 1.0
+  assert rewards.verify(unclosed, record, spec, strip_thinking=(kind,)) == 0.0
+
+
+@pytest.mark.parametrize("record, spec, kind, answer", [
+    case for case in _thinking_cases() if case[1] != "builtin"], ids=["math", "reasoning_gym", "code"])
+def test_without_stripping_a_closed_thinking_answer_counts(record, spec, kind, answer):
+  del kind
+  # The measured regression: `<think> so \boxed{54} </think>` scored 1. With
+  # stripping off it still does. (The built-in scorer is left out: it needs
+  # the value to end the completion, so a `</think>` after it already fails.)
+  closed = f"<think> so\n{answer}\n</think>"
+  assert rewards.verify(closed, record, spec, strip_thinking=()) == 1.0
+  assert rewards.verify(closed, record, spec) == 0.0
+
+
+def test_strip_thinking_default_and_kinds_match_the_config():
+  assert tuple(scalerl.get_config().rewards.strip_thinking) == registry.KINDS
+  assert tuple(config_lib.SCHEMA["rewards.verifier"].choices) == registry.MODES

@@ -78,6 +78,10 @@ def _text_cases():
       f"\\boxed{{__import__('os').system('touch {_MARK}')}}",
       f"<answer>exec(\"open('{_MARK}', 'w')\")</answer>",
       "\\boxed{\\input{/etc/passwd}}",
+      # Thinking markers: unbalanced, repeated, nested around an answer.
+      "<think>" * (_MB // 7), "</think>" * (_MB // 8), "<think></think>" * (_MB // 15),
+      "<think>" + "\\boxed{" * 100_000 + "</think>" + "}" * 100_000,
+      "</think><think>" * 1000 + "Answer: 42", "<think> Answer: 42",
       # Plain answers, so that the batch is not all failures.
       "Answer: 42", "\\boxed{42}", "<answer>42</answer>",
   ]

@@ -1,6 +1,10 @@
 """Code verifier: run the completion's program against the record's tests.
 
-The program is the last fenced Python block of the completion. The record's
+The program is the last fenced Python block of the completion's answer region,
+the text after its thinking (see `registry.verify`): code drafted while
+thinking is a draft, not the submission, just as a math answer written only
+inside the thinking is not the answer; and a completion cut off mid-thought
+would otherwise have its unfinished draft run. The record's
 `answer` holds its tests in one of two forms:
 
 - stdin/stdout cases as JSON: `{"inputs": [...], "outputs": [...]}` or

@@ -1,4 +1,4 @@
-"""Final-answer and code extraction from completions.
+"""Answer-region, final-answer and code extraction from completions.
 
 Every function here is linear in the length of its input, whatever the input
 (a completion may be a megabyte of unbalanced braces), and returns None rather
@@ -10,12 +10,52 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from scalerl_jax.data.builtin_task import THINK_CLOSE
+from scalerl_jax.data.builtin_task import THINK_OPEN
+
 _BOXED = re.compile(r"\\(?:boxed|fbox)[ \t]*\{")
 # `Answer: ...`, `Final answer: ...`, `**Answer:** ...` on a line of its own.
 # Only [ \t] is allowed before the keyword: `\s*` would rescan runs of blank
 # lines from every line start and go quadratic.
 _ANSWER_LINE = re.compile(r"(?im)^[ \t*#>]*(?:final[ \t]+)?answer[ \t*]*:(.*)$")
 _CODE_LANGS = ("", "python", "py", "python3")
+
+
+def answer_region(text: str) -> Optional[str]:
+  """The part of a completion that states its answer: what follows the thinking.
+
+  PAPER.md §5 checks the final answer after stripping the thinking trace
+  `<think>...</think>`; an answer written only while thinking is a draft, not
+  an answer. The region is the text after the last `</think>`. A completion
+  that opened `<think>` and never closed it (no `</think>` after its last
+  `<think>`) has no answer region. One without any `<think>` is all answer.
+  A `</think>` with no `<think>` before it still ends the thinking: chat
+  templates that open the thinking in the prompt leave only the close in the
+  completion.
+
+  A truncated completion therefore scores as follows. Cut off while thinking,
+  it never closed its `<think>` and scores 0: it gave no answer, and a draft
+  answer in the thinking must not be rewarded (the interruption phrase, which
+  ends in `</think>`, is how a run lets a long thinking trace still answer).
+  Cut off after `</think>`, it is scored on what it stated before the cut:
+  an unclosed `\\boxed{`, `<answer>` tag or code fence states nothing, but an
+  `Answer:` line is read as far as it got (`Answer: 1` cut from `Answer: 18`
+  reads 1). Verifiers see the text only, with EOS already dropped, so the cut
+  cannot be told apart from a short answer here.
+
+  Args:
+    text: the completion.
+
+  Returns:
+    The answer region (possibly empty), or None if the completion is still
+    thinking at its end or is not a string.
+  """
+  if not isinstance(text, str):
+    return None
+  close = text.rfind(THINK_CLOSE)
+  if text.rfind(THINK_OPEN) > close:
+    return None
+  return text if close < 0 else text[close + len(THINK_CLOSE):]
 
 
 def _matching_braces(text: str) -> dict[int, int]:

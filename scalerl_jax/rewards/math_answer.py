@@ -1,7 +1,8 @@
 """Math verifier: the completion's final answer checked with math-verify.
 
 The final answer is extracted by `extract.extract_final_answer` (`\\boxed{}`,
-`<answer>` tag or `Answer:` line) and compared with the record's `answer` by
+`<answer>` tag or `Answer:` line) from the text after the thinking trace (see
+`registry.verify`), and compared with the record's `answer` by
 math-verify (symbolic and numeric equivalence: `0.5` == `\\frac{1}{2}`,
 `1+x^2` == `x^2+1`). math-verify's own signal-based timeouts are switched
 off: the reward pool's hard kill bounds every call instead.

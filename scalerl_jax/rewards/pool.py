@@ -75,11 +75,12 @@ class RewardPool:
   """Scores completions against prompt records in a pool of worker processes.
 
   Args:
-    rewards_config: `config.rewards` (verifier, timeout_s, num_workers,
-      code_cpu_s, code_memory_mb, worker_memory_mb).
+    rewards_config: `config.rewards` (verifier, strip_thinking, timeout_s,
+      num_workers, code_cpu_s, code_memory_mb, worker_memory_mb).
 
   Raises:
-    ValueError: an unknown `rewards_config.verifier`.
+    ValueError: an unknown `rewards_config.verifier` or kind in
+      `rewards_config.strip_thinking`.
     RuntimeError: the fork server or a worker could not start.
   """
 
@@ -87,11 +88,15 @@ class RewardPool:
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
       raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
+    strip_thinking = tuple(rewards_config.strip_thinking)
+    if not set(strip_thinking) <= set(registry.KINDS):
+      raise ValueError(
+          f"rewards.strip_thinking: {strip_thinking!r} is not a subset of {registry.KINDS}")
     self._timeout_s = float(rewards_config.timeout_s)
     self._settings = worker.WorkerSettings(
         timeout_s=self._timeout_s, code_cpu_s=float(rewards_config.code_cpu_s),
         code_memory_mb=int(rewards_config.code_memory_mb),
-        memory_mb=int(rewards_config.worker_memory_mb))
+        memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
     self._restarts = 0
     self._slots: list[_Slot] = []
     self._control: Optional[mp_connection.Connection] = None

@@ -10,8 +10,11 @@ require it to be a task scorer (`task`); `resolve_spec` applies that rule.
 A verifier is `fn(completion, record, ctx, option) -> float`. It runs inside a
 reward worker process (see `pool.py`), may raise on pathological input (the
 pool counts the error and scores 0) and returns a score that `verify` clips to
-[0, 1]. Verifier modules import their heavy optional dependencies lazily, so
-registering them costs nothing in the trainer process.
+[0, 1]. For the kinds in `config.rewards.strip_thinking` (all by default),
+`verify` hands it only the completion's answer region, the text after its
+thinking (`extract.answer_region`), and scores 0 without calling it when the
+thinking is never closed. Verifier modules import their heavy optional
+dependencies lazily, so registering them costs nothing in the trainer process.
 """
 
 from __future__ import annotations
@@ -19,10 +22,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
-# What `config.rewards.verifier` may hold besides the registered kinds.
-MODES = ("auto", "math", "task", "code")
+from scalerl_jax.rewards import extract
+
+# Kinds of verifier, what `config.rewards.verifier` and
+# `config.rewards.strip_thinking` select.
+KINDS = ("math", "task", "code")
+# What `config.rewards.verifier` may hold.
+MODES = ("auto",) + KINDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +60,7 @@ Verifier = Callable[[str, Mapping[str, Any], VerifyContext, str], float]
 @dataclasses.dataclass(frozen=True)
 class _Entry:
   fn: Verifier
-  kind: str  # "math" | "task" | "code": what config.rewards.verifier selects.
+  kind: str  # One of KINDS.
   takes_option: bool
   required_fields: tuple[str, ...]
 
@@ -75,8 +83,8 @@ def register_verifier(name: str, *, kind: str, takes_option: bool = False,
   Returns:
     The decorator, which returns the function unchanged.
   """
-  if kind not in ("math", "task", "code"):
-    raise ValueError(f"register_verifier({name!r}): kind {kind!r} is not math | task | code")
+  if kind not in KINDS:
+    raise ValueError(f"register_verifier({name!r}): kind {kind!r} is not one of {KINDS}")
 
   def decorator(fn: Verifier) -> Verifier:
     if name in _VERIFIERS:
@@ -145,7 +153,8 @@ def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:
 
 
 def verify(completion: str, record: Mapping[str, Any], spec: str,
-           ctx: Optional[VerifyContext] = None) -> float:
+           ctx: Optional[VerifyContext] = None, *,
+           strip_thinking: Collection[str] = KINDS) -> float:
   """Scores one completion in this process (no timeout: see `RewardPool`).
 
   Args:
@@ -153,6 +162,9 @@ def verify(completion: str, record: Mapping[str, Any], spec: str,
     record: the prompt record it answers.
     spec: verifier spec from `resolve_spec`.
     ctx: limits and hooks; defaults to a 10 s deadline and default limits.
+    strip_thinking: `config.rewards.strip_thinking`, the verifier kinds that
+      see only `extract.answer_region(completion)`; a completion with no
+      answer region (thinking never closed) scores 0 under them.
 
   Returns:
     The score clipped to [0, 1].
@@ -162,6 +174,10 @@ def verify(completion: str, record: Mapping[str, Any], spec: str,
       raises on pathological input.
   """
   entry, option = _split(spec)
+  if entry.kind in strip_thinking:
+    completion = extract.answer_region(completion)
+    if completion is None:
+      return 0.0
   score = float(entry.fn(completion, record, ctx or VerifyContext(), option))
   if not math.isfinite(score):
     raise ValueError(f"Verifier {spec!r} returned a non-finite score {score}")

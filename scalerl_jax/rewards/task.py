@@ -1,5 +1,6 @@
 """Task scorers: the built-in task and reasoning-gym datasets.
 
+Both read the text after the thinking trace (see `registry.verify`).
 `builtin` delegates to the built-in task's own checker
 (`scalerl_jax.data.builtin_task.score_builtin`). `reasoning_gym:<name>` extracts
 the final answer (`<answer>` tag, `\\boxed{}` or `Answer:` line) and scores it
@@ -13,6 +14,7 @@ import functools
 import json
 from typing import Any, Callable, Mapping
 
+from scalerl_jax.data.builtin_task import score_builtin
 from scalerl_jax.rewards import extract
 from scalerl_jax.rewards import registry
 
@@ -22,7 +24,6 @@ def verify_builtin(completion: str, record: Mapping[str, Any], ctx: registry.Ver
                    option: str) -> float:
   """The built-in task's score of the completion against `record["answer"]`."""
   del ctx, option
-  from scalerl_jax.data.builtin_task import score_builtin  # Lazy: keeps this module light.
   return score_builtin(completion, record["answer"])
 
 

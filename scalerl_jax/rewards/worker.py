@@ -30,7 +30,7 @@ from scalerl_jax.rewards import registry
 # Imported once by the fork server (`zygote.py`), so that a new worker (after
 # a timeout kill) is a fork that starts in milliseconds instead of
 # re-importing sympy. Optional ones that are not installed are skipped.
-PRELOAD_MODULES = ("math_verify", "reasoning_gym", "scalerl_jax.data.builtin_task")
+PRELOAD_MODULES = ("math_verify", "reasoning_gym")
 # Share of the pool's timeout that sandboxed programs may use; the rest is
 # left for killing, reaping and reporting before the pool's hard kill.
 _PROGRAM_WALL_FRACTION = 0.8
@@ -44,6 +44,7 @@ class WorkerSettings:
   code_cpu_s: float
   code_memory_mb: int
   memory_mb: int  # Address-space limit of the worker itself; 0 = none.
+  strip_thinking: tuple[str, ...]  # Verifier kinds scored on the answer region only.
 
 
 def warm_up() -> None:
@@ -87,7 +88,9 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
         code_cpu_s=settings.code_cpu_s, code_memory_mb=settings.code_memory_mb,
         on_spawn=on_spawn, on_reap=on_reap)
     try:
-      score, error = registry.verify(completion, record, spec, ctx), ""
+      score = registry.verify(completion, record, spec, ctx,
+                              strip_thinking=settings.strip_thinking)
+      error = ""
     except Exception as e:  # Any failure on any input scores 0 and is reported.
       score, error = 0.0, f"{type(e).__name__}: {e}"[:_MAX_ERROR_CHARS]
     conn.send(("done", task_id, score, error))

@@ -7,13 +7,23 @@ The batch is laid out prompt-major: completion b belongs to prompt b // G, so
 `adv_PxG.reshape(-1)` is the `adv_B` the losses take and `group_ids(P, G)` is
 their `group_B`.
 
+Advantages are group-centred, A_i = r_i - mean_group(r), then divided by a
+standard deviation (`config.rl.adv_norm`): `prompt` by the std of the prompt's
+own G rewards, `batch` (ScaleRL's choice) by the std of the centred advantages
+A over the whole batch, `none` not at all.
+
 A zero-variance group (all G rewards equal) carries no learning signal: its
 advantages are exactly 0 and it is flagged in `zero_var_P`. With
 `config.rl.zero_variance_filter` the trainer removes such groups from the loss
 by zeroing their tokens' mask, `mask_BxT = drop_groups(mask_BxT, zero_var_P)`.
 The aggregations in `losses.py` count only unmasked tokens, completions and
 groups, so a dropped group enters neither a numerator nor a denominator:
-prompt aggregation averages over the remaining prompts only.
+prompt aggregation averages over the remaining prompts only. For the same
+reason the batch std is taken over the groups the loss sees: with the filter
+on, dropped groups are outside it (their zeros would otherwise shrink the std
+and inflate every kept advantage by a factor that depends on how many prompts
+happened to be solved or failed by every completion); with the filter off they
+are part of the batch and count as the zeros they are.
 """
 
 import jax
@@ -36,20 +46,24 @@ def group_ids(num_prompts: int, num_generations: int) -> jax.Array:
   return jnp.repeat(jnp.arange(num_prompts, dtype=jnp.int32), num_generations)
 
 
-def group_advantages(rewards_PxG: jax.Array, norm: str) -> tuple[jax.Array, jax.Array]:
+def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter: bool
+                     ) -> tuple[jax.Array, jax.Array]:
   """A_i = r_i - mean(group), divided by a standard deviation chosen by `norm`.
 
   Standard deviations are population ones (ddof = 0), as PAPER.md §2 states
   them: `prompt` divides by the std of the prompt's own G rewards; `batch`
-  divides by the std of all P * G rewards of the batch (zero-variance groups
-  included, since they are part of the sampled batch); `none` leaves the
-  centred rewards as they are. A zero std never divides: zero-variance groups
-  get advantage exactly 0 under every normalisation, and a batch whose
-  rewards are all equal gets 0 everywhere, so no reward pattern yields NaN.
+  divides by the std of the centred advantages A over the batch the loss sees
+  (zero-variance groups excluded when `zero_variance_filter` drops them from
+  the loss, included otherwise); `none` leaves the centred rewards as they
+  are. A zero std never divides: zero-variance groups get advantage exactly 0
+  under every normalisation, and a batch with no non-zero advantage gets 0
+  everywhere, so no reward pattern yields NaN.
 
   Args:
     rewards_PxG: scalar reward of every completion, grouped by prompt.
     norm: one of `NORMS`.
+    zero_variance_filter: `config.rl.zero_variance_filter`, whether the loss
+      drops zero-variance groups; only `batch` depends on it.
 
   Returns:
     (adv_PxG, zero_var_P): float32 advantages, and True for every group whose
@@ -58,18 +72,25 @@ def group_advantages(rewards_PxG: jax.Array, norm: str) -> tuple[jax.Array, jax.
   if norm not in NORMS:
     raise ValueError(f"rl.adv_norm: {norm!r} is not one of {NORMS}")
   rewards_PxG = jnp.asarray(rewards_PxG, jnp.float32)
+  num_prompts, num_generations = rewards_PxG.shape
   # Exact equality rather than std == 0: a float mean of equal rewards need not
   # reproduce them bit for bit, so the centred values could be a tiny non-zero.
   zero_var_P = jnp.all(rewards_PxG == rewards_PxG[:, :1], axis=1)
-  adv_PxG = rewards_PxG - jnp.mean(rewards_PxG, axis=1, keepdims=True)
-  if norm != "none":
-    if norm == "prompt":
-      std = jnp.std(rewards_PxG, axis=1, keepdims=True)  # [P, 1]
-    else:
-      std = jnp.std(rewards_PxG, keepdims=True)  # [1, 1]
-    adv_PxG = adv_PxG / jnp.where(std > 0, std, 1.0)
-  adv_PxG = jnp.where(zero_var_P[:, None], 0.0, adv_PxG)
-  return adv_PxG, zero_var_P
+  adv_PxG = jnp.where(zero_var_P[:, None], 0.0,
+                      rewards_PxG - jnp.mean(rewards_PxG, axis=1, keepdims=True))
+  if norm == "none":
+    return adv_PxG, zero_var_P
+  if norm == "prompt":
+    std = jnp.std(rewards_PxG, axis=1, keepdims=True)  # [P, 1]
+  else:
+    # Every group's centred advantages sum to 0, so their batch mean is 0 and
+    # the std is their root mean square. Zero-variance groups add nothing to
+    # the sum of squares; they only count in the denominator when the loss
+    # sees them. With every group dropped the sum is 0, and so is the std.
+    num_groups = jnp.sum(~zero_var_P) if zero_variance_filter else num_prompts
+    num_completions = jnp.maximum(num_groups * num_generations, 1)
+    std = jnp.sqrt(jnp.sum(jnp.square(adv_PxG)) / num_completions)  # []
+  return adv_PxG / jnp.where(std > 0, std, 1.0), zero_var_P
 
 
 def drop_groups(mask_BxT: jax.Array, drop_P: jax.Array) -> jax.Array:

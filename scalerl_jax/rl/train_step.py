@@ -99,7 +99,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   """
   p, g = spec.num_prompts, spec.num_generations
   mask_BxS = batch["mask_BxS"].astype(jnp.float32)
-  adv_PxG, zero_var_P = advantages.group_advantages(batch["rewards_PxG"], spec.adv_norm)
+  adv_PxG, zero_var_P = advantages.group_advantages(
+      batch["rewards_PxG"], spec.adv_norm, zero_variance_filter=spec.zero_variance_filter)
   if spec.zero_variance_filter:
     mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
   group_B = advantages.group_ids(p, g)
