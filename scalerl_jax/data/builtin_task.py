@@ -195,17 +195,17 @@ def score_builtin(completion: Optional[str], answer: Optional[str]) -> float:
   inputs of any size are scored in linear time and nothing is converted with
   `int()`. Never raises: anything that is not a string scores 0.0.
 
+  The thinking is stripped before this is called, in one place for every
+  verifier (`rewards.registry.verify`, `config.rewards.strip_thinking`): an
+  `Answer:` written only inside `<think>...</think>`, or by a completion that
+  never closed its thinking, does not reach it.
+
   Args:
     completion: the decoded completion's answer region (the whole completion
       when the thinking is not stripped).
     answer: the reference answer (an integer as text).
 
   Returns:
-  The thinking is stripped before this is called, in one place for every
-  verifier (`rewards.registry.verify`, `config.rewards.strip_thinking`): an
-  `Answer:` written only inside `<think>...</think>`, or by a completion that
-  never closed its thinking, does not reach it.
-
     1.0 or 0.0.
   """
   if not isinstance(completion, str) or not isinstance(answer, str):
