@@ -1,11 +1,16 @@
-"""Fits compute-performance curves to finished runs; prints a table, writes a plot.
+"""Fits compute-performance curves to finished runs; prints a report, writes a plot.
 
   python -m launch.fit --workdirs=/tmp/sweeps/loss_type --fit_fraction=0.5
 
-Each entry of --workdirs is a run's workdir (holding metrics.jsonl) or a sweep
-directory of such workdirs; all runs go into one table and one figure. With
---fit_fraction below 1 the curves are fitted on that share of each run's final
-compute and the table reports the prediction error on the rest.
+Each entry of --workdirs is a run's workdir (holding metrics.jsonl) or a
+directory with workdirs below it; all runs go into one report and one figure.
+Runs whose names differ only in a seed marker (`cispo_seed1`, `seed=1/cispo`)
+are one configuration's seeds: the report gives the fit of their mean curve,
+the mean ± std of the per-seed fits, each seed's fit, and the mean curve with
+its spread. Every curve is fitted by the paper's procedure
+(`scalerl_jax/scaling/curves.py`): R_0 is the score at step 0, an early prefix
+of the compute is skipped, and with --fit_fraction below 1 the rest of the
+curve is predicted and the final value's prediction error reported.
 """
 
 import os
@@ -14,45 +19,59 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import plots
+from scalerl_jax.scaling import report
 from scalerl_jax.scaling import runs
 
-_WORKDIRS = flags.DEFINE_list("workdirs", None, "Run workdirs or sweep directories.",
+_WORKDIRS = flags.DEFINE_list("workdirs", None, "Run workdirs or directories holding them.",
                               required=True)
 _X = flags.DEFINE_string(
-    "x", "compute/flops",
-    "Compute measure: a metrics key, or compute/device_hours (from device seconds).")
+    "x", "compute/device_hours",
+    "Compute of all generated and trained tokens: compute/device_hours (device seconds / "
+    "3600, the paper's GPU-hours), compute/flops, or step.")
 _Y = flags.DEFINE_string("y", "val/mean_at_k", "Validation score key.")
+_SKIP_FRACTION = flags.DEFINE_float(
+    "skip_fraction", curves.SKIP_FRACTION,
+    "Leave out the points in this share of each curve's final compute (step 0 stays, as "
+    "R_0). The paper drops the first ~1.5k GPU-hours (about an epoch) of 50k-100k GPU-hour "
+    "runs, 1.5-3%; the default is its share of a 50k run.")
 _FIT_FRACTION = flags.DEFINE_float(
-    "fit_fraction", 1.0, "Share of each run's final compute to fit on; the rest is predicted.")
-_MIN_X = flags.DEFINE_float("min_x", 0.0, "Drop points with less compute (paper: ~1 epoch).")
-_NUM_BOOTSTRAP = flags.DEFINE_integer("num_bootstrap", 200, "Resamples for uncertainties.")
+    "fit_fraction", 1.0,
+    "Share of each curve's final compute to fit on; the rest is predicted (paper: 0.5).")
+_NUM_BOOTSTRAP = flags.DEFINE_integer("num_bootstrap", 200,
+                                      "Resamples for the fits' uncertainties; 0 for none.")
 _OUT = flags.DEFINE_string(
-    "out", None, "PNG path; the table goes beside it as .txt. Default: <first workdir>/fit.png.")
+    "out", None, "PNG path; the report goes beside it as .txt. Default: <first workdir>/fit.png.")
 _LOG_X = flags.DEFINE_bool("log_x", True, "Logarithmic compute axis.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if not 0 < _FIT_FRACTION.value <= 1:
-    raise app.UsageError(f"--fit_fraction must be in (0, 1]; got {_FIT_FRACTION.value}")
   try:
     workdirs = runs.find_workdirs(_WORKDIRS.value)
   except FileNotFoundError as e:
     raise SystemExit(f"launch.fit: {e}") from None
-  loaded = [runs.read_run(w, _X.value, _Y.value) for w in workdirs]
+  loaded = [runs.read_run(w, _X.value, _Y.value, name)
+            for w, name in zip(workdirs, runs.labels(workdirs))]
   for run in loaded:
     for problem in run.problems:
       logging.warning("%s", problem)
-  results = runs.fit_runs(loaded, _FIT_FRACTION.value, min_compute=_MIN_X.value,
-                          num_bootstrap=_NUM_BOOTSTRAP.value)
-  table = runs.format_table(results, _X.value)
-  print(table, end="")
+  try:
+    groups = curves.fit_groups(loaded, skip_fraction=_SKIP_FRACTION.value,
+                               fit_fraction=_FIT_FRACTION.value,
+                               num_bootstrap=_NUM_BOOTSTRAP.value)
+  except ValueError as e:
+    raise SystemExit(f"launch.fit: {e}") from None
+  text = report.format_report(groups, x_key=_X.value, y_key=_Y.value,
+                              skip_fraction=_SKIP_FRACTION.value,
+                              fit_fraction=_FIT_FRACTION.value, num_bootstrap=_NUM_BOOTSTRAP.value)
+  print(text, end="")
   out = _OUT.value or os.path.join(_WORKDIRS.value[0], "fit.png")
-  plots.plot_runs(results, out, x_label=_X.value, y_label=_Y.value, log_x=_LOG_X.value)
+  plots.plot_groups(groups, out, x_label=_X.value, y_label=_Y.value, log_x=_LOG_X.value)
   with open(os.path.splitext(out)[0] + ".txt", "w") as f:
-    f.write(table)
+    f.write(text)
   print(f"wrote {out} and {os.path.splitext(out)[0]}.txt")
 
 

@@ -1,4 +1,4 @@
-"""Tests of the recipe comparison rule, the spread over seeds and the power-law baseline."""
+"""Tests of the recipe comparison rule and the power-law baseline."""
 
 import numpy as np
 import pytest
@@ -16,22 +16,9 @@ def _curve(a, b, c_mid, seed):
   return sigmoid.sigmoid(COMPUTE, a, b, c_mid, R0) + noise
 
 
-def test_seed_spread():
-  fits = [sigmoid.fit(COMPUTE, _curve(0.61, 1.92, 2542, seed), num_bootstrap=0)
-          for seed in range(3)]
-  spread = compare.seed_spread(fits)
-  assert spread.num_runs == 3
-  assert spread.a_mean == pytest.approx(np.mean([f.a for f in fits]))
-  assert spread.a_std == pytest.approx(np.std([f.a for f in fits], ddof=1))
-  assert spread.b_std == pytest.approx(np.std([f.b for f in fits], ddof=1))
-  assert 0 < spread.a_std < 0.01  # Within the paper's 0.015 across seeds.
-  with pytest.raises(ValueError, match="at least 2"):
-    compare.seed_spread(fits[:1])
-
-
 def test_compare_decides_on_a_when_ceilings_differ():
   low, high = _curve(0.58, 1.9, 2500, 0), _curve(0.64, 1.5, 2500, 1)
-  result = compare.compare((COMPUTE, low), (COMPUTE, high), num_bootstrap=0)
+  result = compare.compare((COMPUTE, low), (COMPUTE, high))
   assert (result.better, result.decided_by, result.shared) == ("b", "A", None)
   assert result.fit_b.a - result.fit_a.a >= 0.02
 
@@ -39,19 +26,19 @@ def test_compare_decides_on_a_when_ceilings_differ():
 def test_compare_decides_on_b_with_a_shared_a():
   # CISPO B = 2.01 vs DAPO B = 1.77 at the same ceiling (PAPER.md §1).
   dapo, cispo = _curve(0.61, 1.77, 2500, 2), _curve(0.61, 2.01, 2500, 3)
-  result = compare.compare((COMPUTE, dapo), (COMPUTE, cispo), num_bootstrap=0)
+  result = compare.compare((COMPUTE, dapo), (COMPUTE, cispo))
   assert (result.better, result.decided_by) == ("b", "B")
   shared_dapo, shared_cispo = result.shared
   assert shared_dapo.a == shared_cispo.a
   assert abs(shared_dapo.a - 0.61) <= 0.01
   assert shared_cispo.b > shared_dapo.b
-  swapped = compare.compare((COMPUTE, cispo), (COMPUTE, dapo), num_bootstrap=0)
+  swapped = compare.compare((COMPUTE, cispo), (COMPUTE, dapo))
   assert (swapped.better, swapped.decided_by) == ("a", "B")
 
 
 def test_a_noise_threshold_is_configurable():
   low, high = _curve(0.58, 1.9, 2500, 0), _curve(0.64, 1.5, 2500, 1)
-  result = compare.compare((COMPUTE, low), (COMPUTE, high), a_noise=0.1, num_bootstrap=0)
+  result = compare.compare((COMPUTE, low), (COMPUTE, high), a_noise=0.1)
   assert result.decided_by == "B" and result.shared[0].a == result.shared[1].a
 
 
@@ -63,7 +50,7 @@ def test_power_law_baseline_extrapolates_worse(c_mid, b, a):
   score = score + np.random.default_rng(0).normal(0.0, NOISE, compute.size)
   head = compute <= compute[-1] / 2
   power = compare.fit_power_law(compute[head], score[head])
-  fit = sigmoid.fit(compute[head], score[head], num_bootstrap=0)
+  fit = sigmoid.fit(compute[head], score[head])
   tail = compute[~head]
   power_error = np.abs(compare.predict_power_law(power, tail) - score[~head]).mean()
   sigmoid_error = np.abs(sigmoid.predict(fit, tail) - score[~head]).mean()

@@ -1,38 +1,34 @@
-"""Tests of reading runs' metrics.jsonl and of the launch/fit.py launcher."""
+"""Tests of reading runs' metrics.jsonl, of the text report and of the launch/fit.py launcher.
 
-import json
+The fabricated runs (`scaling_helpers.write_workdir`) validate at steps 0, 5,
+..., 200 and spend 36 device-seconds a step: step s sits at s / 100
+device-hours, s * 1e14 FLOPs.
+"""
+
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from scalerl_jax.scaling import curves
+from scalerl_jax.scaling import report
 from scalerl_jax.scaling import runs
-from scalerl_jax.scaling import sigmoid
+from tests import scaling_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CURVE = dict(a=0.6, b=1.9, c_mid_step=20)
 
 
-def _write_run(workdir, a, b, c_mid, seed, extra_lines=()):
-  """A fabricated run: a training line every step, validation every 5 steps."""
-  os.makedirs(workdir, exist_ok=True)
-  rng = np.random.default_rng(seed)
-  with open(os.path.join(workdir, runs.METRICS), "w") as f:
-    for step in range(201):
-      flops = step * 1e14
-      row = {"step": step, "compute/flops": flops, "compute/device_seconds": step * 36.0,
-             "train/loss": 0.1}
-      if step % 5 == 0:
-        score = sigmoid.sigmoid(flops, a, b, c_mid, 0.2) + rng.normal(0, 0.005)
-        row["val/mean_at_k"] = float(np.clip(score, 0, 1))
-      f.write(json.dumps(row) + "\n")
-    f.writelines(line + "\n" for line in extra_lines)
+def _write(workdir, seed=0, **kwargs):
+  return scaling_helpers.write_workdir(str(workdir), seed=seed, **{**CURVE, **kwargs})
 
 
 def test_read_run_reports_bad_lines_and_keeps_good_ones(tmp_path):
   workdir = str(tmp_path / "run")
-  _write_run(workdir, 0.6, 1.9, 2e15, 0, extra_lines=[
+  _write(workdir, extra_lines=[
       '{"step": 300, "compute/flops": 3e16, "val/mean_at_k": 0.6',  # Truncated write.
       '[1, 2]',
       '{"step": "x", "compute/flops": 3e16, "val/mean_at_k": 0.6}',
@@ -40,10 +36,10 @@ def test_read_run_reports_bad_lines_and_keeps_good_ones(tmp_path):
       '{"step": 302, "compute/flops": 3.02e16, "val/mean_at_k": NaN}',
       '{"step": 200, "compute/flops": 2e16, "val/mean_at_k": 0.5}',
   ])
-  run = runs.read_run(workdir)
+  run = runs.read_run(workdir, x_key="compute/flops")
   path = os.path.join(workdir, runs.METRICS)
   assert run.name == "run"
-  assert run.compute.size == 41  # Steps 0, 5, ..., 200.
+  np.testing.assert_array_equal(run.steps, np.arange(0, 201, 5))
   assert np.all(np.diff(run.compute) > 0)
   assert run.score[-1] == 0.5  # Step 200 logged again: the later line wins.
   assert [p.split(": ", 1)[0] for p in run.problems] == [
@@ -53,60 +49,88 @@ def test_read_run_reports_bad_lines_and_keeps_good_ones(tmp_path):
   assert "logged again" in run.problems[5]
 
 
-def test_read_run_derives_device_hours(tmp_path):
-  workdir = str(tmp_path / "run")
-  _write_run(workdir, 0.6, 1.9, 2e15, 0)
-  run = runs.read_run(workdir, x_key="compute/device_hours")
-  np.testing.assert_allclose(run.compute[:3], [0.0, 0.05, 0.1])  # 5 steps x 36 s = 0.05 h.
+@pytest.mark.parametrize("x_key, expected", [
+    ("compute/device_hours", [0.0, 0.05, 0.1]),  # 5 steps x 36 s = 0.05 h.
+    ("compute/flops", [0.0, 5e14, 1e15]),
+    ("step", [0.0, 5.0, 10.0]),
+])
+def test_read_run_compute_measures(tmp_path, x_key, expected):
+  _write(tmp_path / "run")
+  np.testing.assert_allclose(runs.read_run(str(tmp_path / "run"), x_key=x_key).compute[:3],
+                             expected)
 
 
-def test_find_workdirs(tmp_path):
-  for name in ("b", "a"):
-    _write_run(str(tmp_path / "sweep" / name), 0.6, 1.9, 2e15, 0)
+def test_find_workdirs_and_labels(tmp_path):
+  for name in ("b", "a", "seed=1/a", "seed=0/a"):
+    _write(tmp_path / "sweep" / name)
   (tmp_path / "sweep" / "empty").mkdir()
-  assert runs.find_workdirs([str(tmp_path / "sweep")]) == [
-      str(tmp_path / "sweep" / n) for n in ("a", "b")]
-  assert runs.find_workdirs([str(tmp_path / "sweep" / "b")]) == [str(tmp_path / "sweep" / "b")]
+  sweep = str(tmp_path / "sweep")
+  found = runs.find_workdirs([sweep, os.path.join(sweep, "b")])
+  assert found == [os.path.join(sweep, n) for n in ("a", "b", "seed=0/a", "seed=1/a")]
+  assert runs.labels(found) == ["a", "b", "seed=0/a", "seed=1/a"]
+  assert runs.labels(found[1:2]) == ["b"]
   with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
     runs.find_workdirs([str(tmp_path / "sweep" / "empty")])
   with pytest.raises(FileNotFoundError, match="no such directory"):
     runs.find_workdirs([str(tmp_path / "missing")])
 
 
-def test_table_names_runs_that_cannot_be_fitted(tmp_path):
-  good, short = str(tmp_path / "good"), str(tmp_path / "short")
-  _write_run(good, 0.6, 1.9, 2e15, 0)
-  os.makedirs(short)
-  with open(os.path.join(short, runs.METRICS), "w") as f:
-    f.write('{"step": 0, "compute/flops": 0.0, "val/mean_at_k": 0.2}\n')
-  results = runs.fit_runs([runs.read_run(good), runs.read_run(short)], num_bootstrap=0)
-  table = runs.format_table(results, "compute/flops")
-  assert results[0].fit is not None and results[1].fit is None
-  assert "short: not fitted: need at least 4 points" in table
+def test_report_states_settings_points_and_failures(tmp_path):
+  _write(tmp_path / "good")
+  _write(tmp_path / "short", num_steps=10)
+  loaded = [runs.read_run(str(tmp_path / n), name=n) for n in ("good", "short")]
+  groups = curves.fit_groups(loaded, skip_fraction=0.03, fit_fraction=0.5)
+  text = report.format_report(groups, x_key="compute/device_hours", y_key="val/mean_at_k",
+                              skip_fraction=0.03, fit_fraction=0.5)
+  assert "skipped: points below 3.0% of each curve's final compute" in text
+  assert "fitted: up to 50% of each curve's final compute" in text
+  # Hand-checked: 3% of 2 h = 0.06 h; half of 2 h = 1 h, step 100.
+  assert (f"good: R_0 {loaded[0].score[0]:.3f} at step 0; skipped (x < 0.06): step 5 (1 point, "
+          "x 0.05); fitted: steps 10-100 (19 points, x 0.1-1); held out: steps 105-200 "
+          "(20 points, x 1.05-2)") in text
+  assert "short: not fitted: need at least 4 points" in text
+  row = next(line for line in text.splitlines() if line.startswith("good "))
+  e = groups[0].fits[0].extrapolation
+  assert row.split()[-4:] == [f"{e.final_prediction:.3f}", f"{e.final_score:.3f}",
+                              f"{e.final_error:+.4f}", f"{e.mean_abs_error:.4f}"]
 
 
-def test_fit_launcher_writes_table_and_png(tmp_path):
-  sweep_dir = tmp_path / "sweep"
-  _write_run(str(sweep_dir / "cispo"), 0.61, 1.9, 2e15, 0, extra_lines=["{oops"])
-  _write_run(str(sweep_dir / "dapo"), 0.55, 1.6, 3e15, 1)
+def test_fit_launcher_groups_seeds_and_writes_report_and_png(tmp_path):
+  sweep = tmp_path / "sweep"
+  for s in range(3):
+    _write(sweep / f"cispo_seed{s}", seed=s, extra_lines=["{oops"] if s == 0 else ())
+  _write(sweep / "dapo", seed=7, a=0.5)
   out = tmp_path / "plots" / "grid.png"
   proc = subprocess.run(
-      [sys.executable, "-m", "launch.fit", f"--workdirs={sweep_dir / 'cispo'},{sweep_dir / 'dapo'}",
-       "--fit_fraction=0.5", "--num_bootstrap=50", f"--out={out}"],
-      cwd=REPO, capture_output=True, text=True, timeout=120)
+      [sys.executable, "-m", "launch.fit", f"--workdirs={sweep}", "--fit_fraction=0.5",
+       "--num_bootstrap=20", f"--out={out}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
-  header = proc.stdout.splitlines()[0].split()
-  assert header[:3] == ["run", "points", "A"] and "last" in header
-  rows = {line.split()[0]: line for line in proc.stdout.splitlines()[2:4]}
-  assert set(rows) == {"cispo", "dapo"}
-  assert "±" in rows["cispo"] and "(measured)" in rows["cispo"]
-  assert f"{sweep_dir / 'cispo' / 'metrics.jsonl'}:202: not valid JSON" in proc.stderr
+  lines = proc.stdout.splitlines()
+  assert lines[0].startswith("x: compute/device_hours; y: val/mean_at_k; R_0: the score at step 0")
+  header = next(i for i, line in enumerate(lines) if line.startswith("curve "))
+  names = [line.strip().split("  ")[0] for line in lines[header + 2:header + 8]]
+  assert names == ["cispo [mean of 3 seeds]", "cispo [per-seed mean ± std]", "cispo_seed0",
+                   "cispo_seed1", "cispo_seed2", "dapo"]
+  spread = re.split(r"\s{2,}", lines[header + 3])  # Over seeds: A, B, C_mid only.
+  assert spread[1] == "3 seeds" and all("±" in c for c in spread[2:5]) and set(spread[5:]) == {"-"}
+  assert "cispo [mean of 3 seeds]: R_0" in proc.stdout
+  assert "held out: steps 105-200 (20 points" in proc.stdout
+  assert "cispo: 3 seeds (cispo_seed0, cispo_seed1, cispo_seed2)" in proc.stdout
+  assert f"{sweep / 'cispo_seed0' / 'metrics.jsonl'}:202: not valid JSON" in proc.stderr
   assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert (tmp_path / "plots" / "grid.txt").read_text() in proc.stdout
 
 
-def test_fit_launcher_fails_clearly_on_a_missing_workdir(tmp_path):
-  proc = subprocess.run([sys.executable, "-m", "launch.fit", f"--workdirs={tmp_path / 'nope'}"],
+@pytest.mark.parametrize("args, message", [
+    (["--workdirs={tmp}/nope"], "no such directory"),
+    (["--workdirs={tmp}/run", "--skip_fraction=0.6", "--fit_fraction=0.5"],
+     "skip_fraction < fit_fraction"),
+])
+def test_fit_launcher_fails_clearly(tmp_path, args, message):
+  _write(tmp_path / "run")
+  proc = subprocess.run([sys.executable, "-m", "launch.fit"]
+                        + [a.format(tmp=tmp_path) for a in args],
                         cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0
-  assert "no such directory" in proc.stderr and "Traceback" not in proc.stderr
+  assert message in proc.stderr and "Traceback" not in proc.stderr

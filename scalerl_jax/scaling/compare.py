@@ -1,9 +1,10 @@
 """Deciding between recipes, and the power-law baseline (PAPER.md §1).
 
-Three seeds of one recipe varied A by up to 0.015, so the paper counts a
-difference in A under 0.02 as noise; such runs are refitted with a shared A and
-compared on B. A power law fitted to the same points extrapolates badly (the
-paper saw A = 1.0); `fit_power_law` is that baseline.
+Three seeds of one recipe varied A by up to 0.015 (`seeds.spread` measures
+this), so the paper counts a difference in A under 0.02 as noise; such runs are
+refitted with a shared A and compared on B. A power law fitted to the same
+points extrapolates badly (the paper saw A = 1.0); `fit_power_law` is that
+baseline.
 """
 
 from __future__ import annotations
@@ -15,18 +16,6 @@ import numpy as np
 from scipy import optimize
 
 from scalerl_jax.scaling import sigmoid
-
-
-@dataclasses.dataclass(frozen=True)
-class Spread:
-  """Mean and standard deviation of fitted parameters over seeds' runs."""
-  a_mean: float
-  a_std: float
-  b_mean: float
-  b_std: float
-  c_mid_mean: float
-  c_mid_std: float
-  num_runs: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,23 +38,6 @@ class PowerLawFit:
   rmse: float
 
 
-def seed_spread(fits: Sequence[sigmoid.SigmoidFit]) -> Spread:
-  """Mean and sample standard deviation of A, B, C_mid over runs that differ only by seed.
-
-  Args:
-    fits: at least two fits of one recipe, one per seed.
-
-  Returns:
-    The spread.
-  """
-  if len(fits) < 2:
-    raise ValueError(f"the spread over seeds needs at least 2 runs; got {len(fits)}")
-  v = np.array([[f.a, f.b, f.c_mid] for f in fits])
-  m, sd = v.mean(0), v.std(0, ddof=1)
-  return Spread(a_mean=m[0], a_std=sd[0], b_mean=m[1], b_std=sd[1], c_mid_mean=m[2],
-                c_mid_std=sd[2], num_runs=len(fits))
-
-
 def compare(curve_a: tuple[Sequence[float], Sequence[float]],
             curve_b: tuple[Sequence[float], Sequence[float]], *, a_noise: float = 0.02,
             **fit_kwargs) -> Comparison:
@@ -77,8 +49,7 @@ def compare(curve_a: tuple[Sequence[float], Sequence[float]],
     curve_a: (compute, score) of the first recipe.
     curve_b: (compute, score) of the second recipe.
     a_noise: smallest difference in A that counts.
-    **fit_kwargs: passed to `sigmoid.fit` (and, but for the bootstrap ones, to
-      `sigmoid.fit_shared_a`).
+    **fit_kwargs: passed to `sigmoid.fit` and `sigmoid.fit_shared_a`.
 
   Returns:
     The comparison, with both fits and the shared-A refits when B decided.
@@ -86,8 +57,7 @@ def compare(curve_a: tuple[Sequence[float], Sequence[float]],
   fit_a, fit_b = sigmoid.fit(*curve_a, **fit_kwargs), sigmoid.fit(*curve_b, **fit_kwargs)
   if abs(fit_a.a - fit_b.a) >= a_noise:
     return Comparison("a" if fit_a.a > fit_b.a else "b", "A", fit_a, fit_b, None)
-  shared_kwargs = {k: v for k, v in fit_kwargs.items() if k not in ("num_bootstrap", "seed")}
-  shared_a, shared_b = sigmoid.fit_shared_a([curve_a, curve_b], **shared_kwargs)
+  shared_a, shared_b = sigmoid.fit_shared_a([curve_a, curve_b], **fit_kwargs)
   better = "a" if shared_a.b >= shared_b.b else "b"
   return Comparison(better, "B", fit_a, fit_b, (shared_a, shared_b))
 

@@ -1,9 +1,13 @@
 """Figures of fitted compute-performance curves (matplotlib, Agg canvas).
 
-One figure holds every run of a sweep: measured points (filled where fitted,
-hollow where held out), the fitted curve (solid over the fitted compute,
-dashed where it extrapolates) and the asymptote A (dotted), one colour per run.
-No pyplot state is touched, so plotting is safe inside tests and servers.
+One figure holds every configuration of a sweep, one colour each. A lone run
+shows its points; a group of seeds shows the mean over seeds as points and its
+seeds' min-max band shaded. Points are filled where fitted, hollow where held
+out for prediction and crosses where skipped. The fitted curve is solid over
+the fitted compute and dashed where it extrapolates; a dash-dotted vertical
+line marks the end of the fitted compute when part of the curve was held out,
+and a dotted horizontal line the asymptote A. No pyplot state is touched, so
+plotting is safe inside tests and servers.
 """
 
 from __future__ import annotations
@@ -16,18 +20,44 @@ from matplotlib import figure
 from matplotlib.backends import backend_agg
 import numpy as np
 
-from scalerl_jax.scaling import runs as runs_lib
+from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import sigmoid
 
 _EXTEND = 1.5  # The dashed curve runs this factor past the last point.
 
 
-def plot_runs(results: Sequence[runs_lib.RunFit], path: str, *, x_label: str, y_label: str,
-              title: str = "", log_x: bool = True) -> str:
-  """Draws the runs and their fits into one PNG.
+def _draw_curve(ax, curve: curves.CurveFit, colour: str, label: str, log_x: bool) -> None:
+  """The curve's points by role, its fit, and the fit/extrapolation boundary."""
+  x, y = curve.compute, curve.score
+  shown = x > 0 if log_x else np.ones_like(x, dtype=bool)
+  roles = curve.roles()
+  f = curve.fit
+  label = label if f is None else f"{label}: A={f.a:.3f} B={f.b:.2f}"
+  fitted = shown & (roles["fitted"] | roles["r0"])
+  ax.scatter(x[fitted], y[fitted], s=12, color=colour, label=label)
+  ax.scatter(x[shown & roles["held_out"]], y[shown & roles["held_out"]], s=12,
+             facecolors="none", edgecolors=colour)
+  ax.scatter(x[shown & roles["skipped"]], y[shown & roles["skipped"]], s=12, color=colour,
+             marker="x")
+  if f is None:
+    return
+  lo, fit_end = f.compute_range
+  end = max(fit_end, float(x.max())) * _EXTEND
+  xs = np.geomspace(lo, fit_end, 200) if log_x else np.linspace(0, fit_end, 200)
+  ax.plot(xs, sigmoid.predict(f, xs), color=colour, linewidth=1.5)
+  xs = np.geomspace(fit_end, end, 100) if log_x else np.linspace(fit_end, end, 100)
+  ax.plot(xs, sigmoid.predict(f, xs), color=colour, linewidth=1.5, linestyle="--")
+  ax.axhline(f.a, color=colour, linewidth=0.8, linestyle=":")
+  if curve.extrapolation is not None:
+    ax.axvline(curve.extrapolation.split, color=colour, linewidth=0.8, linestyle="-.")
+
+
+def plot_groups(groups: Sequence[curves.GroupFit], path: str, *, x_label: str, y_label: str,
+                title: str = "", log_x: bool = True) -> str:
+  """Draws the groups and their fits into one PNG.
 
   Args:
-    results: fitted runs (runs without a fit show their points only).
+    groups: fitted seed groups (curves without a fit show their points only).
     path: output file; its directory is created.
     x_label: the compute measure.
     y_label: the score.
@@ -41,30 +71,23 @@ def plot_runs(results: Sequence[runs_lib.RunFit], path: str, *, x_label: str, y_
   backend_agg.FigureCanvasAgg(fig)
   ax = fig.add_subplot()
   colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-  for i, r in enumerate(results):
+  for i, g in enumerate(groups):
     colour = colours[i % len(colours)]
-    x, y = r.run.compute, r.run.score
-    shown = x > 0 if log_x else np.ones_like(x, dtype=bool)
-    f = r.fit
-    fitted = x <= (r.extrapolation.split if r.extrapolation else np.inf)
-    label = r.run.name if f is None else f"{r.run.name}: A={f.a:.3f} B={f.b:.2f}"
-    ax.scatter(x[shown & fitted], y[shown & fitted], s=12, color=colour, label=label)
-    ax.scatter(x[shown & ~fitted], y[shown & ~fitted], s=12, facecolors="none",
-               edgecolors=colour)
-    if f is None:
+    if g.mean is None:
+      _draw_curve(ax, g.fits[0], colour, g.runs[0].name, log_x)
       continue
-    lo, fit_end = f.compute_range
-    end = max(fit_end, float(x.max())) * _EXTEND
-    xs = np.geomspace(lo, fit_end, 200) if log_x else np.linspace(0, fit_end, 200)
-    ax.plot(xs, sigmoid.predict(f, xs), color=colour, linewidth=1.5)
-    xs = np.geomspace(fit_end, end, 100) if log_x else np.linspace(fit_end, end, 100)
-    ax.plot(xs, sigmoid.predict(f, xs), color=colour, linewidth=1.5, linestyle="--")
-    ax.axhline(f.a, color=colour, linewidth=0.8, linestyle=":")
+    m = g.mean
+    band = m.compute > 0 if log_x else np.ones_like(m.compute, dtype=bool)
+    ax.fill_between(m.compute[band], m.score_min[band], m.score_max[band], color=colour,
+                    alpha=0.2, linewidth=0)
+    _draw_curve(ax, g.mean_fit, colour, f"{g.name} (mean of {m.num_seeds} seeds, band min-max)",
+                log_x)
   if log_x:
     ax.set_xscale("log")
   ax.set_xlabel(x_label)
   ax.set_ylabel(y_label)
-  ax.set_title(title or "fitted compute-performance curves (dashed: extrapolated, dotted: A)")
+  ax.set_title(title or "fitted curves (dashed: extrapolated, dash-dot: end of the fitted "
+               "compute, dotted: A, x: skipped)", fontsize=9)
   ax.grid(True, alpha=0.3)
   ax.legend(fontsize=8, loc="lower right")
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -1,4 +1,4 @@
-"""Compute-performance curves: fit, predict, extrapolate (PAPER.md §1).
+"""Compute-performance curves: the model and its fit (PAPER.md §1).
 
 The curve is
 
@@ -15,19 +15,31 @@ continuously inside that cell with scipy. The grid is vectorised: for fixed
 (C_mid, B) the model is linear in A and R_0, so the residual of every
 (A, C_mid, B) triple follows from a handful of sums over the points (`_sums`).
 R_0 is the score at compute 0 when the run has such a point (the pass rate
-before RL), a given value, or a free parameter. Uncertainties come from a
-bootstrap over the points, every resample refitted by vectorised
-Levenberg-Marquardt steps.
+before RL), a given value, or a free parameter.
+
+Departures from the paper's grid (`grids`). The paper searches A over
+{0.450, ..., 0.800} and C_mid over 100 linear values in [100, 40000]
+GPU-hours, ranges set by its 8B runs. Small runs pass at rates and spend
+compute far from those, so the default grids follow the data instead: A over
+all of [0, 1] at the paper's step of 0.005 (not floored at the highest score
+seen: at a plateau the noisiest point lies above A, and a decreasing curve
+needs A < R_0 to be flagged), C_mid over 100 log-spaced values from a tenth of
+the first fitted compute to ten times the last (log spacing so that one grid
+serves FLOPs and hours alike; beyond the data so that a half-run fit can place
+C_mid where the run has not yet been), and B over a log grid instead of
+`curve_fit`'s continuous search; the continuous refinement afterwards removes
+the grid's resolution from the result.
 
 Inputs a fit cannot use (NaNs, fewer than 4 points, compute not increasing,
 scores outside [0, 1]) raise ValueError. Inputs it can fit but not trust (a
 flat or decreasing curve, a parameter at the edge of its grid, C_mid beyond the
 data) return a fit whose `warnings` say why and whose `reliable` is False.
 
-Deciding between recipes from their fits, and the power-law baseline, live in
+The bootstrap spread of a fit and its error when extrapolated live in
+`uncertainty.py`; deciding between recipes, and the power-law baseline, in
 `compare.py`.
 
-Shapes: N points, K curves, nA / nC / nB grid sizes, S bootstrap samples.
+Shapes: N points, K curves, nA / nC / nB grid sizes.
 """
 
 from __future__ import annotations
@@ -45,16 +57,6 @@ _MAX_CELL_MOVES = 10
 
 
 @dataclasses.dataclass(frozen=True)
-class Uncertainty:
-  """Bootstrap spread of the fitted parameters (points resampled with replacement)."""
-  a_std: float
-  b_std: float
-  c_mid_std: float
-  a_interval: tuple[float, float]  # Central 95% of the bootstrap A values.
-  num_samples: int
-
-
-@dataclasses.dataclass(frozen=True)
 class SigmoidFit:
   """A fitted compute-performance curve."""
   a: float
@@ -66,22 +68,22 @@ class SigmoidFit:
   num_points: int
   compute_range: tuple[float, float]  # Smallest and largest compute fitted.
   warnings: tuple[str, ...] = ()
-  uncertainty: Optional[Uncertainty] = None
 
   @property
   def reliable(self) -> bool:
     return not self.warnings
 
+  def fitted(self, compute) -> np.ndarray:
+    """Which points of the fitted curve (given by their compute) the fit used.
 
-@dataclasses.dataclass(frozen=True)
-class Extrapolation:
-  """A fit on the first part of a run, scored on the rest."""
-  fit: SigmoidFit
-  split: float  # Points with compute <= split were fitted.
-  held_out: int  # Points after the split.
-  last_error: float  # Prediction minus measurement at the last point.
-  mean_abs_error: float  # Over the held-out points.
-  max_abs_error: float
+    Args:
+      compute: the curve's compute, strictly increasing as the fit required.
+
+    Returns:
+      A boolean mask shaped like `compute`: the points within `compute_range`.
+    """
+    c = np.asarray(compute, dtype=float)
+    return (c >= self.compute_range[0]) & (c <= self.compute_range[1])
 
 
 def sigmoid(compute, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
@@ -164,9 +166,23 @@ def check_curve(compute: Sequence[float], score: Sequence[float], min_compute: f
   return c[keep], r[keep], r0, source
 
 
-def _grids(xs, a_grid, c_mid_grid, b_grid):
-  """Default grids: A over [0, 1] by 0.005 (the paper's step), C_mid log-spaced
-  from a tenth of the first point to ten times the last, B log-spaced."""
+def grids(xs: Sequence[np.ndarray], a_grid=None, c_mid_grid=None,
+          b_grid=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The search grids, given ones checked and missing ones made from the data.
+
+  Args:
+    xs: the fitted compute of each curve, increasing.
+    a_grid, c_mid_grid, b_grid: given grids, or None for the defaults: A over
+      [0, 1] by 0.005 (the paper's step), C_mid log-spaced from a tenth of the
+      first point to ten times the last, B log-spaced over [0.05, 20]. The
+      module docstring says why these depart from the paper's.
+
+  Returns:
+    (A, C_mid, B) grids, each strictly increasing.
+
+  Raises:
+    ValueError: a given grid is empty, not increasing, or (C_mid, B) not positive.
+  """
   lo = min(float(x[0]) for x in xs)
   hi = max(float(x[-1]) for x in xs)
   a = np.linspace(0.0, 1.0, 201) if a_grid is None else np.asarray(a_grid, dtype=float)
@@ -224,7 +240,7 @@ def _bracket(grid, i):
   return grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
 
 
-def _refine(curves, r0s, grids, start):
+def _refine(curves, r0s, grid, start):
   """Least squares over all parameters of K curves sharing A, inside the best grid cell.
 
   The cell spans the grid neighbours of A and of each curve's C_mid around
@@ -232,7 +248,7 @@ def _refine(curves, r0s, grids, start):
   boundary, the cell moves there and the refinement repeats. Parameters: A, then
   per curve log C_mid, log B and (if fitted) R_0.
   """
-  a, c, b = grids
+  a, c, b = grid
 
   def unpack(theta):
     out, j = [], 1
@@ -270,10 +286,10 @@ def _refine(curves, r0s, grids, start):
   return params
 
 
-def _warnings(x, y, a, b, c_mid, r0, rmse, grids):
+def _warnings(x, y, a, b, c_mid, r0, rmse, grid):
   """Reasons not to trust a fit; empty when none apply."""
   out = []
-  ag, cg, bg = grids
+  ag, cg, bg = grid
   for name, v, g in (("A", a, ag), ("C_mid", c_mid, cg), ("B", b, bg)):
     if g.size > 1 and min(abs(v - g[0]), abs(v - g[-1])) <= _EDGE_TOL * max(1.0, abs(v)):
       out.append(f"{name}={v:.4g} is at the edge of its grid [{g[0]:.4g}, {g[-1]:.4g}]: "
@@ -291,49 +307,6 @@ def _warnings(x, y, a, b, c_mid, r0, rmse, grids):
   return tuple(out)
 
 
-def _bootstrap(x, y, result, grids, num_samples, seed):
-  """Pairs bootstrap: every resample of the points is refitted from `result` by
-  Levenberg-Marquardt steps, all resamples at once, within the grids' ranges."""
-  a, c, b = grids
-  free = [0, 1, 2] + ([3] if result.r0_source == "fitted" else [])  # A, log C_mid, log B, R_0.
-  lo = np.array([a[0], math.log(c[0]), math.log(b[0]), 0.0])[free]
-  hi = np.array([a[-1], math.log(c[-1]), math.log(b[-1]), 1.0])[free]
-  rng = np.random.default_rng(seed)
-  w = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=num_samples).astype(float)
-  p = np.tile([result.a, math.log(result.c_mid), math.log(result.b), result.r0],
-              (num_samples, 1))  # [S, 4]
-  lx = np.log(x)
-
-  def model(p):
-    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [S, N]
-    s = special.expit(z)
-    return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
-
-  def sse(p):
-    return (w * (y - model(p)[0]) ** 2).sum(1)
-
-  current, lam = sse(p), np.full(num_samples, 1e-3)
-  for _ in range(30):
-    f, s, z = model(p)
-    gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
-    jac = np.stack([s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1)[..., free]
-    hess = np.einsum("snp,sn,snq->spq", jac, w, jac)  # [S, P, P]
-    grad = np.einsum("snp,sn->sp", jac, w * (y - f))
-    diag = np.einsum("spp->sp", hess) + 1e-12
-    step = np.linalg.solve(hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
-                           grad[..., None])[..., 0]
-    trial = p.copy()
-    trial[:, free] = np.clip(p[:, free] + step, lo, hi)
-    new = sse(trial)
-    better = new < current
-    p[better], current[better] = trial[better], new[better]
-    lam = np.where(better, lam / 3, lam * 4)
-  a_s, c_s, b_s = p[:, 0], np.exp(p[:, 1]), np.exp(p[:, 2])
-  return Uncertainty(a_std=float(a_s.std()), b_std=float(b_s.std()), c_mid_std=float(c_s.std()),
-                     a_interval=(float(np.percentile(a_s, 2.5)), float(np.percentile(a_s, 97.5))),
-                     num_samples=num_samples)
-
-
 def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
                  min_compute: float = 0.0, r0: Optional[float] = None,
                  a_grid=None, c_mid_grid=None, b_grid=None) -> list[SigmoidFit]:
@@ -344,20 +317,20 @@ def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
     min_compute: points with less compute are dropped (the paper drops ~1.5k GPU-hours).
     r0: the pass rate before RL for every curve; None measures it at compute 0
       when a curve has that point and fits it otherwise.
-    a_grid, c_mid_grid, b_grid: search grids; None uses the defaults of `_grids`.
+    a_grid, c_mid_grid, b_grid: search grids; None uses the defaults of `grids`.
 
   Returns:
     One SigmoidFit per curve, all with the same `a`.
   """
   checked = [check_curve(c, r, min_compute, r0) for c, r in curves]
-  grids = _grids([x for x, _, _, _ in checked], a_grid, c_mid_grid, b_grid)
-  cells = [_grid_search(x, y, r, *grids) for x, y, r, _ in checked]
+  grid = grids([x for x, _, _, _ in checked], a_grid, c_mid_grid, b_grid)
+  cells = [_grid_search(x, y, r, *grid) for x, y, r, _ in checked]
   profile = sum(sse.min(1) for sse, _, _ in cells)  # [nA]: best total residual per A.
   ia = int(profile.argmin())
   ics = [int(sse[ia].argmin()) for sse, _, _ in cells]
-  start = [(grids[0][ia], bb[ia, ic], grids[1][ic], rr[ia, ic])
+  start = [(grid[0][ia], bb[ia, ic], grid[1][ic], rr[ia, ic])
            for (_, bb, rr), ic in zip(cells, ics)]
-  params = _refine([(x, y) for x, y, _, _ in checked], [r for _, _, r, _ in checked], grids,
+  params = _refine([(x, y) for x, y, _, _ in checked], [r for _, _, r, _ in checked], grid,
                    start)
   fits = []
   for (x, y, _, source), (a, b, c_mid, r0_fit) in zip(checked, params):
@@ -365,13 +338,12 @@ def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
     fits.append(SigmoidFit(a=float(a), b=float(b), c_mid=float(c_mid), r0=float(r0_fit),
                            r0_source=source, rmse=rmse, num_points=int(x.size),
                            compute_range=(float(x[0]), float(x[-1])),
-                           warnings=_warnings(x, y, a, b, c_mid, r0_fit, rmse, grids)))
+                           warnings=_warnings(x, y, a, b, c_mid, r0_fit, rmse, grid)))
   return fits
 
 
 def fit(compute: Sequence[float], score: Sequence[float], *, min_compute: float = 0.0,
-        r0: Optional[float] = None, a_grid=None, c_mid_grid=None, b_grid=None,
-        num_bootstrap: int = 200, seed: int = 0) -> SigmoidFit:
+        r0: Optional[float] = None, a_grid=None, c_mid_grid=None, b_grid=None) -> SigmoidFit:
   """Fits R(C) to one run by the paper's grid search plus continuous refinement.
 
   Args:
@@ -380,13 +352,10 @@ def fit(compute: Sequence[float], score: Sequence[float], *, min_compute: float 
     min_compute: points with less compute are dropped before fitting.
     r0: the pass rate before RL; None measures it at compute 0 if present, else fits it.
     a_grid, c_mid_grid, b_grid: search grids (C_mid in the unit of `compute`);
-      None gives A in [0, 1] by 0.005 and data-relative log grids for C_mid and B.
-    num_bootstrap: resamples for the uncertainty; 0 skips it.
-    seed: seed of the bootstrap resampling.
+      None gives the defaults of `grids`.
 
   Returns:
-    The fit, with `uncertainty` when num_bootstrap > 0 and `warnings` naming any
-    reason not to trust it.
+    The fit, with `warnings` naming any reason not to trust it.
 
   Raises:
     ValueError: fewer than 4 usable points, non-finite values, compute not
@@ -394,39 +363,4 @@ def fit(compute: Sequence[float], score: Sequence[float], *, min_compute: float 
   """
   (result,) = fit_shared_a([(compute, score)], min_compute=min_compute, r0=r0, a_grid=a_grid,
                            c_mid_grid=c_mid_grid, b_grid=b_grid)
-  if num_bootstrap <= 0:
-    return result
-  x, y, _, _ = check_curve(compute, score, min_compute, r0)
-  grids = _grids([x], a_grid, c_mid_grid, b_grid)
-  return dataclasses.replace(result, uncertainty=_bootstrap(x, y, result, grids, num_bootstrap,
-                                                            seed))
-
-
-def extrapolate(compute: Sequence[float], score: Sequence[float], fit_fraction: float = 0.5,
-                **fit_kwargs) -> Extrapolation:
-  """Fits the points up to `fit_fraction` of the final compute and scores the rest.
-
-  Args:
-    compute: cumulative compute per evaluation, strictly increasing.
-    score: validation pass rate per evaluation.
-    fit_fraction: share of the run's final compute used for fitting (paper: 0.5).
-    **fit_kwargs: passed to `fit`.
-
-  Returns:
-    The fit and its prediction errors on the held-out points.
-  """
-  c = np.asarray(compute, dtype=float)
-  r = np.asarray(score, dtype=float)
-  if not 0 < fit_fraction < 1:
-    raise ValueError(f"fit_fraction must be in (0, 1); got {fit_fraction}")
-  if c.size == 0:
-    raise ValueError("no points to extrapolate from")
-  split = fit_fraction * float(c[-1])
-  head = c <= split
-  if head.all():
-    raise ValueError(f"no points beyond the split at compute {split:.4g}")
-  result = fit(c[head], r[head], **fit_kwargs)
-  err = predict(result, c[~head]) - r[~head]
-  return Extrapolation(fit=result, split=split, held_out=int(err.size),
-                       last_error=float(err[-1]), mean_abs_error=float(np.abs(err).mean()),
-                       max_abs_error=float(np.abs(err).max()))
+  return result

@@ -1,0 +1,138 @@
+"""Runs and seed groups -> fitted curves, by the paper's procedure (PAPER.md §1).
+
+Every curve, a run's or the mean of a group's seeds, is fitted the same way:
+
+  * R_0 is the validation score at step 0, the pass rate before RL; it is
+    measured, never fitted, and a curve without it is not fitted.
+  * The first `skip_fraction` of the curve's final compute is left out: the
+    paper drops the first ~1.5k GPU-hours (about one epoch) of runs of 50k to
+    100k GPU-hours, 1.5-3% of them. A fraction carries that ratio to runs of
+    any size; 3% is the paper's share of its 50k GPU-hour runs.
+  * With `fit_fraction` < 1 only the points up to that share of the final
+    compute are fitted and the rest are predicted (the paper fits half).
+
+Both fractions are of the whole curve's final compute, so fitting a half
+leaves out the same early points as fitting all of it.
+
+Shapes: N evaluations of a curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from scalerl_jax.scaling import runs as runs_lib
+from scalerl_jax.scaling import seeds
+from scalerl_jax.scaling import sigmoid
+from scalerl_jax.scaling import uncertainty
+
+SKIP_FRACTION = 0.03  # 1.5k of the paper's 50k GPU-hour runs (see the module docstring).
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveFit:
+  """A curve (step 0 included) with its fit, or the reason it has none."""
+  steps: np.ndarray  # [N]
+  compute: np.ndarray  # [N]
+  score: np.ndarray  # [N]
+  skip_until: float  # Points after step 0 with less compute were left out.
+  fit: Optional[sigmoid.SigmoidFit] = None
+  uncertainty: Optional[uncertainty.Uncertainty] = None
+  extrapolation: Optional[uncertainty.Extrapolation] = None  # Set when fitted on a share.
+  error: str = ""
+
+  def roles(self) -> dict[str, np.ndarray]:
+    """Boolean masks over the points: "r0", "skipped", "fitted", "held_out".
+
+    Without a fit every point after step 0 counts as skipped.
+    """
+    r0 = self.steps == 0
+    if self.fit is None:
+      nothing = np.zeros_like(r0)
+      return {"r0": r0, "skipped": ~r0, "fitted": nothing, "held_out": nothing}
+    lo, hi = self.fit.compute_range
+    return {"r0": r0, "skipped": ~r0 & (self.compute < lo),
+            "fitted": ~r0 & self.fit.fitted(self.compute), "held_out": ~r0 & (self.compute > hi)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupFit:
+  """One configuration: its runs (one per seed), their fits, and the fit of their mean."""
+  name: str
+  runs: tuple[runs_lib.Run, ...]
+  fits: tuple[CurveFit, ...]  # One per run.
+  mean: Optional[seeds.MeanCurve] = None  # With two or more runs.
+  mean_fit: Optional[CurveFit] = None  # The mean curve's fit.
+  spread: Optional[seeds.Spread] = None  # Over the per-seed fits, when two or more succeeded.
+
+
+def fit_curve(steps: Sequence[int], compute: Sequence[float], score: Sequence[float], *,
+              skip_fraction: float = SKIP_FRACTION, fit_fraction: float = 1.0,
+              num_bootstrap: int = 0, seed: int = 0) -> CurveFit:
+  """Fits one curve by the procedure of the module docstring.
+
+  Args:
+    steps: the evaluated steps, increasing, 0 among them.
+    compute: cumulative compute at each.
+    score: validation pass rate at each.
+    skip_fraction: share of the final compute whose points are left out.
+    fit_fraction: share of the final compute fitted; below 1 the rest is predicted.
+    num_bootstrap: resamples for the parameters' uncertainty; 0 skips it.
+    seed: seed of the resampling.
+
+  Returns:
+    The fit, or the reason the curve cannot be fitted in `error`.
+
+  Raises:
+    ValueError: unless 0 <= skip_fraction < fit_fraction <= 1.
+  """
+  if not 0 <= skip_fraction < fit_fraction <= 1:
+    raise ValueError(f"need 0 <= skip_fraction < fit_fraction <= 1; got {skip_fraction} and "
+                     f"{fit_fraction}")
+  steps = np.asarray(steps, dtype=int)
+  compute, score = np.asarray(compute, dtype=float), np.asarray(score, dtype=float)
+  rl = steps > 0
+  skip_until = skip_fraction * float(compute[rl][-1]) if rl.any() else 0.0
+  curve = CurveFit(steps, compute, score, skip_until)
+  if not (steps == 0).any():
+    return dataclasses.replace(curve, error="no validation score at step 0 (R_0, the pass rate "
+                                            "before RL)")
+  kwargs = dict(min_compute=skip_until, r0=float(score[steps == 0][0]))
+  try:
+    if fit_fraction < 1:
+      ex = uncertainty.extrapolate(compute[rl], score[rl], fit_fraction, **kwargs)
+      fit = ex.fit
+    else:
+      ex, fit = None, sigmoid.fit(compute[rl], score[rl], **kwargs)
+  except ValueError as e:
+    return dataclasses.replace(curve, error=str(e))
+  unc = (uncertainty.bootstrap(compute[rl], score[rl], fit, num_samples=num_bootstrap, seed=seed)
+         if num_bootstrap > 0 else None)
+  return dataclasses.replace(curve, fit=fit, uncertainty=unc, extrapolation=ex)
+
+
+def fit_groups(runs: Sequence[runs_lib.Run], **fit_kwargs) -> list[GroupFit]:
+  """Groups the runs by configuration (`seeds.group_runs`) and fits every curve.
+
+  Args:
+    runs: the runs.
+    **fit_kwargs: passed to `fit_curve` for every run and every mean curve.
+
+  Returns:
+    One GroupFit per configuration, in order of first appearance.
+  """
+  out = []
+  for name, members in seeds.group_runs(runs):
+    fits = tuple(fit_curve(r.steps, r.compute, r.score, **fit_kwargs) for r in members)
+    group = GroupFit(name, tuple(members), fits)
+    if len(members) > 1:
+      mean = seeds.mean_curve(members)
+      fitted = [f.fit for f in fits if f.fit is not None]
+      group = dataclasses.replace(
+          group, mean=mean, mean_fit=fit_curve(mean.steps, mean.compute, mean.score, **fit_kwargs),
+          spread=seeds.spread(fitted) if len(fitted) > 1 else None)
+    out.append(group)
+  return out

@@ -1,0 +1,74 @@
+"""Tests of the bootstrap and of extrapolation from the first part of a run."""
+
+import numpy as np
+import pytest
+
+from scalerl_jax.scaling import sigmoid
+from scalerl_jax.scaling import uncertainty
+from tests import scaling_helpers
+
+SEEDS = (0, 1, 2)
+TABLE1 = scaling_helpers.TABLE1
+
+
+@pytest.fixture(scope="module")
+def first_half_fits():
+  """(true A, extrapolation, bootstrap) per Table 1 curve and seed, fitted on the first half."""
+  out = []
+  for i in range(len(TABLE1)):
+    for seed in SEEDS:
+      compute, score = scaling_helpers.table1_run(i, seed)
+      ex = uncertainty.extrapolate(compute, score, 0.5)
+      out.append((TABLE1[i][3], ex,
+                  uncertainty.bootstrap(compute, score, ex.fit, num_samples=100, seed=seed)))
+  return out
+
+
+def test_first_half_predicts_the_final_value(first_half_fits):
+  for _, ex, _ in first_half_fits:
+    assert abs(ex.final_error) <= 0.02, ex
+    assert ex.held_out >= 50
+
+
+def test_first_half_uncertainty_covers_true_a(first_half_fits):
+  # A 95% interval misses now and then by design (over 100 seeds per curve it
+  # covered A 92-94% of the time, its std 1.0-1.3x the true spread of A), so
+  # require the rate, and that no miss is far outside.
+  covered = [lo <= a <= hi for a, _, u in first_half_fits for lo, hi in [u.a_interval]]
+  assert np.mean(covered) >= 0.8, covered
+  for a, ex, u in first_half_fits:
+    assert abs(ex.fit.a - a) <= 4 * u.a_std, ex
+
+
+def test_final_error_by_hand():
+  # Exact points up to the split pin the curve (R_0 given), so the prediction
+  # at the end is the true value 0.3 + 0.31 / (1 + (2542 / 50840)^1.92) = 0.60879...
+  # and a final measurement raised by 0.05 is missed by -0.05.
+  compute = np.linspace(2542 / 5, 20 * 2542, 100)
+  score = sigmoid.sigmoid(compute, 0.61, 1.92, 2542, 0.3)
+  score[-1] += 0.05
+  ex = uncertainty.extrapolate(compute, score, 0.5, r0=0.3)
+  assert ex.split == pytest.approx(0.5 * 20 * 2542)
+  assert ex.held_out == int((compute > ex.split).sum()) == 50
+  assert ex.final_prediction == pytest.approx(0.3 + 0.31 / (1 + (1 / 20) ** 1.92), abs=1e-4)
+  assert ex.final_error == pytest.approx(-0.05, abs=1e-4)
+  assert ex.max_abs_error == pytest.approx(0.05, abs=1e-4)
+  assert ex.mean_abs_error == pytest.approx(0.05 / 50, abs=1e-4)
+
+
+def test_bootstrap_is_seeded_and_uses_the_fitted_points():
+  compute, score = scaling_helpers.table1_run(3, 0)
+  fit = sigmoid.fit(compute, score, min_compute=compute[10])
+  u1 = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=7)
+  assert u1 == uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=7)
+  assert u1.num_samples == 50 and 0 < u1.a_std < 0.01
+  # The skipped points are not resampled: garbage there changes nothing.
+  noisy = score.copy()
+  noisy[:10] = 0.0
+  assert uncertainty.bootstrap(compute, noisy, fit, num_samples=50, seed=7) == u1
+
+
+def test_extrapolate_needs_held_out_points():
+  compute, score = scaling_helpers.table1_run(0, 0)
+  with pytest.raises(ValueError, match="fit_fraction"):
+    uncertainty.extrapolate(compute, score, 1.0)
