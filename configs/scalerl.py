@@ -205,6 +205,24 @@ def get_config(arg=None):
   c.data.tfds_answer_field = "answer"  # tfds: feature holding the answer.
   c.data.jsonl_train = ""  # jsonl: training file of {"prompt", "answer"} rows.
   c.data.jsonl_val = ""  # jsonl: validation file.
+  c.data.jsonl_prompt_field = "prompt"  # jsonl: row field holding the prompt (GSM8K: question).
+  c.data.jsonl_answer_field = "answer"  # jsonl: row field holding the answer.
+  # jsonl/tfds: the reference answer is the text after the last occurrence of
+  # this marker in the answer field (GSM8K: "####"); "" = the whole field.
+  c.data.answer_delimiter = ""
+  # Prompt rendering (data/pipeline.py PromptFormat). auto: through the
+  # tokenizer's chat template when it ships one (instruct checkpoints), else
+  # the raw text; on: a template is required; off: always the raw text.
+  c.data.chat_template = "auto"
+  c.data.system_prompt = ""  # System message; "" = none (needs a chat template).
+  # Appended to every prompt on a new line. The real-checkpoint variants ask
+  # for the \boxed{} answer the math verifier reads, in the words DeepSeek-R1
+  # and Qwen recommend for math; the built-in task's prompts need none.
+  c.data.answer_instruction = "" if cpu else (
+      "Please reason step by step, and put your final answer within \\boxed{}.")
+  # Passed to the chat template as `enable_thinking`; False makes Qwen3
+  # answer without thinking. Templates that do not read it ignore it.
+  c.data.enable_thinking = True
   # SentencePiece .model, tokenizer.json or a directory of either; "" = the one in
   # model.hf_path, else one trained for the built-in task (at most model.vocab_size) in the workdir.
   c.data.tokenizer_path = ""

@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import ml_collections
 
+from scalerl_jax.data import chat_template
+
 
 class ConfigError(ValueError):
   """A config field is unknown, missing, of the wrong type or inconsistent."""
@@ -157,6 +159,13 @@ SCHEMA: dict[str, Field] = {
     "data.tfds_answer_field": _f(str),
     "data.jsonl_train": _f(str),
     "data.jsonl_val": _f(str),
+    "data.jsonl_prompt_field": _f(str, check=bool, rule="must name a row field"),
+    "data.jsonl_answer_field": _f(str, check=bool, rule="must name a row field"),
+    "data.answer_delimiter": _f(str),
+    "data.chat_template": _f(str, choices=chat_template.MODES),
+    "data.system_prompt": _f(str),
+    "data.answer_instruction": _f(str),
+    "data.enable_thinking": _f(bool),
     "data.tokenizer_path": _f(str),
     # rewards
     "rewards.verifier": _f(str, choices=("auto",) + _VERIFIER_KINDS),
@@ -323,6 +332,9 @@ def _check_relations(config, num_devices):
   for field in required.get(d.source, ()):
     if not getattr(d, field):
       raise ConfigError(f"data.{field}: must be set when data.source={d.source!r}")
+  if d.jsonl_prompt_field == d.jsonl_answer_field:
+    raise ConfigError(f"data.jsonl_answer_field: {d.jsonl_answer_field!r} is also "
+                      "data.jsonl_prompt_field")
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: Optional[int] = None) -> None:

@@ -103,7 +103,7 @@ class Experiment:
         params = warm_start.warm_start(config, workdir, model, params, shardings, tok)
     phrase = tok.encode(config.sampling.interruption.phrase)
     sampler = Sampler.from_config(
-        config, mesh, rules, eos_ids=[tok.eos_id], pad_id=tok.pad_id,
+        config, mesh, rules, eos_ids=tok.stop_ids, pad_id=tok.pad_id,
         think_close_id=tok.end_think_id, phrase_ids=phrase)
     logging.info("Policy: %s, %.2fM parameters; mesh %s", model_cfg.family,
                  model_cfg.num_params() / 1e6, dict(mesh.shape))

@@ -10,6 +10,7 @@ from configs import scalerl
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from tests import instruct_checkpoint
 
 _P, _G, _L = 4, 3, 16
 
@@ -163,3 +164,69 @@ def test_make_pipeline_and_eval_batches_follow_the_config(records, tok):
   assert [len(b.records) for b in batches] == [10, 10, 10, 7]
   assert [i for b in batches for i in _ids(b)] == [r["id"] for r in records]
   assert {b.generations_per_prompt for b in batches} == {2}
+
+
+_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def _data_config(**data):
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.data.update(data)
+    config.sampling.max_prompt_len = 128
+  return config
+
+
+@pytest.fixture(scope="module")
+def instruct(tmp_path_factory):
+  """(our tokenizer, transformers' tokenizer) of a Qwen3-style checkpoint directory."""
+  transformers = pytest.importorskip("transformers")
+  directory = tmp_path_factory.mktemp("qwen3")
+  instruct_checkpoint.write_tokenizer(directory)
+  return (tokenizer_lib.load_tokenizer(str(directory)),
+          transformers.AutoTokenizer.from_pretrained(str(directory)))
+
+
+@pytest.mark.parametrize("system_prompt", ["", "You are a careful solver."])
+@pytest.mark.parametrize("enable_thinking", [True, False])
+def test_prompt_ids_equal_transformers_apply_chat_template(instruct, system_prompt,
+                                                           enable_thinking):
+  tok, reference = instruct
+  config = _data_config(system_prompt=system_prompt, answer_instruction=_INSTRUCTION,
+                        enable_thinking=enable_thinking)
+  records = [{"id": str(i), "prompt": p} for i, p in enumerate(
+      ["Tom has 6 bags of 7 apples. How many apples does he have?", "Résumé ∑ 中文 <think>"])]
+  batch = next(pipeline.make_pipeline(config, records, tok))
+  for row, record in enumerate(batch.records):
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": f"{record['prompt']}\n{_INSTRUCTION}"})
+    expected = reference.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                             enable_thinking=enable_thinking)["input_ids"]
+    assert batch.tokens_PxL[row, :batch.lengths_P[row]].tolist() == expected
+
+
+def test_prompt_format_follows_the_config(instruct, tok):
+  qwen, _ = instruct
+  prompt = "Compute 7+5"
+  auto = pipeline.PromptFormat.from_config(_data_config(), qwen)
+  assert auto.template is qwen.chat_template  # 'auto' with a template renders.
+  off = pipeline.PromptFormat.from_config(
+      _data_config(chat_template="off", answer_instruction="Say it."), qwen)
+  assert off.ids(qwen, prompt) == qwen.encode("Compute 7+5\nSay it.")  # Qwen has no BOS.
+  builtin = pipeline.PromptFormat.from_config(_data_config(), tok)  # 'auto', no template.
+  assert builtin == pipeline.RAW
+  assert builtin.ids(tok, prompt) == pipeline.prompt_ids(tok, prompt) == (
+      [tok.bos_id] + tok.encode(prompt))
+  with pytest.raises(ValueError, match=r"data\.chat_template: 'on', but the tokenizer .* ships "
+                     "no chat template"):
+    pipeline.PromptFormat.from_config(_data_config(chat_template="on"), tok)
+  with pytest.raises(ValueError, match=r"data\.system_prompt: needs a chat template"):
+    pipeline.PromptFormat.from_config(_data_config(chat_template="off", system_prompt="S"), qwen)
+  with pytest.raises(ValueError, match=r"data\.chat_template: 'yes' is not one of"):
+    pipeline.PromptFormat.from_config(_data_config(chat_template="yes"), qwen)
+  # Templated prompts count against the budget as the model reads them.
+  long = auto.ids(qwen, prompt)
+  assert len(long) > len(qwen.encode(prompt)) + 5
+  with pytest.raises(ValueError, match=f"{len(long)} tokens exceed sampling.max_prompt_len"):
+    pipeline.tokenize_prompts([{"id": "a", "prompt": prompt}], qwen, len(long) - 1, "error",
+                              auto)

@@ -6,6 +6,7 @@ import logging
 import pytest
 
 from configs import scalerl
+from scalerl_jax import config as config_lib
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import sources
 
@@ -164,3 +165,34 @@ def test_reasoning_gym_source():
   with pytest.raises(ValueError, match=r"data\.reasoning_gym_name: cannot create 'no_such_task'"):
     sources.load_prompts(_config(source="reasoning_gym", reasoning_gym_name="no_such_task"),
                          "train")
+
+
+def test_gsm8k_rows_through_field_mapping_and_answer_delimiter(tmp_path):
+  path = tmp_path / "gsm8k.jsonl"
+  path.write_text("\n".join(json.dumps(row) for row in [
+      {"question": "6 bags of 7?", "answer": "6 * 7 = <<6*7=42>>42\n#### 42"},
+      {"question": "Half of 10?", "answer": "10 / 2 = 5\n#### 5", "source": "gsm8k"},
+      {"question": "No marker", "answer": "it is 3"},
+      {"question": "Empty after marker", "answer": "#### "},
+      {"question": "Numeric", "answer": 12},
+      {"prompt": "wrong field", "answer": "#### 1"},
+  ]) + "\n")
+  config = _config(source="jsonl", jsonl_train=str(path), jsonl_prompt_field="question",
+                   answer_delimiter="####")
+  records = sources.load_prompts(config, "train")
+  _assert_records(records)
+  assert [(r["prompt"], r["answer"]) for r in records] == [
+      ("6 bags of 7?", "42"), ("Half of 10?", "5"), ("Numeric", "12")]
+  assert [json.loads(r["metadata"]) for r in records] == [{}, {"source": "gsm8k"}, {}]
+  _, malformed = sources.read_jsonl(str(path), "question", "answer", "####")
+  assert [(m.location, m.reason) for m in malformed] == [
+      (f"{path}:3", "field 'answer' has no '####' before its final answer "
+                    "(data.answer_delimiter)"),
+      (f"{path}:4", "field 'answer' is empty"),
+      (f"{path}:6", "field 'question' is missing or not a non-empty string")]
+  # Without the delimiter the whole worked solution would be the reference answer.
+  whole, _ = sources.read_jsonl(str(path), "question")
+  assert whole[0]["answer"] == "6 * 7 = <<6*7=42>>42\n#### 42"
+  same = _config(jsonl_prompt_field="answer")
+  with pytest.raises(config_lib.ConfigError, match="data.jsonl_answer_field: 'answer' is also"):
+    config_lib.validate(same)

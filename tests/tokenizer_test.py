@@ -12,6 +12,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from configs import scalerl
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.rewards import registry
+from tests import instruct_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +162,101 @@ def test_tokenizer_path_takes_precedence(tmp_path, builtin):
   config = _config(**{"data.tokenizer_path": str(tmp_path / "small.model"),
                       "model.hf_path": str(workdir)})
   assert tokenizer_lib.get_tokenizer(config, str(workdir)).vocab_size == small.vocab_size == 300
+
+
+def test_stop_ids_come_from_generation_config(tmp_path):
+  reference = instruct_checkpoint.write_tokenizer(tmp_path)
+  im_end, end_of_text = (reference.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>"))
+  tok = tokenizer_lib.load_tokenizer(str(tmp_path))
+  assert (tok.eos_id, tok.pad_id, tok.bos_id) == (im_end, end_of_text, None)
+  assert tok.stop_ids == (im_end, end_of_text)
+  config = tmp_path / tokenizer_lib.GENERATION_CONFIG
+  for value, stops in ((end_of_text, (im_end, end_of_text)), (None, (im_end,)),
+                       ([5, im_end, 7], (im_end, 5, 7))):
+    config.write_text(json.dumps({"eos_token_id": value}))
+    assert tokenizer_lib.load_tokenizer(str(tmp_path / "tokenizer.json")).stop_ids == stops
+  for value, message in (("2", "must be an int or a list of ints, got '2'"),
+                         ([1, True], "must be an int or a list of ints"),
+                         ([3, 10**6], r"eos_token_id \[1000000\] outside the tokenizer's")):
+    config.write_text(json.dumps({"eos_token_id": value}))
+    with pytest.raises(ValueError, match=message):
+      tokenizer_lib.load_tokenizer(str(tmp_path))
+  config.write_text("{")
+  with pytest.raises(ValueError, match="generation_config.json: invalid JSON"):
+    tokenizer_lib.load_tokenizer(str(tmp_path))
+  config.unlink()
+  assert tokenizer_lib.load_tokenizer(str(tmp_path)).stop_ids == (im_end,)
+
+
+def test_decode_keeps_thinking_tags_that_a_tokenizer_marks_special(tmp_path):
+  reference = _write_hf_json_checkpoint(tmp_path, {"eos_token": "<|endoftext|>"})
+  reference.add_special_tokens(["<think>", "</think>", "<|im_start|>"])
+  reference.save(str(tmp_path / "tokenizer.json"))
+  tok = tokenizer_lib.load_tokenizer(str(tmp_path))
+  text = "<think> 7+5 </think>\nAnswer: 12"
+  ids = tok.encode("<|im_start|>" + text) + [tok.eos_id, tok.pad_id]
+  assert reference.decode(ids) == " 7+5 \nAnswer: 12"  # What a plain decode would hand on.
+  assert tok.decode(ids) == text
+
+
+def _thinking_tokenizer(tmp_path, template):
+  instruct_checkpoint.write_tokenizer(tmp_path, template)
+  return tokenizer_lib.load_tokenizer(str(tmp_path))
+
+
+def _score(text, answer="42"):
+  record = {"id": "q", "prompt": "p", "answer": answer}
+  return registry.verify(text, record, registry.resolve_spec(record, "math"))
+
+
+def test_completion_text_opens_the_thinking_the_prompt_opened(tmp_path):
+  # A template that opens the thinking in the prompt puts the reply inside it:
+  # the verifier sees the prompt's `<think>\n` first, so a reply that never
+  # closes the thinking has no answer, as when the model opens it itself.
+  pytest.importorskip("math_verify")
+  tok = _thinking_tokenizer(tmp_path, instruct_checkpoint.THINKING_TEMPLATE)
+  user = [{"role": "user", "content": "6*7? Quote: <think> is a tag"}]
+  prompt = tok.encode(tok.chat_template.render(user))
+  closed = tok.encode("6*7=42\n</think>\n\n\\boxed{42}") + [tok.stop_ids[1]]
+  unclosed = tok.encode("6*7 is \\boxed{42}") + [tok.eos_id]
+  assert tok.open_thinking(prompt) == len(prompt) - 2
+  assert tok.completion_text(prompt, closed) == "<think>\n6*7=42\n</think>\n\n\\boxed{42}"
+  assert tok.completion_text(prompt, unclosed) == "<think>\n6*7 is \\boxed{42}"
+  assert _score(tok.completion_text(prompt, closed)) == 1.0
+  assert _score(tok.completion_text(prompt, unclosed)) == 0.0
+  assert _score(tok.decode(unclosed)) == 1.0  # The reply alone would hide the open thinking.
+
+
+def test_completion_text_of_prompts_that_leave_no_thinking_open(tmp_path):
+  pytest.importorskip("math_verify")
+  tok = _thinking_tokenizer(tmp_path, instruct_checkpoint.QWEN3_TEMPLATE)
+  # A `<think>` quoted in the user's message is not an open thinking block.
+  user = [{"role": "user", "content": "What does <think> mean?"}]
+  for prompt_text, reply, score in (
+      (tok.chat_template.render(user), "<think>\nhm\n</think>\n\\boxed{42}", 1.0),
+      (tok.chat_template.render(user), "<think>\nhm \\boxed{42}", 0.0),
+      (tok.chat_template.render(user, enable_thinking=False), "\\boxed{42}", 1.0)):
+    prompt = tok.encode(prompt_text)
+    assert tok.open_thinking(prompt) == -1
+    text = tok.completion_text(prompt, tok.encode(reply) + [tok.eos_id])
+    assert text == reply
+    assert _score(text) == score
+  builtin = tokenizer_lib.train_builtin_tokenizer(str(tmp_path / "b.model"), 512)
+  prompt = [builtin.bos_id] + builtin.encode("Compute 1+2")
+  reply = builtin.encode("<think> 1+2 = 3 </think>\nAnswer: 3")
+  assert builtin.completion_text(prompt, reply + [builtin.eos_id]) == builtin.decode(reply)
+
+
+def test_sentencepiece_checkpoint_reads_special_tokens_in_rendered_text(tmp_path, builtin):
+  # transformers reads `<s>` printed by a template as the BOS id; so do we.
+  tok, workdir = builtin
+  shutil.copy(workdir / tokenizer_lib.BUILTIN_FILENAME, tmp_path / "tokenizer.model")
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+      "bos_token": "<s>", "eos_token": {"content": "</s>"},
+      "chat_template": "{{ bos_token }}[INST] {{ messages[0].content }} [/INST]"}))
+  loaded = tokenizer_lib.load_tokenizer(str(tmp_path))
+  text = loaded.chat_template.render([{"role": "user", "content": "Compute 7+5"}])
+  assert text == "<s>[INST] Compute 7+5 [/INST]"
+  assert loaded.encode(text) == [tok.bos_id] + tok.encode("[INST] Compute 7+5 [/INST]")
+  assert loaded.encode("a</s>b<think>") == tok.encode("a") + [tok.eos_id] + tok.encode("b<think>")
+  assert tok.encode("<s>") != [tok.bos_id]  # The built-in model reads no such text.

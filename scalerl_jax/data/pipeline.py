@@ -1,7 +1,11 @@
 """The prompt stream: a grain pipeline from prompt records to batches of P prompts.
 
   records (sources.load_prompts)
-    -> tokenized once, up front: BOS + prompt ids. A prompt longer than
+    -> the text the model reads (`PromptFormat`): the prompt with
+       data.answer_instruction on a new line, rendered through the
+       tokenizer's chat template with data.system_prompt (data.chat_template:
+       'auto' renders when the tokenizer ships a template), else after BOS.
+    -> tokenized once, up front. A prompt longer than
        sampling.max_prompt_len raises, naming its id and length
        (data.on_long_prompt='error'), or is left out and counted ('skip'), so
        a bad prompt stops the run at start-up and not hours into it.
@@ -36,16 +40,81 @@ import grain
 import ml_collections
 import numpy as np
 
+from scalerl_jax.data import chat_template as chat_template_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 
 Record = Mapping[str, str]
 _MAX_LOGGED_IDS = 10
 
 
-def prompt_ids(tokenizer: tokenizer_lib.Tokenizer, prompt: str) -> list[int]:
-  """Token ids the model sees for a prompt: BOS (if the tokenizer has one) + text."""
-  ids = tokenizer.encode(prompt)
-  return ids if tokenizer.bos_id is None else [tokenizer.bos_id] + ids
+@dataclasses.dataclass(frozen=True)
+class PromptFormat:
+  """How a prompt record's text becomes the token ids the model reads.
+
+  With a chat template, the prompt is one user message (after a system
+  message when `system_prompt` is set), rendered with the generation prompt
+  and tokenized as it stands: the template prints any BOS itself, as in
+  transformers' `apply_chat_template(..., tokenize=True)`. Without one, the
+  ids are BOS (if the tokenizer has one) + the text.
+  """
+  template: Optional[chat_template_lib.ChatTemplate] = None
+  system_prompt: str = ""  # data.system_prompt
+  answer_instruction: str = ""  # data.answer_instruction, on a new line after the prompt.
+  enable_thinking: bool = True  # data.enable_thinking, passed to the template.
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict,
+                  tokenizer: tokenizer_lib.Tokenizer) -> PromptFormat:
+    """The format of `config.data` for `tokenizer`.
+
+    Raises:
+      ValueError: data.chat_template is 'on' and the tokenizer ships no
+        template, or data.system_prompt is set and no template is used.
+    """
+    d = config.data
+    if d.chat_template not in chat_template_lib.MODES:
+      raise ValueError(f"data.chat_template: {d.chat_template!r} is not one of "
+                       f"{chat_template_lib.MODES}")
+    template = None if d.chat_template == "off" else tokenizer.chat_template
+    if template is None and d.chat_template == "on":
+      raise ValueError(f"data.chat_template: 'on', but the tokenizer {tokenizer.path} ships no "
+                       "chat template (chat_template.jinja or tokenizer_config.json)")
+    if template is None and d.system_prompt:
+      raise ValueError(f"data.system_prompt: needs a chat template, and none is used "
+                       f"(data.chat_template={d.chat_template!r}, tokenizer {tokenizer.path})")
+    return cls(template, d.system_prompt, d.answer_instruction, d.enable_thinking)
+
+  def user_text(self, prompt: str) -> str:
+    """The prompt with the answer instruction, if any, on a line of its own."""
+    return f"{prompt}\n{self.answer_instruction}" if self.answer_instruction else prompt
+
+  def messages(self, prompt: str) -> list[dict[str, str]]:
+    """The conversation a chat template renders for `prompt`."""
+    system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+    return system + [{"role": "user", "content": self.user_text(prompt)}]
+
+  def text(self, prompt: str) -> str:
+    """The text the model reads, before any BOS."""
+    if self.template is None:
+      return self.user_text(prompt)
+    return self.template.render(self.messages(prompt), add_generation_prompt=True,
+                                enable_thinking=self.enable_thinking)
+
+  def ids(self, tokenizer: tokenizer_lib.Tokenizer, prompt: str) -> list[int]:
+    """Token ids the model reads for `prompt`."""
+    ids = tokenizer.encode(self.text(prompt))
+    if self.template is not None or tokenizer.bos_id is None:
+      return ids
+    return [tokenizer.bos_id] + ids
+
+
+RAW = PromptFormat()  # The prompt text after BOS, as the built-in task is trained.
+
+
+def prompt_ids(tokenizer: tokenizer_lib.Tokenizer, prompt: str,
+               prompt_format: PromptFormat = RAW) -> list[int]:
+  """Token ids the model reads for a prompt (by default BOS, if any, + text)."""
+  return prompt_format.ids(tokenizer, prompt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,16 +132,18 @@ class PromptBatch:
 
 
 def tokenize_prompts(records: Sequence[Record], tokenizer: tokenizer_lib.Tokenizer,
-                     max_prompt_len: int,
-                     on_long_prompt: str) -> tuple[list[tuple[Record, np.ndarray]], list[str]]:
+                     max_prompt_len: int, on_long_prompt: str,
+                     prompt_format: PromptFormat = RAW
+                     ) -> tuple[list[tuple[Record, np.ndarray]], list[str]]:
   """Tokenizes prompts and applies the prompt budget.
 
   Args:
     records: prompt records.
     tokenizer: the experiment's tokenizer.
-    max_prompt_len: the prompt budget in tokens, BOS included.
+    max_prompt_len: the prompt budget in tokens, BOS and template included.
     on_long_prompt: 'error' raises on the first prompt over budget; 'skip'
       leaves it out.
+    prompt_format: how a record's prompt becomes ids.
 
   Returns:
     ([(record, int32 ids)] of the prompts within budget, ids of skipped prompts).
@@ -85,7 +156,7 @@ def tokenize_prompts(records: Sequence[Record], tokenizer: tokenizer_lib.Tokeniz
     raise ValueError(f"data.on_long_prompt: {on_long_prompt!r} is not one of ('error', 'skip')")
   kept, skipped = [], []
   for record in records:
-    ids = prompt_ids(tokenizer, record["prompt"])
+    ids = prompt_format.ids(tokenizer, record["prompt"])
     if len(ids) <= max_prompt_len:
       kept.append((record, np.asarray(ids, np.int32)))
     elif on_long_prompt == "skip":
@@ -118,7 +189,8 @@ class PromptPipeline:
   def __init__(self, records: Sequence[Record], tokenizer: tokenizer_lib.Tokenizer, *,
                prompts_per_step: int, generations_per_prompt: int, max_prompt_len: int,
                on_long_prompt: str, seed: int,
-               is_retired: Optional[Callable[[str], bool]] = None):
+               is_retired: Optional[Callable[[str], bool]] = None,
+               prompt_format: PromptFormat = RAW):
     """Tokenizes the prompts and builds the grain stream.
 
     Args:
@@ -131,6 +203,7 @@ class PromptPipeline:
       seed: shuffle seed (taken modulo 2**32).
       is_retired: `is_retired(id)` -> True drops the prompt from batches
         formed from now on; None retires nothing.
+      prompt_format: how a record's prompt becomes ids.
 
     Raises:
       ValueError: no records, duplicate ids, a prompt over budget with
@@ -144,7 +217,7 @@ class PromptPipeline:
         raise ValueError(f"prompt {record['id']!r}: duplicate id in the prompt records")
       seen.add(record["id"])
     examples, self.skipped_ids = tokenize_prompts(records, tokenizer, max_prompt_len,
-                                                  on_long_prompt)
+                                                  on_long_prompt, prompt_format)
     if self.skipped_ids:
       logging.warning("skipped %d of %d prompts longer than sampling.max_prompt_len=%d, e.g. %s",
                       len(self.skipped_ids), len(records), max_prompt_len,
@@ -221,7 +294,8 @@ def make_pipeline(config: ml_collections.ConfigDict, records: Sequence[Record],
       records, tokenizer, prompts_per_step=config.data.prompts_per_step,
       generations_per_prompt=config.data.generations_per_prompt,
       max_prompt_len=config.sampling.max_prompt_len,
-      on_long_prompt=config.data.on_long_prompt, seed=config.seed, is_retired=is_retired)
+      on_long_prompt=config.data.on_long_prompt, seed=config.seed, is_retired=is_retired,
+      prompt_format=PromptFormat.from_config(config, tokenizer))
 
 
 def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],
@@ -230,7 +304,7 @@ def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],
   """Validation prompts in their given order, in batches (the last may be smaller).
 
   Args:
-    config: the experiment config (prompt budget and on_long_prompt).
+    config: the experiment config (prompt format, budget and on_long_prompt).
     records: the validation records, e.g. the first trainer.eval_num_prompts.
     batch_size: prompts per batch.
     generations_per_prompt: samples per prompt (k of mean@k).
@@ -239,7 +313,8 @@ def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],
     The batches; prompts over budget raise or are skipped as in training.
   """
   examples, skipped = tokenize_prompts(records, tokenizer, config.sampling.max_prompt_len,
-                                       config.data.on_long_prompt)
+                                       config.data.on_long_prompt,
+                                       PromptFormat.from_config(config, tokenizer))
   if skipped:
     logging.warning("skipped %d validation prompts longer than sampling.max_prompt_len=%d",
                     len(skipped), config.sampling.max_prompt_len)

@@ -15,6 +15,13 @@ Every source yields prompt records, plain dicts of strings:
             expression; the reasoning-gym entry itself; the extra fields of a
             JSONL row (e.g. a code task's tests); {} for TFDS
 
+JSONL rows name their prompt and answer fields by `data.jsonl_prompt_field`
+and `data.jsonl_answer_field` (GSM8K: "question", "answer"). Where the answer
+field holds a worked solution that ends in the final answer after a marker
+(GSM8K: "... #### 42"), `data.answer_delimiter` ("####") makes the reference
+answer the text after the marker's last occurrence, for JSONL and TFDS; a row
+without the marker is malformed.
+
 `load_prompts(config, split)` returns the records of split 'train' or 'val'
 for `config.data.source`. An empty or missing source is an error naming the
 config field. Malformed JSONL rows and TFDS examples are skipped, counted and
@@ -39,7 +46,7 @@ from scalerl_jax.data import builtin_task
 SPLITS = builtin_task.SPLITS
 VAL_SEED = 0  # Seed of the built-in validation prompts, whatever config.seed is.
 RECORD_FIELDS = ("id", "prompt", "answer", "source", "verifier", "metadata")
-_JSONL_FIELDS = ("id", "prompt", "answer", "verifier")
+_JSONL_OWN_FIELDS = ("id", "verifier")  # Besides the prompt and answer fields.
 _MAX_LOGGED_ROWS = 20
 # Legacy TFDS builders (gsm8k, ...) register only when their package is
 # imported; `import tensorflow_datasets` alone skips them.
@@ -76,25 +83,42 @@ def _report(what: str, malformed: list[MalformedRow]) -> None:
                   "\n  ".join(lines))
 
 
-def _check_row(row: Any) -> Optional[str]:
+def _final_answer(answer: Any, delimiter: str) -> tuple[Optional[str], Optional[str]]:
+  """(reference answer, None), or (None, why not) for a row's answer value.
+
+  Args:
+    answer: the answer field's value.
+    delimiter: `data.answer_delimiter`; "" takes the whole text.
+  """
+  if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+    return None, "is missing or not a string or number"
+  if not isinstance(answer, str):
+    return str(answer), None  # A number is a final answer already.
+  if delimiter:
+    at = answer.rfind(delimiter)
+    if at < 0:
+      return None, f"has no {delimiter!r} before its final answer (data.answer_delimiter)"
+    answer = answer[at + len(delimiter):]
+  if not answer.strip():
+    return None, "is empty"
+  return answer.strip() if delimiter else answer, None
+
+
+def _check_row(row: Any, prompt_field: str) -> Optional[str]:
   """Why a parsed JSONL row is not a prompt row, or None if it is one."""
   if not isinstance(row, dict):
     return f"expected a JSON object, got {type(row).__name__}"
-  prompt = row.get("prompt")
+  prompt = row.get(prompt_field)
   if not isinstance(prompt, str) or not prompt.strip():
-    return "field 'prompt' is missing or not a non-empty string"
-  answer = row.get("answer")
-  if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-    return "field 'answer' is missing or not a string or number"
-  if isinstance(answer, str) and not answer.strip():
-    return "field 'answer' is empty"
+    return f"field {prompt_field!r} is missing or not a non-empty string"
   for field in ("id", "verifier"):
     if field in row and (not isinstance(row[field], str) or not row[field]):
       return f"field {field!r} must be a non-empty string"
   return None
 
 
-def read_jsonl(path: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
+def read_jsonl(path: str, prompt_field: str = "prompt", answer_field: str = "answer",
+               answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
   """Prompt records of a JSONL file of {"prompt", "answer"} rows.
 
   Optional row fields: "id" (default: a hash of the prompt), "verifier"
@@ -104,6 +128,9 @@ def read_jsonl(path: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
 
   Args:
     path: the file.
+    prompt_field: the row field holding the prompt (`data.jsonl_prompt_field`).
+    answer_field: the row field holding the answer (`data.jsonl_answer_field`).
+    answer_delimiter: `data.answer_delimiter` (see `_final_answer`).
 
   Returns:
     (records, malformed rows with their line numbers).
@@ -129,17 +156,22 @@ def read_jsonl(path: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
     except json.JSONDecodeError as e:
       malformed.append(MalformedRow(location, f"invalid JSON ({e.msg} at column {e.colno})"))
       continue
-    reason = _check_row(row)
+    reason = _check_row(row, prompt_field)
     if reason is None:
-      id_ = row.get("id") or _text_id("jsonl", row["prompt"])
+      answer, why = _final_answer(row.get(answer_field), answer_delimiter)
+      if why is not None:
+        reason = f"field {answer_field!r} {why}"
+    if reason is None:
+      id_ = row.get("id") or _text_id("jsonl", row[prompt_field])
       if id_ in first_line:
         reason = f"duplicate id {id_!r} (first on line {first_line[id_]})"
     if reason is not None:
       malformed.append(MalformedRow(location, reason))
       continue
     first_line[id_] = number
-    extra = {k: v for k, v in row.items() if k not in _JSONL_FIELDS}
-    records.append(_record(id_, row["prompt"], str(row["answer"]), "jsonl",
+    own = (prompt_field, answer_field) + _JSONL_OWN_FIELDS
+    extra = {k: v for k, v in row.items() if k not in own}
+    records.append(_record(id_, row[prompt_field], answer, "jsonl",
                            row.get("verifier", "math"), extra))
   return records, malformed
 
@@ -155,8 +187,8 @@ def _tfds_value(example: dict[str, Any], field: str) -> Any:
   return value
 
 
-def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str,
-                 answer_field: str) -> tuple[list[dict[str, str]], list[MalformedRow]]:
+def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer_field: str,
+                 answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
   """Prompt records of one split of a TFDS dataset, read with `tfds.data_source`.
 
   The dataset must be available in the array_record format (TFDS prepares it
@@ -168,10 +200,11 @@ def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str,
     data_dir: TFDS data_dir; "" for the default.
     prompt_field: feature holding the prompt ("a/b" for a nested feature).
     answer_field: feature holding the reference answer.
+    answer_delimiter: `data.answer_delimiter` (see `_final_answer`).
 
   Returns:
-    (records, malformed examples: a field that is not text or a number, or an
-    empty prompt).
+    (records, malformed examples: a field that is not text or a number, an
+    empty prompt, or an answer without the delimiter).
 
   Raises:
     ValueError: a field is not a feature of the dataset.
@@ -192,14 +225,14 @@ def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str,
       except (KeyError, TypeError):
         raise ValueError(f"data.{config_field}: {field!r} is not a feature of {name}; "
                          f"features: {sorted(example)}") from None
-    prompt, answer = values["tfds_prompt_field"], values["tfds_answer_field"]
+    prompt = values["tfds_prompt_field"]
+    answer, why = _final_answer(values["tfds_answer_field"], answer_delimiter)
     if not isinstance(prompt, str) or not prompt.strip():
       malformed.append(MalformedRow(location, f"{prompt_field!r} is not non-empty text"))
-    elif isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-      malformed.append(MalformedRow(location, f"{answer_field!r} is not text or a number"))
+    elif why is not None:
+      malformed.append(MalformedRow(location, f"{answer_field!r} {why}"))
     else:
-      records.append(_record(f"tfds:{name}:{split}:{index}", prompt, str(answer), "tfds",
-                             "math", {}))
+      records.append(_record(f"tfds:{name}:{split}:{index}", prompt, answer, "tfds", "math", {}))
   return records, malformed
 
 
@@ -302,13 +335,15 @@ def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str
                          "data.source='tfds'")
     where = f"tfds {d.tfds_name}/{d[field]}"
     records, malformed = tfds_prompts(d.tfds_name, d[field], d.tfds_data_dir,
-                                      d.tfds_prompt_field, d.tfds_answer_field)
+                                      d.tfds_prompt_field, d.tfds_answer_field,
+                                      d.answer_delimiter)
   elif d.source == "jsonl":
     field = "jsonl_train" if train else "jsonl_val"
     if not d[field]:
       raise ValueError(f"data.{field}: must be set for the {split} split of data.source='jsonl'")
     where = d[field]
-    records, malformed = read_jsonl(d[field])
+    records, malformed = read_jsonl(d[field], d.jsonl_prompt_field, d.jsonl_answer_field,
+                                    d.answer_delimiter)
   else:
     raise ValueError(f"data.source: unknown source {d.source!r}")
   _report(where, malformed)

@@ -10,6 +10,24 @@
      on the built-in task's corpus on first use (well under a second) and
      reused on every later call, so a resumed run keeps its token ids.
 
+Beside a checkpoint's tokenizer file it reads what the checkpoint says about
+using it: the special tokens (tokenizer_config.json, special_tokens_map.json),
+the chat template (`chat_template.load`), and the ids that end a reply:
+`stop_ids` is the EOS token followed by every `eos_token_id` of
+generation_config.json (an int or a list; Qwen3 instruct stops at both
+`<|im_end|>` and `<|endoftext|>`). The sampler stops at all of them.
+
+Completions are handed to verifiers through `completion_text`, which makes
+the thinking explicit: when a chat template opens the thinking in the prompt
+(the generation prompt ends in `<think>` and whitespace, as in DeepSeek-R1 and
+Qwen3 thinking-only templates), the model's reply starts inside the thinking,
+so the prompt's `<think>` and what follows it are put in front of the reply.
+A verifier then sees every thinking trace opened where it is, and the one
+stripping rule (`rewards.extract.answer_region`) holds for every template:
+a reply that never closes the thinking has no answer, whether the prompt or
+the model opened it. `<think>` and `</think>` are kept by `decode` even where a
+tokenizer marks them special.
+
 The built-in model splits digits, keeps `<think>` and `</think>` as single
 pieces, normalises nothing (decode(encode(text)) == text) and falls back to
 bytes for characters outside its corpus, so any prompt source can be encoded.
@@ -22,15 +40,21 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 from etils import epath
 import ml_collections
+import numpy as np
 import sentencepiece as spm
 
 from scalerl_jax.data import builtin_task
+from scalerl_jax.data import chat_template as chat_template_lib
 
 BUILTIN_FILENAME = "tokenizer.model"
+GENERATION_CONFIG = "generation_config.json"
+# Files beside a tokenizer that name its special tokens (later ones win).
+_SETTINGS_FILES = ("special_tokens_map.json", "tokenizer_config.json")
 THINK_TOKENS = (builtin_task.THINK_OPEN, builtin_task.THINK_CLOSE)
 UNKNOWN_TEXT = "\ufffd"  # What decode writes for an id outside the vocabulary.
 _PAD, _UNK, _BOS, _EOS = 0, 1, 2, 3  # Ids of the built-in model's special pieces.
@@ -46,31 +70,57 @@ class Tokenizer:
     path: the file the tokenizer was read from.
     vocab_size: number of ids; encode returns ids in [0, vocab_size).
     bos_id: begin-of-sequence id, or None when the tokenizer has none (Qwen).
-    eos_id: end-of-sequence id; generation stops there.
+    eos_id: end-of-sequence id.
+    stop_ids: ids that end generation: eos_id first, then the
+      generation_config.json ones (see the module docstring).
     pad_id: padding id (the eos id when the tokenizer defines no pad).
     think_id, end_think_id: ids of `<think>` and `</think>`, or None.
+    chat_template: the checkpoint's chat template, or None.
   """
 
   def __init__(self, backend: Any, *, path: str, vocab_size: int, bos_id: Optional[int],
                eos_id: int, pad_id: int, think_id: Optional[int],
-               end_think_id: Optional[int]):
+               end_think_id: Optional[int], stop_ids: Sequence[int] = (),
+               chat_template: Optional[chat_template_lib.ChatTemplate] = None,
+               special_pieces: Optional[Mapping[str, int]] = None):
     self._backend = backend  # spm.SentencePieceProcessor or tokenizers.Tokenizer.
     self.path = path
     self.vocab_size = vocab_size
     self.bos_id = bos_id
     self.eos_id = eos_id
+    self.stop_ids = tuple(dict.fromkeys((eos_id, *stop_ids)))
     self.pad_id = pad_id
     self.think_id = think_id
     self.end_think_id = end_think_id
+    self.chat_template = chat_template
+    # SentencePiece does not read control pieces (`<s>`) in text; rendered
+    # templates print them, and transformers reads them as their ids.
+    self._special_pieces = dict(special_pieces or {})
+    self._special_re = re.compile("|".join(
+        re.escape(t) for t in sorted(self._special_pieces, key=len, reverse=True)))
+    # Special ids decode drops: all the tokenizer marks special except the
+    # thinking tags, which verifiers must see to strip the thinking.
+    self._skip_ids = frozenset()
+    if not isinstance(backend, spm.SentencePieceProcessor):
+      self._skip_ids = frozenset(
+          i for i, t in backend.get_added_tokens_decoder().items()
+          if t.special and i not in (think_id, end_think_id))
 
   def encode(self, text: str) -> list[int]:
-    """Token ids of `text`, without BOS or EOS."""
-    if isinstance(self._backend, spm.SentencePieceProcessor):
+    """Token ids of `text`, without BOS or EOS; special-token text becomes its id."""
+    if not isinstance(self._backend, spm.SentencePieceProcessor):
+      return self._backend.encode(text, add_special_tokens=False).ids
+    if not self._special_pieces:
       return self._backend.encode(text)
-    return self._backend.encode(text, add_special_tokens=False).ids
+    ids, start = [], 0
+    for match in self._special_re.finditer(text):
+      ids += self._backend.encode(text[start:match.start()]) + [
+          self._special_pieces[match.group()]]
+      start = match.end()
+    return ids + self._backend.encode(text[start:])
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of `ids`; BOS/EOS/PAD are dropped, unknown ids become U+FFFD.
+    """Text of `ids`; special tokens but the thinking tags are dropped, unknown ids become U+FFFD.
 
     Args:
       ids: token ids, e.g. a row of sampled completion tokens. Ids outside
@@ -84,7 +134,8 @@ class Tokenizer:
     for i in ids:
       i = int(i)
       if 0 <= i < self.vocab_size:
-        run.append(i)
+        if i not in self._skip_ids:
+          run.append(i)
         continue
       pieces += [self._decode_known(run), UNKNOWN_TEXT]
       run = []
@@ -96,10 +147,92 @@ class Tokenizer:
       return ""
     if isinstance(self._backend, spm.SentencePieceProcessor):
       return self._backend.decode(ids)
-    return self._backend.decode(ids, skip_special_tokens=True)
+    return self._backend.decode(ids, skip_special_tokens=False)
+
+  def open_thinking(self, prompt_ids: Sequence[int]) -> int:
+    """Where the thinking the prompt leaves open starts, or -1.
+
+    The prompt leaves the thinking open when it ends in `<think>` followed
+    by nothing but whitespace: the generation prompt of a template that makes
+    the model think. A `<think>` quoted inside a user message is followed by
+    the rest of the conversation and does not count.
+
+    Args:
+      prompt_ids: the prompt's token ids.
+
+    Returns:
+      The index of that `<think>` in `prompt_ids`, or -1.
+    """
+    if self.think_id is None:
+      return -1
+    at = np.flatnonzero(np.asarray(prompt_ids) == self.think_id)
+    if not at.size or self.decode(prompt_ids[at[-1] + 1:]).strip():
+      return -1
+    return int(at[-1])
+
+  def completion_text(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> str:
+    """The text of a completion that verifiers score.
+
+    A final stop id is dropped. When the prompt left the thinking open
+    (`open_thinking`), the prompt's `<think>` and the whitespace after it come
+    first, so the text shows the thinking the reply is inside of.
+
+    Args:
+      prompt_ids: the prompt's token ids.
+      completion_ids: the generated ids (injected phrases included).
+
+    Returns:
+      The text.
+    """
+    ids = [int(i) for i in completion_ids]
+    if ids and ids[-1] in self.stop_ids:
+      ids = ids[:-1]
+    start = self.open_thinking(prompt_ids)
+    if start >= 0:
+      ids = [int(i) for i in prompt_ids[start:]] + ids
+    return self.decode(ids)
 
 
-def _from_sentencepiece(model_proto: bytes, path: str) -> Tokenizer:
+def _read_json(path: epath.Path) -> Any:
+  try:
+    return json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: invalid JSON ({e})") from None
+
+
+def _settings(directory: epath.Path) -> dict[str, Any]:
+  """tokenizer_config.json over special_tokens_map.json, as far as they exist."""
+  settings = {}
+  for name in _SETTINGS_FILES:
+    if (directory / name).exists():
+      found = _read_json(directory / name)
+      if not isinstance(found, dict):
+        raise ValueError(f"{directory / name}: expected a JSON object")
+      settings.update(found)
+  return settings
+
+
+def _generation_stop_ids(directory: epath.Path, vocab_size: int) -> list[int]:
+  """The `eos_token_id`s of generation_config.json (an int or a list), if any."""
+  path = directory / GENERATION_CONFIG
+  if not path.exists():
+    return []
+  found = _read_json(path)
+  value = found.get("eos_token_id") if isinstance(found, dict) else None
+  ids = [value] if isinstance(value, int) else value
+  if ids is None:
+    return []
+  if (not isinstance(ids, list) or
+      not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+    raise ValueError(f"{path}: eos_token_id must be an int or a list of ints, got {value!r}")
+  bad = [i for i in ids if not 0 <= i < vocab_size]
+  if bad:
+    raise ValueError(f"{path}: eos_token_id {bad} outside the tokenizer's {vocab_size} ids")
+  return ids
+
+
+def _from_sentencepiece(model_proto: bytes, path: str,
+                        settings: Mapping[str, Any]) -> dict[str, Any]:
   sp = spm.SentencePieceProcessor()
   try:
     sp.LoadFromSerializedProto(model_proto)
@@ -117,19 +250,20 @@ def _from_sentencepiece(model_proto: bytes, path: str) -> Tokenizer:
   if eos is None:
     raise ValueError(f"{path}: the SentencePiece model defines no EOS piece")
   pad = known(sp.pad_id())
-  return Tokenizer(sp, path=path, vocab_size=sp.vocab_size(), bos_id=known(sp.bos_id()),
-                   eos_id=eos, pad_id=eos if pad is None else pad,
-                   think_id=piece(THINK_TOKENS[0]), end_think_id=piece(THINK_TOKENS[1]))
+  special_pieces = {}
+  for name in chat_template_lib.SPECIAL_TOKEN_NAMES:
+    text = chat_template_lib.special_token_text(settings, name)
+    piece_id = sp.piece_to_id(text) if text else -1
+    if piece_id >= 0 and sp.id_to_piece(piece_id) == text and (
+        sp.IsControl(piece_id) or sp.IsUnknown(piece_id)):
+      special_pieces[text] = piece_id
+  return dict(backend=sp, path=path, vocab_size=sp.vocab_size(), bos_id=known(sp.bos_id()),
+              eos_id=eos, pad_id=eos if pad is None else pad,
+              think_id=piece(THINK_TOKENS[0]), end_think_id=piece(THINK_TOKENS[1]),
+              special_pieces=special_pieces)
 
 
-def _special_token(settings: dict[str, Any], name: str) -> Optional[str]:
-  value = settings.get(name)
-  if isinstance(value, dict):  # {"content": "<|endoftext|>", "lstrip": false, ...}
-    value = value.get("content")
-  return value if isinstance(value, str) and value else None
-
-
-def _from_tokenizer_json(path: epath.Path) -> Tokenizer:
+def _from_tokenizer_json(path: epath.Path, settings: Mapping[str, Any]) -> dict[str, Any]:
   try:
     import tokenizers  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -140,18 +274,10 @@ def _from_tokenizer_json(path: epath.Path) -> Tokenizer:
     tok = tokenizers.Tokenizer.from_str(path.read_text())
   except Exception as e:  # tokenizers raises its own Exception type on bad JSON.
     raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
-  # Which tokens are BOS/EOS/PAD is stated beside tokenizer.json, not in it.
-  settings = {}
-  for name in ("special_tokens_map.json", "tokenizer_config.json"):
-    side = path.parent / name
-    if side.exists():
-      try:
-        settings.update(json.loads(side.read_text()))
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{side}: invalid JSON ({e})") from None
 
+  # Which tokens are BOS/EOS/PAD is stated beside tokenizer.json, not in it.
   def token_id(name):
-    text = _special_token(settings, name)
+    text = chat_template_lib.special_token_text(settings, name)
     if text is None:
       return None
     token = tok.token_to_id(text)
@@ -165,25 +291,27 @@ def _from_tokenizer_json(path: epath.Path) -> Tokenizer:
         f"{path.parent}: no eos_token in tokenizer_config.json or special_tokens_map.json; "
         "the sampler needs one to stop generating")
   pad = token_id("pad_token")
-  return Tokenizer(tok, path=str(path), vocab_size=tok.get_vocab_size(with_added_tokens=True),
-                   bos_id=token_id("bos_token"), eos_id=eos, pad_id=eos if pad is None else pad,
-                   think_id=tok.token_to_id(THINK_TOKENS[0]),
-                   end_think_id=tok.token_to_id(THINK_TOKENS[1]))
+  return dict(backend=tok, path=str(path), vocab_size=tok.get_vocab_size(with_added_tokens=True),
+              bos_id=token_id("bos_token"), eos_id=eos, pad_id=eos if pad is None else pad,
+              think_id=tok.token_to_id(THINK_TOKENS[0]),
+              end_think_id=tok.token_to_id(THINK_TOKENS[1]))
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-  """Reads a tokenizer from a file or a checkpoint directory, offline.
+  """Reads a tokenizer, its chat template and its stop ids, offline.
 
   Args:
     path: a SentencePiece model file, a `tokenizer.json`, or a directory
-      holding `tokenizer.model` (preferred) or `tokenizer.json`.
+      holding `tokenizer.model` (preferred) or `tokenizer.json`. The files
+      beside it (see the module docstring) are read too.
 
   Returns:
     The tokenizer.
 
   Raises:
     FileNotFoundError: nothing to read at `path`.
-    ValueError: the file is not a tokenizer of a known kind.
+    ValueError: the file is not a tokenizer of a known kind, or a file beside
+      it is malformed.
   """
   p = epath.Path(path)
   if p.is_dir():
@@ -195,9 +323,13 @@ def load_tokenizer(path: str) -> Tokenizer:
       raise FileNotFoundError(f"{path}: directory holds neither tokenizer.model nor tokenizer.json")
   elif not p.exists():
     raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
+  settings = _settings(p.parent)
   if p.name.endswith(".json"):
-    return _from_tokenizer_json(p)
-  return _from_sentencepiece(p.read_bytes(), str(p))
+    fields = _from_tokenizer_json(p, settings)
+  else:
+    fields = _from_sentencepiece(p.read_bytes(), str(p), settings)
+  return Tokenizer(**fields, stop_ids=_generation_stop_ids(p.parent, fields["vocab_size"]),
+                   chat_template=chat_template_lib.load(p.parent, settings))
 
 
 def builtin_corpus() -> list[str]:
@@ -241,7 +373,7 @@ def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
   tmp = out.parent / f".{out.name}.tmp"
   tmp.write_bytes(model.getvalue())
   tmp.rename(out)
-  return _from_sentencepiece(model.getvalue(), str(out))
+  return Tokenizer(**_from_sentencepiece(model.getvalue(), str(out), {}))
 
 
 def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:

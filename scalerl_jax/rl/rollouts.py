@@ -33,14 +33,9 @@ _ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "length", "tru
 
 def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, length_F: np.ndarray,
                      tok: tokenizer_lib.Tokenizer) -> list[str]:
-  """Decoded completion of every row (injected phrases included, EOS dropped)."""
-  texts = []
-  for i in range(tokens_FxS.shape[0]):
-    ids = tokens_FxS[i, int(prompt_len_F[i]):int(length_F[i])].tolist()
-    if ids and ids[-1] == tok.eos_id:
-      ids = ids[:-1]
-    texts.append(tok.decode(ids))
-  return texts
+  """The text verifiers score of every row (`Tokenizer.completion_text`)."""
+  return [tok.completion_text(tokens_FxS[i, :int(p)], tokens_FxS[i, int(p):int(n)])
+          for i, (p, n) in enumerate(zip(prompt_len_F, length_F))]
 
 
 def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarray:
