@@ -40,9 +40,11 @@ _EXTRAS = {
         "reasoning-gym",
         "math-verify",
     ],
-    # Loading tokenizers shipped with Hugging Face checkpoints (tokenizer.json).
+    # Loading tokenizers shipped with Hugging Face checkpoints (tokenizer.json)
+    # and rendering their chat templates.
     "hf": [
         "tokenizers",
+        "jinja2",
     ],
 }
 
