@@ -163,8 +163,14 @@ def get_config(arg=None):
   c.rl.reward_incorrect = 0.0  # Reward of a failed, timed-out or wrong one.
 
   c.buffer = ml_collections.ConfigDict()
-  c.buffer.schedule = "pipeline_rl"  # pipeline_rl | ppo_off_policy (§5).
+  c.buffer.schedule = "pipeline_rl"  # pipeline_rl | ppo_off_policy (§5; rl/schedules.py).
   c.buffer.max_off_policy = 8  # k: max policy versions a consumed token may lag.
+  # pipeline_rl: decode steps the generator runs per train step, its speed
+  # relative to the trainer in this colocated emulation of PipelineRL's
+  # concurrency (rl/schedules.py). More than it takes to finish P groups per step
+  # lets it run ahead until k holds it back; it decodes further only while the
+  # trainer's next batch is unfinished.
+  c.buffer.decode_steps_per_train_step = 16
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.temperature = 1.0  # Softmax temperature of the generator.
@@ -172,8 +178,8 @@ def get_config(arg=None):
   c.sampling.top_p = 1.0  # 1.0 disables.
   c.sampling.max_prompt_len = 64 if cpu else 2048  # Prompt budget in tokens.
   c.sampling.max_new_tokens = 96 if cpu else 14_336  # Generation budget.
-  # Continuous-batching slots; 0 = P x G for ppo_off_policy and 2 x P x G for
-  # pipeline_rl (a second batch in flight while the trainer steps).
+  # Continuous-batching slots; 0 = the schedule's default (`slot_batches` x P x G
+  # in rl/schedules.py).
   c.sampling.num_slots = 0
   c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
   c.sampling.interruption = ml_collections.ConfigDict()

@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 import ml_collections
 
 from scalerl_jax.data import chat_template
+from scalerl_jax.rl import schedules
 
 
 class ConfigError(ValueError):
@@ -123,8 +124,9 @@ SCHEMA: dict[str, Field] = {
     "rl.reward_correct": _f(float),
     "rl.reward_incorrect": _f(float),
     # buffer
-    "buffer.schedule": _f(str, choices=("pipeline_rl", "ppo_off_policy")),
+    "buffer.schedule": _f(str, choices=schedules.SCHEDULES.keys()),  # The registry, live.
     "buffer.max_off_policy": _f(int, check=_POS[0], rule=_POS[1]),
+    "buffer.decode_steps_per_train_step": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
     # sampling
     "sampling.temperature": _f(float, check=_NONNEG[0], rule="must be >= 0 (0 = greedy)"),
     "sampling.top_k": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),

@@ -19,7 +19,13 @@ compute in GPU-hours; FLOPs are the hardware-independent counterpart):
   * Generation of c tokens after a p-token prompt: the prompt is prefilled and
     every sampled token but the last is fed back, so p + c - 1 tokens go
     through the model causally (a KV cache makes prefill + decode cost exactly
-    one causal pass).
+    one causal pass). The sampler's first decode step reads the prompt's last
+    token again (`sampling/slots.py`); that one token per sequence belongs to
+    this implementation, not to the cost of generating, and is not counted.
+  * Generation is counted as it happens (`prefill_flops` when a prompt starts,
+    `decode_flops` after every sampler call), so every generated token counts,
+    whether or not its group is ever trained on; `generation_flops` is the sum
+    of the two for finished sequences.
   * Training: forward + backward = 3 x the forward pass over the sequences the
     train step computes on.
 """
@@ -242,6 +248,43 @@ def forward_flops(cfg: ModelConfig, num_tokens: int, past: int = 0) -> int:
   return 2 * matmul_params(cfg) * n + _attention_flops_per_key(cfg) * keys
 
 
+def prefill_flops(cfg: ModelConfig, prompt_lens: Sequence[int]) -> int:
+  """FLOPs of prefilling prompts into the KV cache.
+
+  Args:
+    cfg: the model's shape.
+    prompt_lens: prompt tokens of each sequence.
+
+  Returns:
+    The sum over sequences of a causal pass over the prompt.
+  """
+  return sum(forward_flops(cfg, int(p)) for p in prompt_lens)
+
+
+def decode_flops(cfg: ModelConfig, prompt_lens: Sequence[int], start_lens: Sequence[int],
+                 end_lens: Sequence[int]) -> int:
+  """FLOPs of decoding sequences from `start_lens` to `end_lens` tokens.
+
+  The completion token at position t (from 0) costs the forward pass of its
+  predecessor at t - 1, attending to t keys, except the first one, whose
+  predecessor is the prompt's last token (counted by `prefill_flops`).
+
+  Args:
+    cfg: the model's shape.
+    prompt_lens: prompt tokens of each sequence.
+    start_lens: prompt + completion tokens of each before the decoding.
+    end_lens: the same after it.
+
+  Returns:
+    The sum over sequences of the fed-back tokens' forward passes.
+  """
+  total = 0
+  for p, start, end in zip(prompt_lens, start_lens, end_lens, strict=True):
+    first = max(int(start), int(p) + 1)  # First token whose predecessor is decoded.
+    total += forward_flops(cfg, max(int(end) - first, 0), past=first - 1)
+  return total
+
+
 def generation_flops(cfg: ModelConfig, prompt_lens: Sequence[int],
                      completion_lens: Sequence[int]) -> int:
   """FLOPs of sampling a batch: prompt prefill plus decoding with a KV cache.
@@ -260,8 +303,8 @@ def generation_flops(cfg: ModelConfig, prompt_lens: Sequence[int],
   if len(prompt_lens) != len(completion_lens):
     raise ValueError(f"{len(prompt_lens)} prompt lengths but {len(completion_lens)} "
                      "completion lengths")
-  return sum(forward_flops(cfg, int(p) + max(int(c) - 1, 0))
-             for p, c in zip(prompt_lens, completion_lens))
+  ends = [int(p) + int(c) for p, c in zip(prompt_lens, completion_lens)]
+  return prefill_flops(cfg, prompt_lens) + decode_flops(cfg, prompt_lens, prompt_lens, ends)
 
 
 def train_flops(cfg: ModelConfig, seq_lens: Sequence[int]) -> int:

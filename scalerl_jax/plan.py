@@ -58,6 +58,7 @@ from scalerl_jax import metrics
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
+from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling.settings import SamplingSettings
 
@@ -119,15 +120,8 @@ def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
 
 
 def default_num_slots(config: ml_collections.ConfigDict) -> int:
-  """Sampler slots the trainer runs with.
-
-  The rule lives inline in `trainer.Trainer.__init__` (not importable), so it
-  is restated here: `sampling.num_slots`, or when 0, P x G for ppo_off_policy
-  and 2 x P x G for pipeline_rl (a second batch in flight while training).
-  """
-  p, g = config.data.prompts_per_step, config.data.generations_per_prompt
-  pipelined = config.buffer.schedule == "pipeline_rl"
-  return config.sampling.num_slots or (2 if pipelined else 1) * p * g
+  """Sampler slots the trainer runs with (the rule is `rl.schedules.num_slots`)."""
+  return schedules.num_slots(config)
 
 
 # An activation: shape, logical axis names, bytes per entry.

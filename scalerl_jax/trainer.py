@@ -2,20 +2,24 @@
 
 One mesh holds the policy; the sampler and the jitted train step share its
 parameters. Each step:
-  1. generate: keep the sampler's slots busy (`Rollouts`) until the buffer
-     holds P groups that are at most k versions stale (`pipeline_rl`: weights
-     change under in-flight sequences after every step), or, for
-     `ppo_off_policy`, generate k batches with fixed weights every k steps;
-  2. train: collate P groups, one optimizer step (`rl/train_step.py`), the
-     policy version advances;
+  1. generate: the schedule named by `buffer.schedule` (`rl/schedules.py`)
+     decides how many prompts the sampler's slots may start and how long they
+     decode with the current weights (`Rollouts`); finished groups enter the
+     buffer; it goes on at least until the buffer can hand out the next P
+     groups in start order. The wall time and the FLOPs of everything
+     generated go into the compute meter here;
+  2. train: collate those P groups, one optimizer step (`rl/train_step.py`),
+     the policy version advances;
   3. metrics (one JSON line + TensorBoard), validation mean@k every
      `trainer.eval_every` steps, a checkpoint every `trainer.checkpoint_every`.
 
 Resume order (checkpoint.py saves all of it together): step and train state
 (params, optimizer) -> sampler slots (sequences in flight, their KV caches
 and PRNG keys) -> data iterator position and prompt queue -> curriculum ->
-rollout buffer and partial groups -> compute meter and counters ->
-metrics.jsonl truncated to the checkpoint step.
+rollout buffer (finished groups and the start index of the next to consume)
+and partial groups -> generation work counts, compute meter and counters ->
+metrics.jsonl truncated to the checkpoint step. The schedule keeps no state
+of its own: it decides from those counts.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from scalerl_jax.experiment import Experiment
 from scalerl_jax.rl import buffer as buffer_lib
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 
 DONE_FILE = "DONE"  # Written when a run has finished all its steps (sweep.py checks it).
@@ -107,12 +112,14 @@ def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict
   rewards = np.stack([g.rewards_G for g in groups])
   lengths = np.concatenate([g.lengths_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])
+  interrupted = np.concatenate([g.interrupted_G for g in groups])
   hist = buffer_lib.staleness_histogram(groups, version, k)
   staleness = np.repeat(np.arange(k + 1), hist)
   mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
   return {"train/reward_mean": float(rewards.mean()),
           "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
           "train/truncation_rate": float(truncated.mean()),
+          "train/interruption_rate": float(interrupted.mean()),
           "staleness/mean": float(staleness.mean()) if staleness.size else 0.0,
           "staleness/max": float(staleness.max()) if staleness.size else 0.0,
           "staleness/mixed_version_frac": float(mixed),
@@ -157,21 +164,16 @@ class Trainer:
         config, exp.prompts("train"), exp.tok,
         is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id))
     self.val_batches = exp.eval_batches()
-    p, g = config.data.prompts_per_step, config.data.generations_per_prompt
     self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
-    pipelined = config.buffer.schedule == "pipeline_rl"
-    num_slots = config.sampling.num_slots or (2 if pipelined else 1) * p * g
-    if config.buffer.schedule == "ppo_off_policy" and num_slots < p * g:
-      raise ValueError(f"sampling.num_slots: {num_slots} < prompts x generations = {p * g}; "
-                       "ppo_off_policy generates whole batches")
+    self.schedule = schedules.make(config)
     self.rollouts = rollouts_lib.Rollouts(
-        exp.sampler, self.pool, exp.tok, self.pipeline, num_slots, g,
+        exp.sampler, self.pool, exp.tok, self.pipeline, schedules.num_slots(config),
+        config.data.generations_per_prompt,
         (config.rl.reward_incorrect, config.rl.reward_correct),
         jax.random.key(config.seed + 1))
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = metrics_lib.ComputeMeter()
-    self.counters = {"tokens_generated": 0, "tokens_trained": 0, "nonfinite_steps": 0,
-                     "consecutive_nonfinite": 0}
+    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0}
     self.step = 0
     if resuming:
       self._restore(restore_step)
@@ -220,32 +222,29 @@ class Trainer:
     for g in groups:
       self.curriculum.update([g.record["id"]], ((g.rewards_G - lo) / (hi - lo))[None])
       self.buffer.add(g)
-      self.counters["tokens_generated"] += int(g.mask_GxS.sum())
 
-  def _generation_flops(self, groups):
-    return metrics_lib.generation_flops(
-        self.exp.model_cfg, [int(n) for g in groups for n in g.prompt_lens_G],
-        [int(n) for g in groups for n in g.lengths_G])
+  def generate(self) -> dict[str, float]:
+    """The generator's share of one step, as the schedule allows; returns its metrics.
 
-  def generate(self) -> None:
-    """Fills the buffer until a batch can be taken at the current version."""
-    p, k = self.config.data.prompts_per_step, self.config.buffer.max_off_policy
+    Ends once the schedule stops it, which is never before the buffer can hand
+    out the next P groups. Its wall time and the FLOPs of every prompt it
+    prefilled and token it decoded go into the compute meter here, whether or
+    not those groups are ever trained on.
+    """
     params, version = self.state.params, self.step
-    if self.config.buffer.schedule == "pipeline_rl":
-      # The generator never idles: at least one decode call per train step
-      # (as PipelineRL's generators run while the trainer steps), then more
-      # until P groups within the staleness bound are ready.
-      while True:
-        self.rollouts.fill(params)
-        self._add_groups(self.rollouts.step(params, version))
-        if self.buffer.num_ready(version) >= p:
-          return
-    if len(self.buffer):  # ppo_off_policy: still consuming the last k batches.
-      return
-    for _ in range(k):
-      self.rollouts.fill(params, max_groups=p)
-      while self.rollouts.in_flight:
-        self._add_groups(self.rollouts.step(params, version))
+    t0, flops0, decoded = time.perf_counter(), self.rollouts.work["flops"], 0
+    while True:
+      backlog = self.rollouts.in_flight + len(self.buffer)
+      self.rollouts.fill(params, self.schedule.max_starts(version, backlog))
+      steps = self.schedule.decode_steps(decoded, self.buffer.num_ready(version),
+                                         self.rollouts.in_flight)
+      if not steps:
+        break
+      self._add_groups(self.rollouts.step(params, version, steps))
+      decoded += steps
+    t_gen = time.perf_counter() - t0
+    self.meter.add(self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size)
+    return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
 
   def train(self, groups) -> tuple[dict[str, float], int]:
     """One optimizer step on `groups`; returns its metrics and sequence length."""
@@ -269,30 +268,29 @@ class Trainer:
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
     cfg, p = self.config, self.config.data.prompts_per_step
-    num_devices = self.exp.mesh.size
-    t0 = time.perf_counter()
-    self.generate()
-    t_gen = time.perf_counter() - t0
+    gen_metrics = self.generate()
     groups = self.buffer.take(p, self.step)
     if groups is None:
       raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
-    gen_flops = self._generation_flops(groups)
-    self.meter.add(gen_flops, t_gen, num_devices)
     row = _batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
     seq = [batch_len for g in groups for _ in g.lengths_G]
-    self.meter.add(metrics_lib.train_flops(self.exp.model_cfg, seq), t_train, num_devices)
+    self.meter.add(metrics_lib.train_flops(self.exp.model_cfg, seq), t_train, self.exp.mesh.size)
     self.step += 1
+    t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
     row.update(self.curriculum.metrics())
-    row.update({"time/generate_s": t_gen, "time/train_s": t_train,
+    row.update({**gen_metrics, "time/train_s": t_train,
                 "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
                 "buffer/evicted_stale": float(self.buffer.num_evicted),
                 "buffer/size": float(len(self.buffer)),
+                "buffer/in_flight": float(self.rollouts.in_flight),
                 **{f"verify/{k}": float(v) for k, v in self.rollouts.verify_stats.items()},
                 **{f"counters/{k}": float(v) for k, v in self.counters.items()},
+                **{f"counters/{k}": float(self.rollouts.work[k])
+                   for k in ("prompt_tokens", "tokens_generated")},
                 **self.meter.scalars()})
     return row
 

@@ -1,4 +1,4 @@
-"""Rollout buffer: staleness bound, eviction, histogram, checkpoint round trip, collate."""
+"""Rollout buffer: start-order consumption, staleness faults, histogram, checkpoints, collate."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from scalerl_jax.rl import buffer as buffer_lib
 
 
-def _group(pid, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
-  """A group whose completions hold the given per-token versions (-1 = pad)."""
+def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
+  """Group number `index` whose completions hold the given per-token versions."""
   g = len(versions_GxC)
   version = np.full((g, seq), -1, np.int32)
   mask = np.zeros((g, seq), np.float32)
@@ -17,65 +17,91 @@ def _group(pid, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
     mask[i, prompt_len:prompt_len + len(vs)] = 1
     lengths[i] = len(vs)
   return buffer_lib.Group(
-      record={"id": pid}, tokens_GxS=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
+      record={"id": f"p{index}"}, index=index,
+      tokens_GxS=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
       mask_GxS=mask, gen_logp_GxS=-mask, version_GxS=version,
-      rewards_G=np.asarray(reward[:g], np.float32), prompt_lens_G=np.full((g,), prompt_len, np.int32),
-      lengths_G=lengths, truncated_G=np.zeros((g,), bool))
+      rewards_G=np.asarray(reward[:g], np.float32),
+      prompt_lens_G=np.full((g,), prompt_len, np.int32), lengths_G=lengths,
+      truncated_G=np.zeros((g,), bool), interrupted_G=np.array([True, False])[:g])
 
 
-def test_groups_staler_than_k_are_never_consumed():
+def _ids(groups):
+  return [g.index for g in groups]
+
+
+def test_groups_are_handed_out_in_start_order_not_finish_order():
   buf = buffer_lib.RolloutBuffer(max_off_policy=2)
-  buf.add(_group("a", [[0, 0], [0, 1]]))  # oldest 0
-  buf.add(_group("b", [[1, 2], [2]]))  # oldest 1
-  buf.add(_group("c", [[3], [3, 3]]))  # oldest 3
-  # At version 3: a is 3 stale (> 2) and is evicted; b (2) and c (0) may go.
+  buf.add(_group(1, [[0], [0]]))  # Finished before group 0.
+  buf.add(_group(2, [[0], [0]]))
+  # Group 0 is still in flight: nothing may pass it.
+  assert buf.num_ready(0) == 0 and buf.take(1, 0) is None
+  assert len(buf) == 2  # A failed take consumes nothing.
+  buf.add(_group(0, [[0, 0], [0]]))
+  assert buf.num_ready(0) == 3
+  assert _ids(buf.take(2, 0)) == [0, 1]
+  buf.add(_group(4, [[1], [1]]))  # 3 in flight: only 2 is ready.
+  assert buf.num_ready(1) == 1 and buf.take(2, 1) is None
+  buf.add(_group(3, [[1], [1]]))
+  assert _ids(buf.take(3, 1)) == [2, 3, 4]
+  assert buf.num_evicted == 0 and len(buf) == 0
+
+
+def test_a_group_staler_than_k_is_evicted_and_counted_never_consumed():
+  buf = buffer_lib.RolloutBuffer(max_off_policy=2)
+  buf.add(_group(0, [[0, 0], [0, 1]]))  # Oldest token 0.
+  buf.add(_group(1, [[1, 2], [2]]))  # Oldest 1.
+  buf.add(_group(2, [[3], [3, 3]]))  # Oldest 3.
+  # At version 3: group 0 lags 3 > 2 and does not count; 1 (lag 2) and 2 (0) do.
   assert buf.num_ready(3) == 2
-  taken = buf.take(2, 3)
-  assert [g.record["id"] for g in taken] == ["b", "c"]
+  assert buf.take(3, 3) is None
+  assert _ids(buf.take(2, 3)) == [1, 2]
   assert buf.num_evicted == 1 and len(buf) == 0
-  assert all(3 - g.oldest_version() <= 2 for g in taken)
 
 
-def test_take_returns_none_until_enough_fresh_groups():
+def test_a_group_is_added_once():
   buf = buffer_lib.RolloutBuffer(max_off_policy=1)
-  buf.add(_group("a", [[5, 5], [5]]))
-  assert buf.take(2, 5) is None
-  assert len(buf) == 1  # Nothing consumed by a failed take.
-  buf.add(_group("b", [[6], [6]]))
-  assert [g.record["id"] for g in buf.take(2, 6)] == ["a", "b"]
+  buf.add(_group(0, [[0], [0]]))
+  with pytest.raises(ValueError, match="group 0 was already added"):
+    buf.add(_group(0, [[0], [0]]))
+  buf.take(1, 0)
+  with pytest.raises(ValueError, match="group 0 was already added"):
+    buf.add(_group(0, [[0], [0]]))
 
 
 def test_staleness_histogram_counts_sampled_tokens():
   # At version 4 with k = 3: tokens of versions 4, 3, 3, 1, 0 have staleness
   # 0, 1, 1, 3, 4 -> clipped to 3: counts [1, 2, 0, 2].
-  groups = [_group("a", [[4, 3], [3]]), _group("b", [[1], [0]])]
+  groups = [_group(0, [[4, 3], [3]]), _group(1, [[1], [0]])]
   np.testing.assert_array_equal(buffer_lib.staleness_histogram(groups, 4, 3), [1, 2, 0, 2])
 
 
 def test_mixed_versions_and_oldest_newest():
-  g = _group("a", [[2, 3, 4], [3]])
+  g = _group(0, [[2, 3, 4], [3]])
   assert (g.oldest_version(), g.newest_version()) == (2, 4)
 
 
 def test_state_round_trip():
   buf = buffer_lib.RolloutBuffer(max_off_policy=4)
-  buf.add(_group("a", [[0, 1], [1]]))
-  buf.add(_group("b", [[2], [2, 2, 2]]))
-  buf.evict_stale(100)
-  buf.add(_group("c", [[7], [7]]))
+  buf.add(_group(0, [[0, 1], [1]]))
+  buf.add(_group(1, [[2], [2, 2, 2]]))
+  buf.add(_group(2, [[7], [7]]))
+  assert _ids(buf.take(1, 7)) == [2]  # 0 and 1 lag 7 and 5 > 4: evicted on the way.
+  buf.add(_group(4, [[7], [7]]))
+  buf.add(_group(3, [[7], [8]]))
   arrays, meta = buf.state()
   other = buffer_lib.RolloutBuffer(max_off_policy=4)
   other.restore(arrays, meta)
-  assert other.num_evicted == 2 and len(other) == 1
-  (g,) = other.take(1, 7)
-  ref = _group("c", [[7], [7]])
-  assert g.record == {"id": "c"}
+  assert other.num_evicted == 2 and len(other) == 2 and other.num_ready(8) == 2
+  taken = other.take(2, 8)
+  assert _ids(taken) == [3, 4]
+  ref = _group(3, [[7], [8]])
+  assert taken[0].record == {"id": "p3"}
   for name in buffer_lib.Group._ARRAYS:  # pylint: disable=protected-access
-    np.testing.assert_array_equal(getattr(g, name), getattr(ref, name))
+    np.testing.assert_array_equal(getattr(taken[0], name), getattr(ref, name))
 
 
 def test_collate_is_prompt_major_and_trims_padding():
-  groups = [_group("a", [[0, 0, 0], [0]], seq=80), _group("b", [[0], [0, 0]], seq=80)]
+  groups = [_group(0, [[0, 0, 0], [0]], seq=80), _group(1, [[0], [0, 0]], seq=80)]
   batch = buffer_lib.collate(groups, length_multiple=32)
   # Longest row: prompt 2 + 3 tokens = 5 -> trimmed to 32 of 80 columns.
   assert batch["tokens_BxS"].shape == (4, 32)

@@ -159,6 +159,30 @@ def test_generation_flops_hand_worked():
     metrics.generation_flops(_CFG, [2, 1], [3])
 
 
+def test_generation_counted_as_it_happens_adds_up_to_generation_flops():
+  # Prompt 2, then 3 tokens decoded in calls of 1 and 2 (lengths 2 -> 3 -> 5):
+  #   prefill: positions 0, 1 -> 2 * 248 + 16 * (1 + 2) = 544;
+  #   first call: the first token's predecessor is the prompt's (prefilled): 0;
+  #   second call: tokens at positions 3, 4 feed back positions 2, 3 with 3 and
+  #   4 keys -> 2 * 248 + 16 * (3 + 4) = 608.
+  assert metrics.prefill_flops(_CFG, [2]) == 544
+  assert metrics.decode_flops(_CFG, [2], [2], [3]) == 0
+  assert metrics.decode_flops(_CFG, [2], [3], [5]) == 608
+  assert 544 + 0 + 608 == metrics.generation_flops(_CFG, [2], [3])
+  # Any split of the decoding into calls sums to the same, row by row.
+  rng = np.random.RandomState(0)
+  prompts, lengths = rng.randint(1, 9, 16), rng.randint(0, 30, 16)
+  total = metrics.prefill_flops(_CFG, prompts)
+  at = prompts.copy()
+  while (at < prompts + lengths).any():
+    nxt = np.minimum(at + rng.randint(0, 5, 16), prompts + lengths)
+    total += metrics.decode_flops(_CFG, prompts, at, nxt)
+    at = nxt
+  assert total == metrics.generation_flops(_CFG, prompts, lengths)
+  with pytest.raises(ValueError):
+    metrics.decode_flops(_CFG, [2, 1], [2], [3])
+
+
 def test_train_flops_hand_worked():
   # 3 x (5 * 248 + 16 * (1 + 2 + 3 + 4 + 5)) = 3 * (1240 + 240).
   assert metrics.train_flops(_CFG, [5]) == 4440

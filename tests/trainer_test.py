@@ -16,6 +16,7 @@ import transformers
 
 from scalerl_jax import checkpoint_io
 from scalerl_jax import experiment
+from scalerl_jax import metrics
 from scalerl_jax import trainer as trainer_lib
 from tests import helpers
 
@@ -112,6 +113,70 @@ def test_ppo_off_policy_takes_k_steps_per_generated_set(base_dir, tmp_path):
   assert [r["staleness/mixed_version_frac"] for r in train] == [0, 0, 0, 0]
   # The buffer holds the set's remaining batch after its first step.
   assert [r["buffer/size"] for r in train] == [4, 0, 4, 0]
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(base_dir, tmp_path, k):
+  config = helpers.rl_test_config("pipeline_rl")
+  p = config.data.prompts_per_step
+  config.buffer.max_off_policy = k
+  # A generator fast enough to finish many batches per train step: it runs
+  # ahead until the bound stops it.
+  config.buffer.decode_steps_per_train_step = 4 * config.sampling.max_new_tokens
+  trainer = trainer_lib.Trainer(config, _workdir(base_dir, tmp_path, f"k{k}"))
+  try:
+    rows = [trainer.run_step() for _ in range(k + 2)]
+  finally:
+    trainer.close()
+  # Held back, never evicted: every group it started was trained on in turn.
+  assert [r["buffer/evicted_stale"] for r in rows] == [0] * (k + 2)
+  # It ran as far ahead as k allows: after each step's take, k batches wait.
+  assert [r["buffer/size"] + r["buffer/in_flight"] for r in rows] == [k * p] * (k + 2)
+  # The batch of step i was generated i versions earlier until the lag reached k.
+  assert [r["staleness/max"] for r in rows] == [min(i, k) for i in range(k + 2)]
+
+
+def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path):
+  config = helpers.rl_test_config("pipeline_rl")
+  config.buffer.decode_steps_per_train_step = 40  # Runs ahead; stops mid-sequence.
+  interruption = config.sampling.interruption
+  interruption.enabled, interruption.phrase = True, "Time is up. </think>"
+  interruption.thinking_budget_min, interruption.thinking_budget_max = 2, 12
+  interruption.answer_budget = 24
+  trainer = trainer_lib.Trainer(config, _workdir(base_dir, tmp_path, "flops"))
+  try:
+    trainer.generate()
+    # Every sequence the sampler has touched, worked out from the rollouts'
+    # state: finished groups in the buffer, finished rows waiting for their
+    # group, and rows still decoding.
+    buffer_arrays, buffer_meta = trainer.buffer.state()
+    slots, roll_arrays, _ = trainer.rollouts.state()
+    prompt_lens, lengths = [], []
+    for i in range(len(buffer_meta["records"])):
+      prompt_lens += buffer_arrays[f"{i}/prompt_lens_G"].tolist()
+      lengths += buffer_arrays[f"{i}/lengths_G"].tolist()
+    partial = sorted(k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len"))
+    for row in partial:
+      prompt_lens.append(int(roll_arrays[f"{row}/prompt_len"]))
+      lengths.append(int(roll_arrays[f"{row}/length"]) - prompt_lens[-1])
+    running = np.asarray(slots.active)
+    assert running.any() and len(buffer_meta["records"]) > config.data.prompts_per_step
+    prompt_lens += np.asarray(slots.prompt_len)[running].tolist()
+    lengths += (np.asarray(slots.length) - np.asarray(slots.prompt_len))[running].tolist()
+    expected = metrics.generation_flops(trainer.exp.model_cfg, prompt_lens, lengths)
+    assert trainer.meter.flops == trainer.rollouts.work["flops"] == expected
+    assert trainer.rollouts.work["tokens_generated"] == sum(lengths)
+    # Most of it is not in the next batch, and some of it never teaches anything.
+    rewards = [buffer_arrays[f"{i}/rewards_G"] for i in range(len(buffer_meta["records"]))]
+    assert any(r.min() == r.max() for r in rewards)
+
+    row = trainer.run_step()
+    assert row["counters/tokens_generated"] >= sum(lengths)
+    assert row["compute/flops"] > expected
+    # Budgets of 2-12 thinking tokens interrupt most completions.
+    assert 0.5 < row["train/interruption_rate"] <= 1.0
+  finally:
+    trainer.close()
 
 
 def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run, tmp_path):

@@ -1,7 +1,9 @@
 """Off-policy schedule (PAPER.md §5, §6): PPO-off-policy-k vs PipelineRL-k for several k.
 
 PipelineRL reached the same A as PPO-off-policy with a higher B; k = 8 is
-ScaleRL's choice and k = 4 was as good. Run, then fit:
+ScaleRL's choice and k = 4 was as good. Both schedules run on the same number
+of sampler slots (PipelineRL's default), so the grid compares schedules, not
+generation batch sizes. Run, then fit:
 
   python -m launch.sweep --sweep=configs/ablations/off_policy.py \
       --workdir=/tmp/sweeps/off_policy --parallel=2
@@ -11,6 +13,7 @@ ScaleRL's choice and k = 4 was as good. Run, then fit:
 """
 
 from configs import scalerl
+from scalerl_jax.rl import schedules
 
 _SCHEDULES = {"ppo_off_policy": "ppo", "pipeline_rl": "pipeline"}
 _MAX_OFF_POLICY = (4, 8, 16)
@@ -22,7 +25,8 @@ def get_config(arg=None):
 
 
 def get_sweep(arg=None):
-  """Both schedules at each staleness bound k."""
-  del arg
-  return [{"name": f"{short}_k{k}", "buffer.schedule": schedule, "buffer.max_off_policy": k}
+  """Both schedules at each staleness bound k, on PipelineRL's default slots."""
+  slots = schedules.num_slots(get_config(arg))
+  return [{"name": f"{short}_k{k}", "buffer.schedule": schedule, "buffer.max_off_policy": k,
+           "sampling.num_slots": slots}
           for schedule, short in _SCHEDULES.items() for k in _MAX_OFF_POLICY]

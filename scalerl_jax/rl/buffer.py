@@ -1,13 +1,14 @@
-"""Off-policy rollout buffer: finished groups, per-token policy versions, staleness bound k.
+"""Rollout buffer: finished groups, handed out in start order, with per-token policy versions.
 
 A `Group` is the G scored completions of one prompt, each token tagged with
-the policy version that generated it (-1 for prompt, injected and pad tokens).
-The buffer is a FIFO of groups. When the trainer at policy version v takes a
-batch, groups whose oldest generated token is more than k versions old
-(v - version > k) are evicted first and counted, so no consumed completion is
-ever staler than `max_off_policy` (PAPER.md §5, PipelineRL-k). The two
-schedules differ only in when weights reach the sampler; both consume through
-this buffer (see `trainer.py`).
+the policy version that generated it (-1 for prompt, injected and pad tokens),
+and numbered by the order in which it was started. Groups finish out of order
+(continuous batching); the buffer hands them to the trainer strictly in start
+order, waiting for a group still in flight rather than passing it. That order
+is what lets a schedule bound every token's lag by counting groups
+(`rl/schedules.py`): the generator is held back, finished work is never thrown
+away. A group found more than k versions stale when its turn comes would be a
+scheduling fault; it is evicted and counted (`num_evicted`), never trained on.
 
 Shape letters: G generations per prompt, S sequence length (prompt +
 completion, padded), P prompts per batch.
@@ -15,7 +16,6 @@ completion, padded), P prompts per batch.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 from typing import Any, Optional, Sequence
@@ -27,6 +27,7 @@ import numpy as np
 class Group:
   """The G completions of one prompt, scored (host numpy arrays)."""
   record: dict  # The prompt record (id, prompt, answer, source, verifier, ...).
+  index: int  # Start order: groups are numbered 0, 1, ... as the sampler starts them.
   tokens_GxS: np.ndarray  # int32 [G, S]: prompt then completion, right-padded.
   mask_GxS: np.ndarray  # float32 [G, S]: 1 on sampled tokens (loss tokens).
   gen_logp_GxS: np.ndarray  # float32 [G, S]: generator log-prob of sampled tokens.
@@ -35,9 +36,10 @@ class Group:
   prompt_lens_G: np.ndarray  # int32 [G]: prompt tokens.
   lengths_G: np.ndarray  # int32 [G]: completion tokens (sampled + injected).
   truncated_G: np.ndarray  # bool [G]: hit the length budget without EOS.
+  interrupted_G: np.ndarray  # bool [G]: the thinking-budget phrase was injected.
 
   _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "rewards_G",
-             "prompt_lens_G", "lengths_G", "truncated_G")
+             "prompt_lens_G", "lengths_G", "truncated_G", "interrupted_G")
 
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (the group's staleness anchor)."""
@@ -50,7 +52,7 @@ class Group:
 
 
 class RolloutBuffer:
-  """FIFO of finished groups with the staleness bound k.
+  """Finished groups, consumed in start order, with the staleness bound k.
 
   Args:
     max_off_policy: k; a group whose oldest token is more than k versions
@@ -61,48 +63,63 @@ class RolloutBuffer:
     if max_off_policy < 1:
       raise ValueError(f"buffer.max_off_policy: {max_off_policy} must be >= 1")
     self.max_off_policy = max_off_policy
-    self._groups: collections.deque[Group] = collections.deque()
-    self.num_evicted = 0  # Groups dropped for staleness, over the whole run.
+    self._groups: dict[int, Group] = {}  # Start index -> finished group.
+    self._next = 0  # Start index of the next group to consume.
+    self.num_evicted = 0  # Groups found staler than k (a fault), over the whole run.
 
   def __len__(self) -> int:
     return len(self._groups)
 
   def add(self, group: Group) -> None:
-    self._groups.append(group)
+    if group.index < self._next or group.index in self._groups:
+      raise ValueError(f"group {group.index} was already added")
+    self._groups[group.index] = group
 
-  def evict_stale(self, version: int) -> int:
-    """Drops groups that would be more than k versions stale at `version`."""
-    fresh = [g for g in self._groups if version - g.oldest_version() <= self.max_off_policy]
-    evicted = len(self._groups) - len(fresh)
-    self._groups = collections.deque(fresh)
-    self.num_evicted += evicted
-    return evicted
+  def _stale(self, group: Group, version: int) -> bool:
+    return version - group.oldest_version() > self.max_off_policy
 
   def num_ready(self, version: int) -> int:
-    """Groups that may be consumed at `version`."""
-    return sum(version - g.oldest_version() <= self.max_off_policy for g in self._groups)
+    """Groups `take` could hand out at `version`: finished ones up to the first in flight."""
+    count, index = 0, self._next
+    while index in self._groups:
+      count += not self._stale(self._groups[index], version)
+      index += 1
+    return count
 
   def take(self, num_groups: int, version: int) -> Optional[list[Group]]:
-    """The oldest `num_groups` consumable groups, or None if there are fewer."""
-    self.evict_stale(version)
-    if len(self._groups) < num_groups:
+    """The next `num_groups` groups in start order, or None if some are still in flight.
+
+    Stale groups met on the way are evicted and counted.
+    """
+    if self.num_ready(version) < num_groups:
       return None
-    return [self._groups.popleft() for _ in range(num_groups)]
+    taken = []
+    while len(taken) < num_groups:
+      group = self._groups.pop(self._next)
+      self._next += 1
+      if self._stale(group, version):
+        self.num_evicted += 1
+      else:
+        taken.append(group)
+    return taken
 
   def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(host arrays, JSON metadata) that `restore` turns back into this buffer."""
-    arrays = {f"{i}/{name}": getattr(g, name) for i, g in enumerate(self._groups)
+    groups = list(self._groups.values())
+    arrays = {f"{i}/{name}": getattr(g, name) for i, g in enumerate(groups)
               for name in Group._ARRAYS}
-    meta = {"records": [json.dumps(g.record) for g in self._groups],
+    meta = {"records": [json.dumps(g.record) for g in groups],
+            "indices": [g.index for g in groups], "next": self._next,
             "num_evicted": self.num_evicted}
     return arrays, meta
 
   def restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Refills the buffer from `state()` output."""
-    self._groups = collections.deque(
-        Group(record=json.loads(record),
-              **{name: np.asarray(arrays[f"{i}/{name}"]) for name in Group._ARRAYS})
-        for i, record in enumerate(meta["records"]))
+    self._groups = {
+        index: Group(record=json.loads(record), index=index,
+                     **{name: np.asarray(arrays[f"{i}/{name}"]) for name in Group._ARRAYS})
+        for i, (record, index) in enumerate(zip(meta["records"], meta["indices"]))}
+    self._next = int(meta["next"])
     self.num_evicted = int(meta["num_evicted"])
 
 

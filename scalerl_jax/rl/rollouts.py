@@ -1,26 +1,34 @@
 """Rollouts: prompts -> sampler slots -> verifiers -> scored groups.
 
 `Rollouts` keeps the continuous-batching sampler's slots busy with whole
-groups (G slots per prompt), harvests finished sequences, and once all G
-completions of a prompt are in, scores them in the reward pool and returns a
-`buffer.Group`. The parameters passed to each call are the ones the sampler
-uses for that call, so under PipelineRL sequences in flight continue with new
-weights after every train step, and every token keeps the version that chose
-it. Its whole state (slot arrays, prompt queue, partial groups) is
-checkpointed, so a resumed run continues the very same sequences.
+groups (G slots per prompt), numbered in the order they start; it harvests
+finished sequences, and once all G completions of a prompt are in, scores them
+in the reward pool and returns a `buffer.Group`. How many prompts it starts
+and how long it decodes is the caller's (`rl/schedules.py`). The parameters
+passed to each call are the ones the sampler uses for that call, so under
+PipelineRL sequences in flight continue with new weights after every train
+step, and every token keeps the version that chose it.
 
-Shape letters: G generations per prompt, S sequence length, F finished rows.
+It counts the work of every prompt it prefills and every token it decodes, as
+it happens (`work`), so compute includes groups that are never trained on
+(zero-variance, evicted, still in flight when the run ends). Its whole state
+(slot arrays, prompt queue, partial groups, counts) is checkpointed, so a
+resumed run continues the very same sequences.
+
+Shape letters: G generations per prompt, S sequence length, F finished rows,
+N slots.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import jax
 import numpy as np
 
+from scalerl_jax import metrics
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
@@ -74,6 +82,9 @@ class Rollouts:
     self._next_key = 0
     self._starts = 0
     self.verify_stats: collections.Counter = collections.Counter()
+    # Counted as it happens, over the run: prompt_tokens prefilled, tokens_generated
+    # (decoded, injected ones included) and the flops of both.
+    self.work: collections.Counter = collections.Counter()
 
   @property
   def in_flight(self) -> int:
@@ -87,12 +98,12 @@ class Rollouts:
         self._queue.append((dict(record), np.asarray(ids[:n], np.int32)))
     return self._queue.popleft()
 
-  def fill(self, params: Any, max_groups: Optional[int] = None) -> int:
-    """Starts new prompts in free slots, G slots each; returns groups started."""
+  def fill(self, params: Any, max_groups: int) -> int:
+    """Starts up to `max_groups` new prompts in free slots, G slots each; returns groups started."""
+    if max_groups <= 0:
+      return 0
     free = self.sampler.free_slots(self.slots)
-    n = len(free) // self.generations
-    if max_groups is not None:
-      n = min(n, max_groups)
+    n = min(len(free) // self.generations, max_groups)
     if n == 0:
       return 0
     started = [self._next_prompt() for _ in range(n)]
@@ -111,11 +122,19 @@ class Rollouts:
     self._starts += 1
     self.slots = self.sampler.start(self.slots, params, free[:n * self.generations], tokens,
                                     lens, rng, keys)
+    self.work["prompt_tokens"] += int(lens.sum())
+    self.work["flops"] += metrics.prefill_flops(self.sampler.model_cfg, lens)
     return n
 
-  def step(self, params: Any, version: int, num_steps: Optional[int] = None) -> list[Group]:
-    """Advances every slot with `params` (tagged `version`) and returns finished groups."""
+  def step(self, params: Any, version: int, num_steps: int) -> list[Group]:
+    """Advances every slot `num_steps` with `params` (tagged `version`); returns finished groups."""
+    prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
+    _, after_N, _ = self.sampler.progress(self.slots)
+    self.work["tokens_generated"] += int((after_N - before_N)[running_N].sum())
+    self.work["flops"] += metrics.decode_flops(
+        self.sampler.model_cfg, prompt_len_N[running_N], before_N[running_N],
+        after_N[running_N])
     self.slots, done = self.sampler.harvest(self.slots)
     finished = []
     for i in range(done.tokens.shape[0]):
@@ -140,15 +159,16 @@ class Rollouts:
     self.verify_stats.update({k: stats[k] for k in _VERIFY_COUNTS})
     scores = np.asarray(scores, np.float32).reshape(len(keys), self.generations)
     groups = []
-    for group, record, scores_G in zip(stacked, records, scores):
+    for key, group, record, scores_G in zip(keys, stacked, records, scores):
       groups.append(Group(
-          record=record, tokens_GxS=group["tokens"].astype(np.int32),
+          record=record, index=key, tokens_GxS=group["tokens"].astype(np.int32),
           mask_GxS=group["mask"].astype(np.float32), gen_logp_GxS=group["logp"].astype(np.float32),
           version_GxS=group["version"].astype(np.int32),
           rewards_G=to_rewards(scores_G, self.reward_range[1], self.reward_range[0]),
           prompt_lens_G=group["prompt_len"].astype(np.int32),
           lengths_G=(group["length"] - group["prompt_len"]).astype(np.int32),
-          truncated_G=group["truncated"].astype(bool)))
+          truncated_G=group["truncated"].astype(bool),
+          interrupted_G=group["interrupted"].astype(bool)))
     return groups
 
   # Checkpointing: slot arrays go with the device state, the rest is host data.
@@ -167,7 +187,7 @@ class Rollouts:
     meta = {"queue_records": [json.dumps(r) for r, _ in self._queue],
             "records": {str(k): json.dumps(r) for k, r in self._records.items()},
             "partial": partial_meta, "next_key": self._next_key, "starts": self._starts,
-            "verify_stats": dict(self.verify_stats)}
+            "verify_stats": dict(self.verify_stats), "work": dict(self.work)}
     return self.slots, arrays, meta
 
   def restore(self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -184,3 +204,4 @@ class Rollouts:
     self._next_key = int(meta["next_key"])
     self._starts = int(meta["starts"])
     self.verify_stats = collections.Counter(meta["verify_stats"])
+    self.work = collections.Counter(meta["work"])

@@ -102,6 +102,8 @@ class Sampler:
     self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
     self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
     self._longest = jax.jit(slots.longest_running, out_shardings=small)
+    self._progress = jax.jit(lambda st: (st.prompt_len, st.length, st.active & ~st.done),
+                             out_shardings=(small, small, small))
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh, rules: sharding.Rules,
@@ -141,6 +143,16 @@ class Sampler:
     """Ids of the slots that hold no sequence (host int array)."""
     active, _ = self._call(self._flags, state)
     return np.flatnonzero(~np.asarray(active)).astype(np.int32)
+
+  def progress(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where every slot stands (host arrays), to count the work of the calls between two reads.
+
+    Returns:
+      (prompt_len [N], length [N] prompt + completion tokens so far, running [N]
+      whether the slot holds a sequence that is still decoding).
+    """
+    prompt_len, length, running = self._call(self._progress, state)
+    return np.asarray(prompt_len), np.asarray(length), np.asarray(running)
 
   def start(self, state: SlotState, params: Any, slot_ids: Any, prompt_tokens: Any,
             prompt_lens: Any, rng: jax.Array, meta: Any = None) -> SlotState:
