@@ -12,9 +12,8 @@ generation and training alternate on one mesh):
 
   * parameters, in `model.param_dtype`, sharded over fsdp/tensor by the rules;
   * optimizer state: optax AdamW's two moments, which it keeps in the
-    parameter dtype (`mu_dtype` unset), plus scalar step counts. The trainer
-    leaves them replicated on every device (see `make_plan`); the figure
-    they would have sharded like their parameters is reported beside it;
+    parameter dtype (`mu_dtype` unset), sharded like their parameters, plus
+    replicated scalar step counts (`sharding.opt_state_shardings`);
   * gradients, a parameter-shaped tree in the parameter dtype;
   * the sampler's slot state, which stays allocated between generate phases:
     the KV cache (slots x (max_prompt_len + max_new_tokens) x layers x
@@ -50,7 +49,6 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-import optax
 from jax.sharding import AbstractMesh, PartitionSpec
 
 from scalerl_jax import config as config_lib
@@ -194,8 +192,7 @@ class Plan:
   seq_len: int  # max_prompt_len + max_new_tokens.
   remat: bool  # config.model.remat: which activation figure counts.
   params: int
-  opt_state: int  # As trainer.py lays it out: replicated.
-  opt_state_sharded: int  # If the moments were sharded like their parameters.
+  opt_state: int  # Moments sharded like their parameters, as trainer.py lays them out.
   grads: int
   kv_cache: int
   slot_records: int
@@ -266,15 +263,8 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
   param_specs = jax.tree.map(lambda s: s.spec, sharding.param_shardings(model, mesh, rules))
   optimizer = optim.make_optimizer(config.optim)
   opt_state = jax.eval_shape(optimizer.init, params)
-  # The trainer makes its state with jax.jit(init_state) and no out_shardings,
-  # and optax creates the moments with zeros_like, which carries no sharding:
-  # XLA replicates them on every device (tests/plan_test.py checks this on
-  # real arrays). Sharded like their parameters is what they could be.
-  replicated = jax.tree.map(lambda _: PartitionSpec(), opt_state)
-  opt_specs = optax.tree_map_params(
-      optimizer, lambda _, spec: spec, opt_state, param_specs,
-      transform_non_params=lambda _: PartitionSpec(),
-      is_leaf=lambda x: isinstance(x, PartitionSpec))
+  # The trainer's layout (tests/plan_test.py checks it on real arrays).
+  opt_specs = sharding.opt_state_shardings(optimizer, params, param_specs, PartitionSpec())
   layer_weights = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, cfg.dtype),
                                params["layers"])
 
@@ -290,8 +280,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
   return Plan(
       mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
       remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
-      opt_state=tree_bytes(opt_state, replicated, mesh),
-      opt_state_sharded=tree_bytes(opt_state, opt_specs, mesh),
+      opt_state=tree_bytes(opt_state, opt_specs, mesh),
       grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
       slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
       decode_weights=tree_bytes(layer_weights, param_specs["layers"], mesh),
@@ -344,8 +333,7 @@ def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float
       f"{plan.train_rows} x {plan.seq_len} tokens ({plan.rows_per_device} rows per device)",
       "", "Per device:",
       f"  parameters                 {gb(plan.params)}",
-      f"  optimizer state (AdamW)    {gb(plan.opt_state)}  replicated, as trainer.py "
-      f"builds it; {plan.opt_state_sharded / GB:.3f} GB if sharded like the parameters",
+      f"  optimizer state (AdamW)    {gb(plan.opt_state)}",
       f"  gradients                  {gb(plan.grads)}",
       f"  sampler KV cache           {gb(plan.kv_cache)}",
       f"  sampler token records      {gb(plan.slot_records)}",

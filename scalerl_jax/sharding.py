@@ -21,6 +21,7 @@ from absl import logging
 import flax.linen as nn
 import jax
 import numpy as np
+import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 Rules = tuple[tuple[str, Any], ...]
@@ -129,6 +130,29 @@ def param_shardings(model: nn.Module, mesh: Mesh, rules: Rules) -> Any:
   tokens = np.zeros((1, 1), np.int32)
   abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens)["params"])
   return logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
+
+
+def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, replicated: Any) -> Any:
+  """Shardings (or specs) of `optimizer.init(params)`, without allocating it.
+
+  Parameter-shaped leaves (Adam's moments) take their parameter's entry of
+  `param_shardings`; every other leaf (step counts) takes `replicated`. Left
+  to itself, jit would replicate the moments on every device: optax makes
+  them with zeros_like, which carries no sharding.
+
+  Args:
+    optimizer: an optax GradientTransformation.
+    params: parameters or their abstract shapes.
+    param_shardings: a tree like `params` of NamedSharding or PartitionSpec.
+    replicated: the entry for leaves that are not parameter-shaped.
+
+  Returns:
+    A tree like the optimizer state.
+  """
+  return optax.tree_map_params(
+      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), param_shardings,
+      transform_non_params=lambda _: replicated,
+      is_leaf=lambda x: isinstance(x, (PartitionSpec, jax.sharding.Sharding)))
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:

@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from absl import logging
 import jax
+from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
 
@@ -75,6 +76,23 @@ def lock_workdir(workdir: str):
   handle.write(str(os.getpid()))
   handle.flush()
   return handle
+
+
+def init_train_state(optimizer, params: Any, param_shardings: Any,
+                     mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
+  """A fresh TrainState on the mesh, and its shardings.
+
+  The optimizer's moments are sharded like their parameters and its step
+  counts replicated (`sharding.opt_state_shardings`), so FSDP shards the
+  AdamW state too instead of replicating it on every device.
+  """
+  replicated = NamedSharding(mesh, PartitionSpec())
+  shardings = train_step_lib.TrainState(
+      step=replicated, params=param_shardings,
+      opt_state=sharding.opt_state_shardings(optimizer, params, param_shardings, replicated))
+  init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=optimizer),
+                 out_shardings=shardings)
+  return init(params), shardings
 
 
 def make_train_step(exp: Experiment, optimizer, state_shardings):
@@ -153,9 +171,8 @@ class Trainer:
     resuming = restore_step is not None
     self.exp = exp = Experiment.build(config, workdir, base_params=not resuming)
     self.optimizer = optim.make_optimizer(config.optim)
-    init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=self.optimizer))
-    self.state = init(exp.params)
-    self.state_shardings = jax.tree.map(lambda x: x.sharding, self.state)
+    self.state, self.state_shardings = init_train_state(
+        self.optimizer, exp.params, exp.param_shardings, exp.mesh)
     self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
     self.pool = exp.reward_pool()
     self.curriculum = curriculum_lib.Curriculum.from_config(config.curriculum)

@@ -25,6 +25,7 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import optim
 from scalerl_jax import plan
 from scalerl_jax import sharding
+from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as train_step_lib
@@ -54,11 +55,9 @@ def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
   # 3,276,800 / 8 + 2,304 = 411,904 float32 entries.
   assert p.params == 411_904 * 4 == 1_647_616
   assert p.grads == p.params
-  # AdamW: mu and nu in float32 plus two int32 step counts (adam, schedule).
-  # The trainer replicates them: 2 x 3,279,104 x 4 + 8; sharded like the
-  # params they would take 2 x 1,647,616 + 8.
-  assert p.opt_state == 2 * 3_279_104 * 4 + 8 == 26_232_840
-  assert p.opt_state_sharded == 2 * 1_647_616 + 8
+  # AdamW: mu and nu in float32, sharded like the params, plus two
+  # replicated int32 step counts (adam, schedule): 2 x 1,647,616 + 8.
+  assert p.opt_state == 2 * 1_647_616 + 8 == 3_295_240
   # Decode weights: the layer kernels and norms in float32 (no embedding):
   # 3,147,776 - 2,048 norms = 3,145,728 / 8 + 2,048 = 395,264 entries.
   assert p.decode_weights == 395_264 * 4
@@ -69,7 +68,7 @@ def test_params_on_a_mesh_with_data_and_tensor_axes():
   # (the embedding is [vocab -> tensor, embed -> fsdp]).
   p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
   assert p.params == (SHARDED_PARAMS // 4 + 2_304) * 4 == 3_286_016
-  assert p.opt_state_sharded == 2 * 3_286_016 + 8
+  assert p.opt_state == 2 * 3_286_016 + 8
 
 
 def test_sampler_state_on_fsdp8():
@@ -152,15 +151,15 @@ def test_flops_at_the_full_budget():
 
 def test_fit_against_a_made_up_chip():
   p = plan.make_plan(_config(), 8)
-  # Train peak: params and grads 1,647,616 x 2 + optimizer 26,232,840 + KV
-  # 20,971,520 + records 88,224 + activations 231,524,352 = 282,112,168 B.
-  assert p.peak == p.train_peak == 282_112_168
+  # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
+  # 20,971,520 + records 88,224 + activations 231,524,352 = 259,174,568 B.
+  assert p.peak == p.train_peak == 259_174_568
   chip = plan.Accelerator("chip", hbm_bytes=400e6, peak_flops=1e12, source="none")
   f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
-  assert f.fits and f.free_bytes == pytest.approx(360e6 - 282_112_168)
-  # Without activations 50,587,816 B; 309,412,184 / 14,470,272 per row = 21.4.
-  assert f.rows_that_fit == 21
-  assert not plan.fit(p, chip, margin=0.3).fits  # 280e6 usable.
+  assert f.fits and f.free_bytes == pytest.approx(360e6 - 259_174_568)
+  # Without activations 27,650,216 B; 332,349,784 / 14,470,272 per row = 22.97.
+  assert f.rows_that_fit == 22
+  assert not plan.fit(p, chip, margin=0.36).fits  # 256e6 usable.
   # 128 x 1,094,123,520 FLOPs over 8 chips x 1e12 FLOP/s.
   assert f.generate_s == pytest.approx(0.017505976)
   assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)
@@ -171,8 +170,7 @@ def test_optimizer_moments_stay_in_bfloat16_for_qwen3():
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
   cfg = transformer.ModelConfig.from_config(scalerl.get_config("qwen3_0.6b").model)
   assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 2
-  assert p.opt_state_sharded == 2 * p.params + 8
-  assert p.opt_state == 2 * cfg.num_params() * 2 + 8
+  assert p.opt_state == 2 * p.params + 8
   assert p.num_slots == 2 * 48 * 16
 
 
@@ -265,11 +263,10 @@ def _real_bytes_on_device_0():
     config = _config(shape=shape)
     cfg = transformer.ModelConfig.from_config(config.model)
     mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(config.mesh)
-    params, _ = sharding.init_model_params(transformer.Transformer(cfg), jax.random.key(0),
-                                           mesh, rules)
-    # As trainer.Trainer builds it: the optimizer state follows the params.
-    state = jax.jit(functools.partial(
-        train_step_lib.init_state, optimizer=optim.make_optimizer(config.optim)))(params)
+    params, param_shardings = sharding.init_model_params(
+        transformer.Transformer(cfg), jax.random.key(0), mesh, rules)
+    state, _ = trainer_lib.init_train_state(optim.make_optimizer(config.optim), params,
+                                            param_shardings, mesh)
     sampler = Sampler(cfg, SamplingSettings(max_prompt_len=64, max_new_tokens=96), mesh, rules)
     slots = sampler.init_state(256, meta_width=1)
     kv = on_device(slots.cache)
