@@ -2,16 +2,25 @@
 
 CPU JAX from PyPI is the default. For accelerators install the matching JAX
 build first (see README.md), then this package.
+
+Only `scalerl_jax` is installed. `configs/` and `launch/` stay in the checkout
+and are run from its root (`python -m launch.train --config=configs/...`), so
+no top-level `configs` or `launch` package lands in site-packages.
+
+The JAX libraries change their APIs between minor versions, so each is bounded
+by the range this code was tested with: from the tested version up to the next
+minor version. constraints.txt records the exact versions of a tested
+environment (README.md says how to install with it).
 """
 
 import setuptools
 
 _RUNTIME = [
-    "jax",
-    "flax",
-    "optax",
-    "orbax-checkpoint",
-    "grain",
+    "jax>=0.10.2,<0.11",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12.8,<0.13",
+    "grain>=0.2.18,<0.3",
     "sentencepiece",
     "ml-collections",
     "tensorflow-datasets",
@@ -53,7 +62,7 @@ setuptools.setup(
     version="0.1.0",
     description="JAX-native ScaleRL: predictable reinforcement learning of language models.",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["scalerl_jax", "scalerl_jax.*", "configs", "configs.*", "launch", "launch.*"]),
+    packages=setuptools.find_packages(include=["scalerl_jax", "scalerl_jax.*"]),
     install_requires=_RUNTIME,
     extras_require=_EXTRAS,
 )

@@ -23,6 +23,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from launch import REPO_ROOT
 from scalerl_jax import cluster
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -47,7 +48,7 @@ flags.DEFINE_integer("num_nodes", 0, "slurm, jobset: GPU hosts.")
 flags.DEFINE_integer("gpus_per_node", 8, "slurm, jobset: GPUs per host.")
 flags.DEFINE_string("partition", "", "slurm: partition (default: the cluster's).")
 flags.DEFINE_string("time_limit", "", "slurm: time limit, e.g. 2-00:00:00.")
-flags.DEFINE_string("repo_dir", cluster.Options.repo_dir,
+flags.DEFINE_string("repo_dir", REPO_ROOT,
                     "Repository root: slurm runs there; xpk copies it (--base_docker_image).")
 
 

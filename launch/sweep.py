@@ -19,6 +19,8 @@ import sys
 from absl import app
 from absl import flags
 
+from configs import scalerl
+from launch import REPO_ROOT
 from scalerl_jax import sweep
 
 _SWEEP = flags.DEFINE_string(
@@ -41,18 +43,19 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
-    points = sweep.with_overrides(sweep.load_sweep(_SWEEP.value),
-                                  sweep.parse_overrides(_SET.value))
+    points = sweep.with_overrides(sweep.load_sweep(_SWEEP.value, scalerl.get_config),
+                                  sweep.parse_overrides(_SET.value), scalerl.get_config)
   except (OSError, ValueError, TypeError) as e:
     raise SystemExit(f"launch.sweep: {e}") from None
   points = sweep.share_warm_start(points, _WORKDIR.value)
   if _MODE.value == "commands":
     path = _COMMANDS_FILE.value or os.path.join(_WORKDIR.value, "commands.sh")
-    lines = sweep.write_commands(points, _WORKDIR.value, path, _PYTHON.value or "python")
+    lines = sweep.write_commands(points, _WORKDIR.value, path, REPO_ROOT,
+                                 _PYTHON.value or "python")
     print("\n".join(lines))
     print(f"wrote {len(lines)} commands to {path}", file=sys.stderr)
     return
-  outcomes = sweep.run_local(points, _WORKDIR.value, parallel=_PARALLEL.value,
+  outcomes = sweep.run_local(points, _WORKDIR.value, REPO_ROOT, parallel=_PARALLEL.value,
                              python=_PYTHON.value or sys.executable)
   width = max(len(name) for name in outcomes)
   for name, outcome in outcomes.items():

@@ -74,7 +74,8 @@ class Options:
   partition: str = ""  # slurm: partition; "" = the cluster's default.
   time_limit: str = ""  # slurm: --time, e.g. 2-00:00:00; "" = the partition's default.
   # Repository root: slurm runs there on the hosts; xpk adds it to --base_docker_image.
-  repo_dir: str = sweep.REPO_ROOT
+  # launch/cluster.py defaults it to the checkout it runs from.
+  repo_dir: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,11 @@ key picks the model size and goes into `--config=configs/scalerl.py:variant=`;
 every other key becomes a `--config.<field>=<value>` flag, as do the fields in
 which the sweep's base differs from configs/scalerl.py.
 
+The base config reaches this module as an argument (`base_config`, the
+`get_config` of configs/scalerl.py) and so does the repository root the runs
+start in (`repo_root`): launch/sweep.py passes both, since `configs/` and
+`launch/` live in the checkout, not in the installed package.
+
 Each point runs in `<sweep_dir>/<name>`. The trainer writes `DONE` there when
 the run finishes, so a point is finished iff that file exists and rerunning a
 sweep resumes it. Every point's config is built and validated before anything
@@ -29,11 +34,11 @@ from typing import Any, Callable, Optional, Sequence
 from absl import logging
 import ml_collections
 
-from configs import scalerl
 from scalerl_jax import config as config_lib
 
 BASE_CONFIG = "configs/scalerl.py"  # As the training launcher sees it from the repository root.
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(scalerl.__file__)))
+# configs/scalerl.py's get_config: "variant=<name>" -> that variant's config.
+BaseConfig = Callable[[str], ml_collections.ConfigDict]
 DONE = "DONE"
 LOG = "log.txt"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
@@ -77,12 +82,13 @@ def _load_module(path):
   return module
 
 
-def load_sweep(spec: str) -> list[Point]:
+def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   """Loads and validates the points of a sweep file.
 
   Args:
     spec: "path/to/sweep.py" or "path/to/sweep.py:arg"; `arg` goes to the
       file's get_config and get_sweep (for ScaleRL-based files: "variant=...").
+    base_config: the get_config of BASE_CONFIG.
 
   Returns:
     The points, in the file's order.
@@ -94,7 +100,7 @@ def load_sweep(spec: str) -> list[Point]:
   path, _, arg = spec.partition(":")
   module = _load_module(path)
   base = module.get_config(arg or None)
-  reference = dict(_leaves(scalerl.get_config(f"variant={base.variant}")))
+  reference = dict(_leaves(base_config(f"variant={base.variant}")))
   shared = {k: v for k, v in _leaves(base) if reference.get(k) != v and k != "variant"}
   points, names = [], set()
   for i, raw in enumerate(module.get_sweep(arg or None)):
@@ -106,7 +112,7 @@ def load_sweep(spec: str) -> list[Point]:
     names.add(name)
     point = Point(name, raw.pop("variant", base.variant), {**shared, **raw})
     try:
-      build_config(point)
+      build_config(point, base_config)
     except (ValueError, TypeError) as e:
       raise ValueError(f"{path}: {e}") from None
     points.append(point)
@@ -115,11 +121,12 @@ def load_sweep(spec: str) -> list[Point]:
   return points
 
 
-def build_config(point: Point) -> ml_collections.ConfigDict:
+def build_config(point: Point, base_config: BaseConfig) -> ml_collections.ConfigDict:
   """The config a point trains with.
 
   Args:
     point: the point.
+    base_config: the get_config of BASE_CONFIG.
 
   Returns:
     Its variant of configs/scalerl.py with its overrides applied, validated.
@@ -128,7 +135,7 @@ def build_config(point: Point) -> ml_collections.ConfigDict:
     ValueError: an override names no field or has the wrong type (ConfigError,
       a ValueError, when the result does not validate); all name the point.
   """
-  config = scalerl.get_config(f"variant={point.variant}")
+  config = base_config(f"variant={point.variant}")
   for key, value in point.overrides.items():
     *parents, leaf = key.split(".")
     node = config
@@ -199,11 +206,12 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
   return overrides
 
 
-def with_overrides(points: Sequence[Point], overrides: dict[str, Any]) -> list[Point]:
+def with_overrides(points: Sequence[Point], overrides: dict[str, Any],
+                   base_config: BaseConfig) -> list[Point]:
   """Every point with `overrides` applied on top (validated like the points themselves)."""
   out = [dataclasses.replace(p, overrides={**p.overrides, **overrides}) for p in points]
   for p in out:
-    build_config(p)
+    build_config(p, base_config)
   return out
 
 
@@ -219,7 +227,7 @@ def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
       p, overrides={**p.overrides, "trainer.warm_start_dir": shared}) for p in points]
 
 
-def write_commands(points: Sequence[Point], sweep_dir: str, path: str,
+def write_commands(points: Sequence[Point], sweep_dir: str, path: str, repo_root: str,
                    python: str = "python") -> list[str]:
   """Writes one shell command line per point to `path` (for a cluster scheduler).
 
@@ -227,6 +235,7 @@ def write_commands(points: Sequence[Point], sweep_dir: str, path: str,
     points: the grid.
     sweep_dir: parent of the points' workdirs.
     path: output file.
+    repo_root: the repository root, where the commands are to be run.
     python: the interpreter named in the commands.
 
   Returns:
@@ -236,7 +245,7 @@ def write_commands(points: Sequence[Point], sweep_dir: str, path: str,
   lines = [shlex.join(train_command(p, os.path.join(sweep_dir, p.name), python)) for p in points]
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
-    f.write(f"# {len(lines)} runs; run each line from {REPO_ROOT}. A run is finished when "
+    f.write(f"# {len(lines)} runs; run each line from {repo_root}. A run is finished when "
             f"<workdir>/{DONE} exists.\n")
     f.write("\n".join(lines) + "\n")
   return lines
@@ -248,7 +257,7 @@ def _tail(path, lines=5):
     return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
 
 
-def run_local(points: Sequence[Point], sweep_dir: str, *, parallel: int = 1,
+def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parallel: int = 1,
               python: str = sys.executable, poll_s: float = 1.0,
               command: Optional[Callable[[Point, str], list[str]]] = None) -> dict[str, Outcome]:
   """Runs the unfinished points as local processes, `parallel` at a time.
@@ -260,6 +269,7 @@ def run_local(points: Sequence[Point], sweep_dir: str, *, parallel: int = 1,
   Args:
     points: the grid.
     sweep_dir: parent of the points' workdirs.
+    repo_root: the repository root, the processes' working directory.
     parallel: processes at a time.
     python: interpreter for the default training command.
     poll_s: seconds between checks on running processes.
@@ -289,7 +299,7 @@ def run_local(points: Sequence[Point], sweep_dir: str, *, parallel: int = 1,
         log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
         log.flush()
         running[p.name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=REPO_ROOT), log, workdir)
+                                            cwd=repo_root), log, workdir)
         logging.info("%s: started in %s", p.name, workdir)
       time.sleep(poll_s)
       for name, (proc, log, workdir) in list(running.items()):

@@ -40,7 +40,7 @@ def build(target, extra=(), **options):
   """cluster.build for llama3_8b with OVERRIDES plus `extra`, parsed like launch.cluster."""
   config, overrides, _ = parse(["launch.cluster", f"--config={CONFIG_ARG}", *OVERRIDES, *extra])
   return cluster.build(target, config, CONFIG_ARG, overrides, "/shared/run",
-                       cluster.Options(name="scalerl-8b", **options))
+                       cluster.Options(name="scalerl-8b", **{"repo_dir": REPO, **options}))
 
 
 def train_flags(argv):

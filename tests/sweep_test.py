@@ -81,8 +81,9 @@ def _parse_train_flags(argv):
 
 @pytest.mark.parametrize("path", ABLATIONS, ids=NAMES)
 def test_commands_rebuild_each_point_exactly(path, tmp_path, monkeypatch):
-  points = sweep.load_sweep(path)
-  lines = sweep.write_commands(points, str(tmp_path / "sweep"), str(tmp_path / "commands.sh"))
+  points = sweep.load_sweep(path, scalerl.get_config)
+  lines = sweep.write_commands(points, str(tmp_path / "sweep"), str(tmp_path / "commands.sh"),
+                               REPO)
   assert len(lines) == len(points)
   written = (tmp_path / "commands.sh").read_text().splitlines()
   assert written[0].startswith("#") and written[1:] == lines
@@ -92,7 +93,7 @@ def test_commands_rebuild_each_point_exactly(path, tmp_path, monkeypatch):
     assert argv[:3] == ["python", "-m", "launch.train"]
     config, workdir = _parse_train_flags(argv[3:])
     assert workdir == str(tmp_path / "sweep" / point.name)
-    assert config.to_dict() == sweep.build_config(point).to_dict()
+    assert config.to_dict() == sweep.build_config(point, scalerl.get_config).to_dict()
 
 
 def test_values_survive_the_command_line(tmp_path, monkeypatch):
@@ -100,14 +101,15 @@ def test_values_survive_the_command_line(tmp_path, monkeypatch):
       "data.builtin_difficulty": (2,), "model.hf_path": "/ckpt dir/it's here",
       "rl.zero_variance_filter": False, "optim.learning_rate": 3e-6, "rl.tis_cap": 2,
       "mesh.logical_axis_rules": (("act_batch", ("data", "fsdp")), ("vocab", None))})
-  (line,) = sweep.write_commands([point], str(tmp_path), str(tmp_path / "c.sh"))
+  (line,) = sweep.write_commands([point], str(tmp_path), str(tmp_path / "c.sh"), REPO)
   monkeypatch.chdir(REPO)
   config, _ = _parse_train_flags(shlex.split(line)[3:])
-  assert config.to_dict() == sweep.build_config(point).to_dict()
+  assert config.to_dict() == sweep.build_config(point, scalerl.get_config).to_dict()
 
 
 def test_model_size_points_pick_variants():
-  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/model_size.py"))
+  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/model_size.py"),
+                            scalerl.get_config)
   assert [(p.name, p.variant, p.overrides) for p in points] == [
       ("tiny_cpu", "tiny_cpu", {}), ("small_cpu", "small_cpu", {})]
   line = shlex.join(sweep.train_command(points[1], "/w"))
@@ -116,7 +118,8 @@ def test_model_size_points_pick_variants():
 
 def test_leave_one_out_reverts_one_choice_per_point():
   base = _leaves(scalerl.get_config())
-  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/leave_one_out.py"))
+  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/leave_one_out.py"),
+                            scalerl.get_config)
   assert points[0].overrides == {}
   for point in points[1:]:
     (key, value), = point.overrides.items()
@@ -133,7 +136,7 @@ def test_sweep_base_edits_reach_every_point(tmp_path):
       "  return c\n"
       "def get_sweep(arg=None):\n"
       "  return [{'name': 'a', 'rl.loss': 'grpo'}, {'name': 'b'}]\n")
-  points = sweep.load_sweep(f"{path}:variant=small_cpu")
+  points = sweep.load_sweep(f"{path}:variant=small_cpu", scalerl.get_config)
   assert [p.overrides for p in points] == [
       {"trainer.num_steps": 7, "rl.loss": "grpo"}, {"trainer.num_steps": 7}]
   assert {p.variant for p in points} == {"small_cpu"}
@@ -153,7 +156,7 @@ def test_bad_sweep_files_fail_with_file_point_and_field(tmp_path, points, match)
   path.write_text("from configs import scalerl\nget_config = scalerl.get_config\n"
                   f"def get_sweep(arg=None):\n  return {points}\n")
   with pytest.raises(ValueError, match=match) as info:
-    sweep.load_sweep(str(path))
+    sweep.load_sweep(str(path), scalerl.get_config)
   assert str(path) in str(info.value)
 
 
@@ -173,14 +176,14 @@ def test_run_local_runs_resumes_and_reports_failures(tmp_path):
   (tmp_path / "ok2" / "DONE").touch()  # Finished by an earlier sweep.
   mode = {"ok": "ok", "fail": "fail", "no_done": "quiet", "ok2": "ok"}
   fake = lambda p, w: [sys.executable, "-c", _FAKE_TRAINER, w, mode[p.name]]
-  outcomes = sweep.run_local(points, str(tmp_path), parallel=2, poll_s=0.05, command=fake)
+  outcomes = sweep.run_local(points, str(tmp_path), REPO, parallel=2, poll_s=0.05, command=fake)
   assert {n: (o.state, o.returncode) for n, o in outcomes.items()} == {
       "ok": ("finished", 0), "fail": ("failed", 3), "no_done": ("incomplete", 0),
       "ok2": ("skipped", None)}
   assert "training fail" in (tmp_path / "fail" / "log.txt").read_text()
   assert outcomes["fail"].tail.endswith("training fail") and outcomes["ok"].tail == ""
   assert not (tmp_path / "ok2" / "log.txt").exists()
-  again = sweep.run_local(points, str(tmp_path), parallel=2, poll_s=0.05, command=fake)
+  again = sweep.run_local(points, str(tmp_path), REPO, parallel=2, poll_s=0.05, command=fake)
   assert again["ok"].state == "skipped" and again["fail"].state == "failed"
   assert (tmp_path / "fail" / "log.txt").read_text().count("training fail") == 2
 
@@ -207,15 +210,16 @@ def test_sweep_launcher_names_a_bad_sweep_file(tmp_path):
 
 
 def test_set_overrides_reach_every_point_and_are_validated():
-  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/loss_type.py"))
+  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/loss_type.py"),
+                            scalerl.get_config)
   extra = sweep.parse_overrides(["trainer.eval_every=5", "data.builtin_difficulty=(1,)",
                                  "model.hf_path=/ckpt"])
   assert extra == {"trainer.eval_every": 5, "data.builtin_difficulty": (1,),
                    "model.hf_path": "/ckpt"}
-  for p in sweep.with_overrides(points, extra):
-    config = sweep.build_config(p)
+  for p in sweep.with_overrides(points, extra, scalerl.get_config):
+    config = sweep.build_config(p, scalerl.get_config)
     assert config.trainer.eval_every == 5 and config.rl.loss == p.name
   with pytest.raises(ValueError, match="trainer.eval_every"):
-    sweep.with_overrides(points, {"trainer.eval_every": 0})
+    sweep.with_overrides(points, {"trainer.eval_every": 0}, scalerl.get_config)
   with pytest.raises(ValueError, match="expected field=value"):
     sweep.parse_overrides(["trainer.eval_every"])
