@@ -4,7 +4,7 @@ The y-axis of every compute-performance curve (PAPER.md §1: mean@16 over
 1,000 prompts) is `val/mean_at_k` from here, written by the trainer every
 `trainer.eval_every` steps and by `launch/evaluate.py` for a checkpoint.
 
-Shape letters: P prompts in a batch, K samples per prompt.
+Shape letters: the package key (scalerl_jax/__init__.py).
 """
 
 from __future__ import annotations
@@ -46,17 +46,17 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     k = batch.generations_per_prompt
     tokens_BxL, lens_B = batch.expand()
     out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
-    texts = completion_texts(out.tokens, out.prompt_len, out.length, tok)
+    texts = completion_texts(out.tokens, out.prompt_len, out.seq_len, tok)
     records = [record for record in batch.records for _ in range(k)]
     batch_scores, _ = pool.score(texts, records)
     scores.append(np.asarray(batch_scores, np.float32).reshape(-1, k))
-    lengths.append(out.length - out.prompt_len)
+    lengths.append(out.seq_len - out.prompt_len)
     truncated.append(out.truncated)
-  scores_PxK = np.concatenate(scores)
+  scores_PxG = np.concatenate(scores)
   return {
-      "val/mean_at_k": float(scores_PxK.mean()),
-      "val/pass_at_k": float((scores_PxK.max(axis=1) > 0.5).mean()),
+      "val/mean_at_k": float(scores_PxG.mean()),
+      "val/pass_at_k": float((scores_PxG.max(axis=1) > 0.5).mean()),
       "val/mean_length": float(np.concatenate(lengths).mean()),
       "val/truncation_rate": float(np.concatenate(truncated).mean()),
-      "val/num_prompts": float(scores_PxK.shape[0]),
+      "val/num_prompts": float(scores_PxG.shape[0]),
   }

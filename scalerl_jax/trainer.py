@@ -128,7 +128,7 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
 
 def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict[str, float]:
   rewards = np.stack([g.rewards_G for g in groups])
-  lengths = np.concatenate([g.lengths_G for g in groups])
+  lengths = np.concatenate([g.completion_lens_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])
   interrupted = np.concatenate([g.interrupted_G for g in groups])
   hist = buffer_lib.staleness_histogram(groups, version, k)
@@ -293,7 +293,7 @@ class Trainer:
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
-    seq = [batch_len for g in groups for _ in g.lengths_G]
+    seq = [batch_len for g in groups for _ in g.completion_lens_G]
     self.meter.add(metrics_lib.train_flops(self.exp.model_cfg, seq), t_train, self.exp.mesh.size)
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]

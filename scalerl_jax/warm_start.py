@@ -9,7 +9,7 @@ hash of every config field that shapes it, and reused by later runs, resumes
 and, when sweeps point `trainer.warm_start_dir` at one place, by every point
 of a grid that shares those settings.
 
-Shape letters: B batch, S sequence length.
+Shape letters: the package key (scalerl_jax/__init__.py), and N examples.
 """
 
 from __future__ import annotations

@@ -123,12 +123,12 @@ def test_non_binary_equal_rewards_give_exact_zero():
 
 def test_group_ids_and_drop_groups_follow_the_prompt_major_layout():
   np.testing.assert_array_equal(advantages.group_ids(3, 2), [0, 0, 1, 1, 2, 2])
-  mask_BxT = np.array([[1, 1], [1, 0], [1, 1], [1, 1], [1, 0], [0, 0]], np.float32)
-  dropped_BxT = advantages.drop_groups(mask_BxT, np.array([False, True, False]))
-  np.testing.assert_array_equal(dropped_BxT, [[1, 1], [1, 0], [0, 0], [0, 0], [1, 0], [0, 0]])
-  assert dropped_BxT.dtype == mask_BxT.dtype
+  mask_BxS = np.array([[1, 1], [1, 0], [1, 1], [1, 1], [1, 0], [0, 0]], np.float32)
+  dropped_BxS = advantages.drop_groups(mask_BxS, np.array([False, True, False]))
+  np.testing.assert_array_equal(dropped_BxS, [[1, 1], [1, 0], [0, 0], [0, 0], [1, 0], [0, 0]])
+  assert dropped_BxS.dtype == mask_BxS.dtype
   with pytest.raises(ValueError, match="not a multiple"):
-    advantages.drop_groups(mask_BxT, np.array([False] * 4))
+    advantages.drop_groups(mask_BxS, np.array([False] * 4))
 
 
 @pytest.mark.parametrize("zero_variance_filter", [True, False])

@@ -49,7 +49,7 @@ def test_phrase_at_the_sampled_budget_with_mask_zero_then_answer_budget(setup):
   assert len(set(out.thinking_budget.tolist())) > 1
   for i, n in enumerate(LENS):
     b = int(out.thinking_budget[i])
-    completion, mask = out.tokens[i, n:out.length[i]], out.mask[i, n:out.length[i]]
+    completion, mask = out.tokens[i, n:out.seq_len[i]], out.mask[i, n:out.seq_len[i]]
     if THINK_CLOSE in completion[:b]:  # The policy closed its thinking in time.
       assert not out.interrupted[i]
       continue
@@ -73,7 +73,7 @@ def test_closing_thinking_early_prevents_the_interruption(setup):
   out = setup["make"](temperature=0.0, interruption=early).generate(
       setup["params"], setup["prompts"], LENS, jax.random.key(0))
   assert first.interrupted[0] and not out.interrupted[0]
-  assert out.length[0] == LENS[0] + MAX_NEW and out.mask[0, LENS[0]:LENS[0] + MAX_NEW].all()
+  assert out.seq_len[0] == LENS[0] + MAX_NEW and out.mask[0, LENS[0]:LENS[0] + MAX_NEW].all()
   np.testing.assert_array_equal(out.tokens[0, :LENS[0] + 2], first.tokens[0, :LENS[0] + 2])
 
 

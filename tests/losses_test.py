@@ -39,12 +39,12 @@ from scalerl_jax.rl import losses
 LOSSES = ("grpo", "dapo", "gspo", "gspo_token", "cispo")
 
 _LENGTHS = (3, 1, 2, 1)
-_MASK_BxT = np.array([[i < n for i in range(3)] for n in _LENGTHS])
-_RATIO_BxT = np.array([[1.0, 5.0, 1.1], [0.5, 100.0, 100.0], [1.25, 0.9, 100.0],
+_MASK_BxS = np.array([[i < n for i in range(3)] for n in _LENGTHS])
+_RATIO_BxS = np.array([[1.0, 5.0, 1.1], [0.5, 100.0, 100.0], [1.25, 0.9, 100.0],
                        [2.0, 100.0, 100.0]])
-_LOGP_BxT = np.array([[-1.0, -2.0, -0.5], [-1.5, -7.0, -7.0], [-1.0, -0.5, -7.0],
+_LOGP_BxS = np.array([[-1.0, -2.0, -0.5], [-1.5, -7.0, -7.0], [-1.0, -0.5, -7.0],
                       [-2.0, -7.0, -7.0]], np.float32)
-_GEN_LOGP_BxT = (_LOGP_BxT - np.log(_RATIO_BxT)).astype(np.float32)
+_GEN_LOGP_BxS = (_LOGP_BxS - np.log(_RATIO_BxS)).astype(np.float32)
 _ADV_B = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
 _GROUP_B = np.array([0, 0, 1, 1], np.int32)
 
@@ -121,9 +121,9 @@ def _params(loss, aggregation="token", **rl_overrides):
   return losses.LossParams.from_config(config.rl)
 
 
-def _hand_loss(params, logp_BxT=_LOGP_BxT, mask_BxT=_MASK_BxT, **kwargs):
-  return losses.compute_loss(params, jnp.asarray(logp_BxT), _GEN_LOGP_BxT, _ADV_B,
-                             mask_BxT, _GROUP_B, 2, **kwargs)
+def _hand_loss(params, logp_BxS=_LOGP_BxS, mask_BxS=_MASK_BxS, **kwargs):
+  return losses.compute_loss(params, jnp.asarray(logp_BxS), _GEN_LOGP_BxS, _ADV_B,
+                             mask_BxS, _GROUP_B, 2, **kwargs)
 
 
 def test_registry_lists_every_configurable_loss_and_aggregation():
@@ -173,7 +173,7 @@ def test_hand_worked_loss(loss, aggregation):
     ("cispo", 0.8071429),
 ])
 def test_truncated_importance_sampling_correction(loss, expected):
-  value, metrics = _hand_loss(_params(loss, tis_cap=3.0), old_logp_BxT=_LOGP_BxT)
+  value, metrics = _hand_loss(_params(loss, tis_cap=3.0), old_logp_BxS=_LOGP_BxS)
   np.testing.assert_allclose(value, expected, rtol=2e-6)
   np.testing.assert_allclose(metrics["ratio_mean"], 1.0, rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_ratio_mean"], 11.75 / 7, rtol=1e-6)
@@ -185,7 +185,7 @@ def test_tis_needs_old_logp_exactly_when_enabled():
   with pytest.raises(ValueError, match="not given"):
     _hand_loss(_params("cispo", tis_cap=3.0))
   with pytest.raises(ValueError, match="tis_cap is 0.0"):
-    _hand_loss(_params("cispo"), old_logp_BxT=_LOGP_BxT)
+    _hand_loss(_params("cispo"), old_logp_BxS=_LOGP_BxS)
 
 
 @pytest.mark.parametrize("aggregation,expected", [
@@ -195,28 +195,28 @@ def test_tis_needs_old_logp_exactly_when_enabled():
     ("prompt", 2.2),  # -((-9.55 + 0.75) / 4) / 1: one remaining prompt
 ])
 def test_dropped_group_leaves_numerators_and_denominators(aggregation, expected):
-  mask_BxT = _MASK_BxT & (_GROUP_B != 1)[:, None]
-  value, _ = _hand_loss(_params("cispo", aggregation), mask_BxT=mask_BxT)
+  mask_BxS = _MASK_BxS & (_GROUP_B != 1)[:, None]
+  value, _ = _hand_loss(_params("cispo", aggregation), mask_BxS=mask_BxS)
   np.testing.assert_allclose(value, expected, rtol=2e-6)
 
 
 @pytest.mark.parametrize("aggregation", losses.AGGREGATIONS)
 @pytest.mark.parametrize("loss", LOSSES)
 def test_everything_masked_gives_zero_loss_and_gradient(loss, aggregation):
-  mask_BxT = np.zeros_like(_MASK_BxT)
-  value, grad_BxT = jax.value_and_grad(
-      lambda lp: _hand_loss(_params(loss, aggregation), lp, mask_BxT)[0])(_LOGP_BxT)
+  mask_BxS = np.zeros_like(_MASK_BxS)
+  value, grad_BxS = jax.value_and_grad(
+      lambda lp: _hand_loss(_params(loss, aggregation), lp, mask_BxS)[0])(_LOGP_BxS)
   assert value == 0.0
-  np.testing.assert_array_equal(grad_BxT, 0.0)
+  np.testing.assert_array_equal(grad_BxS, 0.0)
 
 
 def test_padding_log_probs_never_leak():
-  logp_BxT = np.where(_MASK_BxT, _LOGP_BxT, -np.inf).astype(np.float32)
+  logp_BxS = np.where(_MASK_BxS, _LOGP_BxS, -np.inf).astype(np.float32)
   for loss in LOSSES:
-    value, grad_BxT = jax.value_and_grad(
-        lambda lp, loss=loss: _hand_loss(_params(loss), lp)[0])(logp_BxT)
+    value, grad_BxS = jax.value_and_grad(
+        lambda lp, loss=loss: _hand_loss(_params(loss), lp)[0])(logp_BxS)
     np.testing.assert_allclose(value, EXPECTED_LOSS[loss]["token"], rtol=2e-6)
-    assert np.all(np.isfinite(grad_BxT)), loss
+    assert np.all(np.isfinite(grad_BxS)), loss
 
 
 @pytest.mark.parametrize("loss,expected_grad", [
@@ -236,8 +236,8 @@ def test_padding_log_probs_never_leak():
     ("gspo_token", [[0.0] * 3, [0.0] * 3, [0.0] * 3, [1.0 / 7, 0.0, 0.0]]),
 ])
 def test_ppo_clip_gradient(loss, expected_grad):
-  grad_BxT = jax.grad(lambda lp: _hand_loss(_params(loss), lp)[0])(_LOGP_BxT)
-  np.testing.assert_allclose(grad_BxT, expected_grad, rtol=2e-6, atol=1e-9)
+  grad_BxS = jax.grad(lambda lp: _hand_loss(_params(loss), lp)[0])(_LOGP_BxS)
+  np.testing.assert_allclose(grad_BxS, expected_grad, rtol=2e-6, atol=1e-9)
 
 
 def _random_batch(seed, num_prompts=3, generations=3, length=6, max_log_ratio=2.0):
@@ -245,29 +245,29 @@ def _random_batch(seed, num_prompts=3, generations=3, length=6, max_log_ratio=2.
   rng = np.random.RandomState(seed)
   batch = num_prompts * generations
   lengths_B = rng.randint(1, length + 1, batch)
-  mask_BxT = np.arange(length)[None, :] < lengths_B[:, None]
-  logp_BxT = -rng.exponential(1.0, (batch, length)).astype(np.float32)
-  log_ratio_BxT = rng.uniform(-max_log_ratio, max_log_ratio, (batch, length))
-  gen_logp_BxT = (logp_BxT - log_ratio_BxT).astype(np.float32)
+  mask_BxS = np.arange(length)[None, :] < lengths_B[:, None]
+  logp_BxS = -rng.exponential(1.0, (batch, length)).astype(np.float32)
+  log_ratio_BxS = rng.uniform(-max_log_ratio, max_log_ratio, (batch, length))
+  gen_logp_BxS = (logp_BxS - log_ratio_BxS).astype(np.float32)
   adv_B = rng.normal(size=batch).astype(np.float32)
   group_B = np.repeat(np.arange(num_prompts, dtype=np.int32), generations)
-  return logp_BxT, gen_logp_BxT, adv_B, mask_BxT, group_B
+  return logp_BxS, gen_logp_BxS, adv_B, mask_BxS, group_B
 
 
-def _reference_denominator_BxT(mask_BxT, group_B, aggregation):
+def _reference_denominator_BxS(mask_BxS, group_B, aggregation):
   """N of each token: the factor 1 / N it gets in each aggregation (numpy loops)."""
-  denom_BxT = np.zeros(mask_BxT.shape)
-  lengths = mask_BxT.sum(axis=1)
-  for b in range(mask_BxT.shape[0]):
+  denom_BxS = np.zeros(mask_BxS.shape)
+  lengths = mask_BxS.sum(axis=1)
+  for b in range(mask_BxS.shape[0]):
     if aggregation == "token":
-      denom_BxT[b] = mask_BxT.sum()
+      denom_BxS[b] = mask_BxS.sum()
     elif aggregation == "sample":
-      denom_BxT[b] = lengths[b] * np.count_nonzero(lengths)
+      denom_BxS[b] = lengths[b] * np.count_nonzero(lengths)
     else:
       group_tokens = {g: lengths[group_B == g].sum() for g in set(group_B.tolist())}
       live_groups = sum(1 for n in group_tokens.values() if n > 0)
-      denom_BxT[b] = group_tokens[group_B[b]] * live_groups
-  return denom_BxT
+      denom_BxS[b] = group_tokens[group_B[b]] * live_groups
+  return denom_BxS
 
 
 @pytest.mark.parametrize("aggregation", losses.AGGREGATIONS)
@@ -275,28 +275,28 @@ def test_cispo_gradient_is_capped_weight_times_reinforce(aggregation):
   # Through a softmax policy: log pi = log_softmax(logits)[token], so
   # d loss / d logits = -sg(min(rho, 4)) A / N * (onehot(token) - softmax).
   num_prompts, generations, length, vocab = 3, 2, 5, 7
-  _, gen_logp_BxT, adv_B, mask_BxT, group_B = _random_batch(
+  _, gen_logp_BxS, adv_B, mask_BxS, group_B = _random_batch(
       1, num_prompts, generations, length)
-  mask_BxT[group_B == 2] = False  # A dropped group must not count in any N.
+  mask_BxS[group_B == 2] = False  # A dropped group must not count in any N.
   rng = np.random.RandomState(2)
   logits_BxTxV = rng.normal(size=(num_prompts * generations, length, vocab)).astype(np.float32)
-  tokens_BxT = rng.randint(0, vocab, (num_prompts * generations, length))
+  tokens_BxS = rng.randint(0, vocab, (num_prompts * generations, length))
   params = _params("cispo", aggregation)
 
   def loss_fn(logits):
-    logp_BxT = jnp.take_along_axis(
-        jax.nn.log_softmax(logits), jnp.asarray(tokens_BxT)[..., None], axis=-1)[..., 0]
-    return losses.compute_loss(params, logp_BxT, gen_logp_BxT, adv_B, mask_BxT, group_B,
+    logp_BxS = jnp.take_along_axis(
+        jax.nn.log_softmax(logits), jnp.asarray(tokens_BxS)[..., None], axis=-1)[..., 0]
+    return losses.compute_loss(params, logp_BxS, gen_logp_BxS, adv_B, mask_BxS, group_B,
                                num_prompts)[0]
 
-  logp_BxT = np.take_along_axis(
-      jax.nn.log_softmax(logits_BxTxV), tokens_BxT[..., None], axis=-1)[..., 0]
-  weight_BxT = np.minimum(np.exp(logp_BxT - gen_logp_BxT), 4.0)
-  assert np.any(weight_BxT[mask_BxT] == 4.0) and np.any(weight_BxT[mask_BxT] < 1.0)
-  coef_BxT = np.where(mask_BxT, -weight_BxT * adv_B[:, None], 0.0) / np.maximum(
-      _reference_denominator_BxT(mask_BxT, group_B, aggregation), 1)
-  onehot_BxTxV = np.eye(vocab)[tokens_BxT]
-  expected_BxTxV = coef_BxT[..., None] * (onehot_BxTxV - jax.nn.softmax(logits_BxTxV))
+  logp_BxS = np.take_along_axis(
+      jax.nn.log_softmax(logits_BxTxV), tokens_BxS[..., None], axis=-1)[..., 0]
+  weight_BxS = np.minimum(np.exp(logp_BxS - gen_logp_BxS), 4.0)
+  assert np.any(weight_BxS[mask_BxS] == 4.0) and np.any(weight_BxS[mask_BxS] < 1.0)
+  coef_BxS = np.where(mask_BxS, -weight_BxS * adv_B[:, None], 0.0) / np.maximum(
+      _reference_denominator_BxS(mask_BxS, group_B, aggregation), 1)
+  onehot_BxTxV = np.eye(vocab)[tokens_BxS]
+  expected_BxTxV = coef_BxS[..., None] * (onehot_BxTxV - jax.nn.softmax(logits_BxTxV))
   np.testing.assert_allclose(jax.grad(loss_fn)(logits_BxTxV), expected_BxTxV,
                              rtol=1e-5, atol=1e-7)
 
@@ -308,29 +308,29 @@ def test_on_policy_gradient_is_reinforce(loss, aggregation):
   # REINFORCE's, d(-aggregate(A log pi)) / d log pi = -A / N per token.
   params = _params(loss, aggregation)
   for seed in range(4):
-    logp_BxT, _, adv_B, mask_BxT, group_B = _random_batch(seed)
-    grad_BxT = jax.grad(lambda lp: losses.compute_loss(
-        params, lp, logp_BxT, adv_B, mask_BxT, group_B, 3)[0])(logp_BxT)
-    expected_BxT = np.where(mask_BxT, -adv_B[:, None], 0.0) / _reference_denominator_BxT(
-        mask_BxT, group_B, aggregation)
-    np.testing.assert_allclose(grad_BxT, expected_BxT, rtol=1e-5, atol=1e-7,
+    logp_BxS, _, adv_B, mask_BxS, group_B = _random_batch(seed)
+    grad_BxS = jax.grad(lambda lp: losses.compute_loss(
+        params, lp, logp_BxS, adv_B, mask_BxS, group_B, 3)[0])(logp_BxS)
+    expected_BxS = np.where(mask_BxS, -adv_B[:, None], 0.0) / _reference_denominator_BxS(
+        mask_BxS, group_B, aggregation)
+    np.testing.assert_allclose(grad_BxS, expected_BxS, rtol=1e-5, atol=1e-7,
                                err_msg=f"seed {seed}")
 
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_jit_matches_no_jit(loss):
-  logp_BxT, gen_logp_BxT, adv_B, mask_BxT, group_B = _random_batch(5)
-  old_logp_BxT = (logp_BxT - 0.3).astype(np.float32)
+  logp_BxS, gen_logp_BxS, adv_B, mask_BxS, group_B = _random_batch(5)
+  old_logp_BxS = (logp_BxS - 0.3).astype(np.float32)
 
-  def every_aggregation(logp_BxT):
+  def every_aggregation(logp_BxS):
     # One compilation per loss covers all three aggregations.
     results = {}
     for aggregation in losses.AGGREGATIONS:
       fn = functools.partial(losses.compute_loss, _params(loss, aggregation, tis_cap=2.0),
-                             gen_logp_BxT=gen_logp_BxT, adv_B=adv_B, mask_BxT=mask_BxT,
-                             group_B=group_B, num_groups=3, old_logp_BxT=old_logp_BxT)
-      results[aggregation] = jax.value_and_grad(fn, has_aux=True)(logp_BxT)
+                             gen_logp_BxS=gen_logp_BxS, adv_B=adv_B, mask_BxS=mask_BxS,
+                             group_B=group_B, num_groups=3, old_logp_BxS=old_logp_BxS)
+      results[aggregation] = jax.value_and_grad(fn, has_aux=True)(logp_BxS)
     return results
 
-  chex.assert_trees_all_close(jax.jit(every_aggregation)(logp_BxT),
-                              every_aggregation(logp_BxT), rtol=1e-6, atol=1e-9)
+  chex.assert_trees_all_close(jax.jit(every_aggregation)(logp_BxS),
+                              every_aggregation(logp_BxS), rtol=1e-6, atol=1e-9)

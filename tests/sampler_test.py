@@ -64,7 +64,7 @@ def test_greedy_equals_repeated_argmax_of_full_forward(setup):
     for i, n in enumerate(PROMPT_LENS):
       tokens[i, n + step] = logits[i, n + step - 1].argmax()
   np.testing.assert_array_equal(out.tokens, tokens)
-  np.testing.assert_array_equal(out.length, PROMPT_LENS + 24)
+  np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 24)
   assert out.truncated.all()
 
 
@@ -141,13 +141,13 @@ def test_eos_stops_and_the_rest_is_padding(setup):
     hits = np.flatnonzero(completion == eos)
     end = n + (hits[0] + 1 if hits.size else 24)
     stopped += bool(hits.size)
-    assert out.length[i] == end and out.truncated[i] == (not hits.size)
+    assert out.seq_len[i] == end and out.truncated[i] == (not hits.size)
     np.testing.assert_array_equal(out.tokens[i, :end], free.tokens[i, :end])
     assert (out.tokens[i, end:] == PAD).all()
     assert not out.mask[i, end:].any() and (out.version[i, end:] == -1).all()
     assert (out.logp[i, end:] == 0).all()
     assert out.mask[i, n:end].all() and not out.mask[i, :n].any()
-  assert 1 <= stopped < len(PROMPT_LENS) and out.length[1] == PROMPT_LENS[1] + 4
+  assert 1 <= stopped < len(PROMPT_LENS) and out.seq_len[1] == PROMPT_LENS[1] + 4
 
 
 def _run_slots(sampler, params, prompts, lens, num_slots, seeds):
@@ -184,12 +184,12 @@ def test_continuous_batching_equals_prompts_run_alone(setup, temperature):
   assert max(len(v) for v in slot_of.values()) >= 2  # Slots were refilled.
   assert max(running) >= 1  # Others kept running while a slot was harvested.
   if temperature == 0:
-    assert len({int(r.length) - n for r, n in zip(alone, PROMPT_LENS)}) > 1  # EOS varied.
+    assert len({int(r.seq_len) - n for r, n in zip(alone, PROMPT_LENS)}) > 1  # EOS varied.
   for i, ref in enumerate(alone):
     got = results[i]
     np.testing.assert_array_equal(got.tokens, ref.tokens)
     np.testing.assert_array_equal(got.mask, ref.mask)
-    assert got.length == ref.length and got.truncated == ref.truncated
+    assert got.seq_len == ref.seq_len and got.truncated == ref.truncated
     np.testing.assert_allclose(got.logp, ref.logp, atol=1e-5)
 
 
@@ -233,7 +233,7 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
   assert sampler._advance._cache_size() == 2  # The 64 window and the whole cache.
   np.testing.assert_array_equal(out.tokens, ref.tokens)
-  np.testing.assert_array_equal(out.length, PROMPT_LENS + 112)
+  np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 112)
   np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)
   # The slot interface picks the window itself while the longest sequence
   # (16 tokens) + the call's steps fit: 48 steps do, the rest do not.

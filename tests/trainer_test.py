@@ -154,7 +154,7 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     prompt_lens, lengths = [], []
     for i in range(len(buffer_meta["records"])):
       prompt_lens += buffer_arrays[f"{i}/prompt_lens_G"].tolist()
-      lengths += buffer_arrays[f"{i}/lengths_G"].tolist()
+      lengths += buffer_arrays[f"{i}/completion_lens_G"].tolist()
     partial = sorted(k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len"))
     for row in partial:
       prompt_lens.append(int(roll_arrays[f"{row}/prompt_len"]))

@@ -11,7 +11,7 @@ trainer calls `update` with each finished group's scores. `state_dict()` is
 JSON-able (save it with orbax's `ocp.args.JsonSave`) and `from_state_dict`
 restores the curriculum exactly.
 
-Shape letters: P prompts (groups) in an update, G generations per prompt.
+Shape letters: the package key (scalerl_jax/__init__.py).
 """
 
 from __future__ import annotations

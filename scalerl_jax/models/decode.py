@@ -6,7 +6,7 @@ where every step is a handful of small matmuls and a read of the whole cache:
 
 * `prepare` regroups the trained parameters once per sampler call: one weight
   tree per layer (no slicing of stacked weights inside the decode loop), q, k
-  and v as one kernel [D, K, G + 2, E] grouped by kv head (so it shards over
+  and v as one kernel [D, K, Q + 2, E] grouped by kv head (so it shards over
   kv heads like the cache), gate and up as one kernel [D, 2, F], all in the
   compute dtype.
 * The cache is one buffer per layer (a step reads its layer's buffer in place
@@ -22,8 +22,8 @@ training module over a stacked cache (benchmarks/sampler.py).
 cached position not after the query's, so each row (sampler slot) can be at its
 own position; prefill is T = prompt length on a fresh cache, decode T = 1.
 
-Shape letters: B rows, T tokens in this call, S cache positions, D embed_dim,
-H query heads, K kv heads, G = H // K, E head_dim, F mlp_dim, V vocab, L layers.
+Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim,
+J = Q + 2 (the q, k and v of one kv head).
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
     def kernel(tree, i=i):
       return tree["kernel"][i].astype(dtype)
 
-    # Query head k * G + g reads kv head k (as in `attention`), so [D, H, E]
-    # reshapes to [D, K, G, E] and k, v join as entries G and G + 1.
+    # Query head k * Q + q reads kv head k (as in `attention`), so [D, H, E]
+    # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1.
     layer = {
         "attn_norm": stacked["attn_norm"]["scale"][i], "mlp_norm": stacked["mlp_norm"]["scale"][i],
         "qkv": jnp.concatenate([kernel(attn["q"]).reshape(d, k, h // k, e),
@@ -150,12 +150,12 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
     qkv_BxTxKxJxE = jnp.einsum("btd,dkje->btkje", normed, layer["qkv"])
     if cfg.qkv_bias:
       qkv_BxTxKxJxE = qkv_BxTxKxJxE + layer["qkv_bias"][None, None]
-    q_BxTxKxGxE = qkv_BxTxKxJxE[:, :, :, :g]
+    q_BxTxKxQxE = qkv_BxTxKxJxE[:, :, :, :g]
     k_BxTxKxE, v_BxTxKxE = qkv_BxTxKxJxE[:, :, :, g], qkv_BxTxKxJxE[:, :, :, g + 1]
     if cfg.qk_norm:
-      q_BxTxKxGxE = rms_norm(q_BxTxKxGxE, layer["q_norm"], cfg.norm_eps, dtype)
+      q_BxTxKxQxE = rms_norm(q_BxTxKxQxE, layer["q_norm"], cfg.norm_eps, dtype)
       k_BxTxKxE = rms_norm(k_BxTxKxE, layer["k_norm"], cfg.norm_eps, dtype)
-    q_BxTxKxGxE = apply_rope(q_BxTxKxGxE.reshape(b, t, h, e), pos_BxT,
+    q_BxTxKxQxE = apply_rope(q_BxTxKxQxE.reshape(b, t, h, e), pos_BxT,
                              inv_freq).reshape(b, t, k, g, e)
     k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
     # Advanced indices on separated axes put the update's [B, T] first: [B, T, K, E].
@@ -166,8 +166,8 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
         VALUE_AXES)
     keys.append(key_cache)
     values.append(value_cache)
-    out_BxTxKxGxE = attention(q_BxTxKxGxE, key_cache, value_cache, visible_BxTxS, dtype)
-    x_BxTxD = x_BxTxD + jnp.einsum("bthe,hed->btd", out_BxTxKxGxE.reshape(b, t, h, e),
+    out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
+    x_BxTxD = x_BxTxD + jnp.einsum("bthe,hed->btd", out_BxTxKxQxE.reshape(b, t, h, e),
                                    layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
     gate_up_BxTx2xF = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])

@@ -13,8 +13,7 @@ layers scanned). Token-by-token inference with a KV cache lives in
 `scalerl_jax.models.decode`, which runs the same network on regrouped weights
 and shares the math below (`rms_norm`, `apply_rope`, `attention`).
 
-Shape letters: B batch, T tokens in this call, S cache length, D embed_dim,
-H query heads, K kv heads, G = H // K, E head_dim, F mlp_dim, V vocab, L layers.
+Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim.
 """
 
 from __future__ import annotations
@@ -137,27 +136,27 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype) -> jax.Array:
   return normed.astype(dtype) * scale.astype(dtype).reshape((1,) * (x.ndim - 1) + (-1,))
 
 
-def attention(q_BxTxKxGxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: jax.Array,
+def attention(q_BxTxKxQxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: jax.Array,
               visible_BxTxS: jax.Array, dtype) -> jax.Array:
-  """Grouped-query softmax attention -> [B, T, K, G, E].
+  """Grouped-query softmax attention -> [B, T, K, Q, E].
 
-  Query head k * G + g reads kv head k. Keys come as [B, K, E, S] and values
+  Query head k * Q + q reads kv head k. Keys come as [B, K, E, S] and values
   as [B, K, S, E] (the decode cache's layout), so both products are plain
   [M, E] x [E, S] and [M, S] x [S, E] matmuls batched over (B, K), with
-  M = T * G; XLA's CPU matmul is several times slower on other layouts.
+  M = T * Q; XLA's CPU matmul is several times slower on other layouts.
   Scores and softmax are float32.
   """
-  b, t, k, g, e = q_BxTxKxGxE.shape
+  b, t, k, g, e = q_BxTxKxQxE.shape
   s = keys_BxKxExS.shape[-1]
-  q_BxKxMxE = q_BxTxKxGxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
+  q_BxKxMxE = q_BxTxKxQxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
   batch = ((0, 1), (0, 1))
   scores_BxKxMxS = jax.lax.dot_general(
       q_BxKxMxE, keys_BxKxExS.astype(dtype), (((3,), (2,)), batch),
       preferred_element_type=jnp.float32) * (e ** -0.5)
   visible_Bx1xTx1xS = visible_BxTxS[:, None, :, None, :]
-  scores_BxKxTxGxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxMxS.reshape(b, k, t, g, s),
+  scores_BxKxTxQxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxMxS.reshape(b, k, t, g, s),
                                jnp.finfo(jnp.float32).min)
-  probs_BxKxMxS = jax.nn.softmax(scores_BxKxTxGxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
+  probs_BxKxMxS = jax.nn.softmax(scores_BxKxTxQxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
   out_BxKxMxE = jax.lax.dot_general(probs_BxKxMxS, values_BxKxSxE.astype(dtype),
                                     (((3,), (2,)), batch))
   return out_BxKxMxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
@@ -227,11 +226,11 @@ class Attention(nn.Module):
     k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
     b, t = pos_BxT.shape
     visible_BxTxT = pos_BxT[:, None, :] <= pos_BxT[:, :, None]
-    out_BxTxKxGxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
+    out_BxTxKxQxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
                               k_BxTxKxE.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
                               visible_BxTxT, cfg.dtype)
     out_BxTxHxE = nn.with_logical_constraint(
-        out_BxTxKxGxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
+        out_BxTxKxQxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
     return Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
                  name="o")(out_BxTxHxE)
 

@@ -1,7 +1,6 @@
 """Group-relative advantages (PAPER.md §2) and zero-variance groups (§5).
 
-Shapes: P prompts in the batch, G completions per prompt, B = P * G
-completions, T completion tokens.
+Shape letters: the package key (scalerl_jax/__init__.py).
 
 The batch is laid out prompt-major: completion b belongs to prompt b // G, so
 `adv_PxG.reshape(-1)` is the `adv_B` the losses take and `group_ids(P, G)` is
@@ -15,7 +14,7 @@ A over the whole batch, `none` not at all.
 A zero-variance group (all G rewards equal) carries no learning signal: its
 advantages are exactly 0 and it is flagged in `zero_var_P`. With
 `config.rl.zero_variance_filter` the trainer removes such groups from the loss
-by zeroing their tokens' mask, `mask_BxT = drop_groups(mask_BxT, zero_var_P)`.
+by zeroing their tokens' mask, `mask_BxS = drop_groups(mask_BxS, zero_var_P)`.
 The aggregations in `losses.py` count only unmasked tokens, completions and
 groups, so a dropped group enters neither a numerator nor a denominator:
 prompt aggregation averages over the remaining prompts only. For the same
@@ -93,20 +92,20 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
   return adv_PxG / jnp.where(std > 0, std, 1.0), zero_var_P
 
 
-def drop_groups(mask_BxT: jax.Array, drop_P: jax.Array) -> jax.Array:
+def drop_groups(mask_BxS: jax.Array, drop_P: jax.Array) -> jax.Array:
   """Zeroes the token mask of every completion of the flagged groups.
 
   Args:
-    mask_BxT: token mask of a prompt-major batch (bool or numeric).
+    mask_BxS: token mask of a prompt-major batch (bool or numeric).
     drop_P: True for every group to remove, e.g. `zero_var_P` from
       `group_advantages`.
 
   Returns:
     The mask, same dtype, with the rows of dropped groups set to zero.
   """
-  num_completions, num_groups = mask_BxT.shape[0], drop_P.shape[0]
+  num_completions, num_groups = mask_BxS.shape[0], drop_P.shape[0]
   if num_completions % num_groups:
     raise ValueError(
-        f"mask_BxT has {num_completions} rows, not a multiple of the {num_groups} groups")
+        f"mask_BxS has {num_completions} rows, not a multiple of the {num_groups} groups")
   keep_B = ~jnp.repeat(drop_P, num_completions // num_groups)
-  return jnp.where(keep_B[:, None], mask_BxT, jnp.zeros_like(mask_BxT))
+  return jnp.where(keep_B[:, None], mask_BxS, jnp.zeros_like(mask_BxS))

@@ -10,8 +10,7 @@ is what lets a schedule bound every token's lag by counting groups
 away. A group found more than k versions stale when its turn comes would be a
 scheduling fault; it is evicted and counted (`num_evicted`), never trained on.
 
-Shape letters: G generations per prompt, S sequence length (prompt +
-completion, padded), P prompts per batch.
+Shape letters: the package key (scalerl_jax/__init__.py).
 """
 
 from __future__ import annotations
@@ -34,12 +33,12 @@ class Group:
   version_GxS: np.ndarray  # int32 [G, S]: policy version per sampled token, else -1.
   rewards_G: np.ndarray  # float32 [G]
   prompt_lens_G: np.ndarray  # int32 [G]: prompt tokens.
-  lengths_G: np.ndarray  # int32 [G]: completion tokens (sampled + injected).
+  completion_lens_G: np.ndarray  # int32 [G]: completion tokens (sampled + injected).
   truncated_G: np.ndarray  # bool [G]: hit the length budget without EOS.
   interrupted_G: np.ndarray  # bool [G]: the thinking-budget phrase was injected.
 
   _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "rewards_G",
-             "prompt_lens_G", "lengths_G", "truncated_G", "interrupted_G")
+             "prompt_lens_G", "completion_lens_G", "truncated_G", "interrupted_G")
 
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (the group's staleness anchor)."""
@@ -139,7 +138,7 @@ def collate(groups: Sequence[Group], length_multiple: int = 32) -> dict[str, np.
   `length_multiple` (so the train step compiles for a few lengths only).
   """
   full = groups[0].tokens_GxS.shape[1]
-  used = max(int((g.prompt_lens_G + g.lengths_G).max()) for g in groups)
+  used = max(int((g.prompt_lens_G + g.completion_lens_G).max()) for g in groups)
   s = min(full, -(-used // length_multiple) * length_multiple)
   return {
       "tokens_BxS": np.concatenate([g.tokens_GxS[:, :s] for g in groups]).astype(np.int32),

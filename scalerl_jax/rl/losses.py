@@ -1,16 +1,16 @@
 """RL objectives (PAPER.md §3) and their aggregation (§4), as pure functions.
 
-Shapes: B completions in the batch, T completion tokens (padded), P prompt
-groups.
+Shape letters: the package key (scalerl_jax/__init__.py). Token arrays are [B, S]
+(prompt and completion; the mask selects the completion's tokens).
 
-A loss maps token log-probs of the trainer (`logp_BxT`, differentiated) and of
-a reference policy (`ref_logp_BxT`, constant), per-completion advantages
-`adv_B` and a bool token mask to the per-token objective `obj_BxT` that the
+A loss maps token log-probs of the trainer (`logp_BxS`, differentiated) and of
+a reference policy (`ref_logp_BxS`, constant), per-completion advantages
+`adv_B` and a bool token mask to the per-token objective `obj_BxS` that the
 policy ascends (zero on masked tokens), plus scalar metrics. `aggregate`
 averages it; `compute_loss` returns the negated average, to minimise.
 
 The reference policy is the generator (rho = pi_train / pi_gen) unless the
-trainer passes its own old-policy log-probs `old_logp_BxT`; then ratios are
+trainer passes its own old-policy log-probs `old_logp_BxS`; then ratios are
 taken against pi_old and every loss is multiplied by the truncated
 importance-sampling (TIS) factor sg(min(pi_old / pi_gen, tis_cap)), which
 corrects for the generator's numerics without counting the mismatch twice.
@@ -87,61 +87,61 @@ def get_loss(name: str) -> LossFn:
   return _LOSSES[name].fn
 
 
-def _token_mean(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
-  total = jnp.sum(jnp.where(mask_BxT, x_BxT, 0.0))
-  return total / jnp.maximum(jnp.sum(mask_BxT), 1)
+def _token_mean(x_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
+  total = jnp.sum(jnp.where(mask_BxS, x_BxS, 0.0))
+  return total / jnp.maximum(jnp.sum(mask_BxS), 1)
 
 
-def _ratio_stats(ratio_BxT: jax.Array, mask_BxT: jax.Array, prefix: str = "") -> Metrics:
-  ratio_BxT = jax.lax.stop_gradient(ratio_BxT)
+def _ratio_stats(ratio_BxS: jax.Array, mask_BxS: jax.Array, prefix: str = "") -> Metrics:
+  ratio_BxS = jax.lax.stop_gradient(ratio_BxS)
   return {
-      f"{prefix}ratio_mean": _token_mean(ratio_BxT, mask_BxT),
+      f"{prefix}ratio_mean": _token_mean(ratio_BxS, mask_BxS),
       # Ratios are positive, so 0 stands for "no tokens".
-      f"{prefix}ratio_max": jnp.max(jnp.where(mask_BxT, ratio_BxT, 0.0)),
+      f"{prefix}ratio_max": jnp.max(jnp.where(mask_BxS, ratio_BxS, 0.0)),
   }
 
 
-def _log_ratio(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
+def _log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
   # Padding may hold any log-prob (even -inf); its ratio is pinned to 1.
-  return jnp.where(mask_BxT, logp_BxT - ref_logp_BxT, 0.0)
+  return jnp.where(mask_BxS, logp_BxS - ref_logp_BxS, 0.0)
 
 
-def _ppo_clip(ratio_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+def _ppo_clip(ratio_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
               eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
   """min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A) per token."""
   adv_Bx1 = adv_B[:, None]
-  clipped_BxT = jnp.clip(ratio_BxT, 1.0 - eps_low, 1.0 + eps_high)
-  obj_BxT = jnp.minimum(ratio_BxT * adv_Bx1, clipped_BxT * adv_Bx1)
-  low_BxT = (ratio_BxT < 1.0 - eps_low) & (adv_Bx1 < 0)
-  high_BxT = (ratio_BxT > 1.0 + eps_high) & (adv_Bx1 > 0)
-  metrics = _ratio_stats(ratio_BxT, mask_BxT)
-  metrics["clip_frac_low"] = _token_mean(low_BxT, mask_BxT)
-  metrics["clip_frac_high"] = _token_mean(high_BxT, mask_BxT)
+  clipped_BxS = jnp.clip(ratio_BxS, 1.0 - eps_low, 1.0 + eps_high)
+  obj_BxS = jnp.minimum(ratio_BxS * adv_Bx1, clipped_BxS * adv_Bx1)
+  low_BxS = (ratio_BxS < 1.0 - eps_low) & (adv_Bx1 < 0)
+  high_BxS = (ratio_BxS > 1.0 + eps_high) & (adv_Bx1 > 0)
+  metrics = _ratio_stats(ratio_BxS, mask_BxS)
+  metrics["clip_frac_low"] = _token_mean(low_BxS, mask_BxS)
+  metrics["clip_frac_high"] = _token_mean(high_BxS, mask_BxS)
   metrics["capped_frac"] = jnp.zeros((), jnp.float32)
-  return jnp.where(mask_BxT, obj_BxT, 0.0), metrics
+  return jnp.where(mask_BxS, obj_BxS, 0.0), metrics
 
 
 @register_loss("grpo")
-def grpo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_clip: float) -> tuple[jax.Array, Metrics]:
   """GRPO / PPO-clip with a symmetric epsilon.
 
   Args:
-    logp_BxT: trainer log-probs of the sampled tokens.
-    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    logp_BxS: trainer log-probs of the sampled tokens.
+    ref_logp_BxS: log-probs of the policy the ratio is taken against.
     adv_B: advantage of every completion.
-    mask_BxT: bool, True on completion tokens.
+    mask_BxS: bool, True on completion tokens.
     eps_clip: rho is clipped to [1 - eps_clip, 1 + eps_clip].
 
   Returns:
-    (obj_BxT, metrics).
+    (obj_BxS, metrics).
   """
-  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
-  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, eps_clip, eps_clip)
+  ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+  return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_clip, eps_clip)
 
 
 @register_loss("dapo")
-def dapo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
   """DAPO: PPO-clip with asymmetric clipping (clip-higher).
 
@@ -149,29 +149,29 @@ def dapo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_Bx
   separately (`config.rl.aggregation`, `config.rl.zero_variance_filter`).
 
   Args:
-    logp_BxT: trainer log-probs of the sampled tokens.
-    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    logp_BxS: trainer log-probs of the sampled tokens.
+    ref_logp_BxS: log-probs of the policy the ratio is taken against.
     adv_B: advantage of every completion.
-    mask_BxT: bool, True on completion tokens.
+    mask_BxS: bool, True on completion tokens.
     eps_low: lower clip, rho >= 1 - eps_low.
     eps_high: upper clip, rho <= 1 + eps_high.
 
   Returns:
-    (obj_BxT, metrics).
+    (obj_BxS, metrics).
   """
-  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
-  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, eps_low, eps_high)
+  ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+  return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_low, eps_high)
 
 
-def _sequence_log_ratio(logp_BxT: jax.Array, ref_logp_BxT: jax.Array,
-                        mask_BxT: jax.Array) -> jax.Array:
+def _sequence_log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array,
+                        mask_BxS: jax.Array) -> jax.Array:
   """log s_i = mean over the completion's tokens of log rho; 0 if it has none."""
-  total_B = jnp.sum(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT), axis=1)
-  return total_B / jnp.maximum(jnp.sum(mask_BxT, axis=1), 1)
+  total_B = jnp.sum(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS), axis=1)
+  return total_B / jnp.maximum(jnp.sum(mask_BxS, axis=1), 1)
 
 
 @register_loss("gspo")
-def gspo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, gspo_eps_low: float, gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
   """GSPO: PPO-clip of the sequence ratio s_i = exp(mean_t log rho_{i,t}).
 
@@ -179,24 +179,24 @@ def gspo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_Bx
   of completion i, so `sample` aggregation gives GSPO's per-sequence mean.
 
   Args:
-    logp_BxT: trainer log-probs of the sampled tokens.
-    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    logp_BxS: trainer log-probs of the sampled tokens.
+    ref_logp_BxS: log-probs of the policy the ratio is taken against.
     adv_B: advantage of every completion.
-    mask_BxT: bool, True on completion tokens.
+    mask_BxS: bool, True on completion tokens.
     gspo_eps_low: lower clip, s_i >= 1 - gspo_eps_low.
     gspo_eps_high: upper clip, s_i <= 1 + gspo_eps_high.
 
   Returns:
-    (obj_BxT, metrics).
+    (obj_BxS, metrics).
   """
-  seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
-  ratio_BxT = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxT.shape)
-  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, gspo_eps_low, gspo_eps_high)
+  seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+  ratio_BxS = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxS.shape)
+  return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
 
 
 @register_loss("gspo_token")
-def gspo_token(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array,
-               mask_BxT: jax.Array, *, gspo_eps_low: float,
+def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
+               mask_BxS: jax.Array, *, gspo_eps_low: float,
                gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
   """GSPO-token: per-token ratio sg(s_i) * pi_train / sg(pi_train), clipped.
 
@@ -205,25 +205,25 @@ def gspo_token(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array,
   advantage is per sequence.
 
   Args:
-    logp_BxT: trainer log-probs of the sampled tokens.
-    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    logp_BxS: trainer log-probs of the sampled tokens.
+    ref_logp_BxS: log-probs of the policy the ratio is taken against.
     adv_B: advantage of every completion.
-    mask_BxT: bool, True on completion tokens.
+    mask_BxS: bool, True on completion tokens.
     gspo_eps_low: lower clip of the ratio.
     gspo_eps_high: upper clip of the ratio.
 
   Returns:
-    (obj_BxT, metrics).
+    (obj_BxS, metrics).
   """
   seq_log_ratio_B = jax.lax.stop_gradient(
-      _sequence_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
-  own_BxT = jnp.where(mask_BxT, logp_BxT - jax.lax.stop_gradient(logp_BxT), 0.0)
-  ratio_BxT = jnp.exp(seq_log_ratio_B[:, None] + own_BxT)
-  return _ppo_clip(ratio_BxT, adv_B, mask_BxT, gspo_eps_low, gspo_eps_high)
+      _sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+  own_BxS = jnp.where(mask_BxS, logp_BxS - jax.lax.stop_gradient(logp_BxS), 0.0)
+  ratio_BxS = jnp.exp(seq_log_ratio_B[:, None] + own_BxS)
+  return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
 
 
 @register_loss("cispo")
-def cispo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_BxT: jax.Array,
+def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
           *, cispo_eps_max: float) -> tuple[jax.Array, Metrics]:
   """CISPO: sg(min(rho, eps_max)) * A * log pi_train (truncated-IS REINFORCE).
 
@@ -231,26 +231,26 @@ def cispo(logp_BxT: jax.Array, ref_logp_BxT: jax.Array, adv_B: jax.Array, mask_B
   token's gradient is the weighted d log pi; none is clipped away.
 
   Args:
-    logp_BxT: trainer log-probs of the sampled tokens.
-    ref_logp_BxT: log-probs of the policy the ratio is taken against.
+    logp_BxS: trainer log-probs of the sampled tokens.
+    ref_logp_BxS: log-probs of the policy the ratio is taken against.
     adv_B: advantage of every completion.
-    mask_BxT: bool, True on completion tokens.
+    mask_BxS: bool, True on completion tokens.
     cispo_eps_max: cap on the importance weight.
 
   Returns:
-    (obj_BxT, metrics).
+    (obj_BxS, metrics).
   """
-  ratio_BxT = jnp.exp(_log_ratio(logp_BxT, ref_logp_BxT, mask_BxT))
-  weight_BxT = jax.lax.stop_gradient(jnp.minimum(ratio_BxT, cispo_eps_max))
-  obj_BxT = weight_BxT * adv_B[:, None] * logp_BxT
-  metrics = _ratio_stats(ratio_BxT, mask_BxT)
+  ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+  weight_BxS = jax.lax.stop_gradient(jnp.minimum(ratio_BxS, cispo_eps_max))
+  obj_BxS = weight_BxS * adv_B[:, None] * logp_BxS
+  metrics = _ratio_stats(ratio_BxS, mask_BxS)
   metrics["clip_frac_low"] = jnp.zeros((), jnp.float32)
   metrics["clip_frac_high"] = jnp.zeros((), jnp.float32)
-  metrics["capped_frac"] = _token_mean(ratio_BxT > cispo_eps_max, mask_BxT)
-  return jnp.where(mask_BxT, obj_BxT, 0.0), metrics
+  metrics["capped_frac"] = _token_mean(ratio_BxS > cispo_eps_max, mask_BxS)
+  return jnp.where(mask_BxS, obj_BxS, 0.0), metrics
 
 
-def aggregate(obj_BxT: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_groups: int,
+def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
               aggregation: str) -> jax.Array:
   """Averages a per-token objective over the batch (PAPER.md §4).
 
@@ -261,8 +261,8 @@ def aggregate(obj_BxT: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_g
   left out of the outer means; with no unmasked token at all the result is 0.
 
   Args:
-    obj_BxT: per-token values.
-    mask_BxT: True (or 1) on tokens that count.
+    obj_BxS: per-token values.
+    mask_BxS: True (or 1) on tokens that count.
     group_B: int prompt index in [0, num_groups) of every completion.
     num_groups: P, static.
     aggregation: one of `AGGREGATIONS`.
@@ -270,9 +270,9 @@ def aggregate(obj_BxT: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_g
   Returns:
     Scalar average.
   """
-  mask_BxT = mask_BxT.astype(bool)
-  sum_B = jnp.sum(jnp.where(mask_BxT, obj_BxT, 0.0), axis=1)
-  len_B = jnp.sum(mask_BxT, axis=1).astype(sum_B.dtype)
+  mask_BxS = mask_BxS.astype(bool)
+  sum_B = jnp.sum(jnp.where(mask_BxS, obj_BxS, 0.0), axis=1)
+  len_B = jnp.sum(mask_BxS, axis=1).astype(sum_B.dtype)
   if aggregation == "token":
     return jnp.sum(sum_B) / jnp.maximum(jnp.sum(len_B), 1.0)
   if aggregation == "sample":
@@ -316,38 +316,38 @@ class LossParams:
     return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))
 
 
-def compute_loss(params: LossParams, logp_BxT: jax.Array, gen_logp_BxT: jax.Array,
-                 adv_B: jax.Array, mask_BxT: jax.Array, group_B: jax.Array, num_groups: int,
-                 old_logp_BxT: Optional[jax.Array] = None) -> tuple[jax.Array, Metrics]:
+def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Array,
+                 adv_B: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
+                 old_logp_BxS: Optional[jax.Array] = None) -> tuple[jax.Array, Metrics]:
   """The scalar RL loss to minimise, and its metrics.
 
   Args:
     params: static loss choice (`LossParams.from_config(config.rl)`).
-    logp_BxT: trainer log-probs of the sampled tokens (differentiated).
-    gen_logp_BxT: the generator's log-probs of the same tokens.
+    logp_BxS: trainer log-probs of the sampled tokens (differentiated).
+    gen_logp_BxS: the generator's log-probs of the same tokens.
     adv_B: advantage of every completion.
-    mask_BxT: True (or 1) on completion tokens; zero the rows of dropped groups.
+    mask_BxS: True (or 1) on completion tokens; zero the rows of dropped groups.
     group_B: int prompt index in [0, num_groups) of every completion.
     num_groups: P, static.
-    old_logp_BxT: the trainer's log-probs under the generating weights; must be
+    old_logp_BxS: the trainer's log-probs under the generating weights; must be
       given exactly when `params.tis_cap > 0`. Ratios are then taken against
       it and the TIS factor sg(min(pi_old / pi_gen, tis_cap)) is applied.
 
   Returns:
     (loss, metrics): -aggregate(objective) and a dict of scalars.
   """
-  if (old_logp_BxT is None) != (params.tis_cap == 0):
+  if (old_logp_BxS is None) != (params.tis_cap == 0):
     raise ValueError(
-        f"rl.tis_cap is {params.tis_cap}: the TIS correction needs old_logp_BxT exactly when "
-        f"tis_cap > 0, but old_logp_BxT was {'not ' if old_logp_BxT is None else ''}given")
-  mask_BxT = mask_BxT.astype(bool)
-  ref_logp_BxT = gen_logp_BxT if old_logp_BxT is None else old_logp_BxT
-  obj_BxT, metrics = get_loss(params.loss)(
-      logp_BxT, ref_logp_BxT, adv_B, mask_BxT, **dict(params.hparams))
-  if old_logp_BxT is not None:
-    tis_ratio_BxT = jnp.exp(_log_ratio(old_logp_BxT, gen_logp_BxT, mask_BxT))
-    obj_BxT = obj_BxT * jax.lax.stop_gradient(jnp.minimum(tis_ratio_BxT, params.tis_cap))
-    metrics.update(_ratio_stats(tis_ratio_BxT, mask_BxT, prefix="tis_"))
-    metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxT > params.tis_cap, mask_BxT)
-  loss = -aggregate(obj_BxT, mask_BxT, group_B, num_groups, params.aggregation)
+        f"rl.tis_cap is {params.tis_cap}: the TIS correction needs old_logp_BxS exactly when "
+        f"tis_cap > 0, but old_logp_BxS was {'not ' if old_logp_BxS is None else ''}given")
+  mask_BxS = mask_BxS.astype(bool)
+  ref_logp_BxS = gen_logp_BxS if old_logp_BxS is None else old_logp_BxS
+  obj_BxS, metrics = get_loss(params.loss)(
+      logp_BxS, ref_logp_BxS, adv_B, mask_BxS, **dict(params.hparams))
+  if old_logp_BxS is not None:
+    tis_ratio_BxS = jnp.exp(_log_ratio(old_logp_BxS, gen_logp_BxS, mask_BxS))
+    obj_BxS = obj_BxS * jax.lax.stop_gradient(jnp.minimum(tis_ratio_BxS, params.tis_cap))
+    metrics.update(_ratio_stats(tis_ratio_BxS, mask_BxS, prefix="tis_"))
+    metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxS > params.tis_cap, mask_BxS)
+  loss = -aggregate(obj_BxS, mask_BxS, group_B, num_groups, params.aggregation)
   return loss, metrics

@@ -15,7 +15,7 @@ it happens (`work`), so compute includes groups that are never trained on
 (slot arrays, prompt queue, partial groups, counts) is checkpointed, so a
 resumed run continues the very same sequences.
 
-Shape letters: G generations per prompt, S sequence length, F finished rows,
+Shape letters: the package key (scalerl_jax/__init__.py), and F finished rows,
 N slots.
 """
 
@@ -35,15 +35,15 @@ from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling.sampler import Sampler
 
 _VERIFY_COUNTS = ("num_completions", "num_timeouts", "num_errors", "num_crashes", "num_invalid")
-_ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "length", "truncated",
+_ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "seq_len", "truncated",
                "interrupted")
 
 
-def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, length_F: np.ndarray,
+def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, seq_len_F: np.ndarray,
                      tok: tokenizer_lib.Tokenizer) -> list[str]:
   """The text verifiers score of every row (`Tokenizer.completion_text`)."""
   return [tok.completion_text(tokens_FxS[i, :int(p)], tokens_FxS[i, int(p):int(n)])
-          for i, (p, n) in enumerate(zip(prompt_len_F, length_F))]
+          for i, (p, n) in enumerate(zip(prompt_len_F, seq_len_F))]
 
 
 def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarray:
@@ -166,7 +166,7 @@ class Rollouts:
           version_GxS=group["version"].astype(np.int32),
           rewards_G=to_rewards(scores_G, self.reward_range[1], self.reward_range[0]),
           prompt_lens_G=group["prompt_len"].astype(np.int32),
-          lengths_G=(group["length"] - group["prompt_len"]).astype(np.int32),
+          completion_lens_G=(group["seq_len"] - group["prompt_len"]).astype(np.int32),
           truncated_G=group["truncated"].astype(bool),
           interrupted_G=group["interrupted"].astype(bool)))
     return groups

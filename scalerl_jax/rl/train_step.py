@@ -114,7 +114,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
     old = jax.lax.stop_gradient(logp_BxS) if tis else None
     loss, metrics = losses.compute_loss(
         spec.loss, logp_BxS, batch["gen_logp_BxS"], adv_PxG.reshape(p * g), mask_BxS,
-        group_B, p, old_logp_BxT=old)
+        group_B, p, old_logp_BxS=old)
     metrics["entropy"] = _masked_mean(jax.lax.stop_gradient(entropy_BxS), mask_BxS)
     metrics["train_gen_logp_abs_diff"] = _masked_mean(
         jnp.abs(jax.lax.stop_gradient(logp_BxS) - batch["gen_logp_BxS"]), mask_BxS)

@@ -3,7 +3,7 @@
 `Sampler` is built once per (model, sampling settings, mesh) and compiles each
 program once per shape bucket. Two ways to use it:
 
-* Whole batch: `sampler.generate(params, prompts_BxP, prompt_lens_B, rng)`
+* Whole batch: `sampler.generate(params, prompts_BxL, prompt_lens_B, rng)`
   returns `Completions` in input order.
 * Slots (PipelineRL): a fixed number of slots that the caller keeps full::
 
@@ -33,8 +33,8 @@ vocabulary, empty batch, occupied or unknown slot, budgets beyond the KV cache)
 raises ValueError before anything is compiled. All processes of a multi-host
 run pass the same host arrays.
 
-Shape letters: B sequences passed in, P prompt width, N slots, M metadata ints,
-F finished sequences, S positions per slot.
+Shape letters: the package key (scalerl_jax/__init__.py), and N slots, M metadata
+ints, F finished sequences.
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ class Sampler:
       state: slot state; donated (do not reuse the argument).
       params: policy parameters for the prefill.
       slot_ids: [B] distinct free slots.
-      prompt_tokens: [B, P] int token ids; positions past a row's length are ignored.
-      prompt_lens: [B] prompt lengths, 1 <= len <= min(P, sampling.max_prompt_len).
+      prompt_tokens: [B, L] int token ids; positions past a row's length are ignored.
+      prompt_lens: [B] prompt lengths, 1 <= len <= min(L, sampling.max_prompt_len).
       rng: PRNG key; sequence i draws its tokens and thinking budget from
         fold_in(rng, i) only, so its sampling does not depend on its slot or
         on the other sequences.
@@ -172,7 +172,7 @@ class Sampler:
     Returns:
       The new state.
     """
-    prompts_BxP, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
+    prompts_BxL, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
     num_slots, width = state.meta.shape
     slot_ids_B = np.asarray(slot_ids)
@@ -191,10 +191,10 @@ class Sampler:
     n = min(_pow2_at_least(b), num_slots)
     pad = n - b
     slot_ids_n = np.concatenate([slot_ids_B, np.full((pad,), num_slots)]).astype(np.int32)
-    prompts_nxP = np.pad(prompts_BxP, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
+    prompts_nxL = np.pad(prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
     lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
     meta_nxM = np.pad(meta_BxM, ((0, pad), (0, 0)))
-    return self._call(self._start, state, params, slot_ids_n, prompts_nxP, lens_n, meta_nxM,
+    return self._call(self._start, state, params, slot_ids_n, prompts_nxL, lens_n, meta_nxM,
                       _as_key(rng))
 
   def advance(self, state: SlotState, params: Any, version: int,
@@ -257,7 +257,7 @@ class Sampler:
 
     Args:
       params: policy parameters.
-      prompt_tokens: [B, P] int token ids.
+      prompt_tokens: [B, L] int token ids.
       prompt_lens: [B] prompt lengths.
       rng: PRNG key.
       version: policy version recorded for the generated tokens.
@@ -302,7 +302,7 @@ class Sampler:
   # Host-side validation.
 
   def _check_prompts(self, prompt_tokens: Any, prompt_lens: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Returns prompts [B, P'] cut or padded to a length bucket, and lengths [B]."""
+    """Returns prompts [B, L'] cut or padded to a length bucket, and lengths [B]."""
     prompts = np.asarray(prompt_tokens)
     lens = np.asarray(prompt_lens)
     if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):

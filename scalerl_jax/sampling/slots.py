@@ -17,9 +17,9 @@ with the new weights (on the cache built by the old ones, as in PipelineRL).
 Every function here is pure and jit-able; `sampler.Sampler` binds the static
 arguments, shardings and buckets.
 
-Shape letters: N slots, n new sequences, S cache positions per slot (prompt
-budget + completion budget), P padded prompt length, M metadata ints per
-sequence, F gathered rows, V vocab; cache: L layers, K kv heads, E head dim.
+Shape letters: the package key (scalerl_jax/__init__.py), and N slots, n new
+sequences, M metadata ints per sequence, F gathered rows. S = prompt budget +
+completion budget.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
 @flax.struct.dataclass
 class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
-  cache: decode.Cache  # {"k": L x [N, K, E, S], "v": L x [N, K, S, E]}
+  cache: decode.Cache  # {"k": layers x [N, K, E, S], "v": layers x [N, K, S, E]}
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
   logp: jax.Array  # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
   logp_sampling: jax.Array  # [N, S] float32 log-prob under the truncated sampling distribution.
@@ -70,7 +70,7 @@ class Completions:
   version: jax.Array  # [F, S] int32 policy version per generated token; -1 elsewhere.
   mask: jax.Array  # [F, S] bool generated tokens.
   prompt_len: jax.Array  # [F] int32
-  length: jax.Array  # [F] int32 prompt + completion tokens (injected ones included).
+  seq_len: jax.Array  # [F] int32 prompt + completion tokens (injected ones included).
   truncated: jax.Array  # [F] bool hit the length limit without an EOS token.
   interrupted: jax.Array  # [F] bool the thinking-budget phrase was injected.
   thinking_budget: jax.Array  # [F] int32 its drawn budget (0 with interruptions off).
@@ -117,7 +117,7 @@ def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: i
 
 
 def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, params: Any,
-          slot_ids_n: jax.Array, prompts_nxP: jax.Array, prompt_lens_n: jax.Array,
+          slot_ids_n: jax.Array, prompts_nxL: jax.Array, prompt_lens_n: jax.Array,
           meta_nxM: jax.Array, rng: jax.Array) -> SlotState:
   """Prefills new prompts and installs them in their slots.
 
@@ -127,8 +127,8 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
     state: current slots; the target slots must be free.
     params: policy parameters used for the prefill.
     slot_ids_n: target slots; ids >= N mark padding rows, which are dropped.
-    prompts_nxP: prompt tokens, anything after a row's length is ignored.
-    prompt_lens_n: prompt lengths, 1 <= len <= P.
+    prompts_nxL: prompt tokens, anything after a row's length is ignored.
+    prompt_lens_n: prompt lengths, 1 <= len <= L.
     meta_nxM: caller metadata per sequence.
     rng: PRNG key; row i gets its sampling stream and thinking budget from
       fold_in(rng, i) alone.
@@ -136,13 +136,13 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   Returns:
     The new state.
   """
-  n, p = prompts_nxP.shape
+  n, p = prompts_nxL.shape
   s = settings.cache_len
-  in_prompt_nxP = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
-  prompts_nxP = jnp.where(in_prompt_nxP, prompts_nxP, settings.pad_id).astype(jnp.int32)
-  pos_nxP = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
+  in_prompt_nxL = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
+  prompts_nxL = jnp.where(in_prompt_nxL, prompts_nxL, settings.pad_id).astype(jnp.int32)
+  pos_nxL = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
   # The logits are unused, so XLA drops the LM head from this program.
-  _, fresh = decode.forward(model_cfg, decode.prepare(model_cfg, params), prompts_nxP, pos_nxP,
+  _, fresh = decode.forward(model_cfg, decode.prepare(model_cfg, params), prompts_nxL, pos_nxL,
                             decode.init_cache(model_cfg, n, p))
   cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
 
@@ -155,7 +155,7 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   rows_pos = (n, s)
   return SlotState(
       cache=cache,
-      tokens=put(state.tokens, jnp.pad(prompts_nxP, ((0, 0), (0, s - p)),
+      tokens=put(state.tokens, jnp.pad(prompts_nxL, ((0, 0), (0, s - p)),
                                        constant_values=settings.pad_id)),
       logp=put(state.logp, jnp.zeros(rows_pos, jnp.float32)),
       logp_sampling=put(state.logp_sampling, jnp.zeros(rows_pos, jnp.float32)),
@@ -271,7 +271,7 @@ def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
   out = Completions(
       tokens=rows(state.tokens), logp=rows(state.logp),
       logp_sampling=rows(state.logp_sampling), version=rows(state.version),
-      mask=rows(state.mask), prompt_len=rows(state.prompt_len), length=rows(state.length),
+      mask=rows(state.mask), prompt_len=rows(state.prompt_len), seq_len=rows(state.length),
       truncated=rows(state.truncated), interrupted=rows(state.interruption.interrupted),
       thinking_budget=rows(state.interruption.budget),
       meta=rows(state.meta), slot=rows_F.astype(jnp.int32))

@@ -39,7 +39,8 @@ The bootstrap spread of a fit and its error when extrapolated live in
 `uncertainty.py`; deciding between recipes, and the power-law baseline, in
 `compare.py`.
 
-Shapes: N points, K curves, nA / nC / nB grid sizes.
+Shapes: N points, nA / nC / nB grid sizes (curves are counted in words:
+K is the package's kv heads).
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ def _bracket(grid, i):
 
 
 def _refine(curves, r0s, grid, start):
-  """Least squares over all parameters of K curves sharing A, inside the best grid cell.
+  """Least squares over all parameters of several curves sharing A, inside the best grid cell.
 
   The cell spans the grid neighbours of A and of each curve's C_mid around
   `start`, per curve (A, B, C_mid, R_0). Where the optimum lands on the cell's
