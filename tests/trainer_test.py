@@ -158,7 +158,7 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     partial = sorted(k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len"))
     for row in partial:
       prompt_lens.append(int(roll_arrays[f"{row}/prompt_len"]))
-      lengths.append(int(roll_arrays[f"{row}/length"]) - prompt_lens[-1])
+      lengths.append(int(roll_arrays[f"{row}/seq_len"]) - prompt_lens[-1])
     running = np.asarray(slots.active)
     assert running.any() and len(buffer_meta["records"]) > config.data.prompts_per_step
     prompt_lens += np.asarray(slots.prompt_len)[running].tolist()

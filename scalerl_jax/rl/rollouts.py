@@ -152,7 +152,7 @@ class Rollouts:
     stacked = [{f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS} for group in rows]
     texts, row_records = [], []
     for group, record in zip(stacked, records):
-      texts += completion_texts(group["tokens"], group["prompt_len"], group["length"], self.tok)
+      texts += completion_texts(group["tokens"], group["prompt_len"], group["seq_len"], self.tok)
       row_records += [record] * self.generations
     scores, stats = self.pool.score(texts, row_records)
     # Per-call counts only: the pool's num_worker_restarts is a running total.
