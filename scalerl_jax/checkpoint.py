@@ -26,13 +26,9 @@ complete checkpoint, and orbax replaces the leftover when the resumed run saves
 that step again. Opening a `Checkpointer` deletes and moves nothing, so
 evaluating or exporting from a workdir while its run is saving is safe.
 
-Integrity: once every process has written its files, and before the rename,
-the primary process writes `<step>/integrity.json`: size and sha256 of every
-file of the step but orbax's `_CHECKPOINT_METADATA` and `commit_success.txt`,
-written after it and holding no arrays. A step directory without it never
-finished saving (or predates manifests) and is incomplete. `latest_step` and
-`restore` check the files against it before orbax reads any array (orbax
-itself would load flipped bytes as wrong values without a word).
+Integrity: every step directory carries a manifest of its files' sizes and
+sha256 (`checkpoint_integrity.py`), written before the rename and checked
+before any array is read.
 
 A damaged newest checkpoint makes `latest_step` fall back to the newest intact
 one, with a warning naming the damaged step and its faults. Restarts after
@@ -64,9 +60,6 @@ once (sha256, ~1.5 GB/s a thread, several files at once), once per step and
 
 from __future__ import annotations
 
-import concurrent.futures
-import hashlib
-import json
 from typing import Any, NamedTuple, Optional
 
 from absl import logging
@@ -76,15 +69,17 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from scalerl_jax import checkpoint_integrity as integrity
+
 _STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays"
-_MANIFEST = "integrity.json"
-# Step-level files orbax writes after the manifest: the commit time and marker.
-_WRITTEN_AFTER_MANIFEST = ("_CHECKPOINT_METADATA", "commit_success.txt")
-_SHOWN_FAULTS = 3
 
 
 class DamagedCheckpointError(ValueError):
   """A checkpoint's files are not the ones its save wrote; nothing was loaded."""
+
+
+class CheckpointWriteError(RuntimeError):
+  """A save failed (disk full, directory not writable); earlier checkpoints are intact."""
 
 
 class Restored(NamedTuple):
@@ -162,70 +157,6 @@ def _decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
     raise ValueError(f"host_state leaf {layout['array']}: stored shape {array.shape} differs "
                      f"from its layout {shape}; the checkpoint is corrupt")
   return array.astype(dtype, copy=False)
-
-
-def _covered_files(step_dir: epath.Path) -> dict[str, epath.Path]:
-  """Every file of a step directory the manifest covers, by relative name."""
-  files = {}
-  for root, _, names in step_dir.walk():
-    for name in names:
-      rel = (root / name).relative_to(step_dir).as_posix()
-      if rel != _MANIFEST and rel not in _WRITTEN_AFTER_MANIFEST:
-        files[rel] = root / name
-  return files
-
-
-def _sha256(path: epath.Path) -> str:
-  digest = hashlib.sha256()
-  with path.open("rb") as f:
-    while chunk := f.read(1 << 22):
-      digest.update(chunk)
-  return digest.hexdigest()
-
-
-def _digests(paths: list[epath.Path]) -> list[str]:
-  # hashlib releases the GIL: threads overlap reading and hashing across files.
-  with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-    return list(pool.map(_sha256, paths))
-
-
-def _write_manifest(step_dir: epath.Path) -> None:
-  """Records the size and sha256 of every covered file of `step_dir`."""
-  files = _covered_files(step_dir)
-  names = sorted(files)
-  record = {name: {"bytes": files[name].stat().length, "sha256": digest}
-            for name, digest in zip(names, _digests([files[n] for n in names]))}
-  (step_dir / _MANIFEST).write_text(json.dumps({"files": record}, indent=1))
-
-
-def _find_damage(step_dir: epath.Path) -> Optional[str]:
-  """Why `step_dir` differs from what its save wrote; None when it does not."""
-  manifest = step_dir / _MANIFEST
-  if not manifest.exists():
-    return (f"it has no {_MANIFEST}: its save did not finish, or it was written before "
-            "checkpoints carried integrity manifests")
-  try:
-    saved = {name: (int(r["bytes"]), str(r["sha256"]))
-             for name, r in json.loads(manifest.read_text())["files"].items()}
-  except (ValueError, KeyError, TypeError, AttributeError) as e:
-    return f"its {_MANIFEST} is unreadable ({type(e).__name__}: {e})"
-  files = _covered_files(step_dir)
-  faults = [f"{name} is missing" for name in sorted(set(saved) - set(files))]
-  faults += [f"{name} was not written by the save" for name in sorted(set(files) - set(saved))]
-  same_size = []
-  for name in sorted(set(saved) & set(files)):
-    size = files[name].stat().length
-    if size == saved[name][0]:
-      same_size.append(name)
-    else:
-      faults.append(f"{name} holds {size} bytes where {saved[name][0]} were saved")
-  for name, digest in zip(same_size, _digests([files[n] for n in same_size])):
-    if digest != saved[name][1]:
-      faults.append(f"{name} differs from the bytes saved (sha256 mismatch)")
-  if not faults:
-    return None
-  more = len(faults) - _SHOWN_FAULTS
-  return "; ".join(faults[:_SHOWN_FAULTS]) + (f"; and {more} more faults" if more > 0 else "")
 
 
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
@@ -321,10 +252,13 @@ class Checkpointer:
       items[_ARRAYS] = ocp.args.StandardSave(arrays)
     # orbax would wait for the previous save here too; waiting first means
     # `_seal` of that save cannot read the step set for this one.
-    self._manager.wait_until_finished()
+    self.wait()
     self._sealing = step
     self._intact.discard(step)  # Verified contents of an earlier save by this number.
-    started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    try:
+      started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError, ...
+      raise self._write_failed(step, e) from e
     if started and not self._async_save:
       self.wait()
     return started
@@ -339,13 +273,13 @@ class Checkpointer:
     tmp = final.parent / (final.name + ocp.path.atomicity_types.TMP_DIR_SUFFIX)
     # On object stores orbax writes into the final directory and commits with
     # a marker file instead of renaming.
-    _write_manifest(tmp if tmp.exists() else final)
+    integrity.write_manifest(tmp if tmp.exists() else final)
 
   def _damage(self, step: int) -> Optional[str]:
     """Why checkpoint `step` cannot be restored; None when it verifies."""
     if step in self._intact:
       return None
-    damage = _find_damage(self._root / str(step))
+    damage = integrity.find_damage(self._root / str(step))
     if damage is None:
       self._intact.add(step)
     return damage
@@ -360,7 +294,7 @@ class Checkpointer:
     later = [s for s in self._manager.all_steps() if s >= step]
     if not later:
       return
-    self._manager.wait_until_finished()  # This run's own save in flight is not damage.
+    self.wait()  # This run's own save in flight is not damage.
     damaged = [s for s in later if self._damage(s) is not None]
     if not damaged:
       return
@@ -383,7 +317,7 @@ class Checkpointer:
     Complete is not intact: `latest_step` and `restore` verify the files.
     """
     return sorted(s for s in self._manager.all_steps()
-                  if (self._root / str(s) / _MANIFEST).exists())
+                  if (self._root / str(s) / integrity.MANIFEST).exists())
 
   def latest_step(self) -> Optional[int]:
     """The newest checkpoint whose files verify, or None if there is none.
@@ -394,7 +328,7 @@ class Checkpointer:
     Raises:
       DamagedCheckpointError: the directory holds checkpoints, none intact.
     """
-    self._manager.wait_until_finished()
+    self.wait()
     skipped = []
     for step in sorted(self._manager.all_steps(), reverse=True):
       damage = self._damage(step)
@@ -413,7 +347,7 @@ class Checkpointer:
           f"{self.directory} to start the run afresh.")
     return None
 
-  def restore(self, step: Optional[int], abstract_state: Any) -> Restored:
+  def restore(self, step: Optional[int], abstract_state: Any, partial: bool = False) -> Restored:
     """Restores a checkpoint into the given shapes and shardings.
 
     Its files are verified against the manifest before any is read.
@@ -424,6 +358,10 @@ class Checkpointer:
         jax.Array) leaves carrying `.sharding`; each array is read directly
         into its sharding (every process reads only its shards). A dtype
         different from the stored one is cast.
+      partial: `abstract_state` is a part of the state, nested dicts naming
+        it by its keys (e.g. {"train": {"params": ...}}); only that part is
+        read (an orbax partial restore), so the rest may have any shapes, and
+        the host state is not read (None).
 
     Returns:
       Restored(state, extra, host_state).
@@ -445,9 +383,15 @@ class Checkpointer:
                               f"complete checkpoints: {self.all_steps()}")
     self._check_intact(step)
     abstract = jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
-    self._check_fits(step, abstract)
+    self._check_fits(step, abstract, partial)
     meta = self._manager.restore(step, args=ocp.args.Composite(
         **{_EXTRA: ocp.args.JsonRestore(), _LAYOUT: ocp.args.JsonRestore()}))
+    if partial:
+      part = ocp.PyTreeCheckpointer().restore(
+          self._root / str(step) / _STATE, args=ocp.args.PyTreeRestore(
+              abstract, ocp.checkpoint_utils.construct_restore_args(abstract),
+              partial_restore=True))
+      return Restored(part, meta[_EXTRA], None)
     layout, has_arrays = meta[_LAYOUT]["layout"], meta[_LAYOUT]["num_arrays"] > 0
     items = {_STATE: ocp.args.StandardRestore(abstract)}
     if has_arrays:
@@ -469,8 +413,8 @@ class Checkpointer:
         f"Intact checkpoints: {sorted(intact)}. Restore one of those, or move this "
         f"directory out of {self.directory} so that a restart resumes from the newest one.")
 
-  def _check_fits(self, step: int, abstract: Any) -> None:
-    """Compares the stored state's keys and shapes with `abstract`."""
+  def _check_fits(self, step: int, abstract: Any, partial: bool) -> None:
+    """Compares the stored state's keys and shapes with `abstract` (a part of it if `partial`)."""
     stored = self._manager.item_metadata(step)[_STATE]
     stored = getattr(stored, "tree", stored)
     have = {_path_name(p): tuple(m.shape)
@@ -480,7 +424,8 @@ class Checkpointer:
     problems = [f"shape of {k!r} is {have[k]} in the checkpoint but {want[k]} in the model"
                 for k in want if k in have and have[k] != want[k]]
     problems += [f"{k!r} is missing from the checkpoint" for k in want if k not in have]
-    problems += [f"{k!r} is in the checkpoint but not in the model" for k in have if k not in want]
+    problems += [f"{k!r} is in the checkpoint but not in the model" for k in have
+                 if k not in want and not partial]
     if problems:
       shown = "; ".join(problems[:5])
       more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
@@ -488,12 +433,34 @@ class Checkpointer:
                        f"state to restore ({len(problems)} problems): {shown}{more}")
 
   def wait(self) -> None:
-    """Blocks until the pending asynchronous save (if any) is on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until the pending asynchronous save (if any) is on disk.
+
+    Raises:
+      CheckpointWriteError: that save failed.
+    """
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError, ...
+      raise self._write_failed(self._sealing, e) from e
+
+  def _write_failed(self, step: Optional[int], error: Exception) -> CheckpointWriteError:
+    """The error of a failed save, naming its cause and what is left intact."""
+    return CheckpointWriteError(
+        f"{self.directory}: writing the checkpoint of step {step} failed: "
+        f"{type(error).__name__}: {error}. Its partial files are ignored and the complete "
+        f"checkpoints ({self.all_steps()}) are untouched. Free disk space or make the directory "
+        "writable, then restart: the run resumes from the newest of them.")
 
   def close(self) -> None:
-    """Waits for pending saves and releases orbax's resources."""
-    self._manager.close()
+    """Waits for pending saves and releases orbax's resources.
+
+    Raises:
+      CheckpointWriteError: the pending save failed (resources are released).
+    """
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
 
   def __enter__(self) -> "Checkpointer":
     return self

@@ -10,7 +10,9 @@ scores 0 and is counted in the returned stats.
 
 Workers are forked by the pool's own fork server (`zygote.py`), which imports
 the verifiers' dependencies once: replacing a killed worker costs a fork, not
-a re-import of sympy, and nothing is ever forked from the JAX process.
+a re-import of sympy, and nothing is ever forked from the JAX process. A fork
+server that dies (its workers die with it) is started again, once per `score`
+call; a second failure in the same call raises a RuntimeError.
 
 Usage:
 
@@ -69,6 +71,7 @@ class _Batch:
   errors: int = 0
   crashes: int = 0
   first_error: str = ""
+  server_restarted: bool = False  # The fork server was replaced during this call.
 
 
 class RewardPool:
@@ -113,12 +116,8 @@ class RewardPool:
       root = os.path.dirname(os.path.dirname(os.path.abspath(scalerl_jax.__file__)))
       env = dict(os.environ, PYTHONPATH=os.pathsep.join(
           p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-      self._zygote = subprocess.Popen(
-          [sys.executable, "-m", "scalerl_jax.rewards.zygote", path], env=env,
-          stdin=subprocess.DEVNULL)
-      self._control = self._accept()
-      self._control.send(self._settings)
-      self._reply("ready")
+      self._zygote_cmd = ([sys.executable, "-m", "scalerl_jax.rewards.zygote", path], env)
+      self._start_server()
       for _ in range(rewards_config.num_workers):
         self._slots.append(self._start_worker())
     except BaseException:
@@ -129,6 +128,33 @@ class RewardPool:
   def timeout_s(self) -> float:
     """Wall-clock limit of one verification."""
     return self._timeout_s
+
+  def _start_server(self) -> None:
+    """Starts the fork server and waits until it has imported the verifiers."""
+    command, env = self._zygote_cmd
+    self._zygote = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+    self._control = self._accept()
+    self._control.send(self._settings)
+    self._reply("ready")
+
+  def _restart_server(self, batch: _Batch) -> None:
+    """Replaces a fork server that died or stopped answering; its workers die with it.
+
+    Once per `score` call: a second failure in the same call raises.
+    """
+    status = self._zygote.poll()
+    if status is None:
+      self._zygote.kill()
+      status = self._zygote.wait()
+    if batch.server_restarted:
+      raise RuntimeError(
+          f"The reward fork server failed twice while scoring one batch (exit status "
+          f"{status}); something keeps killing the verifier processes (the out-of-memory "
+          "killer? see rewards.worker_memory_mb)")
+    logging.warning("The reward fork server died (exit status %s); starting a new one", status)
+    batch.server_restarted = True
+    self._control.close()
+    self._start_server()
 
   def _accept(self) -> mp_connection.Connection:
     """The next connection from the fork server or a worker it forked."""
@@ -180,12 +206,20 @@ class RewardPool:
       shutil.rmtree(tmpdir, ignore_errors=True)
     slot.conn.close()
 
-  def _replace(self, index: int) -> None:
+  def _replace(self, index: int, batch: _Batch) -> None:
+    """Kills worker `index` if alive and forks a new one; restarts a failed fork server."""
     slot = self._slots[index]
-    self._control.send(("kill", slot.pid))
-    self._reply("killed")
+    try:
+      self._control.send(("kill", slot.pid))
+      self._reply("killed")
+    except (OSError, RuntimeError):
+      self._restart_server(batch)
     self._cleanup(slot)
-    self._slots[index] = self._start_worker()
+    try:
+      self._slots[index] = self._start_worker()
+    except (OSError, RuntimeError):
+      self._restart_server(batch)
+      self._slots[index] = self._start_worker()
     self._restarts += 1
 
   def _receive(self, index: int, batch: _Batch, now: float) -> None:
@@ -216,7 +250,7 @@ class RewardPool:
       elif not slot.ready:
         raise RuntimeError(
             "A reward worker died while starting; its traceback is on stderr") from None
-      self._replace(index)
+      self._replace(index, batch)
 
   def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
             ) -> tuple[np.ndarray, dict[str, float]]:
@@ -238,7 +272,8 @@ class RewardPool:
     Raises:
       ValueError: lengths differ, or a record is malformed or names an
         unknown verifier.
-      RuntimeError: a worker could not start.
+      RuntimeError: a worker could not start, or the fork server failed twice
+        during this call.
     """
     if len(completions) != len(records):
       raise ValueError(
@@ -253,7 +288,7 @@ class RewardPool:
         (i, c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c)
         for i, c in enumerate(completions) if valid_N[i])
     while pending or any(slot.task is not None for slot in self._slots):
-      self._dispatch(pending, records, specs)
+      self._dispatch(pending, records, specs, batch)
       self._wait(batch)
     timed = batch.seconds_N[valid_N]
     num_invalid = int((~valid_N).sum())
@@ -276,7 +311,7 @@ class RewardPool:
     return batch.scores_N, stats
 
   def _dispatch(self, pending: collections.deque, records: Sequence[Mapping[str, Any]],
-                specs: Sequence[str]) -> None:
+                specs: Sequence[str], batch: _Batch) -> None:
     """Hands pending completions to idle, ready workers."""
     for index, slot in enumerate(self._slots):
       if not (pending and slot.ready and slot.task is None):
@@ -286,7 +321,7 @@ class RewardPool:
         slot.conn.send((i, completion, records[i], specs[i]))
       except (BrokenPipeError, OSError):
         pending.appendleft((i, completion))  # The worker died idle; not this input's fault.
-        self._replace(index)
+        self._replace(index, batch)
         continue
       slot.task, slot.sent = i, time.monotonic()
 
@@ -308,7 +343,7 @@ class RewardPool:
       if slot.task is not None and now >= slot.sent + self._timeout_s:
         batch.timeouts += 1
         batch.seconds_N[slot.task] = now - slot.sent
-        self._replace(index)
+        self._replace(index, batch)
       elif not slot.ready and now >= slot.started + _START_TIMEOUT_S:
         raise RuntimeError(
             f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s")
