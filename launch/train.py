@@ -32,7 +32,7 @@ def main(argv):
   experiment.configure_logging()
   try:
     last = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (config_lib.ConfigError, ValueError, FileNotFoundError, FloatingPointError,
+  except (config_lib.ConfigError, ValueError, OSError, FloatingPointError,
           RuntimeError) as e:
     raise SystemExit(f"launch.train: {e}") from None
   if "val/mean_at_k" in last:

@@ -325,8 +325,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
   t = config.trainer
-  # Lines past the checkpoint will be written again by the resumed run.
-  trainer.writer.truncate_after(trainer.step)
+  # Lines past the checkpoint will be written again by the resumed run; at
+  # step 0 that includes step 0's validation line (a kill before the first
+  # checkpoint would otherwise leave it twice).
+  trainer.writer.truncate_after(trainer.step if trainer.step else -1)
   progress = metrics_lib.Progress(t.num_steps, trainer.step)
   last: dict[str, float] = {}
   try:
