@@ -269,5 +269,26 @@ def get_config(arg=None):
   # fingerprint; "" = <workdir>/base_policy. Sweeps share one across points.
   c.trainer.warm_start_dir = ""
 
+  # Per-step checks (scalerl_jax/monitors.py). One that fires logs a warning and
+  # sets alert/<name> = 1 in the step's metrics; a threshold of 0 turns it off.
+  c.monitor = ml_collections.ConfigDict()
+  # entropy_collapse: train/entropy below this fraction of its first value.
+  c.monitor.entropy_min_fraction = 0.1
+  # truncation: fraction of completions hitting the length limit (the paper's
+  # sign of coming instability; PAPER.md §6 sees it from ~10%).
+  c.monitor.truncation_rate_max = 0.2
+  # logp_mismatch: mean |log pi_train - log pi_gen| per loss token (staleness
+  # and generator/trainer numerics together).
+  c.monitor.logp_diff_max = 0.5
+  # is_ratio: largest IS ratio pi_train / pi_gen (pi_old / pi_gen with TIS);
+  # 0 or > 1.
+  c.monitor.ratio_max = 100.0
+  # reward_stuck: steps in a row whose completions all failed or all passed.
+  c.monitor.reward_stuck_steps = 10
+  # val_drop: validation mean@k this far below its best so far.
+  c.monitor.val_drop_max = 0.15
+  # Stop the run on the first alert, after saving a checkpoint of that step.
+  c.monitor.stop_on_alert = False
+
   c.lock()
   return c

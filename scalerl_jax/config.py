@@ -197,6 +197,18 @@ SCHEMA: dict[str, Field] = {
     "trainer.warm_start_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
                                        rule="must be in [0, 1)"),
     "trainer.warm_start_dir": _f(str),
+    # monitor (scalerl_jax/monitors.py); 0 turns a check off
+    "monitor.entropy_min_fraction": _f(float, check=lambda v: 0 <= v < 1,
+                                       rule="must be in [0, 1) (0 = off)"),
+    "monitor.truncation_rate_max": _f(float, check=lambda v: 0 <= v < 1,
+                                      rule="must be in [0, 1) (0 = off)"),
+    "monitor.logp_diff_max": _f(float, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
+    "monitor.ratio_max": _f(float, check=lambda v: v == 0 or v > 1,
+                            rule="must be 0 (off) or > 1 (on-policy ratios are 1)"),
+    "monitor.reward_stuck_steps": _f(int, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
+    "monitor.val_drop_max": _f(float, check=lambda v: 0 <= v < 1,
+                               rule="must be in [0, 1) (0 = off)"),
+    "monitor.stop_on_alert": _f(bool),
 }
 
 

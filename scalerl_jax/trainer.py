@@ -18,7 +18,7 @@ Resume order (checkpoint.py saves all of it together): step and train state
 and PRNG keys) -> data iterator position and prompt queue -> curriculum ->
 rollout buffer (finished groups and the start index of the next to consume)
 and partial groups -> generation work counts, compute meter and counters ->
-metrics.jsonl truncated to the checkpoint step. The schedule keeps no state
+monitor state -> metrics.jsonl truncated to the checkpoint step. The schedule keeps no state
 of its own: it decides from those counts.
 """
 
@@ -39,6 +39,7 @@ import numpy as np
 from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import evaluation
 from scalerl_jax import metrics as metrics_lib
+from scalerl_jax import monitors as monitors_lib
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.data import curriculum as curriculum_lib
@@ -190,6 +191,7 @@ class Trainer:
         jax.random.key(config.seed + 1))
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = metrics_lib.ComputeMeter()
+    self.monitors = monitors_lib.Monitors.from_config(config)
     self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0}
     self.step = 0
     if resuming:
@@ -210,7 +212,8 @@ class Trainer:
     host = {"buffer": buf_arrays, "rollouts": roll_arrays}
     extra = {"step": self.step, "pipeline": self.pipeline.get_state(),
              "curriculum": self.curriculum.state_dict(), "buffer": buf_meta,
-             "rollouts": roll_meta, "meter": self.meter.state_dict(), "counters": self.counters}
+             "rollouts": roll_meta, "meter": self.meter.state_dict(), "counters": self.counters,
+             "monitors": self.monitors.state_dict()}
     return device, host, extra
 
   def save(self, force: bool = False) -> None:
@@ -230,6 +233,7 @@ class Trainer:
     self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
     self.meter.load_state_dict(extra["meter"])
     self.counters = dict(extra["counters"])
+    self.monitors.load_state_dict(extra.get("monitors", {}))  # Absent before monitors existed.
     logging.info("Resumed from the checkpoint at step %d", self.step)
 
   # Phases.
@@ -334,6 +338,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   try:
     if trainer.step == 0:
       last = {**trainer.evaluate(), **trainer.meter.scalars()}
+      last.update(trainer.monitors.scalars(trainer.monitors.check(0, last)))
       trainer.writer.write(0, last)
       logging.info("step 0: validation mean@%d %.3f", t.eval_samples, last["val/mean_at_k"])
     while trainer.step < t.num_steps:
@@ -351,13 +356,21 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
             f"{trainer.checkpointer.directory}")
       if trainer.step % t.eval_every == 0 or trainer.step == t.num_steps:
         row.update(trainer.evaluate())
-      if trainer.step % t.log_every == 0 or "val/mean_at_k" in row:
+      alerts = trainer.monitors.check(trainer.step, row)
+      row.update(trainer.monitors.scalars(alerts))
+      if trainer.step % t.log_every == 0 or "val/mean_at_k" in row or alerts:
         trainer.writer.write(trainer.step, row)
       last = row
       progress.update(trainer.step, reward=row["train/reward_mean"],
                       val=row.get("val/mean_at_k", float("nan")))
-      if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps:
-        trainer.save()
+      stop = bool(alerts) and trainer.monitors.stop_on_alert
+      if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps or stop:
+        trainer.save(force=stop)
+      if stop:
+        raise monitors_lib.AlertStop(
+            f"step {trainer.step}: monitor.stop_on_alert: {alerts[0].message}; the run stopped "
+            f"after checkpointing this step in {trainer.checkpointer.directory}. To go on, "
+            "raise the threshold (monitor.*) or set monitor.stop_on_alert=False and restart")
     trainer.checkpointer.wait()
     if jax.process_index() == 0:
       open(os.path.join(workdir, DONE_FILE), "w").close()

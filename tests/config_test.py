@@ -1,10 +1,12 @@
 """Config validation: every preset validates; every bad field is named."""
 
+import jax
 import ml_collections
 import pytest
 
 from configs import scalerl
 from scalerl_jax import config as config_lib
+from scalerl_jax import trainer as trainer_lib
 
 
 @pytest.mark.parametrize("variant", scalerl.VARIANTS)
@@ -41,7 +43,8 @@ def _with(path, value, unlock=False):
   return config
 
 
-@pytest.mark.parametrize("path,value,message", [
+# (field, bad value, start of the message): each fails on the field alone.
+_BAD_FIELDS = [
     ("model.num_heads", "8", "model.num_heads: expected int"),
     ("model.fp32_lm_head", 1, "model.fp32_lm_head: expected bool"),
     ("optim.learning_rate", True, "optim.learning_rate: expected float"),
@@ -59,7 +62,27 @@ def _with(path, value, unlock=False):
     ("rewards.strip_thinking", ("maths",), "rewards.strip_thinking: ('maths',) must be distinct"),
     ("rewards.strip_thinking", ("math", "math"), "rewards.strip_thinking: ('math', 'math') must"),
     ("rewards.strip_thinking", "math", "rewards.strip_thinking: expected tuple or list"),
-])
+    ("seed", -1, "seed: -1 must be >= 0"),
+    ("optim.eps", 0.0, "optim.eps: 0.0 must be > 0"),
+    ("sampling.temperature", -0.5, "sampling.temperature: -0.5 must be >= 0"),
+    ("sampling.top_p", 0.0, "sampling.top_p: 0.0 must be in (0, 1]"),
+    ("buffer.max_off_policy", 0, "buffer.max_off_policy: 0 must be > 0"),
+    ("data.chat_template", "maybe", "data.chat_template: 'maybe' is not one of"),
+    ("data.builtin_difficulty", (0,), "data.builtin_difficulty: (0,) must be a non-empty tuple"),
+    ("rewards.verifier", "python", "rewards.verifier: 'python' is not one of"),
+    ("trainer.keep_checkpoints", 0, "trainer.keep_checkpoints: 0 must be > 0"),
+    ("trainer.warm_start_slip_prob", 1.0, "trainer.warm_start_slip_prob: 1.0 must be in [0, 1)"),
+    ("monitor.entropy_min_fraction", 1.0, "monitor.entropy_min_fraction: 1.0 must be in [0, 1)"),
+    ("monitor.truncation_rate_max", 1.5, "monitor.truncation_rate_max: 1.5 must be in [0, 1)"),
+    ("monitor.logp_diff_max", -0.1, "monitor.logp_diff_max: -0.1 must be >= 0"),
+    ("monitor.ratio_max", 0.5, "monitor.ratio_max: 0.5 must be 0 (off) or > 1"),
+    ("monitor.reward_stuck_steps", 2.0, "monitor.reward_stuck_steps: expected int"),
+    ("monitor.val_drop_max", -0.2, "monitor.val_drop_max: -0.2 must be in [0, 1)"),
+    ("monitor.stop_on_alert", "yes", "monitor.stop_on_alert: expected bool"),
+]
+
+
+@pytest.mark.parametrize("path,value,message", _BAD_FIELDS)
 def test_bad_field_is_named(path, value, message):
   with pytest.raises(config_lib.ConfigError) as e:
     config_lib.validate(_with(path, value))
@@ -88,7 +111,8 @@ def test_suggestion_names_the_close_field():
     config_lib.validate(config)
 
 
-@pytest.mark.parametrize("updates,num_devices,message", [
+# (fields set together, devices, start of the message): each fails on a relation.
+_INCONSISTENT = [
     ({"model.num_heads": 6}, None, "model.num_kv_heads: 4 does not divide model.num_heads=6"),
     ({"mesh.shape": (1, 1, 8)}, 8, "model.num_kv_heads: 4 is not divisible by 8"),
     ({"mesh.shape": (1, 1, 3)}, 3, "model.num_heads: 8 is not divisible by 3"),
@@ -111,8 +135,12 @@ def test_suggestion_names_the_close_field():
     ({"rl.reward_incorrect": 1.0}, None, "rl.reward_correct: 1.0 must exceed"),
     ({"data.source": "jsonl"}, None, "data.jsonl_train: must be set when data.source='jsonl'"),
     ({"data.source": "tfds"}, None, "data.tfds_name: must be set"),
-])
-def test_inconsistent_fields_are_named(updates, num_devices, message):
+    ({"data.jsonl_answer_field": "prompt"}, None,
+     "data.jsonl_answer_field: 'prompt' is also data.jsonl_prompt_field"),
+]
+
+
+def _with_all(updates):
   config = scalerl.get_config()
   for path, value in updates.items():
     node = config
@@ -120,11 +148,38 @@ def test_inconsistent_fields_are_named(updates, num_devices, message):
     for p in parents:
       node = node[p]
     node[leaf] = value
+  return config
+
+
+@pytest.mark.parametrize("updates,num_devices,message", _INCONSISTENT)
+def test_inconsistent_fields_are_named(updates, num_devices, message):
   with pytest.raises(config_lib.ConfigError) as e:
-    config_lib.validate(config, num_devices=num_devices)
+    config_lib.validate(_with_all(updates), num_devices=num_devices)
   assert str(e.value).startswith(message), str(e.value)
 
 
 def test_a_plain_dict_config_is_walked_too():
   config = ml_collections.ConfigDict(scalerl.get_config().to_dict())
   config_lib.validate(config)
+
+
+def test_the_trainer_refuses_every_invalid_config_before_compiling(tmp_path):
+  """train_and_evaluate, the entry point, fails on each config with its field named."""
+  configs = [(_with(path, value), message) for path, value, message in _BAD_FIELDS]
+  configs += [(_with_all(updates), message)
+              for updates, num_devices, message in _INCONSISTENT if num_devices is None]
+  assert len(configs) >= 20
+  compile_event = "/jax/core/compile/backend_compile_duration"
+  events = []
+  listener = lambda event, *args, **kwargs: events.append(event)
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    for i, (config, message) in enumerate(configs):
+      with pytest.raises(config_lib.ConfigError) as e:
+        trainer_lib.train_and_evaluate(config, str(tmp_path / str(i)))
+      assert str(e.value).startswith(message), str(e.value)
+    refused = list(events)
+    jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7))  # The listener does see a compile.
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert compile_event not in refused and compile_event in events

@@ -1,0 +1,259 @@
+"""Training monitors: per-step checks that warn before a run goes wrong without crashing.
+
+`Monitors.from_config(config)` builds the checks that `config.monitor` enables
+(a threshold of 0 turns a check off). The trainer feeds it the metrics row of
+every step, step 0's validation included; `check(step, row)` returns an
+`Alert` for every check that fires and logs each as a warning, and
+`scalars(alerts)` gives the row its `alert/<name>` entries (1 when the check
+fired at this step, else 0). With `monitor.stop_on_alert` the trainer saves a
+checkpoint and stops on the first alert (`AlertStop`).
+
+The checks, by name, and the metrics they read (written by trainer.py and, under
+`train/`, by rl/train_step.py and rl/losses.py):
+  entropy_collapse  train/entropy below `entropy_min_fraction` of its first value.
+  truncation        train/truncation_rate above `truncation_rate_max` (PAPER.md §6:
+                    rising truncation precedes collapse).
+  logp_mismatch     train/train_gen_logp_abs_diff, the mean |log pi_train - log pi_gen|
+                    per token, above `logp_diff_max`.
+  is_ratio          the largest IS ratio, train/ratio_max or (TIS on)
+                    train/tis_ratio_max, above `ratio_max`.
+  reward_stuck      train/reward_mean equal to rl.reward_incorrect (every completion
+                    failed) or rl.reward_correct (every one passed) for
+                    `reward_stuck_steps` steps in a row.
+  val_drop          val/mean_at_k more than `val_drop_max` below its best so far.
+
+Steps whose loss saw no token (train/loss_tokens = 0: every group had zero
+variance) carry no entropy, mismatch or ratio; those checks skip them.
+
+Three checks remember earlier steps (the first entropy, reward streaks, the
+best validation); `state_dict` / `load_state_dict` carry that through
+checkpoints, so a resumed run raises the alerts an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Callable, Optional
+
+from absl import logging
+import ml_collections
+
+Row = dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+  """One check that fired at one step."""
+  name: str  # The check's registry name; the metric is alert/<name>.
+  step: int
+  message: str  # Names the metric, its value and the config field crossed.
+
+
+class AlertStop(RuntimeError):
+  """Raised by the trainer when `monitor.stop_on_alert` and a check fired."""
+
+
+class _Check(abc.ABC):
+  """A check: `__call__(row)` returns a message when it fires, else None."""
+  _STATE: tuple[str, ...] = ()  # Attributes that remember earlier steps (JSON values).
+
+  @abc.abstractmethod
+  def __call__(self, row: Row) -> Optional[str]:
+    """The alert message for this row's metrics, or None."""
+
+  def state_dict(self) -> dict[str, Any]:
+    return {name: getattr(self, name) for name in self._STATE}
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    for name in self._STATE:
+      setattr(self, name, state[name])
+
+
+_CHECKS: dict[str, Callable[[ml_collections.ConfigDict], Optional[_Check]]] = {}
+
+
+def _register(name: str):
+  """Registers a check class under `name`; its `from_config` returns None when disabled."""
+  def register(cls):
+    if name in _CHECKS:
+      raise ValueError(f"monitor {name!r} is already registered")
+    _CHECKS[name] = cls.from_config
+    return cls
+  return register
+
+
+def _trained(row: Row) -> bool:
+  """Whether the row is a train step whose loss saw at least one token."""
+  return row.get("train/loss_tokens", 0.0) > 0
+
+
+@_register("entropy_collapse")
+class _EntropyCollapse(_Check):
+  _STATE = ("first",)
+
+  def __init__(self, min_fraction: float):
+    self.min_fraction = min_fraction
+    self.first: Optional[float] = None  # Entropy of the first trained step.
+
+  @classmethod
+  def from_config(cls, config):
+    f = config.monitor.entropy_min_fraction
+    return cls(f) if f > 0 else None
+
+  def __call__(self, row):
+    if not _trained(row) or "train/entropy" not in row:
+      return None
+    entropy = row["train/entropy"]
+    if self.first is None:
+      self.first = entropy
+    if entropy < self.min_fraction * self.first:
+      return (f"train/entropy {entropy:.4g} < monitor.entropy_min_fraction {self.min_fraction:g}"
+              f" x its first value {self.first:.4g}: the policy is collapsing")
+    return None
+
+
+class _AboveLimit(_Check):
+  """Fires when a row's value of one of `keys` exceeds `monitor.<field>`."""
+  keys: tuple[str, ...] = ()
+  field = ""
+  trained_only = True  # Skip steps whose loss saw no token.
+  note = ""  # Appended to the message.
+
+  def __init__(self, limit: float):
+    self.limit = limit
+
+  @classmethod
+  def from_config(cls, config):
+    limit = config.monitor[cls.field]
+    return cls(limit) if limit > 0 else None
+
+  def __call__(self, row):
+    if self.trained_only and not _trained(row):
+      return None
+    for key in self.keys:
+      value = row.get(key)
+      if value is not None and value > self.limit:
+        return f"{key} {value:.4g} > monitor.{self.field} {self.limit:g}{self.note}"
+    return None
+
+
+@_register("truncation")
+class _Truncation(_AboveLimit):
+  keys, field, trained_only = ("train/truncation_rate",), "truncation_rate_max", False
+  note = " (completions hitting the length limit precede instability)"
+
+
+@_register("logp_mismatch")
+class _LogpMismatch(_AboveLimit):
+  keys, field = ("train/train_gen_logp_abs_diff",), "logp_diff_max"
+
+
+@_register("is_ratio")
+class _ImportanceRatio(_AboveLimit):
+  keys, field = ("train/ratio_max", "train/tis_ratio_max"), "ratio_max"
+
+
+@_register("reward_stuck")
+class _RewardStuck(_Check):
+  _STATE = ("streaks",)
+
+  def __init__(self, steps: int, incorrect: float, correct: float):
+    self.steps = steps
+    self.levels = {"failed": incorrect, "passed": correct}
+    self.streaks = {k: 0 for k in self.levels}  # Consecutive steps at each level.
+
+  @classmethod
+  def from_config(cls, config):
+    steps = config.monitor.reward_stuck_steps
+    return cls(steps, config.rl.reward_incorrect, config.rl.reward_correct) if steps else None
+
+  def __call__(self, row):
+    if "train/reward_mean" not in row:
+      return None
+    reward = row["train/reward_mean"]
+    for kind, level in self.levels.items():
+      # A mean of equal float32 rewards is exactly that reward.
+      self.streaks[kind] = self.streaks[kind] + 1 if reward == level else 0
+    for kind, streak in self.streaks.items():
+      if streak >= self.steps:
+        return (f"train/reward_mean {reward:g}: every completion {kind} for {streak} steps in a "
+                f"row (monitor.reward_stuck_steps {self.steps}); no group carries a signal")
+    return None
+
+
+@_register("val_drop")
+class _ValidationDrop(_Check):
+  _STATE = ("best",)
+
+  def __init__(self, max_drop: float):
+    self.max_drop = max_drop
+    self.best: Optional[float] = None  # Best validation mean@k so far.
+
+  @classmethod
+  def from_config(cls, config):
+    drop = config.monitor.val_drop_max
+    return cls(drop) if drop > 0 else None
+
+  def __call__(self, row):
+    if "val/mean_at_k" not in row:
+      return None
+    value = row["val/mean_at_k"]
+    self.best = value if self.best is None else max(self.best, value)
+    if value < self.best - self.max_drop:
+      return (f"val/mean_at_k {value:.4g} fell more than monitor.val_drop_max "
+              f"{self.max_drop:g} below its best {self.best:.4g}")
+    return None
+
+
+def monitor_names() -> tuple[str, ...]:
+  """Names of every registered check, in registration order."""
+  return tuple(_CHECKS)
+
+
+class Monitors:
+  """The enabled checks of a run, fed one metrics row per step."""
+
+  def __init__(self, checks: dict[str, _Check], stop_on_alert: bool):
+    self.checks = checks
+    self.stop_on_alert = stop_on_alert
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> "Monitors":
+    """The checks enabled in `config.monitor` (thresholds of 0 leave one out)."""
+    checks = {name: make(config) for name, make in _CHECKS.items()}
+    return cls({k: v for k, v in checks.items() if v is not None},
+               config.monitor.stop_on_alert)
+
+  def check(self, step: int, row: Row) -> list[Alert]:
+    """Runs every check on the metrics of `step`; logs and returns those that fire.
+
+    Args:
+      step: the step the row belongs to.
+      row: its metrics (the dict the trainer writes).
+
+    Returns:
+      The alerts, in registration order.
+    """
+    alerts = []
+    for name, check in self.checks.items():
+      message = check(row)
+      if message:
+        alerts.append(Alert(name, step, message))
+        logging.warning("step %d: monitor %s: %s", step, name, message)
+    return alerts
+
+  def scalars(self, alerts: list[Alert]) -> dict[str, float]:
+    """alert/<name> for every enabled check: 1.0 if it is among `alerts`, else 0.0."""
+    fired = {a.name for a in alerts}
+    return {f"alert/{name}": float(name in fired) for name in self.checks}
+
+  def state_dict(self) -> dict[str, dict[str, Any]]:
+    """JSON-serialisable state of the checks that remember earlier steps."""
+    return {name: check.state_dict() for name, check in self.checks.items()}
+
+  def load_state_dict(self, state: dict[str, dict[str, Any]]) -> None:
+    """Restores `state_dict` output; checks absent from it start fresh."""
+    for name, check in self.checks.items():
+      if state.get(name):
+        check.load_state_dict(state[name])
