@@ -1,0 +1,179 @@
+"""Faults around a run: every verifier process killed, a full disk, an unwritable workdir.
+
+Each must end in recovery or a clear error, never a hang (every wait here has
+a deadline) and never a damaged checkpoint.
+"""
+
+import concurrent.futures
+import contextlib
+import os
+import resource
+import signal
+import threading
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import psutil
+import pytest
+
+from configs import scalerl
+from scalerl_jax import checkpoint
+from scalerl_jax import rewards
+from scalerl_jax import trainer as trainer_lib
+from tests import helpers
+
+_DEADLINE_S = 300.0  # Far above any step here, even on a loaded machine: a hang.
+_NOBODY = 65534
+_SLEEPER = "```python\nimport time\ntime.sleep(600)\n```"
+_CODE_RECORD = {"id": "c", "verifier": "code", "answer": "assert True"}
+# One long-lived thread for the calls that may restart the fork server: Linux
+# kills it (PR_SET_PDEATHSIG) when the thread that started it exits.
+_RUNNER = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+
+def _in_thread(fn, *args):
+  """fn(*args) on `_RUNNER`; fails the test if it runs past the deadline (a hang)."""
+  return _RUNNER.submit(fn, *args).result(timeout=_DEADLINE_S)
+
+
+def _reward_processes():
+  """This process's fork server of the reward pool and every worker it forked."""
+  servers = [p for p in psutil.Process().children()
+             if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())]
+  return servers + [w for s in servers for w in s.children()]
+
+
+def _kill_all(processes):
+  for process in processes:
+    process.send_signal(signal.SIGKILL)
+  psutil.wait_procs(processes, timeout=10)
+
+
+def test_killing_every_reward_process_mid_batch_restarts_the_pool():
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.rewards.num_workers, config.rewards.timeout_s = 2, 60.0
+  record = {"id": "m", "answer": "7", "verifier": "math"}
+  completions = [_SLEEPER, _SLEEPER] + [r"\boxed{7}", r"\boxed{8}"] * 3
+  records = [_CODE_RECORD] * 2 + [record] * 6
+  with rewards.RewardPool(config.rewards) as pool:
+    before = _reward_processes()
+    assert len(before) == 3  # The fork server and two workers.
+
+    def kill_once_both_workers_are_busy():
+      # Each sleeper runs as a sandboxed child of its worker.
+      while sum(1 for w in before[1:] if w.is_running() and w.children()) < 2:
+        time.sleep(0.01)
+      _kill_all(before)
+
+    killer = threading.Thread(target=kill_once_both_workers_are_busy, daemon=True)
+    killer.start()
+    scores, stats = _in_thread(pool.score, completions, records)
+    killer.join(_DEADLINE_S)
+    # The two verifications in flight died with their workers and score 0 (as
+    # crashes: nothing waited for the 60 s timeout); the rest ran on a new
+    # fork server.
+    assert stats["num_crashes"] == 2 and stats["num_timeouts"] == 0
+    np.testing.assert_array_equal(scores, [0, 0] + [1, 0] * 3)
+    after = _reward_processes()
+    assert len(after) == 3 and not {p.pid for p in after} & {p.pid for p in before}
+    scores, stats = _in_thread(pool.score, [r"\boxed{7}"] * 2, [record] * 2)
+    np.testing.assert_array_equal(scores, [1, 1])
+
+
+def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.rewards.num_workers, config.rewards.timeout_s = 1, 60.0
+  with rewards.RewardPool(config.rewards) as pool:
+
+    def kill_every_server_once_busy():
+      killed = set()
+      while len(killed) < 2:
+        for process in _reward_processes()[1:]:
+          if process.pid not in killed and process.is_running() and process.children():
+            killed.add(process.pid)
+            _kill_all([psutil.Process(process.ppid()), process])
+        time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_every_server_once_busy, daemon=True)
+    killer.start()
+    with pytest.raises(RuntimeError, match="fork server failed twice while scoring one batch"):
+      _in_thread(pool.score, [_SLEEPER] * 2, [_CODE_RECORD] * 2)
+    killer.join(_DEADLINE_S)
+
+
+@contextlib.contextmanager
+def _file_size_limit(max_bytes):
+  """Writes past `max_bytes` in any file fail (EFBIG), as on a full disk."""
+  old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+  old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # Fail the write, not the process.
+  resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, old_limit[1]))
+  try:
+    yield
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+    signal.signal(signal.SIGXFSZ, old_handler)
+
+
+@contextlib.contextmanager
+def _unwritable(directory):
+  """`directory` read-only; as root, this process also drops to nobody (root ignores modes)."""
+  os.chmod(directory, 0o555)
+  as_root = os.geteuid() == 0
+  if as_root:
+    os.seteuid(_NOBODY)
+  try:
+    yield
+  finally:
+    if as_root:
+      os.seteuid(0)
+    os.chmod(directory, 0o755)
+
+
+def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
+  state = {"w": jnp.arange(1 << 20, dtype=jnp.float32)}  # 4 MB: past the 1 MB limit.
+  directory = str(tmp_path / "checkpoints")
+  with checkpoint.Checkpointer(directory) as ckpt:
+    ckpt.save(1, state, {"step": 1})
+    ckpt.wait()
+    with _file_size_limit(1 << 20):
+      ckpt.save(2, {"w": state["w"] + 1}, {"step": 2})
+      with pytest.raises(checkpoint.CheckpointWriteError,
+                         match=r"step 2 failed: .*File too large.*complete checkpoints \(\[1\]\)"):
+        ckpt.wait()
+  with checkpoint.Checkpointer(directory) as reopened:
+    assert reopened.latest_step() == 1  # Verified against its manifest.
+    restored = reopened.restore(1, state)
+  np.testing.assert_array_equal(restored.state["w"], state["w"])
+
+
+def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_workdir(
+    tmp_path):
+  config = helpers.rl_test_config("pipeline_rl", num_steps=3)
+  config.trainer.warm_start_steps = 0  # Rewards do not matter here.
+  workdir = str(tmp_path / "run")
+  trainer = trainer_lib.Trainer(config, workdir)
+  try:
+    trainer.run_step()
+    trainer.save(force=True)
+    trainer.checkpointer.wait()
+    dead = _reward_processes()
+    _kill_all(dead)
+    _in_thread(trainer.run_step)
+    # Validation scores every sample (a step may take groups scored before).
+    assert 0 <= _in_thread(trainer.evaluate)["val/mean_at_k"] <= 1
+    assert len(_reward_processes()) == 1 + config.rewards.num_workers
+    assert not {p.pid for p in _reward_processes()} & {p.pid for p in dead}
+
+    checkpoints = trainer.checkpointer.directory
+    with _unwritable(checkpoints):
+      with pytest.raises(checkpoint.CheckpointWriteError,
+                         match=r"step 2 failed: .*Permission denied.*complete checkpoints"):
+        trainer.save(force=True)
+        trainer.checkpointer.wait()
+  finally:
+    trainer.close()
+  assert checkpoint.Checkpointer(checkpoints).latest_step() == 1
+  assert not os.path.exists(os.path.join(workdir, trainer_lib.DONE_FILE))
