@@ -1,25 +1,23 @@
 """mean@k / pass@k of a checkpoint (or the base policy) on held-out prompts.
 
-  python -m launch.evaluate --config=configs/scalerl.py --workdir=/tmp/scalerl_default
-  python -m launch.evaluate --config=configs/scalerl.py --workdir=/tmp/scalerl_default \
+  python -m launch.evaluate --workdir=/tmp/scalerl_default
+  python -m launch.evaluate --workdir=/tmp/scalerl_default \
       --step=20 --num_prompts=200 --samples=16
 
-Uses the run's config (pass the same --config and overrides as for training)
-and the same validation prompts and sampling key as the trainer, so on the
-last checkpoint it reproduces the run's last validation numbers.
+Uses the config the run recorded in its workdir (config.json), only the
+policy parameters of the checkpoint, and the same validation prompts and
+sampling key as the trainer, so on the last checkpoint it reproduces the
+run's last validation numbers.
 """
 
 import json
 
 from absl import app
 from absl import flags
-from ml_collections import config_flags
 
 from scalerl_jax import checkpoint_io
 from scalerl_jax import experiment
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file.",
-                                          lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step; default: the latest.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", None, "Default: trainer.eval_num_prompts.")
@@ -31,8 +29,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   experiment.configure_logging()
   try:
-    result = checkpoint_io.evaluate_checkpoint(_CONFIG.value, _WORKDIR.value, _STEP.value,
-                                               _NUM_PROMPTS.value, _SAMPLES.value)
+    result = checkpoint_io.evaluate_checkpoint(_WORKDIR.value, _STEP.value, _NUM_PROMPTS.value,
+                                               _SAMPLES.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.evaluate: {e}") from None
   print(json.dumps(result, indent=2, sort_keys=True))

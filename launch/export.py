@@ -1,22 +1,19 @@
 """Exports a checkpoint's policy as a Hugging Face safetensors directory.
 
-  python -m launch.export --config=configs/scalerl.py --workdir=/tmp/scalerl_default \
-      --out=/tmp/scalerl_hf
+  python -m launch.export --workdir=/tmp/scalerl_default --out=/tmp/scalerl_hf
 
 The result loads with `transformers.AutoModelForCausalLM.from_pretrained(out)`
 (Llama, Qwen2 or Qwen3 layout, from model.family); the run's tokenizer is
-copied beside it as tokenizer.model.
+copied beside it as tokenizer.model. The run's config comes from its workdir
+(config.json), and only the policy parameters are read from the checkpoint.
 """
 
 from absl import app
 from absl import flags
-from ml_collections import config_flags
 
 from scalerl_jax import checkpoint_io
 from scalerl_jax import experiment
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "The run's config file.",
-                                          lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step; default: the latest.")
@@ -27,8 +24,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   experiment.configure_logging()
   try:
-    files = checkpoint_io.export_checkpoint(_CONFIG.value, _WORKDIR.value, _OUT.value,
-                                           _STEP.value)
+    files = checkpoint_io.export_checkpoint(_WORKDIR.value, _OUT.value, _STEP.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.export: {e}") from None
   print(f"wrote {_OUT.value}: {', '.join(files)}")

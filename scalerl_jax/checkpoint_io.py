@@ -1,55 +1,99 @@
 """Reading a run's checkpoints back: evaluate one, export one.
 
-Both rebuild the run exactly as the trainer does (same config, same workdir,
-restored from the chosen checkpoint), so `evaluate_checkpoint` on the last
-checkpoint reproduces the run's last validation numbers and
-`export_checkpoint` writes the very parameters the run trained.
+Both read the run's config from its workdir (`run_config.py`) and restore only
+the policy parameters from the checkpoint (an orbax partial restore): the
+optimizer state, sampler slots, buffer and data position are not read, so
+nothing about them (e.g. the slot count that `data.prompts_per_step` sets)
+has to be given again. `evaluate_checkpoint` on the last checkpoint
+reproduces the run's last validation numbers; `export_checkpoint` writes the
+very parameters the run trained.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Optional
+from typing import Any, Optional
 
 import jax
-import ml_collections
 
-from scalerl_jax import trainer as trainer_lib
+from scalerl_jax import checkpoint as checkpoint_lib
+from scalerl_jax import evaluation
+from scalerl_jax import run_config
+from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
 
+CHECKPOINTS = "checkpoints"  # The trainer's checkpoint directory inside a workdir.
 
-def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
-                        step: Optional[int] = None, num_prompts: Optional[int] = None,
+
+def _policy(workdir: str, step: Optional[int],
+            require_checkpoint: bool) -> tuple[Experiment, Any, int]:
+  """(experiment, params, step) of the checkpoint at `step` (None: the latest).
+
+  Without any checkpoint the base policy is returned at step 0, unless
+  `require_checkpoint`.
+  """
+  config = run_config.load(workdir)
+  checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
+                                             max_to_keep=None)
+  try:
+    if step is None:
+      step = checkpointer.latest_step()
+    if step is None and require_checkpoint:
+      raise FileNotFoundError(f"{workdir}/{CHECKPOINTS}: no checkpoint to read")
+    exp = Experiment.build(config, workdir, base_params=step is None)
+    if step is None:
+      return exp, exp.params, 0
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), exp.params)
+    part = checkpointer.restore(step, {"train": {"params": abstract}}, partial=True)
+    return exp, part.state["train"]["params"], step
+  finally:
+    checkpointer.close()
+
+
+def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
+                        num_prompts: Optional[int] = None,
                         samples: Optional[int] = None) -> dict[str, float]:
   """Validation mean@k / pass@k of the checkpoint at `step` (default: latest).
 
   Without any checkpoint in `workdir` the base policy is evaluated.
+
+  Args:
+    workdir: the run's workdir (with its config.json).
+    step: checkpoint step; None for the latest.
+    num_prompts: validation prompts; default `trainer.eval_num_prompts`.
+    samples: k of mean@k; default `trainer.eval_samples`.
+
+  Returns:
+    "step" and the `evaluation.evaluate` metrics.
   """
-  trainer = trainer_lib.Trainer(config, workdir, restore_step=step)
+  exp, params, step = _policy(workdir, step, require_checkpoint=False)
+  pool = exp.reward_pool()
   try:
-    if num_prompts or samples:
-      trainer.val_batches = trainer.exp.eval_batches(num_prompts, samples)
-    return {"step": trainer.step, **trainer.evaluate()}
+    return {"step": step, **evaluation.evaluate(
+        exp.sampler, params, exp.eval_batches(num_prompts, samples), exp.tok, pool,
+        evaluation.validation_key(exp.config), version=step)}
   finally:
-    trainer.close()
+    pool.close()
 
 
-def export_checkpoint(config: ml_collections.ConfigDict, workdir: str, out: str,
-                      step: Optional[int] = None) -> list[str]:
+def export_checkpoint(workdir: str, out: str, step: Optional[int] = None) -> list[str]:
   """Writes the policy of the checkpoint at `step` (default: latest) to `out`.
+
+  Args:
+    workdir: the run's workdir (with its config.json).
+    out: output directory.
+    step: checkpoint step; None for the latest.
 
   Returns:
     The files written (safetensors, config.json, tokenizer).
   """
-  trainer = trainer_lib.Trainer(config, workdir, restore_step=step, require_checkpoint=True)
-  try:
-    files = hf_io.save_checkpoint(trainer.state.params, trainer.exp.model_cfg, out)
-    tok_path = trainer.exp.tok.path
-    if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):
-      name = "tokenizer.json" if tok_path.endswith(".json") else "tokenizer.model"
-      shutil.copyfile(tok_path, os.path.join(out, name))
-      files.append(name)
-    return files + ["config.json"]
-  finally:
-    trainer.close()
+  exp, params, _ = _policy(workdir, step, require_checkpoint=True)
+  files = hf_io.save_checkpoint(params, exp.model_cfg, out)
+  tok_path = exp.tok.path
+  if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):
+    name = "tokenizer.json" if tok_path.endswith(".json") else "tokenizer.model"
+    shutil.copyfile(tok_path, os.path.join(out, name))
+    files.append(name)
+  return files + ["config.json"]

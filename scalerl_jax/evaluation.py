@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
+import ml_collections
 import numpy as np
 
 from scalerl_jax.data import pipeline as pipeline_lib
@@ -20,20 +21,25 @@ from scalerl_jax.rl.rollouts import completion_texts
 from scalerl_jax.sampling.sampler import Sampler
 
 
+def validation_key(config: ml_collections.ConfigDict) -> jax.Array:
+  """The PRNG key of every validation of a run (the trainer's and a checkpoint's)."""
+  return jax.random.key(config.seed + 2)
+
+
 def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.PromptBatch],
              tok: tokenizer_lib.Tokenizer, pool: Any, rng: jax.Array,
              version: int = 0) -> dict[str, float]:
-  """Samples K completions per validation prompt and scores them.
+  """Samples G completions per validation prompt and scores them.
 
   Args:
     sampler: the sampler (its temperature is the evaluation temperature).
     params: policy parameters.
-    batches: validation batches from `pipeline.eval_batches` (K = their
+    batches: validation batches from `pipeline.eval_batches` (G = their
       generations_per_prompt).
     tok: tokenizer, to decode completions.
     pool: reward pool.
-    rng: PRNG key (fixed per evaluation so that repeated evaluations of the
-      same parameters agree).
+    rng: PRNG key, `validation_key(config)`: fixed, so that repeated
+      evaluations of the same parameters agree.
     version: policy version recorded in the sampler's outputs.
 
   Returns:

@@ -20,7 +20,7 @@ def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
       record={"id": f"p{index}"}, index=index,
       tokens_GxS=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
       mask_GxS=mask, gen_logp_GxS=-mask, version_GxS=version,
-      rewards_G=np.asarray(reward[:g], np.float32),
+      scores_G=np.asarray(reward[:g], np.float32), rewards_G=np.asarray(reward[:g], np.float32),
       prompt_lens_G=np.full((g,), prompt_len, np.int32), completion_lens_G=lengths,
       truncated_G=np.zeros((g,), bool), interrupted_G=np.array([True, False])[:g])
 

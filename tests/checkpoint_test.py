@@ -201,3 +201,26 @@ def test_restore_into_other_model_names_mismatching_keys(tmp_path, model_state):
     abstract = {"params": _abstract_params(config, mesh, rules), "rng": _abstract(state["rng"])}
     with pytest.raises(ValueError, match="'rng' is missing from the checkpoint"):
       ckpt.restore(1, abstract)
+
+
+def test_partial_restore_reads_only_the_named_part(tmp_path, model_state):
+  _, _, _, state = model_state
+  saved = {"train": state, "slots": {"cache": jnp.zeros((64, 3), jnp.float32)}}
+  with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
+    ckpt.save(2, saved, {"step": 2}, host_state={"buffer": np.arange(3)})
+  want = {"train": {"params": _abstract(state["params"])}}
+  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+    # The slots are not read, so a run with 256 slots can read these parameters...
+    part, extra, host = ckpt.restore(None, want, partial=True)
+    _assert_trees_equal(part["train"]["params"], state["params"])
+    assert set(part) == {"train"} and set(part["train"]) == {"params"}
+    assert extra == {"step": 2} and host is None
+    # ...which the whole-state restore refuses, naming the slot array.
+    whole = _abstract(saved)
+    whole["slots"]["cache"] = jax.ShapeDtypeStruct((256, 3), jnp.float32,
+                                                   sharding=whole["slots"]["cache"].sharding)
+    with pytest.raises(ValueError, match=r"shape of 'slots/cache' is \(64, 3\)"):
+      ckpt.restore(None, whole)
+    # A part the checkpoint does not hold is named too.
+    with pytest.raises(ValueError, match=r"'train/ema/embedding' is missing from the checkpoint"):
+      ckpt.restore(None, {"train": {"ema": want["train"]["params"]}}, partial=True)

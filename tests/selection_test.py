@@ -69,3 +69,15 @@ def test_nucleus_threshold_equals_sorted_prefix(top_p):
   differ = keep != (mass_before < top_p)
   assert (np.abs(mass_before[differ] - top_p) < 1e-5).all()
   assert keep.sum(-1).min() >= 1 and differ.sum() <= 2
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_logp_is_taken_at_the_logprob_temperature(temperature):
+  # The trainer recomputes pi_train at logprob_temperature: the sampling
+  # temperature, or 1 for greedy, whose recorded logp is the plain softmax.
+  assert selection.logprob_temperature(temperature) == (temperature or 1.0)
+  logits = jax.random.normal(jax.random.key(0), (4, 11))
+  keys = jax.random.split(jax.random.key(1), 4)
+  tokens, logp, _ = selection.select_tokens(logits, keys, temperature, 0, 1.0)
+  want = jax.nn.log_softmax(logits / selection.logprob_temperature(temperature), axis=-1)
+  np.testing.assert_allclose(logp, want[jnp.arange(4), tokens], rtol=1e-6, atol=1e-6)

@@ -4,21 +4,29 @@ One warm start is trained per session (module fixture) and copied into each
 run's workdir, where the trainer finds and reuses it.
 """
 
+import copy
 import json
 import os
 import shutil
+import subprocess
+import sys
 
+from absl import logging as absl_logging
 import jax
 import numpy as np
 import pytest
 import torch
 import transformers
 
+from configs import scalerl
 from scalerl_jax import checkpoint_io
 from scalerl_jax import experiment
 from scalerl_jax import metrics
+from scalerl_jax import run_config
 from scalerl_jax import trainer as trainer_lib
 from tests import helpers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +189,13 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
 
 def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run, tmp_path):
   config, workdir, last = e2e_run
+  # Trained with 4 prompts per step (16 sampler slots); the default config has
+  # more. Export and evaluate read the run's recorded config and only its
+  # parameters, so neither is told.
+  assert config.data.prompts_per_step == 4 != scalerl.get_config().data.prompts_per_step
+  assert run_config.load(workdir).to_dict() == config.to_dict()
   out = str(tmp_path / "hf")
-  files = checkpoint_io.export_checkpoint(config, workdir, out)
+  files = checkpoint_io.export_checkpoint(workdir, out)
   assert "model.safetensors" in files and "tokenizer.model" in files
   hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
   exp = experiment.Experiment.build(config, workdir, base_params=False)
@@ -193,9 +206,33 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
     theirs = hf(torch.tensor(ids)).logits.numpy()
   assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
 
-  result = checkpoint_io.evaluate_checkpoint(config, workdir)
+  result = checkpoint_io.evaluate_checkpoint(workdir)
   assert result["step"] == 4
   assert result["val/mean_at_k"] == last["val/mean_at_k"]
+
+
+def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
+  _, workdir, _ = e2e_run
+  out = tmp_path / "hf"
+  proc = subprocess.run([sys.executable, "-m", "launch.export", f"--workdir={workdir}",
+                         f"--out={out}"], cwd=REPO, capture_output=True, text=True,
+                        timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (out / "model.safetensors").is_file() and (out / "tokenizer.model").is_file()
+
+
+def test_resume_with_a_changed_field_warns_naming_it(e2e_run, tmp_path, monkeypatch):
+  config, workdir, _ = e2e_run
+  resumed_dir = str(tmp_path / "resumed")
+  shutil.copytree(workdir, resumed_dir)
+  warnings = []
+  monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
+  changed = copy.deepcopy(config)
+  changed.trainer.log_every = config.trainer.log_every + 1
+  trainer_lib.train_and_evaluate(changed, resumed_dir)  # Resumes at its last step, 4 of 4.
+  field = f"trainer.log_every: {config.trainer.log_every} -> {config.trainer.log_every + 1}"
+  assert [w for w in warnings if "differs from the recorded one" in w and field in w]
+  assert run_config.load(resumed_dir).trainer.log_every == changed.trainer.log_every
 
 
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):

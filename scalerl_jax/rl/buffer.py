@@ -31,13 +31,14 @@ class Group:
   mask_GxS: np.ndarray  # float32 [G, S]: 1 on sampled tokens (loss tokens).
   gen_logp_GxS: np.ndarray  # float32 [G, S]: generator log-prob of sampled tokens.
   version_GxS: np.ndarray  # int32 [G, S]: policy version per sampled token, else -1.
-  rewards_G: np.ndarray  # float32 [G]
+  scores_G: np.ndarray  # float32 [G]: verifier scores in [0, 1] (the curriculum's pass rates).
+  rewards_G: np.ndarray  # float32 [G]: the scores mapped to [reward_incorrect, reward_correct].
   prompt_lens_G: np.ndarray  # int32 [G]: prompt tokens.
   completion_lens_G: np.ndarray  # int32 [G]: completion tokens (sampled + injected).
   truncated_G: np.ndarray  # bool [G]: hit the length budget without EOS.
   interrupted_G: np.ndarray  # bool [G]: the thinking-budget phrase was injected.
 
-  _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "rewards_G",
+  _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "scores_G", "rewards_G",
              "prompt_lens_G", "completion_lens_G", "truncated_G", "interrupted_G")
 
   def oldest_version(self) -> int:

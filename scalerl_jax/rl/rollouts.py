@@ -164,6 +164,7 @@ class Rollouts:
           record=record, index=key, tokens_GxS=group["tokens"].astype(np.int32),
           mask_GxS=group["mask"].astype(np.float32), gen_logp_GxS=group["logp"].astype(np.float32),
           version_GxS=group["version"].astype(np.int32),
+          scores_G=scores_G,
           rewards_G=to_rewards(scores_G, self.reward_range[1], self.reward_range[0]),
           prompt_lens_G=group["prompt_len"].astype(np.int32),
           completion_lens_G=(group["seq_len"] - group["prompt_len"]).astype(np.int32),

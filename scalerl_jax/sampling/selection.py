@@ -10,7 +10,8 @@ Two log-probabilities are returned for every chosen token:
   actually drawn from, i.e. after top-k / top-p truncation and renormalisation.
   It equals `logp` when neither truncation is active, and is 0 for greedy.
 
-Greedy (temperature 0) records `logp` at temperature 1.
+Greedy (temperature 0) has no distribution of its own: it records `logp` at
+temperature 1, and the trainer takes pi_train there too (`logprob_temperature`).
 
 Sampling inverts the cumulative distribution with one uniform number per row:
 Gumbel-max would draw one number per vocabulary entry, which on CPU costs more
@@ -66,6 +67,18 @@ def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
   lo_N = jnp.zeros_like(top_N)
   lo_N, _ = jax.lax.fori_loop(0, 32, halve, (lo_N, top_N + 1))
   return as_float(lo_N)
+
+
+def logprob_temperature(temperature: float) -> float:
+  """The temperature of `logp`, and of the trainer's pi_train: the sampling one, 1 for greedy.
+
+  Args:
+    temperature: the sampling temperature, 0 for greedy.
+
+  Returns:
+    The temperature the generator's and the trainer's log-probs are taken at.
+  """
+  return temperature if temperature > 0 else 1.0
 
 
 def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,

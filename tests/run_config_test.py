@@ -1,0 +1,59 @@
+"""Tests of scalerl_jax.run_config: the config a run records, and changed resumes."""
+
+import json
+import os
+
+from absl import logging as absl_logging
+import pytest
+
+from configs import scalerl
+from scalerl_jax import run_config
+
+
+def test_recorded_config_reads_back_equal_and_locked(tmp_path):
+  config = scalerl.get_config()
+  config.data.prompts_per_step = 4
+  assert run_config.record(config, str(tmp_path)) == []
+  with open(tmp_path / run_config.FILE) as f:
+    assert json.load(f)["data"]["prompts_per_step"] == 4
+  loaded = run_config.load(str(tmp_path))
+  # Tuples come back as tuples (mesh.shape, logical_axis_rules), not JSON lists.
+  assert loaded.to_dict() == config.to_dict()
+  assert loaded.mesh.shape == (1, -1, 1)
+  with pytest.raises(AttributeError):
+    loaded.data.not_a_field = 1  # Locked like a config built from a file.
+
+
+def test_differences_name_each_field_with_both_values():
+  old, new = scalerl.get_config(), scalerl.get_config()
+  new.data.prompts_per_step = 4
+  new.rl.loss = "dapo"
+  new.data.builtin_difficulty = (1,)
+  assert run_config.differences(old, new) == [
+      f"data.builtin_difficulty: {old.data.builtin_difficulty!r} -> (1,)",
+      f"data.prompts_per_step: {old.data.prompts_per_step} -> 4",
+      "rl.loss: 'cispo' -> 'dapo'"]
+  assert run_config.differences(old, scalerl.get_config()) == []
+
+
+def test_a_changed_resume_warns_naming_the_field_and_records_the_new_config(
+    tmp_path, monkeypatch):
+  first = scalerl.get_config()
+  run_config.record(first, str(tmp_path))
+  warnings = []
+  monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
+  resumed = scalerl.get_config()
+  resumed.trainer.num_steps = first.trainer.num_steps + 10
+  changed = run_config.record(resumed, str(tmp_path))
+  expected = f"trainer.num_steps: {first.trainer.num_steps} -> {first.trainer.num_steps + 10}"
+  assert changed == [expected]
+  (warning,) = warnings
+  assert expected in warning and "differs from the recorded one in 1 fields" in warning
+  assert run_config.load(str(tmp_path)).trainer.num_steps == resumed.trainer.num_steps
+  assert run_config.record(resumed, str(tmp_path)) == [] and len(warnings) == 1
+
+
+def test_a_workdir_without_a_record_is_named(tmp_path):
+  with pytest.raises(FileNotFoundError, match=f"{tmp_path}/config.json: no recorded config"):
+    run_config.load(str(tmp_path))
+  assert not os.path.exists(tmp_path / run_config.FILE)
