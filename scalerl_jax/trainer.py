@@ -37,10 +37,12 @@ import ml_collections
 import numpy as np
 
 from scalerl_jax import checkpoint as checkpoint_lib
+from scalerl_jax import checkpoint_io
 from scalerl_jax import evaluation
 from scalerl_jax import metrics as metrics_lib
 from scalerl_jax import monitors as monitors_lib
 from scalerl_jax import optim
+from scalerl_jax import run_config
 from scalerl_jax import sharding
 from scalerl_jax.data import curriculum as curriculum_lib
 from scalerl_jax.data import pipeline as pipeline_lib
@@ -50,6 +52,7 @@ from scalerl_jax.rl import losses
 from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.sampling import selection
 
 DONE_FILE = "DONE"  # Written when a run has finished all its steps (sweep.py checks it).
 LOCK_FILE = ".lock"  # Held by the process that trains in a workdir.
@@ -104,7 +107,7 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
       adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
       num_prompts=config.data.prompts_per_step,
       num_generations=config.data.generations_per_prompt,
-      temperature=config.sampling.temperature or 1.0)
+      temperature=selection.logprob_temperature(config.sampling.temperature))
   batch_sh = {k: sharding.batch_sharding(exp.mesh, exp.rules, 2)
               for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
   batch_sh["rewards_PxG"] = sharding.named_sharding(exp.mesh, exp.rules, (None, None))
@@ -160,7 +163,8 @@ class Trainer:
     """
     self.config, self.workdir = config, workdir
     self.checkpointer = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, "checkpoints"), max_to_keep=config.trainer.keep_checkpoints)
+        os.path.join(workdir, checkpoint_io.CHECKPOINTS),
+        max_to_keep=config.trainer.keep_checkpoints)
     latest = self.checkpointer.latest_step()
     if restore_step is None:
       restore_step = latest
@@ -185,10 +189,10 @@ class Trainer:
     self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
     self.schedule = schedules.make(config)
     self.rollouts = rollouts_lib.Rollouts(
-        exp.sampler, self.pool, exp.tok, self.pipeline, schedules.num_slots(config),
-        config.data.generations_per_prompt,
-        (config.rl.reward_incorrect, config.rl.reward_correct),
-        jax.random.key(config.seed + 1))
+        sampler=exp.sampler, pool=self.pool, tok=exp.tok, prompts=self.pipeline,
+        num_slots=schedules.num_slots(config), generations=config.data.generations_per_prompt,
+        reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
+        rng=jax.random.key(config.seed + 1))
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = metrics_lib.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
@@ -239,9 +243,8 @@ class Trainer:
   # Phases.
 
   def _add_groups(self, groups: list[buffer_lib.Group]) -> None:
-    lo, hi = self.config.rl.reward_incorrect, self.config.rl.reward_correct
     for g in groups:
-      self.curriculum.update([g.record["id"]], ((g.rewards_G - lo) / (hi - lo))[None])
+      self.curriculum.update([g.record["id"]], g.scores_G[None])
       self.buffer.add(g)
 
   def generate(self) -> dict[str, float]:
@@ -283,7 +286,7 @@ class Trainer:
 
   def evaluate(self) -> dict[str, float]:
     return evaluation.evaluate(self.exp.sampler, self.state.params, self.val_batches,
-                               self.exp.tok, self.pool, jax.random.key(self.config.seed + 2),
+                               self.exp.tok, self.pool, evaluation.validation_key(self.config),
                                version=self.step)
 
   def run_step(self) -> dict[str, float]:
@@ -328,6 +331,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
+  run_config.record(trainer.config, workdir)  # Resolved: model fields from hf_path included.
   t = config.trainer
   # Lines past the checkpoint will be written again by the resumed run; at
   # step 0 that includes step 0's validation line (a kill before the first
