@@ -258,6 +258,13 @@ def get_config(arg=None):
   c.trainer.keep_checkpoints = 3  # Checkpoints kept on disk.
   c.trainer.log_every = 1  # Steps between metric writes.
   c.trainer.max_nonfinite_steps = 5  # Consecutive NaN/Inf steps before stopping.
+  # Gradient accumulation: the train step splits its P x G completions into this
+  # many microbatches (rl/train_step.py); divides P x G, and each microbatch
+  # divides over the mesh's batch axes. Same gradient, less activation memory.
+  c.trainer.microbatches = 1
+  # Positions whose [rows, positions, vocab] logits the train step holds at once
+  # when it recomputes log-probs (rl/train_step.py); 0 = the whole sequence.
+  c.trainer.logprob_chunk = 0 if cpu else 1024
   c.trainer.warm_start_steps = 300 if cpu else 0  # Supervised steps (built-in only).
   c.trainer.warm_start_lr = 2e-3  # Supervised warm-start learning rate.
   c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.

@@ -191,6 +191,8 @@ SCHEMA: dict[str, Field] = {
     "trainer.keep_checkpoints": _f(int, check=_POS[0], rule=_POS[1]),
     "trainer.log_every": _f(int, check=_POS[0], rule=_POS[1]),
     "trainer.max_nonfinite_steps": _f(int, check=_POS[0], rule=_POS[1]),
+    "trainer.microbatches": _f(int, check=_POS[0], rule=_POS[1]),
+    "trainer.logprob_chunk": _f(int, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
     "trainer.warm_start_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
     "trainer.warm_start_lr": _f(float, check=_POS[0], rule=_POS[1]),
     "trainer.warm_start_batch": _f(int, check=_POS[0], rule=_POS[1]),
@@ -278,6 +280,31 @@ def _rule_axes(config, logical):
   return ()
 
 
+def _logical_ways(config, logical, num_devices):
+  """How many ways a logical axis is split over the mesh; None if not yet known."""
+  size = 1
+  for axis in _rule_axes(config, logical):
+    axis_size = _mesh_axis_size(config, axis, num_devices)
+    if axis_size is None:
+      return None
+    size *= axis_size
+  return size
+
+
+def _check_microbatches(config, num_devices):
+  rows = config.data.prompts_per_step * config.data.generations_per_prompt
+  m = config.trainer.microbatches
+  if rows % m:
+    raise ConfigError(
+        f"trainer.microbatches: {m} does not divide the batch of data.prompts_per_step x "
+        f"data.generations_per_prompt = {rows} completions")
+  ways = _logical_ways(config, "act_batch", num_devices)
+  if m > 1 and ways and (rows // m) % ways:
+    raise ConfigError(
+        f"trainer.microbatches: {m} microbatches of {rows // m} completions do not divide "
+        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})")
+
+
 def _check_relations(config, num_devices):
   m = config.model
   if m.num_heads % m.num_kv_heads:
@@ -307,13 +334,7 @@ def _check_relations(config, num_devices):
   # Dimensions sharded over mesh axes must divide evenly.
   for field, logical in (("num_heads", "heads"), ("num_kv_heads", "kv_heads"),
                          ("mlp_dim", "mlp"), ("vocab_size", "vocab"), ("embed_dim", "embed")):
-    size = 1
-    for axis in _rule_axes(config, logical):
-      axis_size = _mesh_axis_size(config, axis, num_devices)
-      if axis_size is None:
-        size = None
-        break
-      size *= axis_size
+    size = _logical_ways(config, logical, num_devices)
     value = getattr(m, field)
     if size and value % size:
       raise ConfigError(
@@ -334,6 +355,7 @@ def _check_relations(config, num_devices):
       raise ConfigError(
           f"sampling.interruption.thinking_budget_max: {it.thinking_budget_max} exceeds "
           f"sampling.max_new_tokens {s.max_new_tokens}")
+  _check_microbatches(config, num_devices)
   if config.optim.schedule == "cosine" and config.optim.decay_steps <= 0:
     raise ConfigError("optim.decay_steps: cosine schedule needs decay_steps > 0")
   if config.rl.reward_correct <= config.rl.reward_incorrect:

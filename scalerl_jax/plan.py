@@ -14,14 +14,16 @@ generation and training alternate on one mesh):
   * optimizer state: optax AdamW's two moments, which it keeps in the
     parameter dtype (`mu_dtype` unset), sharded like their parameters, plus
     replicated scalar step counts (`sharding.opt_state_shardings`);
-  * gradients, a parameter-shaped tree in the parameter dtype;
+  * gradients, a parameter-shaped tree in the parameter dtype, and with
+    `trainer.microbatches` > 1 their float32 accumulator;
   * the sampler's slot state, which stays allocated between generate phases:
     the KV cache (slots x (max_prompt_len + max_new_tokens) x layers x
     kv_heads x head_dim x 2 in the compute dtype) and the per-token records
     (tokens, log-probs, versions, mask), slots sharded over the batch axes;
   * train-step activations (`activation_bytes`), the residuals the backward
     pass keeps, with the batch sharded over the batch axes and heads, MLP and
-    vocabulary over tensor, as the `act_*` rules say. Only the main residuals
+    vocabulary over tensor, as the `act_*` rules say, for one microbatch and
+    one `trainer.logprob_chunk` of logits. Only the main residuals
     are counted, so this is a floor: XLA's CPU backend keeps about twice as
     much (tests/plan_test.py compares).
 
@@ -148,23 +150,24 @@ def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int) -> list[Resid
 
 
 def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
-                     rows: int, seq_len: int, remat: bool) -> int:
+                     rows: int, seq_len: int, remat: bool, chunk: int = 0) -> int:
   """Per-device bytes of the train step's activations over `rows` sequences.
 
   The model runs on seq_len - 1 tokens (the last token is only a target).
   Without remat every layer's residuals (`_block_residuals`) are kept; with
   remat only each layer's input, and one layer's residuals exist at a time
-  while it is recomputed. The head keeps the final norm's output and two
-  [rows, T, V] float32 buffers: the logits the log-softmax backward reads
-  and their gradient.
+  while it is recomputed. The head keeps the final norm's output (chunked:
+  its input) and two [rows, T, V] float32 buffers, T cut to `chunk` when
+  chunked: the logits the log-softmax backward reads and their gradient.
 
   Args:
     cfg: the model's shape.
     mesh: gives the size of each mesh axis.
     rules: logical-axis rules (`act_*` names).
-    rows: global batch of sequences.
+    rows: global batch of sequences (one microbatch's).
     seq_len: tokens per sequence (prompt + completion).
     remat: whether blocks are rematerialised.
+    chunk: positions per log-prob chunk; 0 = the whole sequence.
 
   Returns:
     The bytes on one device.
@@ -176,7 +179,8 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
                for shape, axes, nbytes in items)
 
   block = _block_residuals(cfg, rows, t)
-  logits = ((rows, t, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
+  positions = min(chunk, t) if chunk else t
+  logits = ((rows, positions, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
   head = size([block[0], logits, logits])
   if remat:
     return cfg.num_layers * size(block[:1]) + size(block) + head
@@ -194,13 +198,14 @@ class Plan:
   params: int
   opt_state: int  # Moments sharded like their parameters, as trainer.py lays them out.
   grads: int
+  grad_accum: int  # float32 gradient sums over microbatches; 0 without.
   kv_cache: int
   slot_records: int
   decode_weights: int  # Layer weights in the compute dtype, generate phase only.
   activations_remat: int
   activations_no_remat: int
   activations_per_row: int  # With config.model.remat, per sequence on a device.
-  rows_per_device: int  # ceil(train_rows / batch-axis ways).
+  rows_per_device: int  # ceil(train_rows / microbatches / batch-axis ways).
   generation_flops: int
   train_flops: int
 
@@ -215,7 +220,7 @@ class Plan:
 
   @property
   def train_peak(self) -> int:
-    return self.resident + self.grads + self.activations
+    return self.resident + self.grads + self.grad_accum + self.activations
 
   @property
   def generate_peak(self) -> int:
@@ -276,18 +281,22 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
   kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
 
   seq_len = settings.cache_len
-  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len)
+  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len,
+                           chunk=config.trainer.logprob_chunk)
+  microbatches = config.trainer.microbatches
+  accum = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
   return Plan(
       mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
       remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
       opt_state=tree_bytes(opt_state, opt_specs, mesh),
       grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
+      grad_accum=tree_bytes(accum, param_specs, mesh) if microbatches > 1 else 0,
       slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
       decode_weights=tree_bytes(layer_weights, param_specs["layers"], mesh),
-      activations_remat=acts(rows=rows, remat=True),
-      activations_no_remat=acts(rows=rows, remat=False),
+      activations_remat=acts(rows=rows // microbatches, remat=True),
+      activations_no_remat=acts(rows=rows // microbatches, remat=False),
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
-      rows_per_device=-(-rows // batch_ways),
+      rows_per_device=-(-rows // microbatches // batch_ways),
       generation_flops=metrics.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=metrics.train_flops(cfg, [seq_len] * rows))
@@ -335,6 +344,7 @@ def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float
       f"  parameters                 {gb(plan.params)}",
       f"  optimizer state (AdamW)    {gb(plan.opt_state)}",
       f"  gradients                  {gb(plan.grads)}",
+      f"  gradient accumulator       {gb(plan.grad_accum)}",
       f"  sampler KV cache           {gb(plan.kv_cache)}",
       f"  sampler token records      {gb(plan.slot_records)}",
       f"  train activations, remat   {gb(plan.activations_remat)}",

@@ -107,7 +107,8 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
       adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
       num_prompts=config.data.prompts_per_step,
       num_generations=config.data.generations_per_prompt,
-      temperature=selection.logprob_temperature(config.sampling.temperature))
+      temperature=selection.logprob_temperature(config.sampling.temperature),
+      microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
   batch_sh = {k: sharding.batch_sharding(exp.mesh, exp.rules, 2)
               for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
   batch_sh["rewards_PxG"] = sharding.named_sharding(exp.mesh, exp.rules, (None, None))

@@ -109,6 +109,22 @@ def test_activations_on_fsdp8():
   assert p.activations_per_row == p.activations_no_remat // 16  # remat is off in tiny_cpu.
 
 
+def test_microbatches_and_logprob_chunks_shrink_activations():
+  config = _config()
+  with config.unlocked():
+    config.trainer.microbatches, config.trainer.logprob_chunk = 4, 32
+  p = plan.make_plan(config, 8)
+  # 128 / 4 = 32 rows per microbatch, 4 per device: 636 tokens. The layers
+  # keep 21,472 B per token (as above); the head keeps the final norm's input
+  # (1,024 B per token) and two float32 [4, 32, 512] chunks of logits.
+  assert p.rows_per_device == 4
+  assert p.activations_no_remat == 4 * 636 * 21_472 + 636 * 1_024 + 2 * 4 * 32 * 512 * 4
+  # The float32 gradient accumulator is sharded like the (float32) parameters.
+  assert p.grad_accum == p.grads == 1_647_616
+  assert p.train_peak == p.resident + 2 * p.grads + p.activations_no_remat
+  assert plan.make_plan(_config(), 8).grad_accum == 0
+
+
 def test_activations_split_heads_mlp_and_vocab_over_tensor():
   # (2, 2, 2): 128 / 4 = 32 rows per device, 5,088 tokens; tensor halves H, K, F, V.
   p = plan.make_plan(_config(shape=(2, 2, 2)), 8)

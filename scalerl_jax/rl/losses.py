@@ -34,7 +34,7 @@ Metrics, every one a mean over unmasked tokens except `ratio_max`:
 
 import dataclasses
 import inspect
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -250,8 +250,36 @@ def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_B
   return jnp.where(mask_BxS, obj_BxS, 0.0), metrics
 
 
+class Counts(NamedTuple):
+  """The denominators of the aggregations, counted over a whole batch."""
+  tokens: jax.Array  # Unmasked tokens.
+  samples: jax.Array  # Completions with at least one unmasked token.
+  len_P: jax.Array  # [P] unmasked tokens of each prompt's completions.
+  prompts: jax.Array  # Prompts with at least one unmasked token.
+
+
+def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Counts:
+  """Counts the denominators of `aggregate` on a batch's mask.
+
+  A microbatched step counts them on the whole batch and hands them to every
+  microbatch's `aggregate`, so that the microbatches' averages sum to the
+  whole batch's, even when a prompt's completions are split between them.
+
+  Args:
+    mask_BxS: True (or 1) on tokens that count.
+    group_B: int prompt index in [0, num_groups) of every completion.
+    num_groups: P, static.
+
+  Returns:
+    The counts.
+  """
+  len_B = jnp.sum(mask_BxS.astype(bool), axis=1).astype(jnp.float32)
+  len_P = jax.ops.segment_sum(len_B, group_B, num_segments=num_groups)
+  return Counts(jnp.sum(len_B), jnp.sum(len_B > 0), len_P, jnp.sum(len_P > 0))
+
+
 def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
-              aggregation: str) -> jax.Array:
+              aggregation: str, counts: Optional[Counts] = None) -> jax.Array:
   """Averages a per-token objective over the batch (PAPER.md §4).
 
   `sample`: mean over the tokens of each completion, then over completions;
@@ -266,23 +294,27 @@ def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_g
     group_B: int prompt index in [0, num_groups) of every completion.
     num_groups: P, static.
     aggregation: one of `AGGREGATIONS`.
+    counts: the denominators, when these rows are a microbatch of a larger
+      batch (`batch_counts` of the whole batch); None counts them here.
 
   Returns:
-    Scalar average.
+    Scalar average; over a microbatch, its share of the batch's average.
   """
   mask_BxS = mask_BxS.astype(bool)
+  if counts is None:
+    counts = batch_counts(mask_BxS, group_B, num_groups)
   sum_B = jnp.sum(jnp.where(mask_BxS, obj_BxS, 0.0), axis=1)
-  len_B = jnp.sum(mask_BxS, axis=1).astype(sum_B.dtype)
   if aggregation == "token":
-    return jnp.sum(sum_B) / jnp.maximum(jnp.sum(len_B), 1.0)
+    return jnp.sum(sum_B) / jnp.maximum(counts.tokens, 1.0)
   if aggregation == "sample":
+    # A completion is never split between microbatches: its own length is here.
+    len_B = jnp.sum(mask_BxS, axis=1).astype(sum_B.dtype)
     mean_B = sum_B / jnp.maximum(len_B, 1.0)
-    return jnp.sum(mean_B) / jnp.maximum(jnp.sum(len_B > 0), 1)
+    return jnp.sum(mean_B) / jnp.maximum(counts.samples, 1)
   if aggregation == "prompt":
     sum_P = jax.ops.segment_sum(sum_B, group_B, num_segments=num_groups)
-    len_P = jax.ops.segment_sum(len_B, group_B, num_segments=num_groups)
-    mean_P = sum_P / jnp.maximum(len_P, 1.0)
-    return jnp.sum(mean_P) / jnp.maximum(jnp.sum(len_P > 0), 1)
+    mean_P = sum_P / jnp.maximum(counts.len_P, 1.0)
+    return jnp.sum(mean_P) / jnp.maximum(counts.prompts, 1)
   raise ValueError(f"rl.aggregation: {aggregation!r} is not one of {AGGREGATIONS}")
 
 
@@ -318,7 +350,8 @@ class LossParams:
 
 def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Array,
                  adv_B: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
-                 old_logp_BxS: Optional[jax.Array] = None) -> tuple[jax.Array, Metrics]:
+                 old_logp_BxS: Optional[jax.Array] = None,
+                 counts: Optional[Counts] = None) -> tuple[jax.Array, Metrics]:
   """The scalar RL loss to minimise, and its metrics.
 
   Args:
@@ -332,6 +365,7 @@ def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Arra
     old_logp_BxS: the trainer's log-probs under the generating weights; must be
       given exactly when `params.tis_cap > 0`. Ratios are then taken against
       it and the TIS factor sg(min(pi_old / pi_gen, tis_cap)) is applied.
+    counts: the whole batch's `batch_counts` when these rows are a microbatch.
 
   Returns:
     (loss, metrics): -aggregate(objective) and a dict of scalars.
@@ -349,5 +383,5 @@ def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Arra
     obj_BxS = obj_BxS * jax.lax.stop_gradient(jnp.minimum(tis_ratio_BxS, params.tis_cap))
     metrics.update(_ratio_stats(tis_ratio_BxS, mask_BxS, prefix="tis_"))
     metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxS > params.tis_cap, mask_BxS)
-  loss = -aggregate(obj_BxS, mask_BxS, group_B, num_groups, params.aggregation)
+  loss = -aggregate(obj_BxS, mask_BxS, group_B, num_groups, params.aggregation, counts)
   return loss, metrics

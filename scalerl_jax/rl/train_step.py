@@ -12,13 +12,28 @@ describes, prompt at 0 .. len-1 and the completion right after it:
   gen_logp_BxS generator log-prob of each sampled token, 0 elsewhere
   rewards_PxG  float32 reward of every completion
 
+With `microbatches` M > 1 the gradient is accumulated over M microbatches in
+a `lax.scan`: microbatch j holds rows j, j + M, j + 2M, ..., so a batch
+sharded in contiguous blocks over the data-parallel devices stays where it is
+(every device holds B / (M * devices) rows of each microbatch), and a
+prompt's completions are spread over several microbatches. The aggregation's
+denominators are counted on the whole batch first (`losses.batch_counts`), so
+the microbatches' losses and gradients sum to the whole batch's; the metrics
+are the whole batch's too.
+
+With `logprob_chunk` C > 0 the final norm, LM head and log-softmax run over C
+positions at a time in a rematerialised `lax.scan`, so neither the forward
+nor the backward pass holds more than one chunk's [B, C, V] logits.
+
 Shape letters: B = P*G completions, S sequence length, P prompts, G
-generations per prompt, V vocabulary.
+generations per prompt, V vocabulary, D embedding width, M microbatches,
+C positions per log-prob chunk, N chunks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax
@@ -49,6 +64,8 @@ class StepSpec:
   num_prompts: int  # P
   num_generations: int  # G
   temperature: float  # Sampling temperature; pi_train is taken at the same one.
+  microbatches: int = 1  # M: gradient accumulation steps; divides P*G.
+  logprob_chunk: int = 0  # C: positions per log-prob chunk; 0 = all at once.
 
 
 def init_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
@@ -61,25 +78,156 @@ def _masked_mean(x_BxT, mask_BxT):
   return jnp.sum(x_BxT * mask_BxT) / jnp.maximum(jnp.sum(mask_BxT), 1.0)
 
 
+def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
+  logits_BxTxV = logits_BxTxV.astype(jnp.float32) / temperature
+  logp_BxT = transformer.token_logprobs(logits_BxTxV, targets_BxT)
+  logp_all = jax.nn.log_softmax(logits_BxTxV, axis=-1)
+  return logp_BxT, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+
+
+def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
+  """`_logprobs_and_entropy` of the head's logits, `chunk` positions at a time."""
+  x_BxTxD = model.apply({"params": params}, tokens_BxS[:, :-1], return_hidden=True)
+  targets_BxT = tokens_BxS[:, 1:]
+  (b, t, d), c = x_BxTxD.shape, min(chunk, tokens_BxS.shape[1] - 1)
+  n = -(-t // c)
+  pad = ((0, 0), (0, n * c - t))
+  x_NxBxCxD = jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
+  targets_NxBxC = jnp.pad(targets_BxT, pad).reshape(b, n, c).swapaxes(0, 1)
+
+  # Rematerialised: the backward pass recomputes one chunk's logits at a time
+  # instead of keeping every chunk's.
+  @jax.checkpoint
+  def one_chunk(params, x_BxCxD, targets_BxC):
+    logits_BxCxV = transformer.output_logits(model.cfg, params, x_BxCxD)
+    return _logprobs_and_entropy(logits_BxCxV, targets_BxC, temperature)
+
+  _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(
+      lambda carry, xs: (carry, one_chunk(params, *xs)), None, (x_NxBxCxD, targets_NxBxC))
+  unchunk = lambda y_NxBxC: y_NxBxC.swapaxes(0, 1).reshape(b, n * c)[:, :t]
+  return unchunk(logp_NxBxC), unchunk(entropy_NxBxC)
+
+
 def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax.Array,
-                    temperature: float) -> tuple[jax.Array, jax.Array]:
+                    temperature: float, chunk: int = 0) -> tuple[jax.Array, jax.Array]:
   """pi_train log-probs and entropies of every token given its prefix.
+
+  Args:
+    model: the policy network.
+    params: its parameters.
+    tokens_BxS: int token ids.
+    temperature: pi_train is softmax(logits / temperature).
+    chunk: positions whose logits exist at once (`StepSpec.logprob_chunk`);
+      0 = all of them. The results are the same either way.
 
   Returns:
     (logp_BxS, entropy_BxS), float32; position 0 (no prefix) holds 0.
   """
-  logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])
-  logits_BxTxV = logits_BxTxV.astype(jnp.float32) / temperature
-  logp_BxT = transformer.token_logprobs(logits_BxTxV, tokens_BxS[:, 1:])
-  logp_all = jax.nn.log_softmax(logits_BxTxV, axis=-1)
-  entropy_BxT = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+  if chunk:
+    logp_BxT, entropy_BxT = _chunked_logprobs(model, params, tokens_BxS, temperature, chunk)
+  else:
+    logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])
+    logp_BxT, entropy_BxT = _logprobs_and_entropy(logits_BxTxV, tokens_BxS[:, 1:], temperature)
   pad = jnp.zeros((tokens_BxS.shape[0], 1), jnp.float32)
   return (jnp.concatenate([pad, logp_BxT], axis=1),
           jnp.concatenate([pad, entropy_BxT], axis=1))
 
 
+def _rows_loss(params, rows, counts, spec):
+  """The loss of some rows of the batch (all, or one microbatch) and its metrics.
+
+  Args:
+    params: the policy's parameters (differentiated).
+    rows: tokens_BxS, gen_logp_BxS, mask_BxS (float, dropped groups zeroed),
+      adv_B and group_B of these rows.
+    counts: the whole batch's `losses.batch_counts`.
+    spec: the StepSpec.
+
+  Returns:
+    (this rows' share of the batch loss, token-mean metrics over these rows).
+  """
+  logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, rows["tokens_BxS"],
+                                          spec.temperature, spec.logprob_chunk)
+  # One update per batch, so the trainer's own old-policy log-probs are its
+  # current ones (held constant); TIS then corrects the generator mismatch.
+  old = jax.lax.stop_gradient(logp_BxS) if spec.loss.tis_cap > 0 else None
+  mask_BxS = rows["mask_BxS"]
+  loss, metrics = losses.compute_loss(
+      spec.loss, logp_BxS, rows["gen_logp_BxS"], rows["adv_B"], mask_BxS, rows["group_B"],
+      spec.num_prompts, old_logp_BxS=old, counts=counts)
+  metrics["entropy"] = _masked_mean(jax.lax.stop_gradient(entropy_BxS), mask_BxS)
+  metrics["train_gen_logp_abs_diff"] = _masked_mean(
+      jnp.abs(jax.lax.stop_gradient(logp_BxS) - rows["gen_logp_BxS"]), mask_BxS)
+  return loss, metrics
+
+
+def _combine_metrics(metrics_M, tokens_M):
+  """The whole batch's metrics from its microbatches' ([M] each).
+
+  Every metric is a mean over loss tokens, weighted here by each microbatch's
+  tokens, except the maxima, whose names end in `_max` (rl/losses.py).
+  """
+  total = jnp.maximum(jnp.sum(tokens_M), 1.0)
+  return {name: jnp.max(v) if name.endswith("_max") else jnp.sum(v * tokens_M) / total
+          for name, v in metrics_M.items()}
+
+
+def _accumulate(grad_fn, params, rows, m):
+  """Sums `grad_fn` over M strided microbatches of `rows` in a `lax.scan`.
+
+  Returns:
+    (loss, metrics, grads) of the whole batch; the gradients are summed in
+    float32 and returned in the parameters' dtypes.
+  """
+  split = lambda x: x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
+
+  def body(acc, mb):
+    (loss, metrics), grads = grad_fn(params, mb)
+    acc = jax.tree_util.tree_map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
+    return acc, (loss, metrics, jnp.sum(mb["mask_BxS"]))
+
+  zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  acc, (loss_M, metrics_M, tokens_M) = jax.lax.scan(
+      body, zeros, jax.tree_util.tree_map(split, rows))
+  grads = jax.tree_util.tree_map(lambda a, p: a.astype(p.dtype), acc, params)
+  return jnp.sum(loss_M), _combine_metrics(metrics_M, tokens_M), grads
+
+
 def _tree_norm(tree):
   return optax.global_norm(jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree))
+
+
+def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
+                   ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+  """The batch's loss, its metrics and its gradient, over `spec.microbatches`.
+
+  Args:
+    params: the policy's parameters.
+    batch: the arrays described in the module docstring.
+    spec: static choices.
+
+  Returns:
+    (loss, dict of scalar metrics, gradient), the whole batch's for any M.
+  """
+  p, g = spec.num_prompts, spec.num_generations
+  mask_BxS = batch["mask_BxS"].astype(jnp.float32)
+  adv_PxG, zero_var_P = advantages.group_advantages(
+      batch["rewards_PxG"], spec.adv_norm, zero_variance_filter=spec.zero_variance_filter)
+  if spec.zero_variance_filter:
+    mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
+  group_B = advantages.group_ids(p, g)
+  rows = {"tokens_BxS": batch["tokens_BxS"], "gen_logp_BxS": batch["gen_logp_BxS"],
+          "mask_BxS": mask_BxS, "adv_B": adv_PxG.reshape(p * g), "group_B": group_B}
+  counts = losses.batch_counts(mask_BxS, group_B, p)
+  grad_fn = jax.value_and_grad(functools.partial(_rows_loss, counts=counts, spec=spec),
+                               has_aux=True)
+  if spec.microbatches == 1:
+    (loss, metrics), grads = grad_fn(params, rows)
+  else:
+    loss, metrics, grads = _accumulate(grad_fn, params, rows, spec.microbatches)
+  metrics.update(zero_variance_frac=jnp.mean(zero_var_P.astype(jnp.float32)),
+                 loss_tokens=jnp.sum(mask_BxS))
+  return loss, metrics, grads
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
@@ -97,30 +245,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   Returns:
     (new state, dict of scalar metrics).
   """
-  p, g = spec.num_prompts, spec.num_generations
-  mask_BxS = batch["mask_BxS"].astype(jnp.float32)
-  adv_PxG, zero_var_P = advantages.group_advantages(
-      batch["rewards_PxG"], spec.adv_norm, zero_variance_filter=spec.zero_variance_filter)
-  if spec.zero_variance_filter:
-    mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
-  group_B = advantages.group_ids(p, g)
-  tis = spec.loss.tis_cap > 0
-
-  def loss_fn(params):
-    logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, batch["tokens_BxS"],
-                                            spec.temperature)
-    # One update per batch, so the trainer's own old-policy log-probs are its
-    # current ones (held constant); TIS then corrects the generator mismatch.
-    old = jax.lax.stop_gradient(logp_BxS) if tis else None
-    loss, metrics = losses.compute_loss(
-        spec.loss, logp_BxS, batch["gen_logp_BxS"], adv_PxG.reshape(p * g), mask_BxS,
-        group_B, p, old_logp_BxS=old)
-    metrics["entropy"] = _masked_mean(jax.lax.stop_gradient(entropy_BxS), mask_BxS)
-    metrics["train_gen_logp_abs_diff"] = _masked_mean(
-        jnp.abs(jax.lax.stop_gradient(logp_BxS) - batch["gen_logp_BxS"]), mask_BxS)
-    return loss, metrics
-
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  loss, metrics, grads = loss_and_grads(state.params, batch, spec)
   grad_norm = _tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   # Zeroed gradients keep the optimizer arithmetic finite; the result is
@@ -134,7 +259,5 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   metrics.update(
       loss=loss, l2_grads=grad_norm, l2_params=_tree_norm(new_state.params),
       l2_updates=jnp.where(finite, _tree_norm(updates), 0.0),
-      nonfinite=1.0 - finite.astype(jnp.float32),
-      zero_variance_frac=jnp.mean(zero_var_P.astype(jnp.float32)),
-      loss_tokens=jnp.sum(mask_BxS))
+      nonfinite=1.0 - finite.astype(jnp.float32))
   return new_state, metrics
