@@ -19,6 +19,7 @@ Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -195,9 +196,13 @@ class Dense(nn.Module):
                                         out_axis=tuple(range(n_in, n_in + n_out)))
     kernel = self.param("kernel", _logical_init(init, self.names),
                         self.in_shape + self.out_shape, self.cfg.pdtype)
-    y = jax.lax.dot_general(
-        x.astype(self.cfg.dtype), kernel.astype(self.cfg.dtype),
-        ((tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in))), ((), ())))
+    # A plain [N, I] x [I, O] matmul: contracting several axes at once (e.g.
+    # B and T in the weight gradient) makes XLA:CPU transpose the activations
+    # first, which cost more than the matmul itself. The reshapes are free.
+    lead = x.shape[:x.ndim - n_in]
+    y = jnp.dot(x.astype(self.cfg.dtype).reshape(-1, math.prod(self.in_shape)),
+                kernel.astype(self.cfg.dtype).reshape(math.prod(self.in_shape), -1))
+    y = y.reshape(lead + self.out_shape)
     if self.use_bias:
       bias = self.param("bias", _logical_init(nn.initializers.zeros, self.names[n_in:]),
                         self.out_shape, self.cfg.pdtype)
@@ -270,21 +275,16 @@ class Transformer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
-               return_hidden: bool = False) -> jax.Array:
+  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None) -> jax.Array:
     """Runs the network over whole sequences (causal attention).
 
     Args:
       tokens_BxT: int token ids.
       pos_BxT: position of each token (rotary phase and causal order); defaults
         to 0..T-1.
-      return_hidden: stop before the final norm and LM head, which
-        `output_logits` then applies to any slice of the result (chunked
-        log-probs never hold all [B, T, V] logits).
 
     Returns:
-      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype;
-      with `return_hidden`, the last block's output [B, T, D].
+      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype.
     """
     cfg = self.cfg
     if pos_BxT is None:
@@ -296,13 +296,14 @@ class Transformer(nn.Module):
     x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
 
     block = nn.remat(Block, prevent_cse=False) if cfg.remat else Block
+    # Unrolled: as a while loop over the layers, the train step on XLA:CPU took
+    # 1.3x as long (tiny_cpu; benchmarks/train_step.py). The parameters keep
+    # their stacked [L, ...] layout either way.
     blocks = nn.scan(
         block, variable_axes={"params": 0}, split_rngs={"params": True},
-        in_axes=nn.broadcast, length=cfg.num_layers,
+        in_axes=nn.broadcast, length=cfg.num_layers, unroll=cfg.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"})
     x_BxTxD, _ = blocks(cfg, name="layers")(x_BxTxD, pos_BxT)
-    if return_hidden:
-      return x_BxTxD
     x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
 
     if cfg.tie_embeddings:
@@ -322,22 +323,6 @@ def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Ar
   else:
     logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
   return nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
-
-
-def output_logits(cfg: ModelConfig, params: Any, x_BxTxD: jax.Array) -> jax.Array:
-  """The final norm and LM head of `Transformer` applied to its hidden states.
-
-  Args:
-    cfg: the model's shape.
-    params: the Transformer's parameter tree.
-    x_BxTxD: `Transformer(..., return_hidden=True)` output, or a slice of it.
-
-  Returns:
-    The logits `Transformer` returns for those positions.
-  """
-  head_DxV = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
-  x_BxTxD = rms_norm(x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype)
-  return lm_head(cfg, x_BxTxD, head_DxV)
 
 
 def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
