@@ -275,16 +275,21 @@ class Transformer(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None) -> jax.Array:
+  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
+               return_hidden: bool = False) -> jax.Array:
     """Runs the network over whole sequences (causal attention).
 
     Args:
       tokens_BxT: int token ids.
       pos_BxT: position of each token (rotary phase and causal order); defaults
         to 0..T-1.
+      return_hidden: stop before the final norm and LM head, which
+        `output_logits` then applies to any slice of the result (chunked
+        log-probs never hold all [B, T, V] logits).
 
     Returns:
-      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype.
+      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype;
+      with `return_hidden`, the last block's output [B, T, D].
     """
     cfg = self.cfg
     if pos_BxT is None:
@@ -304,6 +309,8 @@ class Transformer(nn.Module):
         in_axes=nn.broadcast, length=cfg.num_layers, unroll=cfg.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"})
     x_BxTxD, _ = blocks(cfg, name="layers")(x_BxTxD, pos_BxT)
+    if return_hidden:
+      return x_BxTxD
     x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
 
     if cfg.tie_embeddings:
@@ -323,6 +330,22 @@ def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Ar
   else:
     logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
   return nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
+
+
+def output_logits(cfg: ModelConfig, params: Any, x_BxTxD: jax.Array) -> jax.Array:
+  """The final norm and LM head of `Transformer` applied to its hidden states.
+
+  Args:
+    cfg: the model's shape.
+    params: the Transformer's parameter tree.
+    x_BxTxD: `Transformer(..., return_hidden=True)` output, or a slice of it.
+
+  Returns:
+    The logits `Transformer` returns for those positions.
+  """
+  head_DxV = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
+  x_BxTxD = rms_norm(x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype)
+  return lm_head(cfg, x_BxTxD, head_DxV)
 
 
 def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
