@@ -1,7 +1,7 @@
 """Train-step throughput on CPU as a fraction of the machine's matmul rate.
 
-  python benchmarks/train_step.py
-  python benchmarks/train_step.py --shapes=small_cpu --seq_lens=128
+  python -m benchmarks.train_step
+  python -m benchmarks.train_step --shapes=small_cpu --prompts_per_step=8 --seq_lens=64
 
 For each model shape and sequence length S, on random weights and a synthetic
 batch of P x G rows (random tokens; the loss mask over a random-length
@@ -22,7 +22,7 @@ completion after an S/4-token prompt; generator log-probs near the policy's;
 FLOPs are `metrics.train_flops` over the padded rows (the hardware's work).
 They are reported against a dense float32 matmul through JAX measured in the
 same run. A shape is a config variant, optionally with model fields changed:
-`tiny_cpu:embed_dim=128,mlp_dim=384`.
+`tiny_cpu:embed_dim=256;mlp_dim=768`.
 """
 
 import functools
