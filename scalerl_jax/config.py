@@ -198,6 +198,8 @@ SCHEMA: dict[str, Field] = {
     "trainer.warm_start_batch": _f(int, check=_POS[0], rule=_POS[1]),
     "trainer.warm_start_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
                                        rule="must be in [0, 1)"),
+    "trainer.warm_start_answer_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
+                                              rule="must be in [0, 1)"),
     "trainer.warm_start_dir": _f(str),
     # monitor (scalerl_jax/monitors.py); 0 turns a check off
     "monitor.entropy_min_fraction": _f(float, check=lambda v: 0 <= v < 1,

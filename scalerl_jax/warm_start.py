@@ -48,13 +48,14 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
               "steps": config.trainer.warm_start_steps, "lr": config.trainer.warm_start_lr,
               "batch": config.trainer.warm_start_batch, "vocab": vocab_size,
               "slip_prob": config.trainer.warm_start_slip_prob,
+              "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
               "max_len": config.sampling.max_prompt_len + config.sampling.max_new_tokens}
   return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
                         slip_prob: float = 0.0, rng: Optional[np.random.Generator] = None,
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        answer_slip_prob: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
   """Prompt + worked solution + EOS per record; the mask covers the solution.
 
   Args:
@@ -64,7 +65,9 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
     seq_len: row length (longer examples are cut).
     slip_prob: probability of a wrong value at each rewrite of a solution
       (`builtin_task.Problem.steps`); 0 gives the exact worked solutions.
-    rng: draws the slips; required when `slip_prob` > 0.
+    rng: draws the slips; required when a slip probability is > 0.
+    answer_slip_prob: probability that a solution's Answer line misstates the
+      value its thinking reached (`builtin_task.solution_text`).
 
   Returns:
     tokens_NxS int32 (right-padded with pad_id) and mask_NxS float32, where
@@ -74,7 +77,7 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
   mask = np.zeros((len(records), seq_len), np.float32)
   for i, record in enumerate(records):
     prompt = pipeline.prompt_ids(tok, record["prompt"])
-    target = tok.encode(builtin_task.target_text(record, slip_prob, rng)) + [tok.eos_id]
+    target = tok.encode(builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)) + [tok.eos_id]
     ids = (prompt + target)[:seq_len]
     tokens[i, :len(ids)] = ids
     mask[i, len(prompt):len(ids)] = 1.0
@@ -134,7 +137,8 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   epochs = -(-steps * batch // len(records))
   order = np.concatenate([rng.permutation(len(records)) for _ in range(epochs)])[:steps * batch]
   tokens, mask = supervised_examples([records[i] for i in order], tok, seq_len,
-                                     config.trainer.warm_start_slip_prob, rng)
+                                     config.trainer.warm_start_slip_prob, rng,
+                                     config.trainer.warm_start_answer_slip_prob)
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, :min(used, seq_len)], mask[:, :min(used, seq_len)]
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
@@ -144,8 +148,9 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   step = jax.jit(functools.partial(_sft_step, model=model, optimizer=optimizer),
                  donate_argnums=(0, 1))
   opt_state = jax.jit(optimizer.init)(params)
-  logging.info("Warm start: %d supervised steps on %d built-in problems (slip probability %g)",
-               steps, len(records), config.trainer.warm_start_slip_prob)
+  logging.info("Warm start: %d supervised steps on %d built-in problems (slip probability "
+               "%g per rewrite, %g per Answer line)", steps, len(records),
+               config.trainer.warm_start_slip_prob, config.trainer.warm_start_answer_slip_prob)
   for i in range(steps):
     rows = slice(i * batch, (i + 1) * batch)
     params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])

@@ -163,3 +163,21 @@ def test_slipped_solutions_are_self_consistent_and_slip_at_the_given_rate():
   assert abs(np.mean(slipped) - 0.3) < 0.03  # 2,000 draws: std of the rate ~0.01.
   with pytest.raises(ValueError, match="needs an rng"):
     problem.steps(0.5)
+
+
+def test_answer_slips_misstate_only_the_answer_line_at_the_given_rate():
+  problem = builtin_task.parse_expression("7+5*3-4")
+  exact = "<think> 7+5*3-4 = 7+15-4 = 22-4 = 18 </think>\nAnswer: 18"
+  assert builtin_task.solution_text(problem) == exact
+  rng = np.random.default_rng(0)
+  texts = [builtin_task.solution_text(problem, 0.0, rng, answer_slip_prob=0.7)
+           for _ in range(2_000)]
+  thinking = {t.split("\n")[0] for t in texts}
+  assert thinking == {exact.split("\n")[0]}  # The thinking is never touched.
+  answers = [int(t.rsplit("Answer: ", 1)[1]) for t in texts]
+  assert {a - 18 for a in answers} <= set(builtin_task.SLIP_OFFSETS) | {0}
+  # 2,000 draws: std of the rate ~0.01.
+  assert abs(np.mean([a != 18 for a in answers]) - 0.7) < 0.035
+  assert builtin_task.score_builtin(exact.split("\n")[1], "18") == 1.0
+  with pytest.raises(ValueError, match="needs an rng"):
+    builtin_task.solution_text(problem, answer_slip_prob=0.5)

@@ -113,10 +113,10 @@ def test_suggestion_names_the_close_field():
 
 # (fields set together, devices, start of the message): each fails on a relation.
 _INCONSISTENT = [
-    ({"model.num_heads": 6}, None, "model.num_kv_heads: 4 does not divide model.num_heads=6"),
-    ({"mesh.shape": (1, 1, 8)}, 8, "model.num_kv_heads: 4 is not divisible by 8"),
-    ({"mesh.shape": (1, 1, 3)}, 3, "model.num_heads: 8 is not divisible by 3"),
-    ({"mesh.shape": (1, 6, 1)}, 6, "model.embed_dim: 256 is not divisible by 6"),
+    ({"model.num_heads": 5}, None, "model.num_kv_heads: 2 does not divide model.num_heads=5"),
+    ({"mesh.shape": (1, 1, 4)}, 4, "model.num_kv_heads: 2 is not divisible by 4"),
+    ({"mesh.shape": (1, 1, 3)}, 3, "model.num_heads: 4 is not divisible by 3"),
+    ({"mesh.shape": (1, 6, 1)}, 6, "model.embed_dim: 128 is not divisible by 6"),
     ({"mesh.shape": (1, 1, 2), "model.mlp_dim": 765}, 2, "model.mlp_dim: 765 is not divisible by 2"),
     ({"mesh.shape": (2, 2, 2)}, 4, "mesh.shape: (2, 2, 2) needs 8 devices, 4 available"),
     ({"mesh.shape": (3, -1, 1)}, 8, "mesh.shape: fixed sizes (3, -1, 1)"),
@@ -131,7 +131,7 @@ _INCONSISTENT = [
     ({"sampling.interruption.enabled": True, "sampling.interruption.thinking_budget_min": 10,
       "sampling.interruption.thinking_budget_max": 200}, None,
      "sampling.interruption.thinking_budget_max: 200 exceeds sampling.max_new_tokens 96"),
-    ({"optim.schedule": "cosine"}, None, "optim.decay_steps: cosine schedule needs decay_steps > 0"),
+    ({"optim.schedule": "cosine", "optim.decay_steps": 0}, None, "optim.decay_steps: cosine schedule needs decay_steps > 0"),
     ({"rl.reward_incorrect": 1.0}, None, "rl.reward_correct: 1.0 must exceed"),
     ({"data.source": "jsonl"}, None, "data.jsonl_train: must be set when data.source='jsonl'"),
     ({"data.source": "tfds"}, None, "data.tfds_name: must be set"),

@@ -1,8 +1,10 @@
 """Tests of scalerl_jax.plan (memory and FLOPs per device) and launch/plan.py.
 
-The numbers for `tiny_cpu` are worked out by hand below. Its shape:
-V=512, D=256, L=4, H=8, K=4, E=32, F=768, tied embeddings, float32 params
-and compute; P x G = 8 x 16 = 128 sequences of 64 + 96 = 160 tokens.
+The numbers are worked out by hand below for `tiny_cpu`'s settings with a
+wider model (`_SHAPE`, ~3.3M parameters, the shape tiny_cpu had until its
+default run needed a faster one): V=512, D=256, L=4, H=8, K=4, E=32, F=768,
+tied embeddings, float32 params and compute; P x G = 8 x 16 = 128 sequences
+of 64 + 96 = 160 tokens.
 
 Run as a script (`python -m tests.plan_test`, 8 simulated devices) it prints
 the bytes that real sharded arrays hold on device 0, for
@@ -41,9 +43,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDED_PARAMS = 3_279_104 - 2_304
 
 
+_SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=768)
+
+
 def _config(**mesh_shape):
   config = scalerl.get_config("tiny_cpu")
   with config.unlocked():
+    config.model.update(_SHAPE)
+    config.data.prompts_per_step = 8
     for name, value in mesh_shape.items():
       config.mesh[name] = value
   return config

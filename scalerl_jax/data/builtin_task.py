@@ -47,8 +47,9 @@ _VAL_BUCKETS = 16
 # levels of up to `_ENUMERATE_MAX` expressions (levels 1-3) allow.
 _SAMPLE_MAX_FRACTION = 0.25
 _ENUMERATE_MAX = 200_000
-# A slipped rewrite (warm start with `trainer.warm_start_slip_prob`) is off by
-# one of these: the carry and sign slips of mental arithmetic.
+# A slipped rewrite or Answer line (warm start with
+# `trainer.warm_start_slip_prob` / `warm_start_answer_slip_prob`) is off by one
+# of these: the carry and sign slips of mental arithmetic.
 SLIP_OFFSETS = (-10, -2, -1, 1, 2, 10)
 _ANSWER_VALUE = re.compile(r"\s*([+-]?)([0-9]+)\s*")
 
@@ -137,24 +138,43 @@ def prompt_text(problem: Problem) -> str:
 
 
 def solution_text(problem: Problem, slip_prob: float = 0.0,
-                  rng: Optional[np.random.Generator] = None) -> str:
+                  rng: Optional[np.random.Generator] = None,
+                  answer_slip_prob: float = 0.0) -> str:
   """The worked target: the `<think>` trace of rewrites, then the Answer line.
 
-  With `slip_prob` > 0 each rewrite slips with that probability (see
-  `Problem.steps`) and the Answer line states the slipped chain's value.
+  Args:
+    problem: the expression.
+    slip_prob: probability that each rewrite slips (see `Problem.steps`); the
+      Answer line then states the slipped chain's value.
+    rng: draws the slips; required when either probability is > 0.
+    answer_slip_prob: probability that the Answer line misstates the value the
+      thinking reached, by one of `SLIP_OFFSETS`, while the thinking itself
+      stays as it is: a policy trained on such targets computes the answer
+      and then misreports it at this rate.
+
+  Returns:
+    The target text.
   """
+  if answer_slip_prob and rng is None:
+    raise ValueError("solution_text: answer_slip_prob > 0 needs an rng")
   steps = problem.steps(slip_prob, rng)
-  return f"{THINK_OPEN} {' = '.join(steps)} {THINK_CLOSE}\n{ANSWER_PREFIX} {steps[-1]}"
+  answer = steps[-1]
+  if answer_slip_prob and rng.random() < answer_slip_prob:
+    answer = str(int(answer) + int(rng.choice(SLIP_OFFSETS)))
+  return f"{THINK_OPEN} {' = '.join(steps)} {THINK_CLOSE}\n{ANSWER_PREFIX} {answer}"
 
 
 def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
-                rng: Optional[np.random.Generator] = None) -> str:
+                rng: Optional[np.random.Generator] = None,
+                answer_slip_prob: float = 0.0) -> str:
   """The worked target text of a built-in prompt record (supervised warm start).
 
   Args:
     record: a prompt record made by `builtin_prompts`.
     slip_prob: probability of a wrong value at each rewrite (`Problem.steps`).
-    rng: draws the slips; required when `slip_prob` > 0.
+    rng: draws the slips; required when a slip probability is > 0.
+    answer_slip_prob: probability that the Answer line misstates the thinking's
+      value (`solution_text`).
 
   Returns:
     `solution_text` of the record's problem.
@@ -167,7 +187,7 @@ def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
         f"prompt {record.get('id')!r}: target_text needs a built-in task record, got "
         f"source {record.get('source')!r}")
   return solution_text(parse_expression(json.loads(record["metadata"])["expression"]),
-                       slip_prob, rng)
+                       slip_prob, rng, answer_slip_prob)
 
 
 def make_record(problem: Problem) -> dict[str, str]:
