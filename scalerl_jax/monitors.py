@@ -23,7 +23,9 @@ The checks, by name, and the metrics they read (written by trainer.py and, under
   val_drop          val/mean_at_k more than `val_drop_max` below its best so far.
 
 Steps whose loss saw no token (train/loss_tokens = 0: every group had zero
-variance) carry no entropy, mismatch or ratio; those checks skip them.
+variance) carry no mismatch or ratio; those checks skip them. train/entropy
+covers every generated token, dropped groups included, so it is checked on
+every step.
 
 Three checks remember earlier steps (the first entropy, reward streaks, the
 best validation); `state_dict` / `load_state_dict` carry that through
@@ -94,7 +96,7 @@ class _EntropyCollapse(_Check):
 
   def __init__(self, min_fraction: float):
     self.min_fraction = min_fraction
-    self.first: Optional[float] = None  # Entropy of the first trained step.
+    self.first: Optional[float] = None  # Entropy of the first train step.
 
   @classmethod
   def from_config(cls, config):
@@ -102,7 +104,7 @@ class _EntropyCollapse(_Check):
     return cls(f) if f > 0 else None
 
   def __call__(self, row):
-    if not _trained(row) or "train/entropy" not in row:
+    if "train/entropy" not in row:
       return None
     entropy = row["train/entropy"]
     if self.first is None:

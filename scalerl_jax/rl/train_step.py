@@ -133,18 +133,27 @@ def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax
           jnp.concatenate([pad, entropy_BxT], axis=1))
 
 
-def _rows_loss(params, rows, counts, spec):
+# Metrics that `_rows_loss` reports as its rows' share of a whole-batch mean
+# (summed over microbatches); every other metric is a mean over the rows' loss
+# tokens (weighted by them) or a maximum.
+_SHARES = ("entropy",)
+
+
+def _rows_loss(params, rows, counts, gen_tokens, spec):
   """The loss of some rows of the batch (all, or one microbatch) and its metrics.
 
   Args:
     params: the policy's parameters (differentiated).
     rows: tokens_BxS, gen_logp_BxS, mask_BxS (float, dropped groups zeroed),
-      adv_B and group_B of these rows.
+      gen_mask_BxS (every generated token, dropped groups included), adv_B
+      and group_B of these rows.
     counts: the whole batch's `losses.batch_counts`.
+    gen_tokens: the whole batch's generated tokens (at least 1).
     spec: the StepSpec.
 
   Returns:
-    (this rows' share of the batch loss, token-mean metrics over these rows).
+    (this rows' share of the batch loss, metrics: token means over these rows'
+    loss tokens, maxima, and the `_SHARES`).
   """
   logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, rows["tokens_BxS"],
                                           spec.temperature, spec.logprob_chunk)
@@ -155,7 +164,10 @@ def _rows_loss(params, rows, counts, spec):
   loss, metrics = losses.compute_loss(
       spec.loss, logp_BxS, rows["gen_logp_BxS"], rows["adv_B"], mask_BxS, rows["group_B"],
       spec.num_prompts, old_logp_BxS=old, counts=counts)
-  metrics["entropy"] = _masked_mean(jax.lax.stop_gradient(entropy_BxS), mask_BxS)
+  # Entropy over every generated token, the groups zero-variance filtering
+  # dropped included: a collapse shows in the groups that no longer train.
+  metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy_BxS) * rows["gen_mask_BxS"]
+                               ) / gen_tokens
   metrics["train_gen_logp_abs_diff"] = _masked_mean(
       jnp.abs(jax.lax.stop_gradient(logp_BxS) - rows["gen_logp_BxS"]), mask_BxS)
   return loss, metrics
@@ -168,8 +180,9 @@ def _combine_metrics(metrics_M, tokens_M):
   tokens, except the maxima, whose names end in `_max` (rl/losses.py).
   """
   total = jnp.maximum(jnp.sum(tokens_M), 1.0)
-  return {name: jnp.max(v) if name.endswith("_max") else jnp.sum(v * tokens_M) / total
-          for name, v in metrics_M.items()}
+  combine = lambda name, v: (jnp.max(v) if name.endswith("_max") else jnp.sum(v)
+                             if name in _SHARES else jnp.sum(v * tokens_M) / total)
+  return {name: combine(name, v) for name, v in metrics_M.items()}
 
 
 def _accumulate(grad_fn, params, rows, m):
@@ -210,17 +223,19 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
     (loss, dict of scalar metrics, gradient), the whole batch's for any M.
   """
   p, g = spec.num_prompts, spec.num_generations
-  mask_BxS = batch["mask_BxS"].astype(jnp.float32)
+  mask_BxS = gen_mask_BxS = batch["mask_BxS"].astype(jnp.float32)
   adv_PxG, zero_var_P = advantages.group_advantages(
       batch["rewards_PxG"], spec.adv_norm, zero_variance_filter=spec.zero_variance_filter)
   if spec.zero_variance_filter:
     mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
   group_B = advantages.group_ids(p, g)
   rows = {"tokens_BxS": batch["tokens_BxS"], "gen_logp_BxS": batch["gen_logp_BxS"],
-          "mask_BxS": mask_BxS, "adv_B": adv_PxG.reshape(p * g), "group_B": group_B}
+          "mask_BxS": mask_BxS, "gen_mask_BxS": gen_mask_BxS, "adv_B": adv_PxG.reshape(p * g), "group_B": group_B}
   counts = losses.batch_counts(mask_BxS, group_B, p)
-  grad_fn = jax.value_and_grad(functools.partial(_rows_loss, counts=counts, spec=spec),
-                               has_aux=True)
+  gen_tokens = jnp.maximum(jnp.sum(gen_mask_BxS), 1.0)
+  grad_fn = jax.value_and_grad(
+      functools.partial(_rows_loss, counts=counts, gen_tokens=gen_tokens, spec=spec),
+      has_aux=True)
   if spec.microbatches == 1:
     (loss, metrics), grads = grad_fn(params, rows)
   else:
