@@ -3,6 +3,7 @@
   python -m launch.evaluate --workdir=/tmp/scalerl_default
   python -m launch.evaluate --workdir=/tmp/scalerl_default \
       --step=20 --num_prompts=200 --samples=16
+  python -m launch.evaluate --workdir=/tmp/scalerl_default --repeats=5
 
 Uses the config the run recorded in its workdir (config.json), only the
 policy parameters of the checkpoint, and the same validation prompts and
@@ -22,6 +23,10 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=T
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step; default: the latest.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", None, "Default: trainer.eval_num_prompts.")
 _SAMPLES = flags.DEFINE_integer("samples", None, "k of mean@k; default: trainer.eval_samples.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 1, "Evaluations with different sampling keys (the first is the trainer's); "
+    "above 1 the output adds each metric's standard deviation across them, the "
+    "sampling noise of one evaluation.")
 
 
 def main(argv):
@@ -30,7 +35,7 @@ def main(argv):
   experiment.configure_logging()
   try:
     result = checkpoint_io.evaluate_checkpoint(_WORKDIR.value, _STEP.value, _NUM_PROMPTS.value,
-                                               _SAMPLES.value)
+                                               _SAMPLES.value, _REPEATS.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.evaluate: {e}") from None
   print(json.dumps(result, indent=2, sort_keys=True))

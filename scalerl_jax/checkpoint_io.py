@@ -15,7 +15,9 @@ import os
 import shutil
 from typing import Any, Optional
 
+from absl import logging
 import jax
+import numpy as np
 
 from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import evaluation
@@ -54,7 +56,7 @@ def _policy(workdir: str, step: Optional[int],
 
 def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
                         num_prompts: Optional[int] = None,
-                        samples: Optional[int] = None) -> dict[str, float]:
+                        samples: Optional[int] = None, repeats: int = 1) -> dict[str, Any]:
   """Validation mean@k / pass@k of the checkpoint at `step` (default: latest).
 
   Without any checkpoint in `workdir` the base policy is evaluated.
@@ -64,18 +66,37 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
     step: checkpoint step; None for the latest.
     num_prompts: validation prompts; default `trainer.eval_num_prompts`.
     samples: k of mean@k; default `trainer.eval_samples`.
+    repeats: evaluations of the same parameters; the first uses the trainer's
+      validation key (so it reproduces the run's numbers), repeat r > 0 the key
+      folded with r. With repeats > 1 the result also holds every repeat's
+      metrics ("repeats") and each metric's standard deviation across them
+      ("<metric>_std", ddof=1): the sampling noise of one evaluation.
 
   Returns:
-    "step" and the `evaluation.evaluate` metrics.
+    "step" and the `evaluation.evaluate` metrics (of the first repeat).
   """
+  if repeats < 1:
+    raise ValueError(f"repeats must be >= 1, got {repeats}")
   exp, params, step = _policy(workdir, step, require_checkpoint=False)
   pool = exp.reward_pool()
+  base_key = evaluation.validation_key(exp.config)
+  runs = []
   try:
-    return {"step": step, **evaluation.evaluate(
-        exp.sampler, params, exp.eval_batches(num_prompts, samples), exp.tok, pool,
-        evaluation.validation_key(exp.config), version=step)}
+    batches = exp.eval_batches(num_prompts, samples)
+    for r in range(repeats):
+      key = base_key if r == 0 else jax.random.fold_in(base_key, r)
+      runs.append(evaluation.evaluate(exp.sampler, params, batches, exp.tok, pool, key,
+                                      version=step))
+      if repeats > 1:
+        logging.info("Evaluation %d/%d: %s", r + 1, repeats, runs[-1])
   finally:
     pool.close()
+  result = {"step": step, **runs[0]}
+  if repeats > 1:
+    result["repeats"] = runs
+    for name in runs[0]:
+      result[f"{name}_std"] = float(np.std([run[name] for run in runs], ddof=1))
+  return result
 
 
 def export_checkpoint(workdir: str, out: str, step: Optional[int] = None) -> list[str]:
