@@ -43,9 +43,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     version: policy version recorded in the sampler's outputs.
 
   Returns:
-    val/mean_at_k (mean score over all samples), val/pass_at_k (fraction of
-    prompts with at least one verified sample), val/mean_length (completion
-    tokens), val/truncation_rate, val/num_prompts.
+    `summarize` of the scores, lengths and truncation flags.
   """
   scores, lengths, truncated = [], [], []
   for i, batch in enumerate(batches):
@@ -58,11 +56,34 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     scores.append(np.asarray(batch_scores, np.float32).reshape(-1, k))
     lengths.append(out.seq_len - out.prompt_len)
     truncated.append(out.truncated)
-  scores_PxG = np.concatenate(scores)
+  return summarize(np.concatenate(scores), np.concatenate(lengths), np.concatenate(truncated))
+
+
+def summarize(scores_PxG: np.ndarray, lengths_B: np.ndarray,
+              truncated_B: np.ndarray) -> dict[str, float]:
+  """The validation metrics of N prompts' k scored samples each.
+
+  Args:
+    scores_PxG: verifier scores, one row per prompt (G = k samples).
+    lengths_B: completion tokens of every sample.
+    truncated_B: whether each sample hit the token budget.
+
+  Returns:
+    val/mean_at_k (mean score over all samples), val/pass_at_k (fraction of
+    prompts with at least one verified sample), val/mean_length (completion
+    tokens), val/truncation_rate, val/num_prompts, and val/mean_at_k_stderr:
+    the standard error of mean@k from sampling alone (prompts held fixed),
+    sqrt(sum_i s_i^2 / k) / N, s_i^2 the unbiased variance of prompt i's k
+    scores. The std of mean@k across evaluations with different keys
+    (`launch.evaluate --repeats`) estimates the same quantity.
+  """
+  n, k = scores_PxG.shape
+  var_P = scores_PxG.astype(np.float64).var(axis=1, ddof=1) if k > 1 else np.zeros(n)
   return {
       "val/mean_at_k": float(scores_PxG.mean()),
+      "val/mean_at_k_stderr": float(np.sqrt(var_P.sum() / k) / n),
       "val/pass_at_k": float((scores_PxG.max(axis=1) > 0.5).mean()),
-      "val/mean_length": float(np.concatenate(lengths).mean()),
-      "val/truncation_rate": float(np.concatenate(truncated).mean()),
-      "val/num_prompts": float(scores_PxG.shape[0]),
+      "val/mean_length": float(np.mean(lengths_B)),
+      "val/truncation_rate": float(np.mean(truncated_B)),
+      "val/num_prompts": float(n),
   }
