@@ -35,6 +35,9 @@ _PYTHON = flags.DEFINE_string(
     "python", None, "Interpreter in the commands; default: this one locally, 'python' in files.")
 _SET = flags.DEFINE_multi_string(
     "set", [], "field=value applied to every point, e.g. --set=trainer.eval_every=5.")
+_POINTS = flags.DEFINE_list(
+    "points", [], "Run only these points of the grid (by name), e.g. "
+    "--points=pipeline_k8,ppo_k8; default: all.")
 _COMMANDS_FILE = flags.DEFINE_string(
     "commands_file", None, "commands: output file; default <workdir>/commands.sh.")
 
@@ -43,8 +46,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   try:
-    points = sweep.with_overrides(sweep.load_sweep(_SWEEP.value, scalerl.get_config),
-                                  sweep.parse_overrides(_SET.value), scalerl.get_config)
+    points = sweep.with_overrides(
+        sweep.select(sweep.load_sweep(_SWEEP.value, scalerl.get_config), _POINTS.value),
+        sweep.parse_overrides(_SET.value), scalerl.get_config)
   except (OSError, ValueError, TypeError) as e:
     raise SystemExit(f"launch.sweep: {e}") from None
   points = sweep.share_warm_start(points, _WORKDIR.value)

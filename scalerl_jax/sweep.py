@@ -215,6 +215,22 @@ def with_overrides(points: Sequence[Point], overrides: dict[str, Any],
   return out
 
 
+def select(points: Sequence[Point], names: Sequence[str]) -> list[Point]:
+  """The points named in `names`, in the grid's order; all when `names` is empty.
+
+  Raises:
+    ValueError: naming every unknown name and the grid's names.
+  """
+  if not names:
+    return list(points)
+  known = [p.name for p in points]
+  unknown = [n for n in names if n not in known]
+  if unknown:
+    raise ValueError(f"no point named {', '.join(map(repr, unknown))}; the grid has "
+                     f"{', '.join(known)}")
+  return [p for p in points if p.name in names]
+
+
 def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
   """Points whose runs cache and reuse warm-started base policies in one place.
 

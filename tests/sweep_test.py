@@ -223,3 +223,13 @@ def test_set_overrides_reach_every_point_and_are_validated():
     sweep.with_overrides(points, {"trainer.eval_every": 0}, scalerl.get_config)
   with pytest.raises(ValueError, match="expected field=value"):
     sweep.parse_overrides(["trainer.eval_every"])
+
+
+def test_points_select_part_of_a_grid_by_name():
+  points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/off_policy.py"),
+                            scalerl.get_config)
+  chosen = sweep.select(points, ["ppo_k8", "pipeline_k8"])
+  assert [p.name for p in chosen] == ["ppo_k8", "pipeline_k8"]  # The grid's order.
+  assert sweep.select(points, []) == points
+  with pytest.raises(ValueError, match="no point named 'pipeline_k9'; the grid has ppo_k4, "):
+    sweep.select(points, ["pipeline_k8", "pipeline_k9"])
