@@ -1,49 +1,78 @@
-"""Validation of an experiment ConfigDict before anything is built or compiled.
+"""Checks of an experiment config that a locked ConfigDict cannot make.
 
-`validate(config)` walks the config against `SCHEMA` (every field, its type and
-allowed values) and then checks the relations between fields (heads divide the
-mesh's tensor axis, budgets fit the model's context, ...). Every error is a
-`ConfigError` whose message starts with the dotted name of the offending field,
-so a typo on the command line is caught here and not deep inside JAX.
+A config from `configs/*.py` is a locked `ml_collections.ConfigDict`: it
+already refuses a field it does not hold and a value of another type than the
+field's (`--config.model.num_heads=x` fails while the flags are parsed).
+`validate(config)` checks the rest before anything is built or compiled: the
+values a field allows (`RULES`: ranges, and choices read from the registries
+that give the names meaning) and the relations between fields (heads divide
+the mesh's tensor axis, budgets fit the model's context, ...). Every error is a
+`ConfigError` whose message starts with the dotted name of the offending field.
 
-Adding a config field means adding it to `configs/*.py` and to `SCHEMA`.
+A new config field needs an entry in `RULES` only if some values of its type
+are invalid; a new choice is registered where it is implemented.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Union
 
 import ml_collections
 
+from scalerl_jax import optim
 from scalerl_jax.data import chat_template
+from scalerl_jax.models import hf_io
+from scalerl_jax.models import transformer
+from scalerl_jax.rewards import registry as verifiers
+from scalerl_jax.rl import advantages
+from scalerl_jax.rl import losses
 from scalerl_jax.rl import schedules
 
 
 class ConfigError(ValueError):
-  """A config field is unknown, missing, of the wrong type or inconsistent."""
+  """A config field holds a value it does not allow, or fields are inconsistent."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Field:
-  """What one config field may hold."""
-  type: Any  # Python type or tuple of types; float fields also accept ints.
-  choices: Optional[Sequence[Any]] = None
-  check: Optional[Callable[[Any], bool]] = None
-  rule: str = ""  # Human-readable form of `check`, used in the message.
+# A field's value -> what is wrong with it, or None.
+Rule = Callable[[Any], Optional[str]]
+
+# Python types a rule's kind accepts: floats take ints, sequences tuples or lists.
+_KINDS = {int: (int,), float: (int, float), str: (str,), tuple: (tuple, list)}
+_KIND_NAMES = {int: "int", float: "float", str: "str", tuple: "tuple or list"}
 
 
-def _f(type_, choices=None, check=None, rule=""):
-  return Field(type_, choices, check, rule)
+def _rule(kind: type, ok: Callable[[Any], bool], says: str) -> Rule:
+  """Values of `kind` for which `ok` holds; `says` completes the message otherwise.
+
+  ml_collections lets a bool into an int or float field (bool is an int), and
+  a config built from a dict has no types to keep; so the kind is checked too.
+  """
+  def check(value: Any) -> Optional[str]:
+    if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
+      return f"expected {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}"
+    return None if ok(value) else f"{value!r} {says}"
+  return check
 
 
-_POS = (lambda v: v > 0, "must be > 0")
-_NONNEG = (lambda v: v >= 0, "must be >= 0")
-_UNIT = (lambda v: 0 < v <= 1, "must be in (0, 1]")
-_PROB = (lambda v: 0 <= v <= 1, "must be in [0, 1]")
-_DTYPES = ("float32", "bfloat16")
-_VERIFIER_KINDS = ("math", "task", "code")  # rewards.registry.KINDS
+def _one_of(names: Union[Collection[str], Callable[[], Collection[str]]]) -> Rule:
+  """One of `names`, read when the config is checked: a registry's, as it is then."""
+  def check(value: Any) -> Optional[str]:
+    allowed = tuple(names() if callable(names) else names)
+    return None if value in allowed else f"{value!r} is not one of {allowed}"
+  return check
+
+
+_POS_INT = _rule(int, lambda v: v > 0, "must be > 0")
+_NONNEG_INT = _rule(int, lambda v: v >= 0, "must be >= 0")
+_OFF_INT = _rule(int, lambda v: v >= 0, "must be >= 0 (0 = off)")
+_POS = _rule(float, lambda v: v > 0, "must be > 0")
+_NONNEG = _rule(float, lambda v: v >= 0, "must be >= 0")
+_UNIT = _rule(float, lambda v: 0 < v <= 1, "must be in (0, 1]")
+_PROB = _rule(float, lambda v: 0 <= v <= 1, "must be in [0, 1]")
+_BELOW_ONE = _rule(float, lambda v: 0 <= v < 1, "must be in [0, 1)")
+_OFF_BELOW_ONE = _rule(float, lambda v: 0 <= v < 1, "must be in [0, 1) (0 = off)")
+_NAMED = _rule(str, bool, "must name a row field")
 
 
 def _axis_rules_ok(rules):
@@ -57,208 +86,148 @@ def _axis_rules_ok(rules):
   return True
 
 
-SCHEMA: dict[str, Field] = {
-    "variant": _f(str),
-    "seed": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
+# Fields whose type admits invalid values, and the values they allow. Fields
+# of any value of their type (flags, paths, names) are left to ml_collections.
+RULES: dict[str, Rule] = {
+    "seed": _NONNEG_INT,
     # model
-    "model.family": _f(str, choices=("llama", "qwen2", "qwen3")),
-    "model.vocab_size": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.embed_dim": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.num_layers": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.num_heads": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.num_kv_heads": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.head_dim": _f(int, check=lambda v: v > 0 and v % 2 == 0,
-                         rule="must be a positive even number (rotary pairs)"),
-    "model.mlp_dim": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.rope_theta": _f(float, check=_POS[0], rule=_POS[1]),
-    "model.rope_scaling.type": _f(str, choices=("none", "llama3")),
-    "model.rope_scaling.factor": _f(float, check=_POS[0], rule=_POS[1]),
-    "model.rope_scaling.low_freq_factor": _f(float, check=_POS[0], rule=_POS[1]),
-    "model.rope_scaling.high_freq_factor": _f(float, check=_POS[0], rule=_POS[1]),
-    "model.rope_scaling.original_max_position": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.norm_eps": _f(float, check=_POS[0], rule=_POS[1]),
-    "model.tie_embeddings": _f(bool),
-    "model.qkv_bias": _f(bool),
-    "model.qk_norm": _f(bool),
-    "model.max_seq_len": _f(int, check=_POS[0], rule=_POS[1]),
-    "model.param_dtype": _f(str, choices=_DTYPES),
-    "model.compute_dtype": _f(str, choices=_DTYPES),
-    "model.fp32_lm_head": _f(bool),
-    "model.remat": _f(bool),
-    "model.hf_path": _f(str),
+    "model.family": _one_of(hf_io.ARCHITECTURES.values()),
+    "model.vocab_size": _POS_INT,
+    "model.embed_dim": _POS_INT,
+    "model.num_layers": _POS_INT,
+    "model.num_heads": _POS_INT,
+    "model.num_kv_heads": _POS_INT,
+    "model.head_dim": _rule(int, lambda v: v > 0 and v % 2 == 0,
+                            "must be a positive even number (rotary pairs)"),
+    "model.mlp_dim": _POS_INT,
+    "model.rope_theta": _POS,
+    "model.rope_scaling.type": _one_of(transformer.ROPE_SCALINGS),
+    "model.rope_scaling.factor": _POS,
+    "model.rope_scaling.low_freq_factor": _POS,
+    "model.rope_scaling.high_freq_factor": _POS,
+    "model.rope_scaling.original_max_position": _POS_INT,
+    "model.norm_eps": _POS,
+    "model.max_seq_len": _POS_INT,
+    "model.param_dtype": _one_of(transformer.DTYPES),
+    "model.compute_dtype": _one_of(transformer.DTYPES),
     # mesh
-    "mesh.axes": _f((tuple, list), check=lambda v: len(v) > 0 and all(isinstance(a, str) for a in v)
-                    and len(set(v)) == len(v), rule="must be distinct axis names"),
-    "mesh.shape": _f((tuple, list), check=lambda v: all(isinstance(s, int) and (s > 0 or s == -1) for s in v)
-                     and list(v).count(-1) <= 1,
-                     rule="must hold positive sizes and at most one -1"),
-    "mesh.logical_axis_rules": _f((tuple, list), check=_axis_rules_ok,
-                                  rule="must be (logical_name, mesh_axis | tuple of axes | None) pairs"),
-    "mesh.distributed": _f(bool),
-    "mesh.coordinator_address": _f(str),
-    "mesh.num_processes": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "mesh.process_id": _f(int, check=lambda v: v >= -1, rule="must be >= -1"),
+    "mesh.axes": _rule(tuple, lambda v: len(v) > 0 and all(isinstance(a, str) for a in v)
+                       and len(set(v)) == len(v), "must be distinct axis names"),
+    "mesh.shape": _rule(tuple, lambda v: all(isinstance(s, int) and (s > 0 or s == -1) for s in v)
+                        and list(v).count(-1) <= 1,
+                        "must hold positive sizes and at most one -1"),
+    "mesh.logical_axis_rules": _rule(
+        tuple, _axis_rules_ok, "must be (logical_name, mesh_axis | tuple of axes | None) pairs"),
+    "mesh.num_processes": _NONNEG_INT,
+    "mesh.process_id": _rule(int, lambda v: v >= -1, "must be >= -1"),
     # optim
-    "optim.learning_rate": _f(float, check=_POS[0], rule=_POS[1]),
-    "optim.warmup_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "optim.schedule": _f(str, choices=("constant", "cosine")),
-    "optim.decay_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "optim.final_lr_fraction": _f(float, check=_PROB[0], rule=_PROB[1]),
-    "optim.b1": _f(float, check=lambda v: 0 <= v < 1, rule="must be in [0, 1)"),
-    "optim.b2": _f(float, check=lambda v: 0 <= v < 1, rule="must be in [0, 1)"),
-    "optim.eps": _f(float, check=_POS[0], rule=_POS[1]),
-    "optim.weight_decay": _f(float, check=_NONNEG[0], rule=_NONNEG[1]),
-    "optim.grad_clip_norm": _f(float, check=_NONNEG[0], rule=_NONNEG[1]),
+    "optim.learning_rate": _POS,
+    "optim.warmup_steps": _NONNEG_INT,
+    "optim.schedule": _one_of(optim.SCHEDULES),
+    "optim.decay_steps": _NONNEG_INT,
+    "optim.final_lr_fraction": _PROB,
+    "optim.b1": _BELOW_ONE,
+    "optim.b2": _BELOW_ONE,
+    "optim.eps": _POS,
+    "optim.weight_decay": _NONNEG,
+    "optim.grad_clip_norm": _NONNEG,
     # rl
-    "rl.loss": _f(str, choices=("grpo", "dapo", "gspo", "gspo_token", "cispo")),
-    "rl.aggregation": _f(str, choices=("sample", "prompt", "token")),
-    "rl.adv_norm": _f(str, choices=("prompt", "batch", "none")),
-    "rl.eps_clip": _f(float, check=_UNIT[0], rule=_UNIT[1]),
-    "rl.eps_low": _f(float, check=_UNIT[0], rule=_UNIT[1]),
-    "rl.eps_high": _f(float, check=_POS[0], rule=_POS[1]),
-    "rl.gspo_eps_low": _f(float, check=_UNIT[0], rule=_UNIT[1]),
-    "rl.gspo_eps_high": _f(float, check=_POS[0], rule=_POS[1]),
-    "rl.cispo_eps_max": _f(float, check=_POS[0], rule=_POS[1]),
-    "rl.tis_cap": _f(float, check=_NONNEG[0], rule=_NONNEG[1]),
-    "rl.zero_variance_filter": _f(bool),
-    "rl.reward_correct": _f(float),
-    "rl.reward_incorrect": _f(float),
+    "rl.loss": _one_of(losses.registered_losses),
+    "rl.aggregation": _one_of(losses.AGGREGATIONS),
+    "rl.adv_norm": _one_of(advantages.NORMS),
+    "rl.eps_clip": _UNIT,
+    "rl.eps_low": _UNIT,
+    "rl.eps_high": _POS,
+    "rl.gspo_eps_low": _UNIT,
+    "rl.gspo_eps_high": _POS,
+    "rl.cispo_eps_max": _POS,
+    "rl.tis_cap": _NONNEG,
     # buffer
-    "buffer.schedule": _f(str, choices=schedules.SCHEDULES.keys()),  # The registry, live.
-    "buffer.max_off_policy": _f(int, check=_POS[0], rule=_POS[1]),
-    "buffer.decode_steps_per_train_step": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
+    "buffer.schedule": _one_of(schedules.SCHEDULES),
+    "buffer.max_off_policy": _POS_INT,
+    "buffer.decode_steps_per_train_step": _NONNEG_INT,
     # sampling
-    "sampling.temperature": _f(float, check=_NONNEG[0], rule="must be >= 0 (0 = greedy)"),
-    "sampling.top_k": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "sampling.top_p": _f(float, check=_UNIT[0], rule=_UNIT[1]),
-    "sampling.max_prompt_len": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.max_new_tokens": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.num_slots": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "sampling.decode_steps_per_call": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.interruption.enabled": _f(bool),
-    "sampling.interruption.thinking_budget_min": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.interruption.thinking_budget_max": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.interruption.answer_budget": _f(int, check=_POS[0], rule=_POS[1]),
-    "sampling.interruption.phrase": _f(str, check=lambda v: len(v) > 0, rule="must not be empty"),
+    "sampling.temperature": _rule(float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"),
+    "sampling.top_k": _NONNEG_INT,
+    "sampling.top_p": _UNIT,
+    "sampling.max_prompt_len": _POS_INT,
+    "sampling.max_new_tokens": _POS_INT,
+    "sampling.num_slots": _NONNEG_INT,
+    "sampling.decode_steps_per_call": _POS_INT,
+    "sampling.interruption.thinking_budget_min": _POS_INT,
+    "sampling.interruption.thinking_budget_max": _POS_INT,
+    "sampling.interruption.answer_budget": _POS_INT,
+    "sampling.interruption.phrase": _rule(str, lambda v: len(v) > 0, "must not be empty"),
     # data
-    "data.source": _f(str, choices=("builtin", "reasoning_gym", "tfds", "jsonl")),
-    "data.prompts_per_step": _f(int, check=_POS[0], rule=_POS[1]),
-    "data.generations_per_prompt": _f(int, check=lambda v: v >= 2,
-                                      rule="must be >= 2 (group-relative advantages)"),
-    "data.on_long_prompt": _f(str, choices=("error", "skip")),
-    "data.builtin_difficulty": _f((tuple, list), check=lambda v: len(v) > 0 and all(
-        isinstance(d, int) and d >= 1 for d in v), rule="must be a non-empty tuple of levels >= 1"),
-    "data.builtin_num_train": _f(int, check=_POS[0], rule=_POS[1]),
-    "data.builtin_num_val": _f(int, check=_POS[0], rule=_POS[1]),
-    "data.reasoning_gym_name": _f(str),
-    "data.reasoning_gym_size": _f(int, check=_POS[0], rule=_POS[1]),
-    "data.reasoning_gym_val_size": _f(int, check=_POS[0], rule=_POS[1]),
-    "data.tfds_name": _f(str),
-    "data.tfds_split": _f(str),
-    "data.tfds_val_split": _f(str),
-    "data.tfds_data_dir": _f(str),
-    "data.tfds_prompt_field": _f(str),
-    "data.tfds_answer_field": _f(str),
-    "data.jsonl_train": _f(str),
-    "data.jsonl_val": _f(str),
-    "data.jsonl_prompt_field": _f(str, check=bool, rule="must name a row field"),
-    "data.jsonl_answer_field": _f(str, check=bool, rule="must name a row field"),
-    "data.answer_delimiter": _f(str),
-    "data.chat_template": _f(str, choices=chat_template.MODES),
-    "data.system_prompt": _f(str),
-    "data.answer_instruction": _f(str),
-    "data.enable_thinking": _f(bool),
-    "data.tokenizer_path": _f(str),
+    # The branches of sources.load_prompts; data/ exports no list of them yet.
+    "data.source": _one_of(("builtin", "reasoning_gym", "tfds", "jsonl")),
+    "data.prompts_per_step": _POS_INT,
+    "data.generations_per_prompt": _rule(int, lambda v: v >= 2,
+                                         "must be >= 2 (group-relative advantages)"),
+    "data.on_long_prompt": _one_of(("error", "skip")),  # As pipeline.tokenize_prompts.
+    "data.builtin_difficulty": _rule(tuple, lambda v: len(v) > 0 and all(
+        isinstance(d, int) and d >= 1 for d in v), "must be a non-empty tuple of levels >= 1"),
+    "data.builtin_num_train": _POS_INT,
+    "data.builtin_num_val": _POS_INT,
+    "data.reasoning_gym_size": _POS_INT,
+    "data.reasoning_gym_val_size": _POS_INT,
+    "data.jsonl_prompt_field": _NAMED,
+    "data.jsonl_answer_field": _NAMED,
+    "data.chat_template": _one_of(chat_template.MODES),
     # rewards
-    "rewards.verifier": _f(str, choices=("auto",) + _VERIFIER_KINDS),
-    "rewards.strip_thinking": _f((tuple, list), check=lambda v: all(k in _VERIFIER_KINDS for k in v)
-                                 and len(set(v)) == len(v),
-                                 rule=f"must be distinct verifier kinds of {_VERIFIER_KINDS}"),
-    "rewards.timeout_s": _f(float, check=_POS[0], rule=_POS[1]),
-    "rewards.num_workers": _f(int, check=_POS[0], rule=_POS[1]),
-    "rewards.code_cpu_s": _f(float, check=_POS[0], rule=_POS[1]),
-    "rewards.code_memory_mb": _f(int, check=_POS[0], rule=_POS[1]),
-    "rewards.worker_memory_mb": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
+    "rewards.verifier": _one_of(verifiers.MODES),
+    "rewards.strip_thinking": _rule(
+        tuple, lambda v: all(k in verifiers.KINDS for k in v) and len(set(v)) == len(v),
+        f"must be distinct verifier kinds of {verifiers.KINDS}"),
+    "rewards.timeout_s": _POS,
+    "rewards.num_workers": _POS_INT,
+    "rewards.code_cpu_s": _POS,
+    "rewards.code_memory_mb": _POS_INT,
+    "rewards.worker_memory_mb": _NONNEG_INT,
     # curriculum
-    "curriculum.no_positive_resampling": _f(bool),
-    "curriculum.retire_threshold": _f(float, check=_UNIT[0], rule=_UNIT[1]),
+    "curriculum.retire_threshold": _UNIT,
     # trainer
-    "trainer.num_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "trainer.eval_every": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.eval_num_prompts": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.eval_samples": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.checkpoint_every": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.keep_checkpoints": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.log_every": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.max_nonfinite_steps": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.microbatches": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.logprob_chunk": _f(int, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
-    "trainer.warm_start_steps": _f(int, check=_NONNEG[0], rule=_NONNEG[1]),
-    "trainer.warm_start_lr": _f(float, check=_POS[0], rule=_POS[1]),
-    "trainer.warm_start_batch": _f(int, check=_POS[0], rule=_POS[1]),
-    "trainer.warm_start_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
-                                       rule="must be in [0, 1)"),
-    "trainer.warm_start_answer_slip_prob": _f(float, check=lambda v: 0 <= v < 1,
-                                              rule="must be in [0, 1)"),
-    "trainer.warm_start_dir": _f(str),
+    "trainer.num_steps": _NONNEG_INT,
+    "trainer.eval_every": _POS_INT,
+    "trainer.eval_num_prompts": _POS_INT,
+    "trainer.eval_samples": _POS_INT,
+    "trainer.checkpoint_every": _POS_INT,
+    "trainer.keep_checkpoints": _POS_INT,
+    "trainer.log_every": _POS_INT,
+    "trainer.max_nonfinite_steps": _POS_INT,
+    "trainer.microbatches": _POS_INT,
+    "trainer.logprob_chunk": _OFF_INT,
+    "trainer.warm_start_steps": _NONNEG_INT,
+    "trainer.warm_start_lr": _POS,
+    "trainer.warm_start_batch": _POS_INT,
+    "trainer.warm_start_slip_prob": _BELOW_ONE,
+    "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
     # monitor (scalerl_jax/monitors.py); 0 turns a check off
-    "monitor.entropy_min_fraction": _f(float, check=lambda v: 0 <= v < 1,
-                                       rule="must be in [0, 1) (0 = off)"),
-    "monitor.truncation_rate_max": _f(float, check=lambda v: 0 <= v < 1,
-                                      rule="must be in [0, 1) (0 = off)"),
-    "monitor.logp_diff_max": _f(float, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
-    "monitor.ratio_max": _f(float, check=lambda v: v == 0 or v > 1,
-                            rule="must be 0 (off) or > 1 (on-policy ratios are 1)"),
-    "monitor.reward_stuck_steps": _f(int, check=_NONNEG[0], rule="must be >= 0 (0 = off)"),
-    "monitor.val_drop_max": _f(float, check=lambda v: 0 <= v < 1,
-                               rule="must be in [0, 1) (0 = off)"),
-    "monitor.stop_on_alert": _f(bool),
+    "monitor.entropy_min_fraction": _OFF_BELOW_ONE,
+    "monitor.truncation_rate_max": _OFF_BELOW_ONE,
+    "monitor.logp_diff_max": _rule(float, lambda v: v >= 0, "must be >= 0 (0 = off)"),
+    "monitor.ratio_max": _rule(float, lambda v: v == 0 or v > 1,
+                               "must be 0 (off) or > 1 (on-policy ratios are 1)"),
+    "monitor.reward_stuck_steps": _OFF_INT,
+    "monitor.val_drop_max": _OFF_BELOW_ONE,
 }
 
 
-def _flatten(cfg, prefix=""):
-  """Yields (dotted_name, value) for every leaf of a (nested) ConfigDict."""
-  for key, value in cfg.items():
-    name = f"{prefix}{key}"
-    if isinstance(value, (ml_collections.ConfigDict, dict)):
-      yield from _flatten(value, name + ".")
-    else:
-      yield name, value
-
-
-def _type_ok(value, type_):
-  types = type_ if isinstance(type_, tuple) else (type_,)
-  if isinstance(value, bool):
-    return bool in types  # bool is an int subclass; never accept it as a number.
-  if float in types and isinstance(value, int):
-    return True
-  return isinstance(value, types)
-
-
-def _type_name(type_):
-  types = type_ if isinstance(type_, tuple) else (type_,)
-  return " or ".join(t.__name__ for t in types)
+def _value(config: Any, name: str) -> Any:
+  """The value of dotted field `name` of a (nested) ConfigDict."""
+  node = config
+  for part in name.split("."):
+    if not isinstance(node, (ml_collections.ConfigDict, dict)) or part not in node:
+      raise ConfigError(f"{name}: missing config field")
+    node = node[part]
+  return node
 
 
 def _check_fields(config):
-  leaves = dict(_flatten(config))
-  for name in leaves:
-    if name not in SCHEMA:
-      close = [k for k in SCHEMA if k.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]]
-      hint = f" (did you mean {close[0]!r}?)" if close else ""
-      raise ConfigError(f"{name}: unknown config field{hint}")
-  for name, field in SCHEMA.items():
-    if name not in leaves:
-      raise ConfigError(f"{name}: missing config field")
-    value = leaves[name]
-    if not _type_ok(value, field.type):
-      raise ConfigError(
-          f"{name}: expected {_type_name(field.type)}, got {type(value).__name__} {value!r}")
-    if field.choices is not None and value not in field.choices:
-      raise ConfigError(f"{name}: {value!r} is not one of {tuple(field.choices)}")
-    if field.check is not None and not field.check(value):
-      raise ConfigError(f"{name}: {value!r} {field.rule}")
-  return leaves
+  for name, rule in RULES.items():
+    problem = rule(_value(config, name))
+    if problem is not None:
+      raise ConfigError(f"{name}: {problem}")
 
 
 def _mesh_axis_size(config, axis, num_devices):

@@ -71,9 +71,14 @@ def test_filtered_groups_do_not_change_the_kept_advantages(constant):
   np.testing.assert_allclose(off_PxG[:2], 1.8708287 * np.asarray(kept_PxG), rtol=1e-6)
 
 
-def test_norms_match_config_choices():
-  assert set(advantages.NORMS) == set(config_lib.SCHEMA["rl.adv_norm"].choices)
-  assert scalerl.get_config().rl.adv_norm in advantages.NORMS
+def test_norms_are_the_config_choices():
+  for norm in advantages.NORMS:
+    config = scalerl.get_config()
+    config.rl.adv_norm = norm
+    config_lib.validate(config)
+  config.rl.adv_norm = "group"
+  with pytest.raises(config_lib.ConfigError, match="rl.adv_norm: 'group' is not one of"):
+    config_lib.validate(config)
   with pytest.raises(ValueError, match="rl.adv_norm: 'group'"):
     advantages.group_advantages(_REWARDS_PxG, "group", zero_variance_filter=True)
 

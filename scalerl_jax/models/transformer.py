@@ -27,7 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# The choices of `config.model.param_dtype` / `compute_dtype`, and of
+# `config.model.rope_scaling.type`.
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+ROPE_SCALINGS = ("none", "llama3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,7 @@ class ModelConfig:
   head_dim: int
   mlp_dim: int
   rope_theta: float = 10_000.0
-  rope_scaling_type: str = "none"  # none | llama3
+  rope_scaling_type: str = "none"  # One of ROPE_SCALINGS.
   rope_factor: float = 8.0
   rope_low_freq_factor: float = 1.0
   rope_high_freq_factor: float = 4.0
@@ -75,11 +78,11 @@ class ModelConfig:
 
   @property
   def dtype(self):
-    return _DTYPES[self.compute_dtype]
+    return DTYPES[self.compute_dtype]
 
   @property
   def pdtype(self):
-    return _DTYPES[self.param_dtype]
+    return DTYPES[self.param_dtype]
 
   def num_params(self) -> int:
     """Parameter count (embedding and LM head counted once each)."""
@@ -114,7 +117,7 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
     smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
     medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     inv_freq = np.where(medium, smoothed, scaled)
-  elif cfg.rope_scaling_type != "none":
+  elif cfg.rope_scaling_type not in ROPE_SCALINGS:
     raise ValueError(f"model.rope_scaling.type: unsupported {cfg.rope_scaling_type!r}")
   return inv_freq.astype(np.float32)
 
