@@ -11,6 +11,20 @@ its spread. Every curve is fitted by the paper's procedure
 (`scalerl_jax/scaling/curves.py`): R_0 is the score at step 0, an early prefix
 of the compute is skipped, and with --fit_fraction below 1 the rest of the
 curve is predicted and the final value's prediction error reported.
+
+The hidden-half check: with --fit_fraction=0.5 the report gives each run's
+and each seed group's error on the held-out half beside the noise of one
+validation score (the run's mean val/mean_at_k_stderr, as the trainer logs it;
+the fit's RMSE on its fitted points for runs that logged none, said so), and for
+seed groups the seed-to-seed std of the final value.
+
+Verdicts: when the runs belong to an ablation grid of configs/ablations/ (by
+default, a directory in their paths named like its sweep file, as
+`launch.sweep --workdir=/tmp/sweeps/<grid>` makes it; or --grid), the report
+is followed by the paper's claims on that grid (`compare.PAPER_CLAIMS`), each
+"agrees", "disagrees", or "inconclusive" where the difference lies within the
+combined uncertainty of the two points (bootstrap std of a lone run's fit;
+std over seeds / sqrt(seeds) of a seed group's).
 """
 
 import os
@@ -19,6 +33,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import plots
 from scalerl_jax.scaling import report
@@ -44,6 +59,9 @@ _NUM_BOOTSTRAP = flags.DEFINE_integer("num_bootstrap", 200,
 _OUT = flags.DEFINE_string(
     "out", None, "PNG path; the report goes beside it as .txt. Default: <first workdir>/fit.png.")
 _LOG_X = flags.DEFINE_bool("log_x", True, "Logarithmic compute axis.")
+_GRID = flags.DEFINE_enum(
+    "grid", None, list(compare.PAPER_CLAIMS),
+    "Ablation grid whose paper claims to check; default: the one the runs' paths name, if any.")
 
 
 def main(argv):
@@ -58,15 +76,21 @@ def main(argv):
   for run in loaded:
     for problem in run.problems:
       logging.warning("%s", problem)
+  noise = {r.name: runs.read_run(r.workdir, _X.value, _Y.value + report.STDERR_SUFFIX).score
+           for r in loaded}
   try:
     groups = curves.fit_groups(loaded, skip_fraction=_SKIP_FRACTION.value,
                                fit_fraction=_FIT_FRACTION.value,
                                num_bootstrap=_NUM_BOOTSTRAP.value)
+    grid = _GRID.value or compare.find_grid(workdirs)
+    verdicts = report.format_verdicts(grid, groups) if grid else ""
   except ValueError as e:
     raise SystemExit(f"launch.fit: {e}") from None
   text = report.format_report(groups, x_key=_X.value, y_key=_Y.value,
                               skip_fraction=_SKIP_FRACTION.value,
-                              fit_fraction=_FIT_FRACTION.value, num_bootstrap=_NUM_BOOTSTRAP.value)
+                              fit_fraction=_FIT_FRACTION.value, num_bootstrap=_NUM_BOOTSTRAP.value,
+                              noise=noise)
+  text += verdicts and "\n" + verdicts
   print(text, end="")
   out = _OUT.value or os.path.join(_WORKDIRS.value[0], "fit.png")
   plots.plot_groups(groups, out, x_label=_X.value, y_label=_Y.value, log_x=_LOG_X.value)

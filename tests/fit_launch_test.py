@@ -93,13 +93,36 @@ def test_report_states_settings_points_and_failures(tmp_path):
   e = groups[0].fits[0].extrapolation
   assert row.split()[-4:] == [f"{e.final_prediction:.3f}", f"{e.final_score:.3f}",
                               f"{e.final_error:+.4f}", f"{e.mean_abs_error:.4f}"]
+  # No val/mean_at_k_stderr given: the hidden-half check falls back to the fit's RMSE.
+  f = groups[0].fits[0].fit
+  assert (f"good: 20 held-out points, mean |err| {e.mean_abs_error:.4f}, final err "
+          f"{e.final_error:+.4f}; noise {f.rmse:.4f} (RMSE of the fit on its 19 fitted points; "
+          f"no val/mean_at_k_stderr logged); mean |err| / noise "
+          f"{e.mean_abs_error / f.rmse:.2f}") in text
+  assert "short: not fitted (see notes)" in text
+
+
+def test_estimates_take_the_mean_over_seeds_and_its_standard_error(tmp_path):
+  for s in range(3):
+    _write(tmp_path / f"cispo_seed{s}", seed=s)
+  _write(tmp_path / "dapo", seed=7, a=0.5)
+  loaded = [runs.read_run(str(tmp_path / n), name=n)
+            for n in ("cispo_seed0", "cispo_seed1", "cispo_seed2", "dapo")]
+  groups = curves.fit_groups(loaded, num_bootstrap=20)
+  points = report.estimates(groups)
+  s, u = groups[0].spread, groups[1].fits[0].uncertainty
+  assert points["cispo"].a == s.a_mean and points["cispo"].b == s.b_mean
+  assert points["cispo"].a_std == pytest.approx(s.a_std / np.sqrt(3))
+  assert points["cispo"].u_source == "std over 3 seeds / sqrt(3)"
+  assert (points["dapo"].a, points["dapo"].a_std) == (groups[1].fits[0].fit.a, u.a_std)
+  assert points["dapo"].u_source == "bootstrap std"
 
 
 def test_fit_launcher_groups_seeds_and_writes_report_and_png(tmp_path):
-  sweep = tmp_path / "sweep"
-  for s in range(3):
-    _write(sweep / f"cispo_seed{s}", seed=s, extra_lines=["{oops"] if s == 0 else ())
-  _write(sweep / "dapo", seed=7, a=0.5)
+  sweep = tmp_path / "loss_type"  # Named as the grid: its claims are checked.
+  finals = [_write(sweep / f"cispo_seed{s}", seed=s, stderr=0.005,
+                   extra_lines=["{oops"] if s == 0 else ())[200] for s in range(3)]
+  _write(sweep / "dapo", seed=7, a=0.5)  # Logs no stderr, as older runs.
   out = tmp_path / "plots" / "grid.png"
   proc = subprocess.run(
       [sys.executable, "-m", "launch.fit", f"--workdirs={sweep}", "--fit_fraction=0.5",
@@ -120,12 +143,37 @@ def test_fit_launcher_groups_seeds_and_writes_report_and_png(tmp_path):
   assert f"{sweep / 'cispo_seed0' / 'metrics.jsonl'}:202: not valid JSON" in proc.stderr
   assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert (tmp_path / "plots" / "grid.txt").read_text() in proc.stdout
+  # The hidden-half check: stderr 0.005 logged on every evaluation, 0.005 / sqrt(3)
+  # = 0.0029 for the mean of three seeds; the seeds' final scores' sample std.
+  groups = curves.fit_groups([runs.read_run(str(sweep / n), name=n)
+                              for n in ("cispo_seed0", "cispo_seed1", "cispo_seed2", "dapo")],
+                             fit_fraction=0.5)
+  mean, seed1, dapo = groups[0].mean_fit, groups[0].fits[1], groups[1].fits[0]
+  held = lambda c: (f"20 held-out points, mean |err| {c.extrapolation.mean_abs_error:.4f}, "
+                    f"final err {c.extrapolation.final_error:+.4f}; noise")
+  assert (f"cispo [mean of 3 seeds]: {held(mean)} 0.0029 (mean val/mean_at_k_stderr / sqrt(3), "
+          f"for a mean of 3 seeds); mean |err| / noise "
+          f"{mean.extrapolation.mean_abs_error / (0.005 / np.sqrt(3)):.2f}; seed-to-seed std of "
+          f"the final value {np.std(finals, ddof=1):.4f} (step 200)") in lines
+  assert (f"cispo_seed1: {held(seed1)} 0.0050 (mean val/mean_at_k_stderr over 41 evaluations); "
+          f"mean |err| / noise {seed1.extrapolation.mean_abs_error / 0.005:.2f}") in lines
+  assert (f"dapo: {held(dapo)} {dapo.fit.rmse:.4f} (RMSE of the fit on its 19 fitted points; "
+          "no val/mean_at_k_stderr logged)") in proc.stdout
+  # The paper's claims on the loss grid, after the report; GSPO was not run.
+  verdicts = lines.index("verdicts on the loss_type grid against PAPER.md: a difference d = "
+                         "first - second counts when |d| > u = sqrt(u_first^2 + u_second^2), "
+                         "and in A when also |d| >= 0.02:")
+  assert re.fullmatch(r"  cispo > dapo in A: agrees \(d \+0\.\d{4} ± 0\.\d{4}; u: cispo std "
+                      r"over 3 seeds / sqrt\(3\), dapo bootstrap std\) \[PAPER\.md §6: Moved the "
+                      r"ceiling A: the loss \(CISPO/GSPO over DAPO\)\]", lines[verdicts + 1])
+  assert lines[verdicts + 2].startswith("  gspo > dapo in A: missing (no fit of gspo) [PAPER.md")
 
 
 @pytest.mark.parametrize("args, message", [
     (["--workdirs={tmp}/nope"], "no such directory"),
     (["--workdirs={tmp}/run", "--skip_fraction=0.6", "--fit_fraction=0.5"],
      "skip_fraction < fit_fraction"),
+    (["--workdirs={tmp}/run", "--grid=nope"], "--grid=nope: value should be one of"),
 ])
 def test_fit_launcher_fails_clearly(tmp_path, args, message):
   _write(tmp_path / "run")

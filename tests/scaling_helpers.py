@@ -45,7 +45,7 @@ def table1_run(index, seed):
 
 
 def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_steps=200,
-                  eval_every=5, seconds_per_step=36.0, extra_lines=()):
+                  eval_every=5, seconds_per_step=36.0, stderr=None, extra_lines=()):
   """Writes `<workdir>/metrics.jsonl` of a fabricated run.
 
   Args:
@@ -58,6 +58,8 @@ def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_s
     num_steps: the last step.
     eval_every: steps between validations.
     seconds_per_step: device seconds each step adds (FLOPS_PER_STEP FLOPs).
+    stderr: val/mean_at_k_stderr written on every validation line, as the
+      trainer logs it; None writes none, as older runs.
     extra_lines: raw lines appended at the end.
 
   Returns:
@@ -73,6 +75,8 @@ def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_s
       if step % eval_every == 0:
         score = sigmoid.sigmoid(step, a, b, c_mid_step, r0) + rng.normal(0, noise)
         row["val/mean_at_k"] = scores[step] = float(np.clip(score, 0, 1))
+        if stderr is not None:
+          row["val/mean_at_k_stderr"] = stderr
       f.write(json.dumps(row) + "\n")
     f.writelines(line + "\n" for line in extra_lines)
   return scores

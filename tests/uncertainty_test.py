@@ -68,6 +68,17 @@ def test_bootstrap_is_seeded_and_uses_the_fitted_points():
   assert uncertainty.bootstrap(compute, noisy, fit, num_samples=50, seed=7) == u1
 
 
+def test_bootstrap_can_hold_a_at_the_fit():
+  # As compare.compare bootstraps B at a shared A: A does not move, and B, no
+  # longer traded against A, spreads less than when A is free.
+  compute, score = scaling_helpers.table1_run(0, 0)
+  fit = sigmoid.fit(compute, score)
+  free = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=3)
+  held = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=3, fix_a=True)
+  assert held.a_std == 0 and held.a_interval == (fit.a, fit.a)
+  assert 0 < held.b_std < free.b_std and free.a_std > 0
+
+
 def test_extrapolate_needs_held_out_points():
   compute, score = scaling_helpers.table1_run(0, 0)
   with pytest.raises(ValueError, match="fit_fraction"):

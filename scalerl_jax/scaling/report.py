@@ -1,23 +1,33 @@
 """The text report of fitted groups: settings, fits, the points used, seed spreads.
 
-Four parts, in order: the settings every curve was fitted with; a table of
+Five parts, in order: the settings every curve was fitted with; a table of
 A, B, C_mid (± bootstrap std, or ± std over seeds), R_0 and the residual, with
 the final-value prediction when part of each curve was held out; which steps
-each fit skipped, fitted and held out; and each seed group's mean curve with
-the spread of its score per step. Notes on unreliable fits, curves that could
-not be fitted and unusable metrics lines close it.
+each fit skipped, fitted and held out; each seed group's mean curve with the
+spread of its score per step; and, when part of each curve was held out, the
+hidden-half check: each curve's prediction error next to the noise of its
+validation score. Notes on unreliable fits, curves that could not be fitted and
+unusable metrics lines close it.
+
+`format_verdicts` checks a grid's points against what the paper found there
+(`compare.PAPER_CLAIMS`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import runs as runs_lib
 
 _ROLES = (("skipped", "skipped"), ("fitted", "fitted"), ("held_out", "held out"))
+# The trainer logs a score's sampling standard error as <score key>_stderr
+# (`evaluation.summarize`: val/mean_at_k_stderr).
+STDERR_SUFFIX = "_stderr"
 
 
 def _pm(value, std, fmt):
@@ -103,8 +113,45 @@ def _mean_curve(g: curves.GroupFit) -> list[str]:
   return lines
 
 
+def _noise(curve: curves.CurveFit, stderrs: Sequence[np.ndarray], noise_key: str):
+  """(noise, what it is) of a curve's validation score; `stderrs` of its runs' evaluations."""
+  n = len(stderrs)
+  if n and all(v.size for v in stderrs):
+    value = float(np.mean([v.mean() for v in stderrs]))
+    if n == 1:
+      return value, f"mean {noise_key} over {stderrs[0].size} evaluations"
+    return value / math.sqrt(n), f"mean {noise_key} / sqrt({n}), for a mean of {n} seeds"
+  return curve.fit.rmse, (f"RMSE of the fit on its {curve.fit.num_points} fitted points; "
+                          f"no {noise_key} logged")
+
+
+def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
+             noise_key: str) -> list[str]:
+  """The hidden-half check: per curve, the held-out error beside the score's noise."""
+  lines = []
+  for label, name, curve, g in _rows(groups):
+    if curve is None:
+      continue
+    if curve.fit is None:
+      lines.append(f"{label.strip()}: not fitted (see notes)")
+      continue
+    members = g.runs if curve is g.mean_fit else [r for r in g.runs if r.name == name]
+    value, what = _noise(curve, [noise.get(r.name, np.zeros(0)) for r in members], noise_key)
+    e = curve.extrapolation
+    line = (f"{label.strip()}: {e.held_out} held-out points, mean |err| "
+            f"{e.mean_abs_error:.4f}, final err {e.final_error:+.4f}; noise {value:.4f} ({what})")
+    if value > 0:  # A score every prompt's samples agree on has no sampling noise.
+      line += f"; mean |err| / noise {e.mean_abs_error / value:.2f}"
+    if curve is g.mean_fit:
+      line += (f"; seed-to-seed std of the final value {g.mean.score_std[-1]:.4f} "
+               f"(step {g.mean.steps[-1]})")
+    lines.append(line)
+  return lines
+
+
 def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
-                  skip_fraction: float, fit_fraction: float, num_bootstrap: int = 0) -> str:
+                  skip_fraction: float, fit_fraction: float, num_bootstrap: int = 0,
+                  noise: Optional[Mapping[str, np.ndarray]] = None) -> str:
   """The report of the module docstring.
 
   Args:
@@ -114,6 +161,11 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
     skip_fraction: share of each curve's final compute left out at the start.
     fit_fraction: share of each curve's final compute fitted.
     num_bootstrap: resamples behind the ± of single fits (0: none).
+    noise: run name -> the sampling standard error of its score at each of
+      its evaluations (`y_key` + STDERR_SUFFIX); the hidden-half check takes a
+      run's mean of it as the noise of its score, that mean over n seeds
+      divided by sqrt(n) for their mean curve, and the fit's RMSE where a run
+      logged none.
 
   Returns:
     The report, ending in a newline.
@@ -152,6 +204,81 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
     out += ["", f"mean curves over seeds ({y_key} per step):"]
     for g in means:
       out += _mean_curve(g)
+  if extrap:
+    out += ["", f"hidden-half check: the fit of the first {fit_fraction:.0%} of each curve's "
+                "compute, its error on the rest, and the noise of one validation score:"]
+    out += _holdout(groups, noise or {}, y_key + STDERR_SUFFIX)
   if notes:
     out += ["", "notes:"] + notes
+  return "\n".join(out) + "\n"
+
+
+def estimates(groups: Sequence[curves.GroupFit]) -> dict[str, compare.Estimate]:
+  """Each group's fitted point, named by the last part of its name (the sweep point's).
+
+  A group with two or more fitted seeds gives the mean of the per-seed fits,
+  with u the standard error of that mean: the std over seeds / sqrt(seeds).
+  Otherwise its one fit (a lone run's, or a mean curve's) gives its values,
+  with u the bootstrap std (0 without a bootstrap, said in `u_source`). A
+  group without a fit is left out.
+
+  Args:
+    groups: fitted seed groups.
+
+  Returns:
+    Point name -> estimate.
+
+  Raises:
+    ValueError: two groups whose names end alike.
+  """
+  out = {}
+  for g in groups:
+    key, s = g.name.split("/")[-1], g.spread
+    if key in out:
+      raise ValueError(f"two groups are named {key!r} below their directories: {g.name}")
+    if s is not None:
+      reliable = all(c.fit.reliable for c in (g.mean_fit,) + g.fits if c.fit)
+      n = math.sqrt(s.num_runs)
+      out[key] = compare.Estimate(s.a_mean, s.a_std / n, s.b_mean, s.b_std / n, s.c_mid_mean,
+                                  s.c_mid_std / n,
+                                  f"std over {s.num_runs} seeds / sqrt({s.num_runs})", reliable)
+      continue
+    curve = g.mean_fit or g.fits[0]
+    f, u = curve.fit, curve.uncertainty
+    if f is not None:
+      out[key] = compare.Estimate(f.a, u.a_std if u else 0.0, f.b, u.b_std if u else 0.0,
+                                  f.c_mid, u.c_mid_std if u else 0.0,
+                                  "bootstrap std" if u else "none (no bootstrap)", f.reliable)
+  return out
+
+
+def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
+                    a_noise: float = compare.A_NOISE) -> str:
+  """The paper's claims on a grid checked on its groups' `estimates`: one line per claim.
+
+  Args:
+    grid: the grid's name, a key of `compare.PAPER_CLAIMS`.
+    groups: the grid's fitted seed groups.
+    a_noise: the noise floor of A.
+
+  Returns:
+    A heading and per claim its verdict, d ± u and PAPER.md's words; ends in a newline.
+  """
+  points = estimates(groups)
+  verdicts = compare.grid_verdicts(points, compare.PAPER_CLAIMS[grid], a_noise=a_noise)
+  out = [f"verdicts on the {grid} grid against PAPER.md: a difference d = first - second counts "
+         f"when |d| > u = sqrt(u_first^2 + u_second^2), and in A when also |d| >= {a_noise}:"]
+  for v in verdicts:
+    c = v.claim
+    missing = [p for p in (c.first, c.second) if p not in points]
+    if missing:
+      out.append(f"  {c}: missing (no fit of {' or '.join(missing)}) [PAPER.md {c.source}]")
+      continue
+    first, second = points[c.first], points[c.second]
+    line = (f"  {c}: {v.verdict} (d {v.difference:+.4f} ± {v.difference_std:.4f}; u: {c.first} "
+            f"{first.u_source}, {c.second} {second.u_source})")
+    shaky = [p for p in (c.first, c.second) if not points[p].reliable]
+    if shaky:
+      line += f"; unreliable fit of {' and '.join(shaky)}, see the notes"
+    out.append(f"{line} [PAPER.md {c.source}]")
   return "\n".join(out) + "\n"

@@ -51,8 +51,8 @@ class Extrapolation:
 
 
 def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.SigmoidFit, *,
-              num_samples: int = 200, seed: int = 0, a_grid=None, c_mid_grid=None,
-              b_grid=None) -> Uncertainty:
+              num_samples: int = 200, seed: int = 0, fix_a: bool = False, a_grid=None,
+              c_mid_grid=None, b_grid=None) -> Uncertainty:
   """Pairs bootstrap of `fit` over the points it was fitted on.
 
   Args:
@@ -62,6 +62,8 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
     fit: the fit; R_0 is refitted only where the fit fitted it.
     num_samples: resamples, >= 1.
     seed: seed of the resampling.
+    fix_a: hold A at the fit's value (the spread of B and C_mid at an A shared
+      with another curve, as `compare.compare` refits them); A's spread is 0.
     a_grid, c_mid_grid, b_grid: the fit's grids (None for the defaults); the
       refits stay within their ranges.
 
@@ -74,7 +76,8 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
   used = fit.fitted(c)
   x, y = c[used], r[used]
   a, cg, b = sigmoid.grids([x], a_grid, c_mid_grid, b_grid)
-  free = [0, 1, 2] + ([3] if fit.r0_source == "fitted" else [])  # A, log C_mid, log B, R_0.
+  # Columns of p: A, log C_mid, log B, R_0; the free ones are refitted.
+  free = ([] if fix_a else [0]) + [1, 2] + ([3] if fit.r0_source == "fitted" else [])
   lo = np.array([a[0], math.log(cg[0]), math.log(b[0]), 0.0])[free]
   hi = np.array([a[-1], math.log(cg[-1]), math.log(b[-1]), 1.0])[free]
   rng = np.random.default_rng(seed)
