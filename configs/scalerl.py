@@ -35,13 +35,15 @@ _MODELS = {
         num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=3072,
         rope_theta=1_000_000.0, tie_embeddings=True, qk_norm=True,
         norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="bfloat16", compute_dtype="bfloat16"),
+        param_dtype="bfloat16", compute_dtype="bfloat16",
+        remat=True),
     "qwen2.5_0.5b": dict(
         family="qwen2", vocab_size=151_936, embed_dim=896, num_layers=24,
         num_heads=14, num_kv_heads=2, head_dim=64, mlp_dim=4864,
         rope_theta=1_000_000.0, tie_embeddings=True, qkv_bias=True,
         norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="bfloat16", compute_dtype="bfloat16"),
+        param_dtype="bfloat16", compute_dtype="bfloat16",
+        remat=True),
     "llama3_8b": dict(
         family="llama", vocab_size=128_256, embed_dim=4096, num_layers=32,
         num_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14_336,
