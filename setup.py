@@ -55,6 +55,13 @@ _EXTRAS = {
         "tokenizers",
         "jinja2",
     ],
+    # Tunix's sampler, the comparison column of benchmarks/sampler.py. It pins
+    # safetensors<0.8 and pulls older transformers/tokenizers/huggingface_hub
+    # than constraints.txt: install it in a venv of its own
+    # (benchmarks/tunix_sampler.py says how).
+    "bench": [
+        "google-tunix>=0.1.7,<0.2",
+    ],
 }
 
 setuptools.setup(

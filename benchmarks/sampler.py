@@ -1,11 +1,13 @@
-"""Sampler throughput on CPU against a naive loop and Hugging Face `generate`.
+"""Sampler throughput on CPU against a naive loop, Hugging Face `generate` and Tunix.
 
-  python benchmarks/sampler.py
-  python benchmarks/sampler.py --variants=tiny_cpu --batch_sizes=64 --new_tokens=64
+  python -m benchmarks.sampler
+  python -m benchmarks.sampler --variants=tiny_cpu --batch_sizes=64 --new_tokens=64
+  python -m benchmarks.sampler --variants='tiny_cpu:family=qwen3;qk_norm=True;rope_theta=1e6'
 
 For each model (`tiny_cpu` and the ~50M `small_cpu` of configs/scalerl.py, with
-random weights) and each batch size and completion length, all measured in this
-one run on the same weights and prompts:
+random weights; a variant may change model fields, benchmarks/shapes.py) and
+each batch size and completion length, all measured in this one run on the
+same weights and prompts:
 
 * sampler: `Sampler.generate` (prefill + jitted decode loop over the KV cache),
   temperature 1, no top-k/top-p, no EOS, so every row makes exactly
@@ -16,7 +18,17 @@ one run on the same weights and prompts:
 * transformers: `generate` with its KV cache, PyTorch CPU, on the same weights
   exported with `hf_io.save_checkpoint`, sampling at temperature 1 without
   top-k/top-p and with `min_new_tokens` = `max_new_tokens`.
-
+* Tunix: the `Sampler` of Tunix (`google-tunix`, the optional `bench` extra;
+  "n/a" with the reason when it cannot be imported) over Tunix's Qwen3 of the
+  same shape holding the same weights (loaded by Tunix from that export),
+  sampling at temperature 1 with top-p 1 (its plain categorical draw), no EOS,
+  its KV cache exactly prompt + new tokens long, timed through its `__call__`
+  (prompts in and tokens out as text of the ids: its host work counts, as
+  `Sampler.generate`'s does; benchmarks/tunix_sampler.py).
+  Tunix's Qwen3 always has q/k norms and RoPE base 1e6: on the llama-family
+  variants it runs with norm scales of one (two small norms per layer more than
+  ours); `tiny_cpu:family=qwen3;qk_norm=True;rope_theta=1e6` is the same
+  network in both (greedy tokens equal).
 * matmuls alone: the decode step's weight matmuls (fused q/k/v, o, fused
   gate/up, down, LM head) on [batch, D] rows in a jitted loop, with nothing
   else: no attention, norms, sampling or prefill. It is the ceiling that XLA's
@@ -41,7 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import scalerl
+from benchmarks import tunix_sampler
+from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import hf_io
 from scalerl_jax.models.transformer import ModelConfig, Transformer
@@ -54,6 +67,7 @@ _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt length (all rows)."
 _NAIVE_STEPS = flags.DEFINE_integer("naive_steps", 8, "Timed steps of the naive loop.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs after the warm-up; best is kept.")
 _HF = flags.DEFINE_bool("hf", True, "Also time transformers generate.")
+_TUNIX = flags.DEFINE_bool("tunix", True, "Also time Tunix's sampler (the `bench` extra).")
 _TORCH_THREADS = flags.DEFINE_list(
     "torch_threads", ["1", "2"],
     "PyTorch thread counts to try; the fastest is reported (on a shared machine OpenMP "
@@ -164,30 +178,40 @@ def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float,
   return best
 
 
+def _tunix_tokens_per_s(sampler: tunix_sampler.TunixSampler, prompts: np.ndarray,
+                        new: int) -> float:
+  """Tokens/s of Tunix's sampler (module docstring)."""
+  sampler.generate(prompts, new, seed=0)  # Compile.
+  return prompts.shape[0] * new / _best_time(lambda: sampler.generate(prompts, new, seed=1),
+                                             _REPEATS.value)
+
+
 def main(argv):
   del argv
   peak = matmul_flops_per_s(_MATMUL.value)
   print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
   print(f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s\n")
   header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) "
-            "| matmuls alone tok/s | vs naive | vs HF | vs matmuls alone | sampler GFLOP/s "
-            "| sampler % matmul | HF % matmul |")
+            "| Tunix tok/s | matmuls alone tok/s | vs naive | vs HF | vs Tunix "
+            "| vs matmuls alone | sampler GFLOP/s | sampler % matmul | HF % matmul |")
   print(header)
   print("|" + "---|" * (header.count("|") - 1))
   prompt_len = _PROMPT_LEN.value
+  tunix_missing = tunix_sampler.unavailable() if _TUNIX.value else "n/a (--notunix)"
   for variant in _VARIANTS.value:
-    config = scalerl.get_config(variant)
+    config = shape_config(variant)
     cfg = ModelConfig.from_config(config.model)
     model = Transformer(cfg)
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)
     params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
-    hf_dir = tempfile.mkdtemp(prefix=f"sampler_bench_{variant}_")
+    hf_dir = tempfile.mkdtemp(prefix="sampler_bench_")
     hf_io.save_checkpoint(params, cfg, hf_dir)
     for new in map(int, _NEW_TOKENS.value):
       config.sampling.max_prompt_len = prompt_len
       config.sampling.max_new_tokens = new
       sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
+      tunix = None if tunix_missing else tunix_sampler.TunixSampler(hf_dir, cfg, prompt_len + new)
       for batch in map(int, _BATCH_SIZES.value):
         prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
         lens = np.full((batch,), prompt_len)
@@ -198,11 +222,17 @@ def main(argv):
         ours = batch * new / seconds
         naive = _naive_tokens_per_s(model, params, prompts, new, mesh, rules)
         hf, threads = _hf_tokens_per_s(hf_dir, prompts, new) if _HF.value else (float("nan"), 0)
+        if tunix_missing:
+          tunix_col, vs_tunix = tunix_missing, "n/a"
+        else:
+          tunix_rate = _tunix_tokens_per_s(tunix, prompts, new)
+          tunix_col, vs_tunix = f"{tunix_rate:,.0f}", f"{ours / tunix_rate:.2f}x"
         ceiling = _matmul_ceiling_tokens_per_s(cfg, batch, new)
         flops = generate_flops(cfg, batch, prompt_len, new)
         hf_fraction = flops / (batch * new / hf) / peak
         print(f"| {variant} | {batch} | {new} | {ours:,.0f} | {naive:,.0f} | {hf:,.0f} ({threads}) "
-              f"| {ceiling:,.0f} | {ours / naive:.1f}x | {ours / hf:.2f}x | {ours / ceiling:.2f}x "
+              f"| {tunix_col} | {ceiling:,.0f} | {ours / naive:.1f}x | {ours / hf:.2f}x "
+              f"| {vs_tunix} | {ours / ceiling:.2f}x "
               f"| {flops / seconds / 1e9:.1f} "
               f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
 

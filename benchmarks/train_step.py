@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from configs import scalerl
+from benchmarks.shapes import shape_config
 from scalerl_jax import metrics
 from scalerl_jax import optim
 from scalerl_jax import sharding
@@ -83,20 +83,6 @@ def matmul(n: int) -> Callable[[], jax.Array]:
   b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
   product = jax.jit(jnp.matmul)
   return lambda: product(a, b)
-
-
-def shape_config(shape: str, prompts_per_step: int = 0):
-  """The config of `variant[:field=value;...]`, model fields (and P if > 0) as given."""
-  variant, _, fields = shape.partition(":")
-  config = scalerl.get_config(variant)
-  if prompts_per_step:
-    with config.unlocked():
-      config.data.prompts_per_step = prompts_per_step
-  for item in filter(None, fields.split(";")):
-    name, value = item.split("=")
-    with config.unlocked():
-      config.model[name] = type(config.model[name])(value)
-  return config
 
 
 def step_spec(config, model: transformer.Transformer, optimizer) -> train_step_lib.StepSpec:
