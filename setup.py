@@ -31,6 +31,7 @@ _RUNTIME = [
     "scipy",
     "matplotlib",
     "tensorboardX",
+    "tqdm",
 ]
 
 _EXTRAS = {

@@ -19,7 +19,7 @@ completion after an S/4-token prompt; generator log-probs near the policy's;
   step (norms, metrics, the non-finite guard) is step minus `loss_and_grads`
   minus the update; host-to-device placement of the batch.
 
-FLOPs are `metrics.train_flops` over the padded rows (the hardware's work).
+FLOPs are `compute.train_flops` over the padded rows (the hardware's work).
 They are reported against a dense float32 matmul through JAX measured in the
 same run. A shape is a config variant, optionally with model fields changed:
 `tiny_cpu:embed_dim=256;mlp_dim=768`.
@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from benchmarks.shapes import shape_config
-from scalerl_jax import metrics
+from scalerl_jax import compute
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax import trainer
@@ -223,7 +223,7 @@ def main(argv):
         rows = host_batch["tokens_BxS"].shape[0]
         label = (f"{shape} ({cfg.num_params() / 1e6:.2f}M) | {spec.num_prompts} x "
                  f"{spec.num_generations} x {seq_len}")
-        print(table_row(label, metrics.train_flops(cfg, [seq_len] * rows), times), flush=True)
+        print(table_row(label, compute.train_flops(cfg, [seq_len] * rows), times), flush=True)
 
 
 if __name__ == "__main__":

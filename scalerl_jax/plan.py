@@ -32,7 +32,7 @@ layer weights in the compute dtype (`decode.prepare`); its peak is reported
 too. Transients of prefill and decode (one layer's attention scores of a
 prefill batch, one step's logits) are not counted.
 
-FLOPs are `scalerl_jax.metrics`'s: generation is a causal pass over prompt +
+FLOPs are `scalerl_jax.compute`'s: generation is a causal pass over prompt +
 completion - 1 tokens for every one of the P x G completions, training 3 x the
 forward pass over the P x G sequences, all at the full token budget (every
 completion truncated: the worst case). Time at peak divides them by the
@@ -53,8 +53,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import AbstractMesh, PartitionSpec
 
+from scalerl_jax import compute
 from scalerl_jax import config as config_lib
-from scalerl_jax import metrics
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
@@ -297,9 +297,9 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
       activations_no_remat=acts(rows=rows // microbatches, remat=False),
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
       rows_per_device=-(-rows // microbatches // batch_ways),
-      generation_flops=metrics.generation_flops(
+      generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
-      train_flops=metrics.train_flops(cfg, [seq_len] * rows))
+      train_flops=compute.train_flops(cfg, [seq_len] * rows))
 
 
 @dataclasses.dataclass(frozen=True)

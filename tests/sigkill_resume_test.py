@@ -32,6 +32,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from scalerl_jax import checkpoint as checkpoint_lib
+from scalerl_jax import compute
 from scalerl_jax import metrics as metrics_lib
 from scalerl_jax import trainer as trainer_lib
 from tests import helpers
@@ -150,7 +151,7 @@ def _stream(workdir):
   with open(os.path.join(workdir, metrics_lib.METRICS_FILE)) as f:
     rows = [json.loads(line) for line in f]
   return [{k: v for k, v in r.items()
-           if not k.startswith("time/") and k != metrics_lib.DEVICE_SECONDS_KEY} for r in rows]
+           if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY} for r in rows]
 
 
 def test_sigkill_anywhere_resumes_bit_identically(tmp_path):

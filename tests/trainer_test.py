@@ -20,8 +20,8 @@ import transformers
 
 from configs import scalerl
 from scalerl_jax import checkpoint_io
+from scalerl_jax import compute
 from scalerl_jax import experiment
-from scalerl_jax import metrics
 from scalerl_jax import run_config
 from scalerl_jax import trainer as trainer_lib
 from tests import helpers
@@ -171,7 +171,7 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     assert running.any() and len(buffer_meta["records"]) > config.data.prompts_per_step
     prompt_lens += np.asarray(slots.prompt_len)[running].tolist()
     lengths += (np.asarray(slots.length) - np.asarray(slots.prompt_len))[running].tolist()
-    expected = metrics.generation_flops(trainer.exp.model_cfg, prompt_lens, lengths)
+    expected = compute.generation_flops(trainer.exp.model_cfg, prompt_lens, lengths)
     assert trainer.meter.flops == trainer.rollouts.work["flops"] == expected
     assert trainer.rollouts.work["tokens_generated"] == sum(lengths)
     # Most of it is not in the next batch, and some of it never teaches anything.

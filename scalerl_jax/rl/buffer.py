@@ -46,10 +46,6 @@ class Group:
     tagged = self.version_GxS[self.version_GxS >= 0]
     return int(tagged.min()) if tagged.size else 0
 
-  def newest_version(self) -> int:
-    tagged = self.version_GxS[self.version_GxS >= 0]
-    return int(tagged.max()) if tagged.size else 0
-
 
 class RolloutBuffer:
   """Finished groups, consumed in start order, with the staleness bound k.

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import jax
 import numpy as np
 
-from scalerl_jax import metrics
+from scalerl_jax import compute
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
@@ -123,7 +123,7 @@ class Rollouts:
     self.slots = self.sampler.start(self.slots, params, free[:n * self.generations], tokens,
                                     lens, rng, keys)
     self.work["prompt_tokens"] += int(lens.sum())
-    self.work["flops"] += metrics.prefill_flops(self.sampler.model_cfg, lens)
+    self.work["flops"] += compute.prefill_flops(self.sampler.model_cfg, lens)
     return n
 
   def step(self, params: Any, version: int, num_steps: int) -> list[Group]:
@@ -132,7 +132,7 @@ class Rollouts:
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
     _, after_N, _ = self.sampler.progress(self.slots)
     self.work["tokens_generated"] += int((after_N - before_N)[running_N].sum())
-    self.work["flops"] += metrics.decode_flops(
+    self.work["flops"] += compute.decode_flops(
         self.sampler.model_cfg, prompt_len_N[running_N], before_N[running_N],
         after_N[running_N])
     self.slots, done = self.sampler.harvest(self.slots)

@@ -52,7 +52,7 @@ where PipelineRL's gain is utilisation: its generators wait only for the k
 bound, never for the longest sequence of a batch, and its trainer never waits
 for a whole set, so a GPU-hour holds more useful work; the data is no worse
 (every group trained once, no token older than k), so A stays. Here the
-compute axes count every generated token once (`metrics.py`) and both
+compute axes count every generated token once (`compute.py`) and both
 schedules train on every group they generate, so on the FLOPs axis the two
 differ only in learning dynamics (PPO's batches lag 0 .. k - 1 as wholes,
 PipelineRL's completions mix versions up to k): a gap in B on that axis is a
