@@ -18,6 +18,9 @@ items, saved together:
                by the primary process: every process restores the primary's
                copy, so `host_state` must be the same on all processes.
 
+The layouts, and the check that a stored state fits the tree to restore, are
+`checkpoint_layout.py`.
+
 Atomicity: orbax writes `<step>.orbax-checkpoint-tmp*` and renames it to
 `<step>` when every item is complete (on object stores it marks completion
 with `commit_success.txt` instead). A run killed mid-save leaves only the
@@ -66,10 +69,10 @@ from absl import logging
 from etils import epath
 import jax
 from jax.experimental import multihost_utils
-import numpy as np
 import orbax.checkpoint as ocp
 
 from scalerl_jax import checkpoint_integrity as integrity
+from scalerl_jax import checkpoint_layout as layout
 
 _STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays"
 
@@ -87,91 +90,6 @@ class Restored(NamedTuple):
   state: Any  # The jax.Array pytree, in the abstract tree's structure and shardings.
   extra: dict[str, Any]  # The JSON dict given to `save`.
   host_state: Any  # The numpy pytree given to `save`, or None if none was.
-
-
-def _key_name(key: Any) -> str:
-  for attr in ("key", "name", "idx"):
-    if hasattr(key, attr):
-      return str(getattr(key, attr))
-  return str(key)
-
-
-def _path_name(path: tuple[Any, ...]) -> str:
-  """'params/layers/mlp/up/kernel' from a pytree key path."""
-  return "/".join(_key_name(k) for k in path) or "<root>"
-
-
-def _check_json(value: Any, where: str = "extra") -> None:
-  """Raises TypeError naming the first value JSON cannot hold."""
-  if isinstance(value, dict):
-    for k, v in value.items():
-      if not isinstance(k, str):
-        raise TypeError(f"{where}: key {k!r} is not a str; JSON keys must be strings")
-      _check_json(v, f"{where}[{k!r}]")
-  elif isinstance(value, (list, tuple)):
-    for i, v in enumerate(value):
-      _check_json(v, f"{where}[{i}]")
-  elif value is not None and not isinstance(value, (str, int, float, bool)):
-    raise TypeError(f"{where}: {type(value).__name__} is not JSON-serialisable "
-                    "(convert numpy scalars with int()/float(), bytes to str)")
-
-
-def _encode_host(tree: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
-  """JSON layout of a host pytree; non-empty leaves are copied into `arrays`."""
-  if isinstance(tree, dict):
-    for k in tree:
-      if not isinstance(k, str):
-        raise TypeError(f"{where}: key {k!r} is not a str")
-    return {"dict": {k: _encode_host(v, arrays, f"{where}[{k!r}]") for k, v in tree.items()}}
-  if isinstance(tree, (list, tuple)):
-    kind = "list" if isinstance(tree, list) else "tuple"
-    return {kind: [_encode_host(v, arrays, f"{where}[{i}]") for i, v in enumerate(tree)]}
-  if tree is None:
-    return {"none": None}
-  array = np.array(tree, copy=True)  # A copy: the async write must not see later edits.
-  if array.dtype.kind not in "biufc":
-    raise TypeError(f"{where}: dtype {array.dtype} cannot be checkpointed; host_state "
-                    "leaves must be bool, integer, float or complex arrays")
-  leaf = {"shape": list(array.shape), "dtype": array.dtype.name}
-  if array.size:
-    leaf["array"] = f"a{len(arrays)}"
-    arrays[leaf["array"]] = array
-  return leaf
-
-
-def _decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
-  """Inverse of `_encode_host`."""
-  if "dict" in layout:
-    return {k: _decode_host(v, arrays) for k, v in layout["dict"].items()}
-  if "list" in layout:
-    return [_decode_host(v, arrays) for v in layout["list"]]
-  if "tuple" in layout:
-    return tuple(_decode_host(v, arrays) for v in layout["tuple"])
-  if "none" in layout:
-    return None
-  shape, dtype = tuple(layout["shape"]), np.dtype(layout["dtype"])
-  if "array" not in layout:
-    return np.zeros(shape, dtype)
-  array = np.asarray(arrays[layout["array"]])
-  if array.shape != shape:
-    raise ValueError(f"host_state leaf {layout['array']}: stored shape {array.shape} differs "
-                     f"from its layout {shape}; the checkpoint is corrupt")
-  return array.astype(dtype, copy=False)
-
-
-def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
-  sharding = getattr(leaf, "sharding", None)
-  if sharding is None:
-    raise ValueError(f"abstract_state leaf {_path_name(path)!r} has no sharding; build it as "
-                     "jax.ShapeDtypeStruct(shape, dtype, sharding=...)")
-  return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
-
-
-def _stored_shape(leaf: jax.ShapeDtypeStruct) -> tuple[int, ...]:
-  """The shape orbax stores: a typed PRNG key is stored as its key data."""
-  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-    return tuple(jax.eval_shape(jax.random.key_data, leaf).shape)
-  return tuple(leaf.shape)
 
 
 class Checkpointer:
@@ -236,9 +154,8 @@ class Checkpointer:
         stored, named by its key.
     """
     extra = {} if extra is None else extra
-    _check_json(extra)
-    arrays: dict[str, np.ndarray] = {}
-    layout = None if host_state is None else _encode_host(host_state, arrays, "host_state")
+    layout.check_json(extra)
+    host_layout, arrays = (None, {}) if host_state is None else layout.encode_host(host_state)
     self._set_aside_damaged(step)
     if not force and not self._manager.should_save(step):
       return False
@@ -247,7 +164,7 @@ class Checkpointer:
                    step, self.directory)
       return False
     items = {_STATE: ocp.args.StandardSave(state), _EXTRA: ocp.args.JsonSave(extra),
-             _LAYOUT: ocp.args.JsonSave({"layout": layout, "num_arrays": len(arrays)})}
+             _LAYOUT: ocp.args.JsonSave({"layout": host_layout, "num_arrays": len(arrays)})}
     if arrays:
       items[_ARRAYS] = ocp.args.StandardSave(arrays)
     # orbax would wait for the previous save here too; waiting first means
@@ -382,8 +299,10 @@ class Checkpointer:
       raise FileNotFoundError(f"{self.directory}: no checkpoint of step {step}; "
                               f"complete checkpoints: {self.all_steps()}")
     self._check_intact(step)
-    abstract = jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
-    self._check_fits(step, abstract, partial)
+    abstract = layout.abstract_tree(abstract_state)
+    stored = self._manager.item_metadata(step)[_STATE]
+    layout.check_fits(getattr(stored, "tree", stored), abstract, partial,
+                      f"{self.directory}, step {step}")
     meta = self._manager.restore(step, args=ocp.args.Composite(
         **{_EXTRA: ocp.args.JsonRestore(), _LAYOUT: ocp.args.JsonRestore()}))
     if partial:
@@ -392,14 +311,14 @@ class Checkpointer:
               abstract, ocp.checkpoint_utils.construct_restore_args(abstract),
               partial_restore=True))
       return Restored(part, meta[_EXTRA], None)
-    layout, has_arrays = meta[_LAYOUT]["layout"], meta[_LAYOUT]["num_arrays"] > 0
+    host_layout, has_arrays = meta[_LAYOUT]["layout"], meta[_LAYOUT]["num_arrays"] > 0
     items = {_STATE: ocp.args.StandardRestore(abstract)}
     if has_arrays:
       items[_ARRAYS] = ocp.args.StandardRestore()
     restored = self._manager.restore(step, args=ocp.args.Composite(**items))
     host_state = None
-    if layout is not None:
-      host_state = _decode_host(layout, dict(restored[_ARRAYS]) if has_arrays else {})
+    if host_layout is not None:
+      host_state = layout.decode_host(host_layout, dict(restored[_ARRAYS]) if has_arrays else {})
     return Restored(restored[_STATE], meta[_EXTRA], host_state)
 
   def _check_intact(self, step: int) -> None:
@@ -412,25 +331,6 @@ class Checkpointer:
         f"{self._root / str(step)} cannot be restored, nothing was loaded from it: {damage}. "
         f"Intact checkpoints: {sorted(intact)}. Restore one of those, or move this "
         f"directory out of {self.directory} so that a restart resumes from the newest one.")
-
-  def _check_fits(self, step: int, abstract: Any, partial: bool) -> None:
-    """Compares the stored state's keys and shapes with `abstract` (a part of it if `partial`)."""
-    stored = self._manager.item_metadata(step)[_STATE]
-    stored = getattr(stored, "tree", stored)
-    have = {_path_name(p): tuple(m.shape)
-            for p, m in jax.tree_util.tree_flatten_with_path(stored)[0]}
-    want = {_path_name(p): _stored_shape(leaf)
-            for p, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
-    problems = [f"shape of {k!r} is {have[k]} in the checkpoint but {want[k]} in the model"
-                for k in want if k in have and have[k] != want[k]]
-    problems += [f"{k!r} is missing from the checkpoint" for k in want if k not in have]
-    problems += [f"{k!r} is in the checkpoint but not in the model" for k in have
-                 if k not in want and not partial]
-    if problems:
-      shown = "; ".join(problems[:5])
-      more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-      raise ValueError(f"{self.directory}, step {step}: the checkpoint does not fit the "
-                       f"state to restore ({len(problems)} problems): {shown}{more}")
 
   def wait(self) -> None:
     """Blocks until the pending asynchronous save (if any) is on disk.
