@@ -32,7 +32,7 @@ from safetensors.numpy import save_file
 from scalerl_jax import sharding
 from scalerl_jax.models import safetensors_reader
 from scalerl_jax.models.safetensors_reader import CheckpointError
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.transformer import ModelConfig, RopeScaling, Transformer
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
                  "Qwen3ForCausalLM": "qwen3"}
@@ -61,11 +61,11 @@ def _rope_from_hf(hf: dict, config_path: str) -> dict:
     return out
   if kind != "llama3":
     raise CheckpointError(f"{config_path}: rope type {kind!r} is not supported (default, llama3)")
-  out.update(
-      rope_scaling_type="llama3", rope_factor=float(scaling["factor"]),
-      rope_low_freq_factor=float(scaling["low_freq_factor"]),
-      rope_high_freq_factor=float(scaling["high_freq_factor"]),
-      rope_original_max_position=int(scaling["original_max_position_embeddings"]))
+  out["rope_scaling"] = RopeScaling(
+      type="llama3", factor=float(scaling["factor"]),
+      low_freq_factor=float(scaling["low_freq_factor"]),
+      high_freq_factor=float(scaling["high_freq_factor"]),
+      original_max_position=int(scaling["original_max_position_embeddings"]))
   return out
 
 
@@ -224,11 +224,12 @@ def load_checkpoint(path: str, shardings: Any = None, cfg: Optional[ModelConfig]
 def hf_config_dict(cfg: ModelConfig) -> dict:
   """config.json contents for `cfg` in its family's Hugging Face layout."""
   rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-  if cfg.rope_scaling_type == "llama3":
-    rope.update(rope_type="llama3", factor=cfg.rope_factor,
-                low_freq_factor=cfg.rope_low_freq_factor,
-                high_freq_factor=cfg.rope_high_freq_factor,
-                original_max_position_embeddings=cfg.rope_original_max_position)
+  scaling = cfg.rope_scaling
+  if scaling.type == "llama3":
+    rope.update(rope_type="llama3", factor=scaling.factor,
+                low_freq_factor=scaling.low_freq_factor,
+                high_freq_factor=scaling.high_freq_factor,
+                original_max_position_embeddings=scaling.original_max_position)
   hf = {
       "architectures": [_FAMILY_TO_ARCH[cfg.family]], "model_type": cfg.family,
       "vocab_size": cfg.vocab_size, "hidden_size": cfg.embed_dim,
@@ -240,7 +241,7 @@ def hf_config_dict(cfg: ModelConfig) -> dict:
       "rope_theta": cfg.rope_theta, "rope_parameters": rope,
       "dtype": cfg.param_dtype, "torch_dtype": cfg.param_dtype,
   }
-  if cfg.rope_scaling_type != "none":
+  if scaling.type != "none":
     hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
   if cfg.family in ("llama", "qwen3"):
     hf["attention_bias"] = False

@@ -34,8 +34,23 @@ ROPE_SCALINGS = ("none", "llama3")
 
 
 @dataclasses.dataclass(frozen=True)
+class RopeScaling:
+  """Llama 3.1 frequency scaling of the rotary embedding."""
+  type: str = "none"  # One of ROPE_SCALINGS.
+  factor: float = 8.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_position: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Static description of the network (hashable, so it can be a jit static)."""
+  """Static description of the network (hashable, so it can be a jit static).
+
+  The fields are `config.model`'s, under the same names (configs/scalerl.py
+  says what each means); `model.hf_path`, where the weights come from, is not
+  part of the network.
+  """
   vocab_size: int
   embed_dim: int
   num_layers: int
@@ -44,11 +59,7 @@ class ModelConfig:
   head_dim: int
   mlp_dim: int
   rope_theta: float = 10_000.0
-  rope_scaling_type: str = "none"  # One of ROPE_SCALINGS.
-  rope_factor: float = 8.0
-  rope_low_freq_factor: float = 1.0
-  rope_high_freq_factor: float = 4.0
-  rope_original_max_position: int = 8192
+  rope_scaling: RopeScaling = RopeScaling()
   norm_eps: float = 1e-5
   tie_embeddings: bool = True
   qkv_bias: bool = False
@@ -63,18 +74,16 @@ class ModelConfig:
   @classmethod
   def from_config(cls, m: Any) -> "ModelConfig":
     """Builds the model description from the `config.model` ConfigDict."""
-    return cls(
-        vocab_size=m.vocab_size, embed_dim=m.embed_dim, num_layers=m.num_layers,
-        num_heads=m.num_heads, num_kv_heads=m.num_kv_heads, head_dim=m.head_dim,
-        mlp_dim=m.mlp_dim, rope_theta=float(m.rope_theta),
-        rope_scaling_type=m.rope_scaling.type, rope_factor=float(m.rope_scaling.factor),
-        rope_low_freq_factor=float(m.rope_scaling.low_freq_factor),
-        rope_high_freq_factor=float(m.rope_scaling.high_freq_factor),
-        rope_original_max_position=m.rope_scaling.original_max_position,
-        norm_eps=float(m.norm_eps), tie_embeddings=m.tie_embeddings, qkv_bias=m.qkv_bias,
-        qk_norm=m.qk_norm, max_seq_len=m.max_seq_len, param_dtype=m.param_dtype,
-        compute_dtype=m.compute_dtype, fp32_lm_head=m.fp32_lm_head, remat=m.remat,
-        family=m.family)
+    names = [f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"]
+    return cls(**{name: m[name] for name in names}, rope_scaling=RopeScaling(**m.rope_scaling))
+
+  # The flat names these fields had, still read by experiment._sync_model_config;
+  # to go once it writes `dataclasses.asdict(cfg)` back into config.model.
+  rope_scaling_type = property(lambda self: self.rope_scaling.type)
+  rope_factor = property(lambda self: self.rope_scaling.factor)
+  rope_low_freq_factor = property(lambda self: self.rope_scaling.low_freq_factor)
+  rope_high_freq_factor = property(lambda self: self.rope_scaling.high_freq_factor)
+  rope_original_max_position = property(lambda self: self.rope_scaling.original_max_position)
 
   @property
   def dtype(self):
@@ -105,20 +114,21 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
   """Inverse frequencies [E/2] of the rotary embedding, with optional scaling."""
   exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
   inv_freq = 1.0 / (cfg.rope_theta ** exponents)
-  if cfg.rope_scaling_type == "llama3":
+  scaling = cfg.rope_scaling
+  if scaling.type == "llama3":
     # Llama 3.1: long wavelengths are divided by `factor`, short ones kept,
     # and the band in between interpolated smoothly.
-    low_wavelen = cfg.rope_original_max_position / cfg.rope_low_freq_factor
-    high_wavelen = cfg.rope_original_max_position / cfg.rope_high_freq_factor
+    low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+    high_wavelen = scaling.original_max_position / scaling.high_freq_factor
     wavelen = 2 * np.pi / inv_freq
-    scaled = np.where(wavelen > low_wavelen, inv_freq / cfg.rope_factor, inv_freq)
-    smooth = ((cfg.rope_original_max_position / wavelen - cfg.rope_low_freq_factor)
-              / (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor))
-    smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
+    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth = ((scaling.original_max_position / wavelen - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
     medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     inv_freq = np.where(medium, smoothed, scaled)
-  elif cfg.rope_scaling_type not in ROPE_SCALINGS:
-    raise ValueError(f"model.rope_scaling.type: unsupported {cfg.rope_scaling_type!r}")
+  elif scaling.type not in ROPE_SCALINGS:
+    raise ValueError(f"model.rope_scaling.type: unsupported {scaling.type!r}")
   return inv_freq.astype(np.float32)
 
 
