@@ -89,7 +89,7 @@ class TunixSampler:
     from tunix.models.qwen3 import model as model_lib  # pylint: disable=g-import-not-at-top
     from tunix.models.qwen3 import params as params_lib  # pylint: disable=g-import-not-at-top
 
-    if cfg.rope_scaling_type != "none" or cfg.qkv_bias:
+    if cfg.rope_scaling.type != "none" or cfg.qkv_bias:
       raise ValueError("Tunix's Qwen3 has no RoPE scaling and no q/k/v biases")
     tunix_cfg = model_lib.ModelConfig(
         num_layers=cfg.num_layers, vocab_size=cfg.vocab_size, embed_dim=cfg.embed_dim,

@@ -11,7 +11,9 @@ Hugging Face checkpoint:
       --config.model.hf_path=/ckpts/Qwen3-0.6B --workdir=/tmp/scalerl_qwen3
 
 Single fields are overridden on the command line, e.g. `--config.rl.loss=dapo`.
-Every field is checked by `scalerl_jax.config.validate` before anything runs.
+The locked config refuses unknown fields and values of another type;
+`scalerl_jax.config.validate` checks allowed values, ranges and relations
+between fields before anything runs.
 """
 
 import ml_collections
