@@ -22,6 +22,7 @@ import numpy as np
 from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import evaluation
 from scalerl_jax import run_config
+from scalerl_jax import sharding
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
 
@@ -36,6 +37,7 @@ def _policy(workdir: str, step: Optional[int],
   `require_checkpoint`.
   """
   config = run_config.load(workdir)
+  sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
                                              max_to_keep=None)
   try:

@@ -26,6 +26,7 @@ from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import hf_io, transformer
 from scalerl_jax.rewards.pool import RewardPool
+from scalerl_jax.rewards.shared import SharedRewardPool
 from scalerl_jax.sampling.sampler import Sampler
 
 
@@ -109,9 +110,14 @@ class Experiment:
                  model_cfg.num_params() / 1e6, dict(mesh.shape))
     return cls(config, workdir, mesh, rules, tok, model_cfg, model, params, shardings, sampler)
 
-  def reward_pool(self) -> RewardPool:
-    """A reward pool for `config.rewards` (close it, or use it as a context manager)."""
-    return RewardPool(self.config.rewards)
+  def reward_pool(self) -> RewardPool | SharedRewardPool:
+    """A reward pool for `config.rewards` (close it, or use it as a context manager).
+
+    In a multi-controller run each process verifies a share of every call's
+    completions and all of them get every score (`rewards/shared.py`).
+    """
+    pool = RewardPool(self.config.rewards)
+    return pool if jax.process_count() == 1 else SharedRewardPool(pool)
 
   def prompts(self, split: str) -> list[dict]:
     """Prompt records of `split` ('train' or 'val') from `config.data.source`."""

@@ -31,10 +31,18 @@ def maybe_initialize_distributed(mesh_cfg: Any) -> None:
   """Joins the multi-host runtime when `mesh.distributed` is set.
 
   Empty / zero / -1 fields are left to JAX's cluster auto-detection (TPU pods,
-  SLURM, Open MPI, ...). Must run before anything touches a device.
+  SLURM, Open MPI, ...). Must run before anything touches a device (orbax's
+  CheckpointManager and `jax.process_index` do); a second call does nothing,
+  so every entry point calls it first.
+
+  CPU hosts (tests, CPU clusters) reduce across processes with gloo over TCP,
+  JAX's default, which is set here should the option have been cleared; a
+  user's choice of another (`jax_cpu_collectives_implementation=mpi`) stands.
   """
-  if not mesh_cfg.distributed:
+  if not mesh_cfg.distributed or jax.distributed.is_initialized():
     return
+  if jax.config.jax_cpu_collectives_implementation is None:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
   kwargs = {}
   if mesh_cfg.coordinator_address:
     kwargs["coordinator_address"] = mesh_cfg.coordinator_address

@@ -13,6 +13,14 @@ parameters. Each step:
   3. metrics (one JSON line + TensorBoard), validation mean@k every
      `trainer.eval_every` steps, a checkpoint every `trainer.checkpoint_every`.
 
+Multi-controller runs (`mesh.distributed`, tests/multi_controller_test.py):
+every process runs this loop on the same host data (prompts, curriculum,
+buffer, the whole batch) and so takes the same decisions, while the mesh
+splits the device work (sampler slots and batch rows over data x fsdp). Each
+completion is verified once, by one process, and the scores are shared
+(`rewards/shared.py`). orbax writes checkpoints from every process; process 0
+alone writes metrics, the recorded config and the DONE file.
+
 Resume order (checkpoint.py saves all of it together): step and train state
 (params, optimizer) -> sampler slots (sequences in flight, their KV caches
 and PRNG keys) -> data iterator position and prompt queue -> curriculum ->
@@ -163,6 +171,7 @@ class Trainer:
       require_checkpoint: raise if `workdir` holds no checkpoint.
     """
     self.config, self.workdir = config, workdir
+    sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
     self.checkpointer = checkpoint_lib.Checkpointer(
         os.path.join(workdir, checkpoint_io.CHECKPOINTS),
         max_to_keep=config.trainer.keep_checkpoints)
@@ -322,6 +331,7 @@ class Trainer:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Runs (or resumes) the experiment in `workdir`; returns the last metrics written."""
+  sharding.maybe_initialize_distributed(config.mesh)
   lock = lock_workdir(workdir) if jax.process_index() == 0 else None
   try:
     return _train(config, workdir)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 from etils import epath
@@ -346,7 +347,8 @@ def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
   Training is deterministic: the same `vocab_size` writes the same file.
 
   Args:
-    path: where to write the model file (written atomically).
+    path: where to write the model file (written atomically, also when
+      several processes write it at once).
     vocab_size: upper bound on the vocabulary; at least ~300 (256 byte pieces,
       the corpus characters and the special pieces).
 
@@ -370,9 +372,11 @@ def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
                      f"tokenizer ({e})") from None
   out = epath.Path(path)
   out.parent.mkdir(parents=True, exist_ok=True)
-  tmp = out.parent / f".{out.name}.tmp"
+  # Every process of a multi-host run trains this same file at once: each
+  # writes a file of its own and the last replace wins.
+  tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
   tmp.write_bytes(model.getvalue())
-  tmp.rename(out)
+  tmp.replace(out)
   return Tokenizer(**_from_sentencepiece(model.getvalue(), str(out), {}))
 
 
