@@ -33,18 +33,7 @@ from scalerl_jax.sampling.sampler import Sampler
 def _sync_model_config(config: ml_collections.ConfigDict, cfg: transformer.ModelConfig) -> None:
   """Writes an imported checkpoint's shape back into `config.model`."""
   with config.unlocked():
-    m = config.model
-    for field in ("family", "vocab_size", "embed_dim", "num_layers", "num_heads",
-                  "num_kv_heads", "head_dim", "mlp_dim", "tie_embeddings", "qkv_bias",
-                  "qk_norm", "max_seq_len"):
-      m[field] = getattr(cfg, field)
-    m.rope_theta = float(cfg.rope_theta)
-    m.norm_eps = float(cfg.norm_eps)
-    m.rope_scaling.type = cfg.rope_scaling_type
-    m.rope_scaling.factor = float(cfg.rope_factor)
-    m.rope_scaling.low_freq_factor = float(cfg.rope_low_freq_factor)
-    m.rope_scaling.high_freq_factor = float(cfg.rope_high_freq_factor)
-    m.rope_scaling.original_max_position = cfg.rope_original_max_position
+    config.model.update(dataclasses.asdict(cfg))
 
 
 @dataclasses.dataclass

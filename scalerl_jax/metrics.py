@@ -19,11 +19,6 @@ import jax
 import numpy as np
 import tensorboardX
 
-# trainer.py still reaches these through this module; they live in compute.py
-# and progress.py.
-from scalerl_jax.compute import ComputeMeter  # pylint: disable=unused-import
-from scalerl_jax.compute import train_flops  # pylint: disable=unused-import
-from scalerl_jax.progress import Progress  # pylint: disable=unused-import
 
 METRICS_FILE = "metrics.jsonl"
 TB_DIR = "tb"

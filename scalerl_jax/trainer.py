@@ -46,10 +46,12 @@ import numpy as np
 
 from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import checkpoint_io
+from scalerl_jax import compute
 from scalerl_jax import evaluation
 from scalerl_jax import metrics as metrics_lib
 from scalerl_jax import monitors as monitors_lib
 from scalerl_jax import optim
+from scalerl_jax import progress as progress_lib
 from scalerl_jax import run_config
 from scalerl_jax import sharding
 from scalerl_jax.data import curriculum as curriculum_lib
@@ -204,7 +206,7 @@ class Trainer:
         reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
         rng=jax.random.key(config.seed + 1))
     self.writer = metrics_lib.MetricWriter(workdir)
-    self.meter = metrics_lib.ComputeMeter()
+    self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
     self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0}
     self.step = 0
@@ -311,7 +313,7 @@ class Trainer:
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
     seq = [batch_len for g in groups for _ in g.completion_lens_G]
-    self.meter.add(metrics_lib.train_flops(self.exp.model_cfg, seq), t_train, self.exp.mesh.size)
+    self.meter.add(compute.train_flops(self.exp.model_cfg, seq), t_train, self.exp.mesh.size)
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
@@ -348,7 +350,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   # step 0 that includes step 0's validation line (a kill before the first
   # checkpoint would otherwise leave it twice).
   trainer.writer.truncate_after(trainer.step if trainer.step else -1)
-  progress = metrics_lib.Progress(t.num_steps, trainer.step)
+  progress = progress_lib.Progress(t.num_steps, trainer.step)
   last: dict[str, float] = {}
   try:
     if trainer.step == 0:

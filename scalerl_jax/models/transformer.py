@@ -77,14 +77,6 @@ class ModelConfig:
     names = [f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"]
     return cls(**{name: m[name] for name in names}, rope_scaling=RopeScaling(**m.rope_scaling))
 
-  # The flat names these fields had, still read by experiment._sync_model_config;
-  # to go once it writes `dataclasses.asdict(cfg)` back into config.model.
-  rope_scaling_type = property(lambda self: self.rope_scaling.type)
-  rope_factor = property(lambda self: self.rope_scaling.factor)
-  rope_low_freq_factor = property(lambda self: self.rope_scaling.low_freq_factor)
-  rope_high_freq_factor = property(lambda self: self.rope_scaling.high_freq_factor)
-  rope_original_max_position = property(lambda self: self.rope_scaling.original_max_position)
-
   @property
   def dtype(self):
     return DTYPES[self.compute_dtype]
