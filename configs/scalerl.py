@@ -19,8 +19,9 @@ between fields before anything runs.
 import ml_collections
 
 # Variant name -> model shape. `tiny_cpu` (0.85M parameters) runs the default
-# experiment on 2 CPU cores (docs/default_run.md); `small_cpu` (~50M) is the CPU benchmark size; the rest mirror public
-# checkpoints so that `--config.model.hf_path` loads them without surprises.
+# experiment on 2 CPU cores (docs/default_run.md); `small_cpu` (~50M) is the CPU
+# benchmark size; the rest mirror public checkpoints so that
+# `--config.model.hf_path` loads them without surprises.
 _MODELS = {
     "tiny_cpu": dict(
         family="llama", vocab_size=512, embed_dim=128, num_layers=4,

@@ -77,7 +77,8 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
   mask = np.zeros((len(records), seq_len), np.float32)
   for i, record in enumerate(records):
     prompt = pipeline.prompt_ids(tok, record["prompt"])
-    target = tok.encode(builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)) + [tok.eos_id]
+    text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
+    target = tok.encode(text) + [tok.eos_id]
     ids = (prompt + target)[:seq_len]
     tokens[i, :len(ids)] = ids
     mask[i, len(prompt):len(ids)] = 1.0

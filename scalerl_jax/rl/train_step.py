@@ -177,11 +177,18 @@ def _combine_metrics(metrics_M, tokens_M):
   """The whole batch's metrics from its microbatches' ([M] each).
 
   Every metric is a mean over loss tokens, weighted here by each microbatch's
-  tokens, except the maxima, whose names end in `_max` (rl/losses.py).
+  tokens, except the maxima, whose names end in `_max` (rl/losses.py), and the
+  `_SHARES`, which each microbatch already divided by the whole batch's count.
   """
   total = jnp.maximum(jnp.sum(tokens_M), 1.0)
-  combine = lambda name, v: (jnp.max(v) if name.endswith("_max") else jnp.sum(v)
-                             if name in _SHARES else jnp.sum(v * tokens_M) / total)
+
+  def combine(name, v):
+    if name.endswith("_max"):
+      return jnp.max(v)
+    if name in _SHARES:
+      return jnp.sum(v)
+    return jnp.sum(v * tokens_M) / total
+
   return {name: combine(name, v) for name, v in metrics_M.items()}
 
 
@@ -230,7 +237,8 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
     mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
   group_B = advantages.group_ids(p, g)
   rows = {"tokens_BxS": batch["tokens_BxS"], "gen_logp_BxS": batch["gen_logp_BxS"],
-          "mask_BxS": mask_BxS, "gen_mask_BxS": gen_mask_BxS, "adv_B": adv_PxG.reshape(p * g), "group_B": group_B}
+          "mask_BxS": mask_BxS, "gen_mask_BxS": gen_mask_BxS, "adv_B": adv_PxG.reshape(p * g),
+          "group_B": group_B}
   counts = losses.batch_counts(mask_BxS, group_B, p)
   gen_tokens = jnp.maximum(jnp.sum(gen_mask_BxS), 1.0)
   grad_fn = jax.value_and_grad(
