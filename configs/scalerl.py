@@ -296,6 +296,10 @@ def get_config(arg=None):
   # Where warm-started base policies are cached, one subdirectory per settings
   # fingerprint; "" = <workdir>/base_policy. Sweeps share one across points.
   c.trainer.warm_start_dir = ""
+  # Seed of the base policy (its initialisation and warm start); -1 = config.seed.
+  # A fixed value gives runs that differ only in config.seed one shared base, as
+  # the paper's repeated runs share one pretrained model (warm_start.base_seed).
+  c.trainer.warm_start_seed = -1
 
   # Per-step checks (scalerl_jax/monitors.py). One that fires logs a warning and
   # sets alert/<name> = 1 in the step's metrics; a threshold of 0 turns it off.

@@ -88,7 +88,8 @@ class Experiment:
     if config.model.hf_path and base_params:
       _, params = hf_io.load_checkpoint(config.model.hf_path, shardings=shardings, cfg=model_cfg)
     else:
-      params, _ = sharding.init_model_params(model, jax.random.key(config.seed), mesh, rules)
+      params, _ = sharding.init_model_params(
+          model, jax.random.key(warm_start.base_seed(config)), mesh, rules)
       if base_params:
         params = warm_start.warm_start(config, workdir, model, params, shardings, tok)
     phrase = tok.encode(config.sampling.interruption.phrase)

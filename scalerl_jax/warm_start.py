@@ -40,9 +40,20 @@ def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) 
   return os.path.join(os.path.abspath(root), fingerprint(config, vocab_size))
 
 
+def base_seed(config: ml_collections.ConfigDict) -> int:
+  """Seed of the base policy: its initialisation, warm-start data order and slips.
+
+  `trainer.warm_start_seed`, or `config.seed` when that is -1. A fixed value
+  lets runs that differ only in `config.seed` start from one base policy, as
+  the paper's repeated runs start from one pretrained model.
+  """
+  seed = config.trainer.warm_start_seed
+  return config.seed if seed < 0 else seed
+
+
 def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
   """Hash of everything the warm-started parameters depend on."""
-  relevant = {"model": config.model.to_dict(), "seed": config.seed,
+  relevant = {"model": config.model.to_dict(), "seed": base_seed(config),
               "difficulty": list(config.data.builtin_difficulty),
               "num_train": config.data.builtin_num_train,
               "steps": config.trainer.warm_start_steps, "lr": config.trainer.warm_start_lr,
@@ -129,12 +140,12 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
     return checkpointer.restore(path, abstract)
 
   records = builtin_task.builtin_prompts(
-      tuple(config.data.builtin_difficulty), config.data.builtin_num_train, config.seed, "train")
+      tuple(config.data.builtin_difficulty), config.data.builtin_num_train, base_seed(config), "train")
   seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
   batch = config.trainer.warm_start_batch
   # Every epoch visits the problems in a new order with newly drawn slips, so
   # the policy learns a slip rate, not which problems slip.
-  rng = np.random.default_rng(config.seed)
+  rng = np.random.default_rng(base_seed(config))
   epochs = -(-steps * batch // len(records))
   order = np.concatenate([rng.permutation(len(records)) for _ in range(epochs)])[:steps * batch]
   tokens, mask = supervised_examples([records[i] for i in order], tok, seq_len,

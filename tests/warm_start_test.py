@@ -1,0 +1,49 @@
+"""Tests of scalerl_jax/warm_start.py: which settings share a cached base policy."""
+
+import jax
+import numpy as np
+import pytest
+
+from scalerl_jax import config as config_lib
+from scalerl_jax import experiment
+from scalerl_jax import warm_start
+from tests import helpers
+
+
+def _config(seed, warm_start_seed):
+  config = helpers.tiny_config(vocab_size=384)
+  config.seed, config.trainer.warm_start_seed = seed, warm_start_seed
+  return config
+
+
+def test_base_seed_follows_seed_unless_fixed():
+  assert warm_start.base_seed(_config(3, -1)) == 3
+  assert warm_start.base_seed(_config(3, 0)) == 0
+
+
+def test_fixed_base_seed_shares_one_cached_base_across_seeds():
+  fp = lambda seed, base: warm_start.fingerprint(_config(seed, base), vocab_size=384)
+  assert fp(1, 0) == fp(2, 0) == fp(0, -1) == fp(0, 0)
+  assert fp(1, -1) != fp(2, -1)
+  assert fp(1, -1) == fp(0, 1)
+
+
+def test_fixed_base_seed_gives_seeds_the_same_initial_policy(tmp_path):
+  """Without a warm start the base is the initialisation: the same for seeds 0 and 1."""
+  params = []
+  for seed in (0, 1):
+    config = _config(seed, 0)
+    config.trainer.warm_start_steps = 0
+    exp = experiment.Experiment.build(config, str(tmp_path))
+    params.append(jax.tree.leaves(jax.device_get(exp.params)))
+  for a, b in zip(*params):
+    np.testing.assert_array_equal(a, b)
+  config = _config(1, -1)
+  config.trainer.warm_start_steps = 0
+  other = jax.tree.leaves(jax.device_get(experiment.Experiment.build(config, str(tmp_path)).params))
+  assert any(not np.array_equal(a, b) for a, b in zip(params[0], other))
+
+
+def test_base_seed_below_minus_one_is_refused():
+  with pytest.raises(config_lib.ConfigError, match=r"trainer.warm_start_seed: .*-1"):
+    config_lib.validate(_config(0, -2))
