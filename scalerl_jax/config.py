@@ -22,6 +22,8 @@ import ml_collections
 
 from scalerl_jax import optim
 from scalerl_jax.data import chat_template
+from scalerl_jax.data import pipeline
+from scalerl_jax.data import sources
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import transformer
 from scalerl_jax.rewards import registry as verifiers
@@ -159,12 +161,11 @@ RULES: dict[str, Rule] = {
     "sampling.interruption.answer_budget": _POS_INT,
     "sampling.interruption.phrase": _rule(str, lambda v: len(v) > 0, "must not be empty"),
     # data
-    # The branches of sources.load_prompts; data/ exports no list of them yet.
-    "data.source": _one_of(("builtin", "reasoning_gym", "tfds", "jsonl")),
+    "data.source": _one_of(sources.SOURCES),
     "data.prompts_per_step": _POS_INT,
     "data.generations_per_prompt": _rule(int, lambda v: v >= 2,
                                          "must be >= 2 (group-relative advantages)"),
-    "data.on_long_prompt": _one_of(("error", "skip")),  # As pipeline.tokenize_prompts.
+    "data.on_long_prompt": _one_of(pipeline.ON_LONG_PROMPT),
     "data.builtin_difficulty": _rule(tuple, lambda v: len(v) > 0 and all(
         isinstance(d, int) and d >= 1 for d in v), "must be a non-empty tuple of levels >= 1"),
     "data.builtin_num_train": _POS_INT,

@@ -38,6 +38,8 @@ def test_builtin_source_follows_the_config():
   assert {r["verifier"] for r in train} == {"builtin"}
   with pytest.raises(ValueError, match="split must be one of"):
     sources.load_prompts(config, "test")
+  with pytest.raises(ValueError, match=r"^data\.source: 'hf' is not one of \('builtin', "):
+    sources.load_prompts(_config(source="hf"), "train")
 
 
 def test_builtin_validation_set_is_the_same_for_every_seed():

@@ -44,6 +44,9 @@ from scalerl_jax.data import chat_template as chat_template_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 
 Record = Mapping[str, str]
+# What a prompt over sampling.max_prompt_len does: stop the run, or be left
+# out (`tokenize_prompts`); the values `data.on_long_prompt` allows.
+ON_LONG_PROMPT = ("error", "skip")
 _MAX_LOGGED_IDS = 10
 
 
@@ -152,8 +155,8 @@ def tokenize_prompts(records: Sequence[Record], tokenizer: tokenizer_lib.Tokeniz
     ValueError: a prompt is over budget and on_long_prompt is 'error', or
       on_long_prompt is neither value.
   """
-  if on_long_prompt not in ("error", "skip"):
-    raise ValueError(f"data.on_long_prompt: {on_long_prompt!r} is not one of ('error', 'skip')")
+  if on_long_prompt not in ON_LONG_PROMPT:
+    raise ValueError(f"data.on_long_prompt: {on_long_prompt!r} is not one of {ON_LONG_PROMPT}")
   kept, skipped = [], []
   for record in records:
     ids = prompt_format.ids(tokenizer, record["prompt"])

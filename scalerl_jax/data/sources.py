@@ -295,6 +295,59 @@ def reasoning_gym_prompts(name: str, split: str, size: int, val_size: int,
   return records
 
 
+# A split's (records, malformed rows, the config field that names the split's
+# prompts, where they come from), as each source's loader below returns it;
+# `load_prompts` logs the malformed rows and refuses an empty split for all.
+_Loaded = tuple[list[dict[str, str]], list[MalformedRow], str, str]
+
+
+def _builtin_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  # The validation prompts do not depend on config.seed: runs that differ
+  # only in seed are measured on the same held-out set (as the paper's fixed
+  # 1,000 prompts), so their curves differ by training alone.
+  seed = config.seed if split == "train" else VAL_SEED
+  field = f"builtin_num_{split}"
+  records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], seed, split)
+  return records, [], field, "builtin"
+
+
+def _reasoning_gym_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d, field = config.data, "reasoning_gym_name"
+  if not d[field]:
+    raise ValueError(f"data.{field}: must be set when data.source='reasoning_gym'")
+  records = reasoning_gym_prompts(d[field], split, d.reasoning_gym_size,
+                                  d.reasoning_gym_val_size, config.seed)
+  return records, [], field, "reasoning_gym"
+
+
+def _tfds_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  field = "tfds_split" if split == "train" else "tfds_val_split"
+  for required in ("tfds_name", field):
+    if not d[required]:
+      raise ValueError(f"data.{required}: must be set for the {split} split of "
+                       "data.source='tfds'")
+  records, malformed = tfds_prompts(d.tfds_name, d[field], d.tfds_data_dir, d.tfds_prompt_field,
+                                    d.tfds_answer_field, d.answer_delimiter)
+  return records, malformed, field, f"tfds {d.tfds_name}/{d[field]}"
+
+
+def _jsonl_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  field = "jsonl_train" if split == "train" else "jsonl_val"
+  if not d[field]:
+    raise ValueError(f"data.{field}: must be set for the {split} split of data.source='jsonl'")
+  records, malformed = read_jsonl(d[field], d.jsonl_prompt_field, d.jsonl_answer_field,
+                                  d.answer_delimiter)
+  return records, malformed, field, d[field]
+
+
+_LOADERS = {"builtin": _builtin_split, "reasoning_gym": _reasoning_gym_split,
+            "tfds": _tfds_split, "jsonl": _jsonl_split}
+SOURCES = tuple(_LOADERS)  # The values `data.source` allows.
+
+
 def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str, str]]:
   """The prompt records of `split` for `config.data.source`.
 
@@ -306,46 +359,15 @@ def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str
     A non-empty list of records.
 
   Raises:
-    ValueError: unknown split, an unset source field, or a source with no
-      usable prompts.
+    ValueError: unknown split or source, an unset source field, or a source
+      with no usable prompts.
     FileNotFoundError: a JSONL file does not exist.
   """
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-  d, train = config.data, split == "train"
-  malformed, where = [], d.source
-  if d.source == "builtin":
-    field = f"builtin_num_{split}"
-    # The validation prompts do not depend on config.seed: runs that differ
-    # only in seed are measured on the same held-out set (as the paper's fixed
-    # 1,000 prompts), so their curves differ by training alone.
-    seed = config.seed if train else VAL_SEED
-    records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], seed, split)
-  elif d.source == "reasoning_gym":
-    field = "reasoning_gym_name"
-    if not d[field]:
-      raise ValueError(f"data.{field}: must be set when data.source='reasoning_gym'")
-    records = reasoning_gym_prompts(d[field], split, d.reasoning_gym_size,
-                                    d.reasoning_gym_val_size, config.seed)
-  elif d.source == "tfds":
-    field = "tfds_split" if train else "tfds_val_split"
-    for required in ("tfds_name", field):
-      if not d[required]:
-        raise ValueError(f"data.{required}: must be set for the {split} split of "
-                         "data.source='tfds'")
-    where = f"tfds {d.tfds_name}/{d[field]}"
-    records, malformed = tfds_prompts(d.tfds_name, d[field], d.tfds_data_dir,
-                                      d.tfds_prompt_field, d.tfds_answer_field,
-                                      d.answer_delimiter)
-  elif d.source == "jsonl":
-    field = "jsonl_train" if train else "jsonl_val"
-    if not d[field]:
-      raise ValueError(f"data.{field}: must be set for the {split} split of data.source='jsonl'")
-    where = d[field]
-    records, malformed = read_jsonl(d[field], d.jsonl_prompt_field, d.jsonl_answer_field,
-                                    d.answer_delimiter)
-  else:
-    raise ValueError(f"data.source: unknown source {d.source!r}")
+  if config.data.source not in _LOADERS:
+    raise ValueError(f"data.source: {config.data.source!r} is not one of {SOURCES}")
+  records, malformed, field, where = _LOADERS[config.data.source](config, split)
   _report(where, malformed)
   if not records:
     detail = ""
