@@ -184,22 +184,3 @@ def place_global(array: np.ndarray, target: jax.sharding.Sharding) -> jax.Array:
   array = np.asarray(array)
   return jax.make_array_from_callback(array.shape, target, lambda index: array[index])
 
-
-def shard_batch(tree: Any, mesh: Mesh, rules: Rules) -> Any:
-  """Places host-local numpy arrays (this process's rows) onto the mesh.
-
-  On one host the arrays are the whole batch; on many, each process passes its
-  own rows and the global array is assembled by JAX.
-  """
-  divisor = batch_divisor(mesh, rules)
-
-  def put(x):
-    x = np.asarray(x)
-    global_rows = x.shape[0] * jax.process_count()
-    if global_rows % divisor:
-      raise ValueError(
-          f"batch of {global_rows} rows does not divide over the {divisor}-way batch sharding "
-          f"(mesh axes of 'act_batch'); choose a batch size that is a multiple of {divisor}")
-    return jax.make_array_from_process_local_data(batch_sharding(mesh, rules, x.ndim), x)
-
-  return jax.tree_util.tree_map(put, tree)

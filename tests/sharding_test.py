@@ -1,9 +1,7 @@
 """Sharded == unsharded, on 8 simulated CPU devices (in a subprocess)."""
 
-import numpy as np
 import pytest
 
-from configs import scalerl
 from scalerl_jax import sharding
 from tests import helpers
 
@@ -31,6 +29,7 @@ def test_parameters_are_really_sharded(sharded_results):
   assert sharded_results[(2, 2, 2)]["embedding_shard_shape"] == [64, 32]
   # The batch of 8 rows splits over data x fsdp.
   assert [sharded_results[s]["batch_shard_rows"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [1, 2, 8]
+  assert [sharded_results[s]["batch_divisor"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [8, 4, 1]
   assert all(r["num_devices_holding_q"] == 8 for r in sharded_results.values())
 
 
@@ -41,12 +40,3 @@ def test_resolve_mesh_shape():
     sharding.resolve_mesh_shape((3, -1, 1), 8)
   with pytest.raises(ValueError, match="mesh.shape"):
     sharding.resolve_mesh_shape((2, 2, 1), 8)
-
-
-def test_batch_not_divisible_is_a_clear_error():
-  config = scalerl.get_config()
-  mesh = sharding.make_mesh(config.mesh)
-  rules = sharding.logical_rules(config.mesh)
-  assert sharding.batch_divisor(mesh, rules) == 1
-  placed = sharding.shard_batch({"x": np.arange(6).reshape(3, 2)}, mesh, rules)
-  np.testing.assert_array_equal(placed["x"], np.arange(6).reshape(3, 2))

@@ -38,7 +38,7 @@ def main():
     params, shardings = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
     same_init = all(np.array_equal(a, b) for a, b in zip(
         jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params1)))
-    batch = sharding.shard_batch(tokens, mesh, rules)
+    batch = sharding.place_global(tokens, sharding.batch_sharding(mesh, rules, tokens.ndim))
     with sharding.activate(mesh, rules):
       logits = jax.jit(model.apply, out_shardings=None)({"params": params}, batch)[0]
     q = params["layers"]["attn"]["q"]["kernel"]
@@ -52,6 +52,7 @@ def main():
         "q_shape": list(q.shape),
         "embedding_shard_shape": list(emb.addressable_shards[0].data.shape),
         "batch_shard_rows": batch.addressable_shards[0].data.shape[0],
+        "batch_divisor": sharding.batch_divisor(mesh, rules),
         "num_devices_holding_q": len({s.device for s in q.addressable_shards}),
     }))
 
