@@ -28,20 +28,13 @@ a reply that never closes the thinking has no answer, whether the prompt or
 the model opened it. `<think>` and `</think>` are kept by `decode` even where a
 tokenizer marks them special.
 
-The built-in model splits digits, keeps `<think>` and `</think>` as single
-pieces, normalises nothing (decode(encode(text)) == text) and falls back to
-bytes for characters outside its corpus, so any prompt source can be encoded.
-`config.model.vocab_size` is its upper bound: the arithmetic corpus fills 316
-of 512 entries (256 of them bytes); the model's spare embedding rows are never
-produced by encode, and decode turns them into U+FFFD.
+The built-in model and its corpus are described in `builtin_tokenizer`.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import uuid
 from typing import Any, Mapping, Optional, Sequence
 
 from etils import epath
@@ -50,6 +43,7 @@ import numpy as np
 import sentencepiece as spm
 
 from scalerl_jax.data import builtin_task
+from scalerl_jax.data import builtin_tokenizer
 from scalerl_jax.data import chat_template as chat_template_lib
 
 BUILTIN_FILENAME = "tokenizer.model"
@@ -58,10 +52,6 @@ GENERATION_CONFIG = "generation_config.json"
 _SETTINGS_FILES = ("special_tokens_map.json", "tokenizer_config.json")
 THINK_TOKENS = (builtin_task.THINK_OPEN, builtin_task.THINK_CLOSE)
 UNKNOWN_TEXT = "\ufffd"  # What decode writes for an id outside the vocabulary.
-_PAD, _UNK, _BOS, _EOS = 0, 1, 2, 3  # Ids of the built-in model's special pieces.
-# Corpus of the built-in model: fixed, so the vocabulary depends only on its size.
-_CORPUS_LEVELS = (1, 2, 3, 4)
-_CORPUS_PROBLEMS = 2000
 
 
 class Tokenizer:
@@ -333,24 +323,12 @@ def load_tokenizer(path: str) -> Tokenizer:
                    chat_template=chat_template_lib.load(p.parent, settings))
 
 
-def builtin_corpus() -> list[str]:
-  """The lines the built-in tokenizer is trained on: prompts and worked targets."""
-  lines = []
-  for problem in builtin_task.builtin_problems(_CORPUS_LEVELS, _CORPUS_PROBLEMS, 0, "train"):
-    lines += [builtin_task.prompt_text(problem), builtin_task.solution_text(problem)]
-  return lines
-
-
 def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
-  """Trains the built-in task's SentencePiece model and writes it to `path`.
-
-  Training is deterministic: the same `vocab_size` writes the same file.
+  """Trains the built-in task's model, writes it to `path` and reads it.
 
   Args:
-    path: where to write the model file (written atomically, also when
-      several processes write it at once).
-    vocab_size: upper bound on the vocabulary; at least ~300 (256 byte pieces,
-      the corpus characters and the special pieces).
+    path: where to write the model file (see `builtin_tokenizer.write_model`).
+    vocab_size: upper bound on the vocabulary; at least ~300.
 
   Returns:
     The trained tokenizer.
@@ -358,26 +336,8 @@ def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
   Raises:
     ValueError: `vocab_size` is too small for the corpus.
   """
-  model = io.BytesIO()
-  try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(builtin_corpus()), model_writer=model,
-        vocab_size=vocab_size, hard_vocab_limit=False, model_type="bpe",
-        pad_id=_PAD, unk_id=_UNK, bos_id=_BOS, eos_id=_EOS,
-        user_defined_symbols=list(THINK_TOKENS), split_digits=True, byte_fallback=True,
-        normalization_rule_name="identity", remove_extra_whitespaces=False,
-        add_dummy_prefix=False, num_threads=1, minloglevel=2)
-  except RuntimeError as e:
-    raise ValueError(f"model.vocab_size: {vocab_size} is too small for the built-in "
-                     f"tokenizer ({e})") from None
-  out = epath.Path(path)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  # Every process of a multi-host run trains this same file at once: each
-  # writes a file of its own and the last replace wins.
-  tmp = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
-  tmp.write_bytes(model.getvalue())
-  tmp.replace(out)
-  return Tokenizer(**_from_sentencepiece(model.getvalue(), str(out), {}))
+  model = builtin_tokenizer.write_model(path, vocab_size)
+  return Tokenizer(**_from_sentencepiece(model, str(epath.Path(path)), {}))
 
 
 def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
