@@ -127,11 +127,6 @@ class Curriculum:
     """The records whose prompt (`record["id"]`) is not retired, in order."""
     return [r for r in records if r["id"] not in self._retired]
 
-  @property
-  def num_retired(self) -> int:
-    """Number of retired prompts."""
-    return len(self._retired)
-
   def metrics(self) -> dict[str, float]:
     """Cumulative counters for the metric writers.
 

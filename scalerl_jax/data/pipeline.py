@@ -244,11 +244,6 @@ class PromptPipeline:
     self._iterator = dataset.to_iter_dataset(
         grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)).__iter__()
 
-  @property
-  def num_skipped(self) -> int:
-    """Prompts left out for exceeding the prompt budget."""
-    return len(self.skipped_ids)
-
   def __iter__(self) -> PromptPipeline:
     return self
 
