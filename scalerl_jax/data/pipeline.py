@@ -25,8 +25,8 @@ retired set is saved in the same checkpoint: restoring both yields exactly
 the remaining stream; restoring the position alone yields the same order with
 the then-retired prompts left out.
 
-Shapes: P prompts per batch, L = sampling.max_prompt_len, G generations per
-prompt, B = P * G rows after expansion.
+Shape letters: the package key (scalerl_jax/__init__.py); here L is
+sampling.max_prompt_len and B = P * G rows after `expand`.
 """
 
 from __future__ import annotations

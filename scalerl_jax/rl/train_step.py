@@ -25,8 +25,7 @@ With `logprob_chunk` C > 0 the final norm, LM head and log-softmax run over C
 positions at a time in a rematerialised `lax.scan`, so neither the forward
 nor the backward pass holds more than one chunk's [B, C, V] logits.
 
-Shape letters: B = P*G completions, S sequence length, P prompts, G
-generations per prompt, V vocabulary, D embedding width, M microbatches,
+Shape letters: the package key (scalerl_jax/__init__.py), and M microbatches,
 C positions per log-prob chunk, N chunks.
 """
 

@@ -6,7 +6,8 @@ paper's test of a fit: fit the first part of a run's compute, predict the
 rest, and score the prediction of the final value (the paper predicted its
 100k GPU-hour run from the first 50k to within about 0.01 on A).
 
-Shapes: N points, S bootstrap samples, P free parameters.
+Shape letters: the package key (scalerl_jax/__init__.py), and N points, R bootstrap
+resamples, F free parameters.
 """
 
 from __future__ import annotations
@@ -82,11 +83,11 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
   hi = np.array([a[-1], math.log(cg[-1]), math.log(b[-1]), 1.0])[free]
   rng = np.random.default_rng(seed)
   w = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=num_samples).astype(float)
-  p = np.tile([fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1))  # [S, 4]
+  p = np.tile([fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1))  # [R, 4]
   lx = np.log(x)
 
   def model(p):
-    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [S, N]
+    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [R, N]
     s = special.expit(z)
     return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
 
@@ -98,9 +99,9 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
     f, s, z = model(p)
     gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
     jac = np.stack([s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1)[..., free]
-    hess = np.einsum("snp,sn,snq->spq", jac, w, jac)  # [S, P, P]
-    grad = np.einsum("snp,sn->sp", jac, w * (y - f))
-    diag = np.einsum("spp->sp", hess) + 1e-12
+    hess = np.einsum("rnf,rn,rng->rfg", jac, w, jac)  # [R, F, F]
+    grad = np.einsum("rnf,rn->rf", jac, w * (y - f))
+    diag = np.einsum("rff->rf", hess) + 1e-12
     step = np.linalg.solve(hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
                            grad[..., None])[..., 0]
     trial = p.copy()
