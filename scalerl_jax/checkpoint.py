@@ -45,21 +45,10 @@ Where no intact choice is left, it stops with the faults and what to do:
 (starting afresh would silently discard the run). Verifying reads every byte
 once (sha256, ~1.5 GB/s a thread, several files at once), once per step and
 `Checkpointer`.
-"""
 
-# Resume order (train_and_evaluate on a workdir that holds a checkpoint):
-#   1. step = Checkpointer.latest_step(), the newest checkpoint whose files
-#      match their manifest; None means a fresh start.
-#   2. `state`: parameter shapes are checked against the model first (the
-#      error names the mismatching key), then params, optimizer state and the
-#      PRNG key are restored into their shardings.
-#   3. `extra`: the data iterator position (pipeline.set_state), the
-#      curriculum (Curriculum.from_state_dict), the buffer's metadata and the
-#      ComputeMeter totals (load_state_dict).
-#   4. `host_state`: the rollout buffer's arrays, joined with its metadata.
-#   5. Last, once everything above has succeeded: MetricWriter.truncate_after
-#      (step) drops metrics.jsonl lines after the checkpoint, which the resumed
-#      run logs again.
+The order in which a run resumes from these items is written once, in
+trainer.py's module docstring.
+"""
 
 from __future__ import annotations
 
