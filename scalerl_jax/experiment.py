@@ -78,11 +78,7 @@ class Experiment:
       config_lib.validate(config, num_devices=jax.device_count())
     else:
       model_cfg = transformer.ModelConfig.from_config(config.model)
-    tok = tokenizer_lib.get_tokenizer(config, workdir)
-    if tok.vocab_size > model_cfg.vocab_size:
-      raise ValueError(
-          f"model.vocab_size: {model_cfg.vocab_size} is smaller than the tokenizer's "
-          f"{tok.vocab_size} pieces ({tok.path})")
+    tok = tokenizer_lib.get_tokenizer(config, workdir)  # Checks model.vocab_size too.
     model = transformer.Transformer(model_cfg)
     shardings = sharding.param_shardings(model, mesh, rules)
     if config.model.hf_path and base_params:
