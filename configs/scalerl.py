@@ -23,11 +23,7 @@ import ml_collections
 # benchmark size; the rest mirror public checkpoints so that
 # `--config.model.hf_path` loads them without surprises.
 _MODELS = {
-    "tiny_cpu": dict(
-        family="llama", vocab_size=512, embed_dim=128, num_layers=4,
-        num_heads=4, num_kv_heads=2, head_dim=32, mlp_dim=384,
-        rope_theta=10_000.0, tie_embeddings=True, max_seq_len=512,
-        param_dtype="float32", compute_dtype="float32"),
+    "tiny_cpu": {},  # The field defaults of _model_config are tiny_cpu's shape.
     "small_cpu": dict(
         family="llama", vocab_size=8192, embed_dim=640, num_layers=8,
         num_heads=10, num_kv_heads=5, head_dim=64, mlp_dim=1792,
