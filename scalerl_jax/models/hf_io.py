@@ -102,7 +102,7 @@ def read_config(path: str, **overrides: Any) -> ModelConfig:
 def _layer_tensors(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[str, Callable, Callable]]:
   """Our per-layer param path -> (HF name pattern, hf->ours, ours->hf).
 
-  Shapes: D embed, H heads, K kv heads, E head_dim, F mlp.
+  Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim.
   """
   d, h, k, e = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
 

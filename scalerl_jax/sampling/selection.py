@@ -19,7 +19,8 @@ than the rest of a small model's decode step. Top-p without top-k finds the
 nucleus by bisecting on the probability threshold (32 masked sums over the
 vocabulary) instead of sorting it, for the same reason.
 
-Shape letters: N rows, V vocab, C candidates kept by top-k.
+Shape letters: the package key (scalerl_jax/__init__.py), and N rows, C candidates
+kept by top-k.
 """
 
 from __future__ import annotations
