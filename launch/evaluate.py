@@ -27,6 +27,9 @@ _REPEATS = flags.DEFINE_integer(
     "repeats", 1, "Evaluations with different sampling keys (the first is the trainer's); "
     "above 1 the output adds each metric's standard deviation across them, the "
     "sampling noise of one evaluation.")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index when a multi-host run is read on all its hosts "
+    "(the recorded config.json holds process 0's mesh.process_id); default: as recorded.")
 
 
 def main(argv):
@@ -35,7 +38,8 @@ def main(argv):
   experiment.configure_logging()
   try:
     result = checkpoint_io.evaluate_checkpoint(_WORKDIR.value, _STEP.value, _NUM_PROMPTS.value,
-                                               _SAMPLES.value, _REPEATS.value)
+                                               _SAMPLES.value, _REPEATS.value,
+                                               process_id=_PROCESS_ID.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.evaluate: {e}") from None
   print(json.dumps(result, indent=2, sort_keys=True))

@@ -29,14 +29,14 @@ from scalerl_jax.models import hf_io
 CHECKPOINTS = "checkpoints"  # The trainer's checkpoint directory inside a workdir.
 
 
-def _policy(workdir: str, step: Optional[int],
-            require_checkpoint: bool) -> tuple[Experiment, Any, int]:
+def _policy(workdir: str, step: Optional[int], require_checkpoint: bool,
+            process_id: Optional[int]) -> tuple[Experiment, Any, int]:
   """(experiment, params, step) of the checkpoint at `step` (None: the latest).
 
   Without any checkpoint the base policy is returned at step 0, unless
-  `require_checkpoint`.
+  `require_checkpoint`. `process_id` replaces the recorded one (`run_config.load`).
   """
-  config = run_config.load(workdir)
+  config = run_config.load(workdir, process_id)
   sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
                                              max_to_keep=None)
@@ -58,7 +58,8 @@ def _policy(workdir: str, step: Optional[int],
 
 def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
                         num_prompts: Optional[int] = None,
-                        samples: Optional[int] = None, repeats: int = 1) -> dict[str, Any]:
+                        samples: Optional[int] = None, repeats: int = 1,
+                        process_id: Optional[int] = None) -> dict[str, Any]:
   """Validation mean@k / pass@k of the checkpoint at `step` (default: latest).
 
   Without any checkpoint in `workdir` the base policy is evaluated.
@@ -73,13 +74,15 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
       folded with r. With repeats > 1 the result also holds every repeat's
       metrics ("repeats") and each metric's standard deviation across them
       ("<metric>_std", ddof=1): the sampling noise of one evaluation.
+    process_id: this process's index in a multi-controller job; None keeps
+      the recorded `mesh.process_id` (`run_config.load`).
 
   Returns:
     "step" and the `evaluation.evaluate` metrics (of the first repeat).
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  exp, params, step = _policy(workdir, step, require_checkpoint=False)
+  exp, params, step = _policy(workdir, step, require_checkpoint=False, process_id=process_id)
   pool = exp.reward_pool()
   base_key = evaluation.validation_key(exp.config)
   runs = []
@@ -101,18 +104,20 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
   return result
 
 
-def export_checkpoint(workdir: str, out: str, step: Optional[int] = None) -> list[str]:
+def export_checkpoint(workdir: str, out: str, step: Optional[int] = None,
+                      process_id: Optional[int] = None) -> list[str]:
   """Writes the policy of the checkpoint at `step` (default: latest) to `out`.
 
   Args:
     workdir: the run's workdir (with its config.json).
     out: output directory.
     step: checkpoint step; None for the latest.
+    process_id: as in `evaluate_checkpoint`.
 
   Returns:
     The files written (safetensors, config.json, tokenizer).
   """
-  exp, params, _ = _policy(workdir, step, require_checkpoint=True)
+  exp, params, _ = _policy(workdir, step, require_checkpoint=True, process_id=process_id)
   files = hf_io.save_checkpoint(params, exp.model_cfg, out)
   tok_path = exp.tok.path
   if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):

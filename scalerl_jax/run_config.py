@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from absl import logging
 import jax
@@ -51,8 +51,14 @@ def _plain(config: ml_collections.ConfigDict) -> dict:
   return _tuples(json.loads(config.to_json()))
 
 
-def load(workdir: str) -> ml_collections.ConfigDict:
+def load(workdir: str, process_id: Optional[int] = None) -> ml_collections.ConfigDict:
   """The config recorded in `workdir`, locked like a config from a file.
+
+  Args:
+    workdir: the run's workdir.
+    process_id: this process's index in a multi-controller job, replacing the
+      recorded `mesh.process_id` (process 0 records the file, so it holds
+      process 0's index when the run set one); None keeps the recorded value.
 
   Raises:
     FileNotFoundError: the workdir holds no config.json (not a run's workdir,
@@ -63,6 +69,8 @@ def load(workdir: str) -> ml_collections.ConfigDict:
     raise FileNotFoundError(f"{path}: no recorded config; is {workdir} the workdir of a run?")
   with open(path) as f:
     config = ml_collections.ConfigDict(_tuples(json.load(f)))
+  if process_id is not None:
+    config.mesh.process_id = process_id
   config.lock()
   return config
 

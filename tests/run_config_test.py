@@ -24,6 +24,14 @@ def test_recorded_config_reads_back_equal_and_locked(tmp_path):
     loaded.data.not_a_field = 1  # Locked like a config built from a file.
 
 
+def test_a_process_reads_the_record_with_its_own_process_id(tmp_path):
+  config = scalerl.get_config()
+  config.mesh.process_id = 0  # Process 0 writes the record.
+  run_config.record(config, str(tmp_path))
+  assert run_config.load(str(tmp_path)).mesh.process_id == 0
+  assert run_config.load(str(tmp_path), process_id=3).mesh.process_id == 3
+
+
 def test_differences_name_each_field_with_both_values():
   old, new = scalerl.get_config(), scalerl.get_config()
   new.data.prompts_per_step = 4

@@ -134,7 +134,10 @@ def main():
                          args.coordinator)
     trainer_lib.train_and_evaluate(config, args.workdir)
   if args.num_processes > 1:
-    checkpoint_io.export_checkpoint(args.workdir, os.path.join(args.out, f"export_{args.tag}"))
+    # Each process reads the record process 0 wrote, with its own index (the
+    # runtime is already up here, so a wrong one would go unnoticed).
+    checkpoint_io.export_checkpoint(args.workdir, os.path.join(args.out, f"export_{args.tag}"),
+                                    process_id=args.process_id)
   topology = {"process_index": jax.process_index(), "process_count": jax.process_count(),
               "local_devices": jax.local_device_count(), "devices": jax.device_count()}
   os.makedirs(args.out, exist_ok=True)
