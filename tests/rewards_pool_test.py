@@ -16,6 +16,7 @@ from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
 
 _TIMEOUT_S = 1.5
+_HANG = r"\boxed{5^{5^{5^{5^5}}}}"  # sympy tries to evaluate the tower: a timeout.
 
 
 def _rewards_config(**overrides):
@@ -78,10 +79,9 @@ def test_scores_match_in_process_verification(pool):
 
 def test_a_hanging_verification_is_killed_and_the_pool_recovers(pool):
   record = {"id": "m", "answer": "1", "verifier": "math"}
-  hang = r"\boxed{5^{5^{5^{5^5}}}}"  # sympy tries to evaluate the tower.
   restarts = pool.score([r"\boxed{1}"], [record])[1]["num_worker_restarts"]
   start = time.monotonic()
-  scores, stats = pool.score([hang, r"\boxed{1}"], [record, record])
+  scores, stats = pool.score([_HANG, r"\boxed{1}"], [record, record])
   assert time.monotonic() - start < _TIMEOUT_S + 1.0
   np.testing.assert_array_equal(scores, [0.0, 1.0])
   assert stats["num_timeouts"] == 1
@@ -186,6 +186,41 @@ def test_strip_thinking_from_config_reaches_the_workers(pool):
     np.testing.assert_array_equal(scores, [1.0, 1.0])
   with pytest.raises(ValueError, match="rewards.strip_thinking"):
     rewards.RewardPool(_rewards_config(strip_thinking=("maths",)))
+
+
+def test_submit_returns_at_once_and_scores_as_score_does_beside_a_direct_call(pool):
+  completions, records = _mixed_batch()
+  scoring = pool.submit([_HANG] + completions, [{"id": "m", "answer": "1", "verifier": "math"}]
+                        + records)
+  assert not scoring.done()  # The hang alone takes the whole timeout.
+  # A direct call meanwhile waits its turn: the two batches must not mix.
+  direct, direct_stats = pool.score(completions, records)
+  scores, stats = scoring.result(timeout=60)
+  np.testing.assert_array_equal(scores, [0.0] + [1.0, 0.0] * (len(completions) // 2))
+  np.testing.assert_array_equal(direct, scores[1:])
+  assert (stats["num_completions"], stats["num_timeouts"]) == (len(completions) + 1, 1)
+  assert (direct_stats["num_completions"], direct_stats["num_timeouts"]) == (len(completions), 0)
+
+
+def test_submit_raises_score_errors_at_result(pool):
+  scoring = pool.submit(["x"], [{"id": "bad", "answer": "1"}])
+  with pytest.raises(ValueError, match="verifier"):
+    scoring.result(timeout=60)
+
+
+def test_close_waits_for_a_submitted_call_and_leaves_nothing_behind():
+  before = {p.pid for p in psutil.Process().children(recursive=True)}
+  p = rewards.RewardPool(_rewards_config(num_workers=1))
+  scoring = p.submit([_HANG], [{"id": "m", "answer": "1", "verifier": "math"}])
+  deadline = time.monotonic() + 60
+  while not scoring.running() and time.monotonic() < deadline:  # Calls not started are cancelled.
+    time.sleep(0.01)
+  p.close()
+  scores, stats = scoring.result(timeout=0)  # Finished (killed at its timeout) before close.
+  assert scores[0] == 0.0 and stats["num_timeouts"] == 1
+  assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+  with pytest.raises(RuntimeError, match="closed"):
+    p.submit(["x"], [{"id": "m", "answer": "1", "verifier": "math"}])
 
 
 def test_close_leaves_nothing_behind():

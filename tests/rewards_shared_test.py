@@ -4,6 +4,8 @@ The split over processes is exercised by tests/multi_controller_test.py, where
 each of two processes verifies half of every batch.
 """
 
+from concurrent import futures
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,15 @@ class _FakePool:
     return scores, {"num_completions": len(completions), "num_timeouts": 1, "num_errors": 2,
                     "num_crashes": 0, "num_invalid": invalid, "num_worker_restarts": 3,
                     "slowest_s": 0.5, "mean_s": 0.25, "wall_s": 0.75}
+
+  def submit(self, completions, records):
+    """`score`, run at once; its result or error in a finished future."""
+    future = futures.Future()
+    try:
+      future.set_result(self.score(completions, records))
+    except ValueError as e:
+      future.set_exception(e)
+    return future
 
   def close(self):
     self.closed = True
@@ -55,3 +66,17 @@ def test_an_empty_batch_is_not_gathered():
 def test_mismatched_lengths_are_refused():
   with pytest.raises(ValueError, match="2 completions but 1 records"):
     SharedRewardPool(_FakePool()).score(["a", "b"], [{}])
+
+
+def test_submit_hands_back_what_score_returns_and_raises_the_shares_error_at_result():
+  fake = _FakePool()
+  shared = SharedRewardPool(fake)
+  completions = ["yes", "no", None]
+  scoring = shared.submit(completions, [{}] * 3)
+  scores, stats = scoring.result()
+  assert scoring.result()[0] is scores  # Gathered once.
+  np.testing.assert_array_equal(scores, shared.score(completions, [{}] * 3)[0])
+  assert stats["num_completions"] == 3 and len(fake.calls) == 2
+  failing = shared.submit(["yes"], [{"bad": True}])  # The share fails in the pool's thread.
+  with pytest.raises(ValueError, match="no answer"):
+    failing.result()

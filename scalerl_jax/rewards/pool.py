@@ -18,13 +18,21 @@ Usage:
 
   with RewardPool(config.rewards) as pool:
     scores_N, stats = pool.score(completions, records)
+    scoring = pool.submit(completions, records)  # Returns at once.
+    ...  # Dispatch device work while the workers verify.
+    scores_N, stats = scoring.result()
 
-`score` is not thread-safe: call it from one thread at a time.
+`submit` runs `score` in the pool's own thread, so the caller can go on while
+the workers verify (rl/rollouts.py decodes meanwhile). Calls run one at a time
+in the order they take the pool's lock, from any thread. That thread lives as
+long as the pool: a fork server it restarts dies with the thread that started
+it (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import collections
+from concurrent import futures
 import dataclasses
 from multiprocessing import connection as mp_connection
 import os
@@ -34,6 +42,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -101,6 +110,8 @@ class RewardPool:
         code_memory_mb=int(rewards_config.code_memory_mb),
         memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
     self._restarts = 0
+    self._lock = threading.Lock()  # One call at a time, from whichever thread.
+    self._thread = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward_pool")
     self._slots: list[_Slot] = []
     self._control: Optional[mp_connection.Connection] = None
     self._zygote: Optional[subprocess.Popen] = None
@@ -278,8 +289,29 @@ class RewardPool:
     if len(completions) != len(records):
       raise ValueError(
           f"score: {len(completions)} completions but {len(records)} records")
+    with self._lock:
+      if not self._slots:
+        raise RuntimeError("score: this RewardPool is closed")
+      return self._score(completions, records)
+
+  def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+             ) -> futures.Future:
+    """`score` in the pool's own thread; returns at once.
+
+    Returns:
+      A future whose `result()` waits for `score`'s return value, or raises
+      its error.
+
+    Raises:
+      RuntimeError: the pool is closed.
+    """
     if not self._slots:
-      raise RuntimeError("score: this RewardPool is closed")
+      raise RuntimeError("submit: this RewardPool is closed")
+    return self._thread.submit(self.score, completions, records)
+
+  def _score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+             ) -> tuple[np.ndarray, dict[str, float]]:
+    """`score`, with the lock held."""
     specs = [registry.resolve_spec(record, self._mode) for record in records]
     start = time.monotonic()
     batch = _Batch(np.zeros(len(completions), np.float32), np.zeros(len(completions)))
@@ -349,7 +381,11 @@ class RewardPool:
             f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s")
 
   def close(self) -> None:
-    """Stops the fork server, which kills every worker; then what they left. Idempotent."""
+    """Stops the fork server, which kills every worker; then what they left. Idempotent.
+
+    A submitted call still running finishes first; those not started are cancelled.
+    """
+    self._thread.shutdown(wait=True, cancel_futures=True)
     if self._control is not None:
       self._control.close()  # The fork server kills its workers and exits.
       self._control = None

@@ -13,11 +13,16 @@ i-th contiguous share of the completions in its own `RewardPool`, and the
 scores and counts are all-gathered, so every process returns the same numbers.
 A share that raises (a malformed record) makes every process raise after the
 gather, instead of leaving the others waiting in it.
+
+`submit` starts this process's share in its pool's thread and returns; the
+gather waits for `result()`, which every process calls at the same point of
+its (identical) host program, so the collectives line up as with `score`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from concurrent import futures
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 from jax.experimental import multihost_utils
@@ -34,8 +39,9 @@ _MAXED = ("slowest_s", "wall_s")
 class SharedRewardPool:
   """`RewardPool.score` with the work split over the processes and the result shared.
 
-  Every process must call `score` with the same arguments, in the same order
-  (as the trainer's identical host programs do).
+  Every process must call `score`, or `submit` and its handle's `result`, with
+  the same arguments, in the same order (as the trainer's identical host
+  programs do).
 
   Args:
     pool: this process's reward pool; closed by `close`.
@@ -52,21 +58,72 @@ class SharedRewardPool:
       ValueError, RuntimeError: as `RewardPool.score`, on every process when
         any process's share raised (the others name the failing processes).
     """
+    return self.submit(completions, records).result()
+
+  def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+             ) -> SharedScoring:
+    """Starts verifying this process's share in the pool's thread; returns at once.
+
+    Every process must call `result()` of the handles it gets, in the order of
+    the `submit` calls (it is a collective).
+
+    Raises:
+      ValueError: the lengths differ.
+    """
     if len(completions) != len(records):
       raise ValueError(f"score: {len(completions)} completions but {len(records)} records")
     n, me = len(completions), jax.process_index()
     if not n:  # The same on every process: nothing to gather.
-      return self.pool.score(completions, records)
+      return SharedScoring(0, 0, self.pool.submit(completions, records))
     share = -(-n // jax.process_count())
     lo, hi = min(me * share, n), min((me + 1) * share, n)
-    scores = np.zeros(share, np.float32)
+    return SharedScoring(
+        n, share, self.pool.submit(completions[lo:hi], records[lo:hi]) if hi > lo else None)
+
+  def close(self) -> None:
+    """Closes this process's pool."""
+    self.pool.close()
+
+  def __enter__(self) -> SharedRewardPool:
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+
+class SharedScoring:
+  """This process's share of a `SharedRewardPool.submit` call, being verified.
+
+  Args:
+    n: completions in the whole call.
+    share: completions in each process's share (the last ones may hold fewer).
+    mine: the future of this process's share (`RewardPool.submit`); None when
+      its share is empty.
+  """
+
+  def __init__(self, n: int, share: int, mine: Optional[futures.Future]):
+    self._n, self._share, self._mine = n, share, mine
+    self._result: Optional[tuple[np.ndarray, dict[str, float]]] = None
+
+  def result(self) -> tuple[np.ndarray, dict[str, float]]:
+    """Waits for this process's share, then all-gathers every share (once: later calls return it).
+
+    Raises:
+      ValueError, RuntimeError: as `SharedRewardPool.score`.
+    """
+    if self._result is None:
+      self._result = self._gather() if self._n else self._mine.result()
+    return self._result
+
+  def _gather(self) -> tuple[np.ndarray, dict[str, float]]:
+    scores = np.zeros(self._share, np.float32)
     # Summed counts, then the maxima, then mean_s x timed verifications, their count, failed.
     info = np.zeros(len(_SUMMED) + len(_MAXED) + 3, np.float64)
     error = None
     try:
-      if hi > lo:
-        mine, stats = self.pool.score(completions[lo:hi], records[lo:hi])
-        scores[:hi - lo] = mine
+      if self._mine is not None:
+        mine, stats = self._mine.result()
+        scores[:len(mine)] = mine
         timed = stats["num_completions"] - stats["num_invalid"]
         info[:-1] = ([stats[k] for k in _SUMMED] + [stats[k] for k in _MAXED]
                      + [stats["mean_s"] * timed, timed])
@@ -84,14 +141,4 @@ class SharedRewardPool:
     stats.update({k: float(all_info[:, len(_SUMMED) + i].max()) for i, k in enumerate(_MAXED)})
     timed = total[-2]
     stats["mean_s"] = float(total[-3] / timed) if timed else 0.0
-    return all_scores.reshape(-1)[:n], stats
-
-  def close(self) -> None:
-    """Closes this process's pool."""
-    self.pool.close()
-
-  def __enter__(self) -> SharedRewardPool:
-    return self
-
-  def __exit__(self, *exc_info) -> None:
-    self.close()
+    return all_scores.reshape(-1)[:self._n], stats
