@@ -254,6 +254,10 @@ def get_config(arg=None):
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
   c.rewards.code_memory_mb = 512  # code: address-space limit.
   c.rewards.worker_memory_mb = 2048  # Address-space limit of a verifier worker; 0 = none.
+  # Verify the groups a decode call finished while the next call decodes, where
+  # that call is decided without their scores (rl/rollouts.py); the same
+  # decisions either way. False waits for the scores (benchmarks/loop.py).
+  c.rewards.overlap = True
 
   c.curriculum = ml_collections.ConfigDict()
   c.curriculum.no_positive_resampling = True  # Retire prompts that are solved (§5).

@@ -5,9 +5,11 @@ parameters. Each step:
   1. generate: the schedule named by `buffer.schedule` (`rl/schedules.py`)
      decides how many prompts the sampler's slots may start and how long they
      decode with the current weights (`Rollouts`); finished groups enter the
-     buffer; it goes on at least until the buffer can hand out the next P
-     groups in start order. The wall time and the FLOPs of everything
-     generated go into the compute meter here;
+     buffer, their verification overlapping the next decode call wherever
+     that call is decided without their scores (`rl/rollouts.py`); it goes on
+     at least until the buffer can hand out the next P groups in start order.
+     The wall time and the FLOPs of everything generated go into the compute
+     meter here;
   2. train: collate those P groups, one optimizer step (`rl/train_step.py`),
      the policy version advances;
   3. metrics (one JSON line + TensorBoard), validation mean@k every
@@ -254,10 +256,33 @@ class Trainer:
 
   # Phases.
 
-  def _add_groups(self, groups: list[buffer_lib.Group]) -> None:
+  def _plan(self, params: Any, version: int, decoded: int, pull: bool = True) -> Optional[int]:
+    """Starts the prompts the schedule allows; returns the next call's decode steps (0: stop).
+
+    With `pull` False, returns None, having started nothing, where starting
+    needs the prompt pipeline (`Rollouts.fill`).
+    """
+    backlog = self.rollouts.in_flight + len(self.buffer)
+    if self.rollouts.fill(params, self.schedule.max_starts(version, backlog), pull=pull) is None:
+      return None
+    return self.schedule.decode_steps(decoded, self.buffer.num_ready(version),
+                                      self.rollouts.in_flight)
+
+  def _on_harvest(self, params: Any, version: int, decoded: int, planned: list,
+                  groups: list[buffer_lib.Group]) -> int:
+    """`Rollouts.step`'s callback, before the scores of `groups` are in; appends to `planned`.
+
+    The groups enter the buffer at once: which are ready does not depend on
+    their scores. With `rewards.overlap`, the next call is planned now if it
+    needs no new prompts, and its decode steps returned for `step` to
+    dispatch while the verifiers score (rl/rollouts.py says why no decision
+    changes).
+    """
     for g in groups:
-      self.curriculum.update([g.record["id"]], g.scores_G[None])
       self.buffer.add(g)
+    planned.append(self._plan(params, version, decoded, pull=False)
+                   if self.config.rewards.overlap else None)
+    return planned[0] or 0
 
   def generate(self) -> dict[str, float]:
     """The generator's share of one step, as the schedule allows; returns its metrics.
@@ -269,15 +294,14 @@ class Trainer:
     """
     params, version = self.state.params, self.step
     t0, flops0, decoded = time.perf_counter(), self.rollouts.work["flops"], 0
-    while True:
-      backlog = self.rollouts.in_flight + len(self.buffer)
-      self.rollouts.fill(params, self.schedule.max_starts(version, backlog))
-      steps = self.schedule.decode_steps(decoded, self.buffer.num_ready(version),
-                                         self.rollouts.in_flight)
-      if not steps:
-        break
-      self._add_groups(self.rollouts.step(params, version, steps))
+    steps = self._plan(params, version, decoded)
+    while steps:
       decoded += steps
+      planned = []  # The next call's steps, if planned while this call's groups were scored.
+      on_harvest = functools.partial(self._on_harvest, params, version, decoded, planned)
+      for g in self.rollouts.step(params, version, steps, on_harvest):
+        self.curriculum.update([g.record["id"]], g.scores_G[None])
+      steps = planned[0] if planned[0] is not None else self._plan(params, version, decoded)
     t_gen = time.perf_counter() - t0
     self.meter.add(self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size)
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}

@@ -15,6 +15,33 @@ it happens (`work`), so compute includes groups that are never trained on
 (slot arrays, prompt queue, partial groups, counts) is checkpointed, so a
 resumed run continues the very same sequences.
 
+Verification off the critical path. Once a decode call's finished sequences
+are harvested, `step` hands the texts of the groups they complete to the reward
+pool (`pool.submit`), which verifies them in its own thread and worker
+processes, and calls back its caller (`on_harvest`) with those groups, their
+scores still to come (NaN). The trainer adds them to the buffer and, where it
+can already decide the next call, starts that call's prompts and returns its
+decode steps (`trainer.Trainer.generate`); `step` dispatches that decode call
+and only then waits for the scores, so the verifiers run while the device
+decodes. The scores are in the groups before `step` returns, and the next
+`step` harvests the call dispatched for it.
+
+Why no decision changes: inside the generate loop, scores reach a decision
+only through the curriculum, which the pipeline consults when the prompt queue
+runs dry (the buffer's hand-out and the train step read them after the loop,
+when all are in). The schedule decides from counts (in flight, in the buffer,
+ready to hand out), and which groups are ready depends on start order and
+policy versions, never on scores. So the early decision is the one the loop
+would take after waiting, unless starting the next prompts needs a new batch
+from the pipeline: then `fill(pull=False)` starts nothing, and the trainer
+decides after the scores are in, as before. The same groups enter the buffer in the same order
+with the same scores at the same decode call; only wall time moves. No
+checkpoint can hold scores in flight: `step` collects them before it returns,
+the trainer checkpoints between generate phases, and `state` refuses while a
+decode call dispatched ahead is outstanding. In multi-controller runs the
+pool's `submit` is `SharedRewardPool.submit`, whose all-gather runs when
+`step` collects, at the same point of every process's identical host program.
+
 Shape letters: the package key (scalerl_jax/__init__.py), and F finished rows,
 N slots.
 """
@@ -22,8 +49,9 @@ N slots.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import numpy as np
@@ -39,6 +67,17 @@ _ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "seq_len", "tr
                "interrupted")
 
 
+@dataclasses.dataclass
+class _Call:
+  """A decode call dispatched and not yet harvested, and where the slots stood before it."""
+  params: Any
+  version: int
+  num_steps: int
+  prompt_len_N: np.ndarray
+  before_N: np.ndarray  # Prompt + completion tokens of every slot.
+  running_N: np.ndarray  # Whether the slot held a sequence still decoding.
+
+
 def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, seq_len_F: np.ndarray,
                      tok: tokenizer_lib.Tokenizer) -> list[str]:
   """The text verifiers score of every row (`Tokenizer.completion_text`)."""
@@ -51,12 +90,26 @@ def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarr
   return (incorrect + np.asarray(scores, np.float32) * (correct - incorrect)).astype(np.float32)
 
 
+def _unscored_group(key: int, record: dict, rows: dict[str, np.ndarray]) -> Group:
+  """The group of `rows` (each field stacked over G), its scores and rewards NaN until known."""
+  unscored_G = np.full(rows["tokens"].shape[0], np.nan, np.float32)
+  return Group(
+      record=record, index=key, tokens_GxS=rows["tokens"].astype(np.int32),
+      mask_GxS=rows["mask"].astype(np.float32), gen_logp_GxS=rows["logp"].astype(np.float32),
+      version_GxS=rows["version"].astype(np.int32),
+      scores_G=unscored_G, rewards_G=unscored_G.copy(),
+      prompt_lens_G=rows["prompt_len"].astype(np.int32),
+      completion_lens_G=(rows["seq_len"] - rows["prompt_len"]).astype(np.int32),
+      truncated_G=rows["truncated"].astype(bool), interrupted_G=rows["interrupted"].astype(bool))
+
+
 class Rollouts:
   """Generates scored groups on the sampler's slots.
 
   Args:
     sampler: the continuous-batching sampler.
-    pool: the reward pool (`score(texts, records) -> (scores, stats)`).
+    pool: the reward pool (`submit(texts, records)`, whose handle's `result()`
+      is `(scores, stats)`: `RewardPool`, `SharedRewardPool`).
     tok: the tokenizer (to decode completions).
     prompts: iterator of `PromptBatch` (the training pipeline).
     num_slots: sampler slots; a multiple of G.
@@ -81,6 +134,7 @@ class Rollouts:
     self._partial: dict[int, list[dict[str, np.ndarray]]] = collections.defaultdict(list)
     self._next_key = 0
     self._starts = 0
+    self._call: Optional[_Call] = None  # Dispatched by `step` for the next `step`.
     self.verify_stats: collections.Counter = collections.Counter()
     # Counted as it happens, over the run: prompt_tokens prefilled, tokens_generated
     # (decoded, injected ones included) and the flops of both.
@@ -88,7 +142,7 @@ class Rollouts:
 
   @property
   def in_flight(self) -> int:
-    """Groups started and not yet returned."""
+    """Groups started and not yet harvested whole."""
     return len(self._records)
 
   def _next_prompt(self) -> tuple[dict, np.ndarray]:
@@ -98,14 +152,28 @@ class Rollouts:
         self._queue.append((dict(record), np.asarray(ids[:n], np.int32)))
     return self._queue.popleft()
 
-  def fill(self, params: Any, max_groups: int) -> int:
-    """Starts up to `max_groups` new prompts in free slots, G slots each; returns groups started."""
+  def fill(self, params: Any, max_groups: int, pull: bool = True) -> Optional[int]:
+    """Starts up to `max_groups` new prompts in free slots, G slots each.
+
+    Args:
+      params: parameters for the prefill.
+      max_groups: most groups to start.
+      pull: whether it may read the prompt pipeline, whose filter of retired
+        prompts reads the curriculum; if not, and the prompts queued are too
+        few, it starts nothing.
+
+    Returns:
+      The groups started, or None if `pull` is False and it would have read
+      the pipeline.
+    """
     if max_groups <= 0:
       return 0
     free = self.sampler.free_slots(self.slots)
     n = min(len(free) // self.generations, max_groups)
     if n == 0:
       return 0
+    if not pull and n > len(self._queue):
+      return None
     started = [self._next_prompt() for _ in range(n)]
     width = max(len(ids) for _, ids in started)
     tokens = np.full((n * self.generations, width), self.tok.pad_id, np.int32)
@@ -126,14 +194,54 @@ class Rollouts:
     self.work["flops"] += compute.prefill_flops(self.sampler.model_cfg, lens)
     return n
 
-  def step(self, params: Any, version: int, num_steps: int) -> list[Group]:
-    """Advances every slot `num_steps` with `params` (tagged `version`); returns finished groups."""
+  def step(self, params: Any, version: int, num_steps: int,
+           on_harvest: Optional[Callable[[list[Group]], int]] = None) -> list[Group]:
+    """Advances every slot `num_steps` with `params` (tagged `version`); returns finished groups.
+
+    Args:
+      params: parameters of every token chosen in this call.
+      version: their policy version.
+      num_steps: decode steps. If the previous `step` dispatched this call
+        already, the three must be the ones it was dispatched with.
+      on_harvest: called with the finished groups once harvested, before
+        their scores are in (`scores_G` and `rewards_G` are NaN until `step`
+        returns). It returns the decode steps of the next call if they are
+        decided, else 0: `step` then dispatches that call (same params and
+        version) before it waits for the scores, and the next `step` must be
+        that call.
+
+    Returns:
+      The groups completed in this call, scored, in harvest order.
+    """
+    if self._call is None:
+      self._dispatch(params, version, num_steps)
+    elif (self._call.params is not params or self._call.version != version
+          or self._call.num_steps != num_steps):
+      raise ValueError(
+          f"step: a call of {self._call.num_steps} steps at version {self._call.version} is "
+          f"in flight; asked for {num_steps} steps at version {version}")
+    groups, scoring = self._harvest()
+    next_steps = on_harvest(groups) if on_harvest is not None else 0
+    if next_steps:
+      self._dispatch(params, version, next_steps)
+    if groups:
+      self._collect(groups, scoring)
+    return groups
+
+  def _dispatch(self, params: Any, version: int, num_steps: int) -> None:
+    """Dispatches a decode call (asynchronously) and notes where the slots stand."""
     prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
+    self._call = _Call(params, version, num_steps, prompt_len_N, before_N, running_N)
+
+  def _harvest(self) -> tuple[list[Group], Any]:
+    """Counts the call's work and harvests it; the groups it completes, and their scoring."""
+    call, self._call = self._call, None
     _, after_N, _ = self.sampler.progress(self.slots)
-    self.work["tokens_generated"] += int((after_N - before_N)[running_N].sum())
+    running_N = call.running_N
+    self.work["tokens_generated"] += int((after_N - call.before_N)[running_N].sum())
     self.work["flops"] += compute.decode_flops(
-        self.sampler.model_cfg, prompt_len_N[running_N], before_N[running_N],
+        self.sampler.model_cfg, call.prompt_len_N[running_N], call.before_N[running_N],
         after_N[running_N])
     self.slots, done = self.sampler.harvest(self.slots)
     finished = []
@@ -142,11 +250,12 @@ class Rollouts:
       self._partial[key].append({f: np.asarray(getattr(done, f)[i]) for f in _ROW_FIELDS})
       if len(self._partial[key]) == self.generations:
         finished.append(key)
-    return self._score(finished)
+    return self._submit(finished)
 
-  def _score(self, keys: list[int]) -> list[Group]:
+  def _submit(self, keys: list[int]) -> tuple[list[Group], Any]:
+    """Groups `keys`, unscored, and the pool's handle of their scoring (None if no keys)."""
     if not keys:
-      return []
+      return [], None
     rows = [self._partial.pop(k) for k in keys]
     records = [self._records.pop(k) for k in keys]
     stacked = [{f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS} for group in rows]
@@ -154,28 +263,30 @@ class Rollouts:
     for group, record in zip(stacked, records):
       texts += completion_texts(group["tokens"], group["prompt_len"], group["seq_len"], self.tok)
       row_records += [record] * self.generations
-    scores, stats = self.pool.score(texts, row_records)
+    scoring = self.pool.submit(texts, row_records)
+    return [_unscored_group(*args) for args in zip(keys, records, stacked)], scoring
+
+  def _collect(self, groups: list[Group], scoring: Any) -> None:
+    """Waits for the groups' scores and puts them in."""
+    scores, stats = scoring.result()
     # Per-call counts only: the pool's num_worker_restarts is a running total.
     self.verify_stats.update({k: stats[k] for k in _VERIFY_COUNTS})
-    scores = np.asarray(scores, np.float32).reshape(len(keys), self.generations)
-    groups = []
-    for key, group, record, scores_G in zip(keys, stacked, records, scores):
-      groups.append(Group(
-          record=record, index=key, tokens_GxS=group["tokens"].astype(np.int32),
-          mask_GxS=group["mask"].astype(np.float32), gen_logp_GxS=group["logp"].astype(np.float32),
-          version_GxS=group["version"].astype(np.int32),
-          scores_G=scores_G,
-          rewards_G=to_rewards(scores_G, self.reward_range[1], self.reward_range[0]),
-          prompt_lens_G=group["prompt_len"].astype(np.int32),
-          completion_lens_G=(group["seq_len"] - group["prompt_len"]).astype(np.int32),
-          truncated_G=group["truncated"].astype(bool),
-          interrupted_G=group["interrupted"].astype(bool)))
-    return groups
+    scores = np.asarray(scores, np.float32).reshape(len(groups), self.generations)
+    for group, scores_G in zip(groups, scores):
+      group.scores_G = scores_G
+      group.rewards_G = to_rewards(scores_G, self.reward_range[1], self.reward_range[0])
 
   # Checkpointing: slot arrays go with the device state, the rest is host data.
 
   def state(self) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
-    """(slot state pytree, host arrays, JSON metadata) for the checkpoint."""
+    """(slot state pytree, host arrays, JSON metadata) for the checkpoint.
+
+    Raises:
+      RuntimeError: a decode call dispatched ahead by `step` is not harvested.
+    """
+    if self._call is not None:
+      raise RuntimeError("Rollouts.state: a decode call dispatched ahead by `step` is still in "
+                         "flight; checkpoint after the `step` that harvests it")
     arrays = {}
     partial_meta = {}
     for key, rows in self._partial.items():
@@ -193,7 +304,7 @@ class Rollouts:
 
   def restore(self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Inverse of `state`."""
-    self.slots = slots
+    self.slots, self._call = slots, None
     self._queue = collections.deque(
         (json.loads(r), np.asarray(arrays[f"queue/{j}"]))
         for j, r in enumerate(meta["queue_records"]))
