@@ -3,6 +3,7 @@
   python -m benchmarks.loop
   python -m benchmarks.loop --steps=20 --config.trainer.warm_start_dir=/tmp/base_policy
   python -m benchmarks.loop --quick  # tiny settings: checks that it runs, times nothing useful
+  python -m benchmarks.loop --config.rewards.overlap=False  # verifiers on the critical path
 
 Runs the real loop, `trainer.train_and_evaluate`, on the default config
 (configs/scalerl.py, tiny_cpu; any `--config.*` field may be overridden) for
@@ -15,7 +16,8 @@ outside the library:
   timed up to `jax.block_until_ready` of its outputs;
 * outside model compute, by where it is spent: the sampler's small slot
   programs (free-slot flags, progress reads, harvest), the prompt pipeline,
-  verification (the reward pool's `score`), the rest of the generate phase,
+  verification (the loop's waits for the reward pool: its `score` calls and
+  the results of `submit`), the rest of the generate phase,
   collating and placing the batch, the step's bookkeeping, validation's host
   work, checkpoints (saving, and waiting for the asynchronous writes), metric
   lines, and the rest of the loop.
@@ -27,7 +29,12 @@ out of whichever part it happened in and reported apart, as are the setup
 the loop's wall time without them. Blocking after every compute call removes
 what overlap of host and device work the loop has (little: it reads a result
 back right after each of those calls), so the overhead is, if anything,
-overstated.
+overstated. Verification overlaps the next decode call (`rewards.overlap`,
+rl/rollouts.py) in the reward pool's own thread and worker processes, which
+blocking the loop's thread does not stop; only the loop's thread is timed,
+so what is left of verification is the wait for scores still out. Compare
+with `--config.rewards.overlap=False`, which waits for every score before
+deciding the next call.
 
 The warm start of the default config (1,500 supervised steps) is setup, not
 measured, but it takes minutes on CPU: point `--config.trainer.warm_start_dir`
@@ -39,6 +46,7 @@ import collections
 import contextlib
 import os
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Iterator
 from unittest import mock
@@ -91,7 +99,8 @@ _WHAT = {"loop": "monitors, progress line, run config",
          "prefill": "Sampler._start", "decode": "Sampler._advance",
          "train step": "the jitted step (its batch placement apart)",
          "slot programs": "Sampler free-slot flags, progress, longest, harvest",
-         "verify": "reward pool score", "prompt pipeline": "next prompt batch",
+         "verify": "waits for the reward pool (score, submitted results)",
+         "prompt pipeline": "next prompt batch",
          "collate": "buffer.collate", "placement": "sharding.place_global of the batch",
          "metric lines": "MetricWriter.write", "checkpoint wait": "Checkpointer.wait"}
 
@@ -100,6 +109,7 @@ class Timers:
   """Wall time of nested parts: each part's own, less its children and compilation."""
 
   def __init__(self):
+    self._thread = threading.get_ident()  # The loop's thread: the only one timed.
     self.own: dict[tuple[str, ...], float] = collections.defaultdict(float)
     self.calls: dict[tuple[str, ...], int] = collections.Counter()
     self.compile_s = 0.0
@@ -114,6 +124,9 @@ class Timers:
 
   @contextlib.contextmanager
   def part(self, name: str) -> Iterator[None]:
+    if threading.get_ident() != self._thread:  # Overlaps the loop (the pool's thread).
+      yield
+      return
     outer, outer_children = self._path, self._children
     self._path, self._children = outer + (name,), [0.0]
     start, compile_start = time.perf_counter(), self.compile_s
@@ -160,6 +173,13 @@ def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
       obj = getattr(obj, field)
     setattr(obj, attr, timers.wrap(name, getattr(obj, attr), block=name in _COMPUTE))
   trainer.rollouts.prompts = _TimedIterator(timers, "prompt pipeline", trainer.rollouts.prompts)
+  submit = trainer.pool.submit
+
+  def submit_timing_the_wait(*args, **kwargs):
+    scoring = submit(*args, **kwargs)
+    scoring.result = timers.wrap("verify", scoring.result)
+    return scoring
+  trainer.pool.submit = submit_timing_the_wait
 
 
 def run_loop(config, workdir: str, timers: Timers) -> None:
@@ -226,7 +246,8 @@ def main(argv):
   print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
   print(f"config: {config.variant}, P x G = {d.prompts_per_step} x {d.generations_per_prompt}, "
         f"{config.buffer.schedule}, {t.num_steps} steps, validation every {t.eval_every} "
-        f"({t.eval_num_prompts} x {t.eval_samples}), checkpoint every {t.checkpoint_every}\n")
+        f"({t.eval_num_prompts} x {t.eval_samples}), checkpoint every {t.checkpoint_every}, "
+        f"rewards.overlap={config.rewards.overlap}\n")
   timers = Timers()
   with contextlib.ExitStack() as stack:
     workdir = _WORKDIR.value or stack.enter_context(tempfile.TemporaryDirectory(prefix="loop_"))
