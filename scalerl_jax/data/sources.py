@@ -69,8 +69,7 @@ def _text_id(prefix: str, text: str) -> str:
 
 def _record(id_: str, prompt: str, answer: str, source: str, verifier: str,
             metadata: dict[str, Any]) -> dict[str, str]:
-  return {"id": id_, "prompt": prompt, "answer": answer, "source": source,
-          "verifier": verifier, "metadata": json.dumps(metadata)}
+  return dict(zip(RECORD_FIELDS, (id_, prompt, answer, source, verifier, json.dumps(metadata))))
 
 
 def _report(what: str, malformed: list[MalformedRow]) -> None:
