@@ -81,7 +81,10 @@ def test_compare_is_inconclusive_when_a_differs_within_the_noise():
 def test_compare_of_a_curve_with_itself_is_inconclusive():
   curve = (COMPUTE, _curve(0.61, 1.9, 2500, 0))
   result = compare.compare(curve, curve)
-  assert (result.better, result.decided_by, result.difference) == ("inconclusive", "B", 0.0)
+  assert (result.better, result.decided_by) == ("inconclusive", "B")
+  # The shared-A refit fits both copies jointly, so their B agree to rounding,
+  # not bit for bit (-5e-9 on one machine, 0.0 on another).
+  assert abs(result.difference) < 1e-6 < result.difference_std
 
 
 def test_a_noise_threshold_is_configurable():
