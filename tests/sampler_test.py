@@ -211,9 +211,9 @@ def test_in_flight_weight_update(setup):
 
 
 def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
-  """With a long budget, generate runs its first steps on the first half of the cache only."""
-  sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128: a 64 window.
-  assert sampler._windows() == [64]
+  """With a long budget, generate runs its first steps on the first part of the cache only."""
+  sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128.
+  assert sampler._windows() == [64, 96]
   windows_used = []
   call = sampler._call
 
@@ -225,13 +225,14 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   sampler._call = spy
   params, prompts, key = setup["params"], setup["prompts"], jax.random.key(2)
   out = sampler.generate(params, prompts, PROMPT_LENS, key)
-  # Steps 0..48 fit the window (the longest prompt has 16 tokens), the rest not.
-  assert windows_used == [64, 0]
+  # The longest prompt has 16 tokens: steps 0..48 fit the 64 window, the next 32
+  # the 96 one, the last 31 neither.
+  assert windows_used == [64, 96, 0]
   # Reference: the slot interface in one call, which cannot fit the window.
   state = sampler.init_state(8)
   state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
   _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
-  assert sampler._advance._cache_size() == 2  # The 64 window and the whole cache.
+  assert sampler._advance._cache_size() == 3  # The 64 and 96 windows and the whole cache.
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 112)
   np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)
@@ -242,8 +243,8 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   state = sampler.advance(state, params, 0, 48)
   assert int(sampler._call(sampler._longest, state)) == 64
   _, split = sampler.harvest(sampler.advance(state, params, 0, 64))
-  assert windows_used == [64, 0, 0, 64, 0]
-  assert sampler._advance._cache_size() == 2
+  assert windows_used == [64, 96, 0, 0, 64, 0]
+  assert sampler._advance._cache_size() == 3
   np.testing.assert_array_equal(split.tokens, ref.tokens)
   np.testing.assert_allclose(split.logp, ref.logp, atol=1e-5, rtol=0)
 

@@ -54,10 +54,14 @@ from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.slots import Completions, SlotState
 
 _MIN_PROMPT_BUCKET = 8
-# Decoding attends over only the first cache length / 4 or / 2 positions while
-# every running sequence fits there, for windows at least this long (shorter
-# ones save too little to pay for compiling another program).
+# Decoding attends over only the first W cache positions while every running
+# sequence fits there (`Sampler._windows`). Windows start at _MIN_WINDOW
+# (shorter ones save too little to pay for compiling another program), are
+# multiples of _WINDOW_ALIGN apart, and number at most _MAX_WINDOWS (each is
+# one more compiled decode program).
 _MIN_WINDOW = 64
+_WINDOW_ALIGN = 32
+_MAX_WINDOWS = 4
 
 
 def _pow2_at_least(n: int) -> int:
@@ -291,8 +295,15 @@ class Sampler:
     return self.harvest(state)[1]
 
   def _windows(self) -> list[int]:
+    """Attention windows shorter than the cache, ascending (see `_MIN_WINDOW`).
+
+    E.g. a cache of 96 positions gets [64], 160 gets [64, 96, 128], and 288
+    gets [64, 128, 192, 256].
+    """
     s = self.settings.cache_len
-    return [w for w in (s // 4, s // 2) if w >= _MIN_WINDOW]
+    span = s - _MIN_WINDOW
+    step = _WINDOW_ALIGN * max(1, -(-span // (_WINDOW_ALIGN * _MAX_WINDOWS)))
+    return list(range(_MIN_WINDOW, s, step))
 
   def _call(self, fn, *args, **static):
     # Traced inside the mesh context so the model's logical constraints apply.

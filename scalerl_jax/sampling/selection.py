@@ -107,10 +107,14 @@ def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,
 
   scaled_NxV = logits_NxV / temperature
   if top_k in (0, vocab):
-    weights_NxV = jnp.exp(scaled_NxV - jnp.max(scaled_NxV, axis=-1, keepdims=True))
+    max_Nx1 = jnp.max(scaled_NxV, axis=-1, keepdims=True)
+    weights_NxV = jnp.exp(scaled_NxV - max_Nx1)
     if top_p >= 1.0:
       tokens_N = _draw(weights_NxV, keys_N)
-      logp_N = _pick(scaled_NxV, tokens_N)
+      # log softmax at the token from the draw's own max and exponentials: the
+      # same operations as `token_logprobs`, without a second pass over V.
+      logz_N = jnp.log(jnp.sum(weights_NxV, axis=-1)) + max_Nx1[:, 0]
+      logp_N = jnp.take_along_axis(scaled_NxV, tokens_N[:, None], axis=-1)[:, 0] - logz_N
       return tokens_N, logp_N, logp_N
     probs_NxV = weights_NxV / jnp.sum(weights_NxV, axis=-1, keepdims=True)
     keep_NxV = probs_NxV >= _nucleus_threshold(probs_NxV, top_p)[:, None]
