@@ -35,11 +35,11 @@ from absl import logging
 import ml_collections
 
 from scalerl_jax import config as config_lib
+from scalerl_jax import workdir as workdir_lib
 
 BASE_CONFIG = "configs/scalerl.py"  # As the training launcher sees it from the repository root.
 # configs/scalerl.py's get_config: "variant=<name>" -> that variant's config.
 BaseConfig = Callable[[str], ml_collections.ConfigDict]
-DONE = "DONE"
 LOG = "log.txt"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 
@@ -262,7 +262,7 @@ def write_commands(points: Sequence[Point], sweep_dir: str, path: str, repo_root
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
     f.write(f"# {len(lines)} runs; run each line from {repo_root}. A run is finished when "
-            f"<workdir>/{DONE} exists.\n")
+            f"<workdir>/{workdir_lib.DONE_FILE} exists.\n")
     f.write("\n".join(lines) + "\n")
   return lines
 
@@ -300,7 +300,7 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
   outcomes, pending, running = {}, [], {}
   for p in points:
     workdir = os.path.abspath(os.path.join(sweep_dir, p.name))
-    if os.path.exists(os.path.join(workdir, DONE)):
+    if os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
       outcomes[p.name] = Outcome("skipped", None, os.path.join(workdir, LOG))
       logging.info("%s: already finished, skipped", p.name)
     else:
@@ -323,7 +323,7 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
           continue
         log.close()
         del running[name]
-        done = os.path.exists(os.path.join(workdir, DONE))
+        done = os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
         state = "failed" if proc.returncode else ("finished" if done else "incomplete")
         outcomes[name] = Outcome(state, proc.returncode, log.name,
                                  "" if state == "finished" else _tail(log.name))

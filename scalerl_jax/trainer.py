@@ -34,7 +34,6 @@ of its own: it decides from those counts.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import time
@@ -56,6 +55,7 @@ from scalerl_jax import optim
 from scalerl_jax import progress as progress_lib
 from scalerl_jax import run_config
 from scalerl_jax import sharding
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import curriculum as curriculum_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.experiment import Experiment
@@ -65,34 +65,6 @@ from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.sampling import selection
-
-DONE_FILE = "DONE"  # Written when a run has finished all its steps (sweep.py checks it).
-LOCK_FILE = ".lock"  # Held by the process that trains in a workdir.
-
-
-def lock_workdir(workdir: str):
-  """Takes the workdir's lock, or raises if another process trains there.
-
-  Returns:
-    The open lock file; the lock lasts until it is closed or the process ends.
-  """
-  os.makedirs(workdir, exist_ok=True)
-  handle = open(os.path.join(workdir, LOCK_FILE), "a+")
-  try:
-    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    handle.seek(0)
-    owner = handle.read().strip() or "unknown"
-    handle.close()
-    raise RuntimeError(
-        f"{workdir}: another process (pid {owner}) is training in this workdir; "
-        "two runs must not share one") from None
-  handle.seek(0)
-  handle.truncate()
-  handle.write(str(os.getpid()))
-  handle.flush()
-  return handle
-
 
 def init_train_state(optimizer, params: Any, param_shardings: Any,
                      mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
@@ -358,7 +330,7 @@ class Trainer:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Runs (or resumes) the experiment in `workdir`; returns the last metrics written."""
   sharding.maybe_initialize_distributed(config.mesh)
-  lock = lock_workdir(workdir) if jax.process_index() == 0 else None
+  lock = workdir_lib.lock_workdir(workdir) if jax.process_index() == 0 else None
   try:
     return _train(config, workdir)
   finally:
@@ -414,7 +386,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
             "raise the threshold (monitor.*) or set monitor.stop_on_alert=False and restart")
     trainer.checkpointer.wait()
     if jax.process_index() == 0:
-      open(os.path.join(workdir, DONE_FILE), "w").close()
+      open(os.path.join(workdir, workdir_lib.DONE_FILE), "w").close()
   finally:
     progress.close()
     trainer.close()

@@ -21,6 +21,7 @@ from configs import scalerl
 from scalerl_jax import checkpoint
 from scalerl_jax import rewards
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
 _DEADLINE_S = 300.0  # Far above any step here, even on a loaded machine: a hang.
@@ -176,4 +177,4 @@ def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_
   finally:
     trainer.close()
   assert checkpoint.Checkpointer(checkpoints).latest_step() == 1
-  assert not os.path.exists(os.path.join(workdir, trainer_lib.DONE_FILE))
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))

@@ -9,6 +9,7 @@ from configs import scalerl
 from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import monitors
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
 
@@ -133,7 +134,7 @@ def test_stop_on_alert_checkpoints_the_step_and_stops(tmp_path):
                                                r"train/truncation_rate"):
     trainer_lib.train_and_evaluate(config, workdir)
   assert os.listdir(os.path.join(workdir, "checkpoints")) == ["1"]
-  assert not os.path.exists(os.path.join(workdir, trainer_lib.DONE_FILE))
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
   assert [r["step"] for r in rows] == [0, 1]

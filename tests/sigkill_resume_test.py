@@ -35,6 +35,7 @@ from scalerl_jax import checkpoint as checkpoint_lib
 from scalerl_jax import compute
 from scalerl_jax import metrics as metrics_lib
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,9 +171,9 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
     cut, pid = _kill_once(killed, cache_dir, log_path, kind, parameter)
     cut_writes += cut
     # The dead process's pid is still in the lock file, but its lock is gone.
-    with open(os.path.join(killed, trainer_lib.LOCK_FILE)) as f:
+    with open(os.path.join(killed, workdir_lib.LOCK_FILE)) as f:
       assert f.read() == str(pid)
-    trainer_lib.lock_workdir(killed).close()
+    workdir_lib.lock_workdir(killed).close()
   _finish(killed, cache_dir, log_path)
 
   assert cut_writes >= 2, "fewer than two kills landed inside a checkpoint write"

@@ -24,6 +24,7 @@ from scalerl_jax import compute
 from scalerl_jax import experiment
 from scalerl_jax import run_config
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +71,7 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   rows = _metrics(workdir)
   assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
   assert [r["step"] for r in rows if "val/mean_at_k" in r] == [0, 2, 4]
-  assert os.path.isfile(os.path.join(workdir, trainer_lib.DONE_FILE))
+  assert os.path.isfile(os.path.join(workdir, workdir_lib.DONE_FILE))
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
   assert os.listdir(os.path.join(workdir, "tb"))
   train = rows[1:]
@@ -236,10 +237,10 @@ def test_resume_with_a_changed_field_warns_naming_it(e2e_run, tmp_path, monkeypa
 
 
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):
-  holder = trainer_lib.lock_workdir(str(tmp_path))
+  holder = workdir_lib.lock_workdir(str(tmp_path))
   try:
     with pytest.raises(RuntimeError, match=f"pid {os.getpid()}"):
-      trainer_lib.lock_workdir(str(tmp_path))
+      workdir_lib.lock_workdir(str(tmp_path))
   finally:
     holder.close()
-  trainer_lib.lock_workdir(str(tmp_path)).close()  # Free again once released.
+  workdir_lib.lock_workdir(str(tmp_path)).close()  # Free again once released.

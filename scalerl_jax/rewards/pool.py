@@ -22,11 +22,9 @@ Usage:
     ...  # Dispatch device work while the workers verify.
     scores_N, stats = scoring.result()
 
-`submit` runs `score` in the pool's own thread, so the caller can go on while
-the workers verify (rl/rollouts.py decodes meanwhile). Calls run one at a time
-in the order they take the pool's lock, from any thread. That thread lives as
-long as the pool: a fork server it restarts dies with the thread that started
-it (PR_SET_PDEATHSIG).
+`submit` runs `score` in the pool's own thread, which lives as long as the
+pool (a fork server dies with the thread that started it, PR_SET_PDEATHSIG);
+calls from any thread run one at a time, in the order they take the lock.
 """
 
 from __future__ import annotations
@@ -296,11 +294,7 @@ class RewardPool:
 
   def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
              ) -> futures.Future:
-    """`score` in the pool's own thread; returns at once.
-
-    Returns:
-      A future whose `result()` waits for `score`'s return value, or raises
-      its error.
+    """`score` in the pool's own thread; returns at once a future of its result (or error).
 
     Raises:
       RuntimeError: the pool is closed.
@@ -323,18 +317,12 @@ class RewardPool:
       self._dispatch(pending, records, specs, batch)
       self._wait(batch)
     timed = batch.seconds_N[valid_N]
-    num_invalid = int((~valid_N).sum())
-    stats = {
-        "num_completions": len(completions),
-        "num_timeouts": batch.timeouts,
-        "num_errors": batch.errors,
-        "num_crashes": batch.crashes,
-        "num_invalid": num_invalid,
-        "num_worker_restarts": self._restarts,
-        "slowest_s": float(timed.max()) if timed.size else 0.0,
-        "mean_s": float(timed.mean()) if timed.size else 0.0,
-        "wall_s": time.monotonic() - start,
-    }
+    stats = {"num_completions": len(completions), "num_timeouts": batch.timeouts,
+             "num_errors": batch.errors, "num_crashes": batch.crashes,
+             "num_invalid": int((~valid_N).sum()), "num_worker_restarts": self._restarts,
+             "slowest_s": float(timed.max()) if timed.size else 0.0,
+             "mean_s": float(timed.mean()) if timed.size else 0.0,
+             "wall_s": time.monotonic() - start}
     if batch.timeouts or batch.errors or batch.crashes:
       logging.warning(
           "Rewards: %d timeouts, %d errors, %d worker crashes among %d completions "
