@@ -109,13 +109,20 @@ def read_bytes_per_s(mib: int = 256) -> float:
   return x.nbytes / _best_time(lambda: total(x), 5)
 
 
+def decode_positions_attended(prompt_len: int, new: int) -> float:
+  """Cache positions one row's decode steps attend to, summed over the steps.
+
+  Step j (from 0) processes the token at position prompt_len - 1 + j and
+  attends to positions 0 .. prompt_len - 1 + j.
+  """
+  return new * prompt_len + new * (new - 1) / 2
+
+
 def cache_bytes_read(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
   """Bytes of keys and values the decode steps attend to (filled positions only)."""
   itemsize = jnp.dtype(cfg.dtype).itemsize
   per_position = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * itemsize
-  # Decode step j attends to positions 0 .. prompt_len - 1 + j.
-  positions = new * prompt_len + new * (new - 1) / 2
-  return batch * per_position * positions
+  return batch * per_position * decode_positions_attended(prompt_len, new)
 
 
 def generate_flops(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
@@ -125,9 +132,8 @@ def generate_flops(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> f
   attn_per_position = cfg.num_layers * 4 * h * e
   head = 2 * d * cfg.vocab_size
   prefill = prompt_len * per_token + attn_per_position * prompt_len * (prompt_len + 1) / 2
-  # Decode step j reads the token at position prompt_len - 1 + j.
-  positions_seen = new * prompt_len + new * (new - 1) / 2
-  decode = new * (per_token + head) + attn_per_position * positions_seen
+  decode = (new * (per_token + head)
+            + attn_per_position * decode_positions_attended(prompt_len, new))
   return batch * (prefill + decode)
 
 

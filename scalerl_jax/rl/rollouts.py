@@ -34,8 +34,9 @@ ready to hand out), and which groups are ready depends on start order and
 policy versions, never on scores. So the early decision is the one the loop
 would take after waiting, unless starting the next prompts needs a new batch
 from the pipeline: then `fill(pull=False)` starts nothing, and the trainer
-decides after the scores are in, as before. The same groups enter the buffer in the same order
-with the same scores at the same decode call; only wall time moves. No
+decides after the scores are in, as before. The same groups enter the buffer
+in the same order with the same scores at the same decode call; only wall
+time moves. No
 checkpoint can hold scores in flight: `step` collects them before it returns,
 the trainer checkpoints between generate phases, and `state` refuses while a
 decode call dispatched ahead is outstanding. In multi-controller runs the
