@@ -140,7 +140,8 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
     return checkpointer.restore(path, abstract)
 
   records = builtin_task.builtin_prompts(
-      tuple(config.data.builtin_difficulty), config.data.builtin_num_train, base_seed(config), "train")
+      tuple(config.data.builtin_difficulty), config.data.builtin_num_train, base_seed(config),
+      "train")
   seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
   batch = config.trainer.warm_start_batch
   # Every epoch visits the problems in a new order with newly drawn slips, so

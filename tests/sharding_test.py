@@ -29,7 +29,8 @@ def test_parameters_are_really_sharded(sharded_results):
   assert sharded_results[(2, 2, 2)]["embedding_shard_shape"] == [64, 32]
   # The batch of 8 rows splits over data x fsdp.
   assert [sharded_results[s]["batch_shard_rows"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [1, 2, 8]
-  assert [sharded_results[s]["batch_divisor"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [8, 4, 1]
+  divisors = [sharded_results[s]["batch_divisor"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]]
+  assert divisors == [8, 4, 1]
   assert all(r["num_devices_holding_q"] == 8 for r in sharded_results.values())
 
 
