@@ -85,10 +85,10 @@ def test_sampler_state_on_fsdp8():
   # KV cache: 256 slots x 160 positions x 4 layers x 4 kv heads x 32 x 2 (k, v)
   # x 4 bytes / 8 devices.
   assert p.kv_cache == 256 * 160 * 4 * 4 * 32 * 2 * 4 // 8 == 20_971_520
-  # Per slot: tokens, logp, logp_sampling, version (4 B x 160 each) = 2,560,
-  # mask 160, prompt_len/length/limit 12, active/done/truncated 3, PRNG key 8,
-  # meta 4, interruption budget/phrase_pos 8 + 2 flags = 2,757 B; x 32 slots.
-  assert p.slot_records == 2_757 * 32 == 88_224
+  # Per slot: tokens, logp, logp_sampling, version, uniform (4 B x 160 each)
+  # = 3,200, mask 160, prompt_len/length/limit 12, active/done/truncated 3,
+  # meta 4, interruption budget/phrase_pos 8 + 2 flags = 3,389 B; x 32 slots.
+  assert p.slot_records == 3_389 * 32 == 108_448
 
 
 def test_kv_cache_splits_kv_heads_over_tensor():
@@ -175,12 +175,12 @@ def test_flops_at_the_full_budget():
 def test_fit_against_a_made_up_chip():
   p = plan.make_plan(_config(), 8)
   # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
-  # 20,971,520 + records 88,224 + activations 231,524,352 = 259,174,568 B.
-  assert p.peak == p.train_peak == 259_174_568
+  # 20,971,520 + records 108,448 + activations 231,524,352 = 259,194,792 B.
+  assert p.peak == p.train_peak == 259_194_792
   chip = plan.Accelerator("chip", hbm_bytes=400e6, peak_flops=1e12, source="none")
   f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
-  assert f.fits and f.free_bytes == pytest.approx(360e6 - 259_174_568)
-  # Without activations 27,650,216 B; 332,349,784 / 14,470,272 per row = 22.97.
+  assert f.fits and f.free_bytes == pytest.approx(360e6 - 259_194_792)
+  # Without activations 27,670,440 B; 332,329,560 / 14,470,272 per row = 22.97.
   assert f.rows_that_fit == 22
   assert not plan.fit(p, chip, margin=0.36).fits  # 256e6 usable.
   # 128 x 1,094,123,520 FLOPs over 8 chips x 1e12 FLOP/s.

@@ -210,6 +210,33 @@ def test_in_flight_weight_update(setup):
     assert (out.version[row, :n] == -1).all()
 
 
+def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
+  sampler = setup["make"](temperature=1.0)
+  params, prompts, key = setup["params"], setup["prompts"], jax.random.key(5)
+  prepares = []
+  call = sampler._call
+
+  def spy(fn, *args, **static):
+    prepares.extend([fn] if fn is sampler._prepare else [])
+    return call(fn, *args, **static)
+
+  sampler._call = spy
+  raw = sampler.generate(params, prompts, PROMPT_LENS, key)
+  assert len(prepares) == 1  # One regrouping for the prefill and every decode call.
+  prepared = sampler.prepare(params)
+  assert sampler.prepare(prepared) is prepared and len(prepares) == 2
+  again = sampler.generate(prepared, prompts, PROMPT_LENS, key)
+  state = sampler.init_state(8)
+  state = sampler.start(state, prepared, np.arange(6), prompts, PROMPT_LENS, key)
+  for _ in range(5):
+    state = sampler.advance(state, prepared, version=0)
+  _, slots = sampler.harvest(state)
+  assert len(prepares) == 2
+  for out in (again, slots):
+    np.testing.assert_array_equal(out.tokens, raw.tokens)
+    np.testing.assert_array_equal(out.logp, raw.logp)
+
+
 def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   """With a long budget, generate runs its first steps on the first part of the cache only."""
   sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128.

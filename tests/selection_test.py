@@ -32,9 +32,9 @@ CASES = {
 def test_draw_frequencies_and_logprobs(top_k, top_p):
   n = 20_000
   logits = jnp.broadcast_to(jnp.log(jnp.asarray(PROBS, jnp.float32)), (n, len(PROBS)))
-  keys = jax.random.split(jax.random.key(0), n)
+  uniform = jax.random.uniform(jax.random.key(0), (n,))
   tokens, logp, logp_sampling = jax.jit(
-      selection.select_tokens, static_argnums=(2, 3, 4))(logits, keys, 1.0, top_k, top_p)
+      selection.select_tokens, static_argnums=(2, 3, 4))(logits, uniform, 1.0, top_k, top_p)
   expected = CASES[(top_k, top_p)]
   freq = np.bincount(np.asarray(tokens), minlength=len(PROBS)) / n
   # 4.5 standard deviations of a frequency estimated from 20k draws.
@@ -47,7 +47,7 @@ def test_draw_frequencies_and_logprobs(top_k, top_p):
 def test_temperature_scales_the_distribution():
   n = 20_000
   logits = jnp.broadcast_to(jnp.log(jnp.asarray(PROBS, jnp.float32)), (n, len(PROBS)))
-  tokens, logp, _ = selection.select_tokens(logits, jax.random.split(jax.random.key(1), n),
+  tokens, logp, _ = selection.select_tokens(logits, jax.random.uniform(jax.random.key(1), (n,)),
                                             0.5, 0, 1.0)
   sharpened = PROBS ** 2 / (PROBS ** 2).sum()
   freq = np.bincount(np.asarray(tokens), minlength=len(PROBS)) / n
@@ -77,7 +77,19 @@ def test_logp_is_taken_at_the_logprob_temperature(temperature):
   # temperature, or 1 for greedy, whose recorded logp is the plain softmax.
   assert selection.logprob_temperature(temperature) == (temperature or 1.0)
   logits = jax.random.normal(jax.random.key(0), (4, 11))
-  keys = jax.random.split(jax.random.key(1), 4)
-  tokens, logp, _ = selection.select_tokens(logits, keys, temperature, 0, 1.0)
+  uniform = jax.random.uniform(jax.random.key(1), (4,))
+  tokens, logp, _ = selection.select_tokens(logits, uniform, temperature, 0, 1.0)
   want = jax.nn.log_softmax(logits / selection.logprob_temperature(temperature), axis=-1)
   np.testing.assert_allclose(logp, want[jnp.arange(4), tokens], rtol=1e-6, atol=1e-6)
+
+
+def test_draw_falls_back_to_the_last_entry_with_weight():
+  # A target on the total (uniform 1.0, which rounding can reach) counts every
+  # entry; the draw then takes the last one with weight, never a zero-weight one.
+  weights = jnp.array([[0.25, 0.75, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.5, 0.0],
+                       [0.0, 0.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 4.0, 0.0]])
+  np.testing.assert_array_equal(selection._draw(weights, jnp.ones(4)), [1, 3, 4, 3])
+  # Otherwise it inverts the cdf: [0.1, 0.3, 0.6, 1.0] of row 3 at 0.0, 0.15, 0.45, 0.95.
+  np.testing.assert_array_equal(
+      selection._draw(jnp.broadcast_to(weights[3], (4, 5)), jnp.array([0.0, 0.15, 0.45, 0.95])),
+      [0, 1, 2, 3])

@@ -4,11 +4,11 @@ The same network as `transformer.Transformer` (and the same math: `rms_norm`,
 `apply_rope`, `attention`, `lm_head`), arranged for token-by-token decoding,
 where every step is a handful of small matmuls and a read of the whole cache:
 
-* `prepare` regroups the trained parameters once per sampler call: one weight
+* `prepare` regroups the trained parameters once (`Sampler.prepare`): one weight
   tree per layer (no slicing of stacked weights inside the decode loop), q, k
   and v as one kernel [D, K, Q + 2, E] grouped by kv head (so it shards over
-  kv heads like the cache), gate and up as one kernel [D, 2, F], all in the
-  compute dtype.
+  kv heads like the cache), gate and up as one kernel [D, 2, F], o as one
+  matrix [H * E, D], all in the compute dtype.
 * The cache is one buffer per layer (a step reads its layer's buffer in place
   instead of slicing a stacked one), keys stored [B, K, E, S] and values
   [B, K, S, E]: both attention products are then plain matmuls over (B, K)
@@ -45,7 +45,7 @@ VALUE_AXES = ("act_batch", "act_kv_heads", "act_len", "head_dim")
 _NAMES = {  # Logical names of the prepared weights (see `prepare`).
     "attn_norm": ("norm",), "mlp_norm": ("norm",), "q_norm": ("head_dim",),
     "k_norm": ("head_dim",), "qkv": ("embed", "kv_heads", None, "head_dim"),
-    "qkv_bias": ("kv_heads", None, "head_dim"), "o": ("heads", "head_dim", "embed"),
+    "qkv_bias": ("kv_heads", None, "head_dim"), "o": ("heads", "embed"),
     "gate_up": ("embed", None, "mlp"), "down": ("mlp", "embed"),
 }
 
@@ -102,7 +102,8 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
         "qkv": jnp.concatenate([kernel(attn["q"]).reshape(d, k, h // k, e),
                                 kernel(attn["k"])[:, :, None], kernel(attn["v"])[:, :, None]],
                                axis=2),
-        "o": kernel(attn["o"]),
+        # [H * E, D]: as [H, E, D], XLA:CPU transposed the whole kernel on every step.
+        "o": kernel(attn["o"]).reshape(h * e, d),
         "gate_up": jnp.stack([kernel(mlp["gate"]), kernel(mlp["up"])], axis=1),
         "down": kernel(mlp["down"]),
     }
@@ -167,8 +168,7 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
     keys.append(key_cache)
     values.append(value_cache)
     out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
-    x_BxTxD = x_BxTxD + jnp.einsum("bthe,hed->btd", out_BxTxKxQxE.reshape(b, t, h, e),
-                                   layer["o"])
+    x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
     gate_up_BxTx2xF = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
     hidden_BxTxF = nn.silu(gate_up_BxTx2xF[:, :, 0]) * gate_up_BxTx2xF[:, :, 1]

@@ -18,6 +18,12 @@ program once per shape bucket. Two ways to use it:
   their existing KV cache, and every generated token records the `version`
   passed to the `advance` call that chose it.
 
+  Each call regroups the parameters for decoding (`decode.prepare`: fused
+  kernels in the compute dtype), a pass over all weights. A caller that makes
+  several calls with the same parameters passes `sampler.prepare(params)`
+  instead, which regroups once; it holds a second copy of the weights for as
+  long as the caller keeps it. `generate` does this for its own calls.
+
 Which log-prob the losses use: `Completions.logp`, the log-probability of the
 token under the model's full distribution at the sampling temperature. That is
 the quantity the trainer recomputes with the same network call
@@ -48,6 +54,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from scalerl_jax import sharding
+from scalerl_jax.models import decode
 from scalerl_jax.models.transformer import ModelConfig
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -75,6 +82,13 @@ def _as_key(rng: jax.Array) -> jax.Array:
   return jax.random.wrap_key_data(rng)
 
 
+class PreparedParams:
+  """Policy parameters regrouped for decoding by `Sampler.prepare`; pass in place of params."""
+
+  def __init__(self, weights: Any):
+    self.weights = weights
+
+
 class Sampler:
   """Prefill + decode over a slot-major KV cache on the policy's mesh."""
 
@@ -97,6 +111,7 @@ class Sampler:
     state_sh = slots.state_shardings(mesh, rules, model_cfg.num_layers)
     small = slots.replicated(mesh)
     bind = functools.partial
+    self._prepare = jax.jit(bind(decode.prepare, model_cfg))
     self._empty = jax.jit(bind(slots.empty_state, model_cfg, settings), static_argnums=(0, 1),
                           out_shardings=state_sh)
     self._start = jax.jit(bind(slots.start, model_cfg, settings), donate_argnums=0,
@@ -118,6 +133,12 @@ class Sampler:
         config.sampling, eos_ids=eos_ids, pad_id=pad_id, think_close_id=think_close_id,
         phrase_ids=phrase_ids)
     return cls(ModelConfig.from_config(config.model), settings, mesh, rules)
+
+  def prepare(self, params: Any) -> PreparedParams:
+    """`params` regrouped once for any number of `start` / `advance` calls (module docstring)."""
+    if isinstance(params, PreparedParams):
+      return params
+    return PreparedParams(self._call(self._prepare, params))
 
   # Slot interface.
 
@@ -164,7 +185,7 @@ class Sampler:
 
     Args:
       state: slot state; donated (do not reuse the argument).
-      params: policy parameters for the prefill.
+      params: policy parameters for the prefill, or `prepare(params)`.
       slot_ids: [B] distinct free slots.
       prompt_tokens: [B, L] int token ids; positions past a row's length are ignored.
       prompt_lens: [B] prompt lengths, 1 <= len <= min(L, sampling.max_prompt_len).
@@ -198,8 +219,8 @@ class Sampler:
     prompts_nxL = np.pad(prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
     lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
     meta_nxM = np.pad(meta_BxM, ((0, pad), (0, 0)))
-    return self._call(self._start, state, params, slot_ids_n, prompts_nxL, lens_n, meta_nxM,
-                      _as_key(rng))
+    return self._call(self._start, state, self.prepare(params).weights, slot_ids_n, prompts_nxL,
+                      lens_n, meta_nxM, _as_key(rng))
 
   def advance(self, state: SlotState, params: Any, version: int,
               num_steps: Optional[int] = None) -> SlotState:
@@ -208,7 +229,8 @@ class Sampler:
     Args:
       state: slot state; donated.
       params: parameters used for every token chosen in this call (they may
-        differ from those of earlier calls: in-flight weight update).
+        differ from those of earlier calls: in-flight weight update), or
+        `prepare(params)`.
       version: policy version recorded for those tokens.
       num_steps: decode steps; defaults to `sampling.decode_steps_per_call`.
         Stops early when no slot is running.
@@ -231,8 +253,8 @@ class Sampler:
       # Step j (from 0) processes the token at position length - 1 <= longest - 1 + j.
       longest = int(self._call(self._longest, state))
       window = next((w for w in self._windows() if longest + num_steps - 1 <= w), 0)
-    return self._call(self._advance, state, params, np.int32(version), np.int32(num_steps),
-                      window=window)
+    return self._call(self._advance, state, self.prepare(params).weights, np.int32(version),
+                      np.int32(num_steps), window=window)
 
   def harvest(self, state: SlotState) -> tuple[SlotState, Completions]:
     """Takes every finished sequence out of its slot.
@@ -260,7 +282,8 @@ class Sampler:
     """Completes a batch of prompts on the slot machinery.
 
     Args:
-      params: policy parameters.
+      params: policy parameters (or `prepare(params)`); regrouped once for
+        all of this call's prefill and decode programs.
       prompt_tokens: [B, L] int token ids.
       prompt_lens: [B] prompt lengths.
       rng: PRNG key.
@@ -275,6 +298,7 @@ class Sampler:
     meta_shape = () if meta is None else np.asarray(meta).shape
     meta_BxM = self._check_meta(meta, b, meta_shape[1] if len(meta_shape) == 2 else 1)
     num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
+    params = self.prepare(params)
     state = self.init_state(num_slots, meta_BxM.shape[1])
     state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxM)
     # Each step appends one token to every running sequence, so before step j
@@ -286,11 +310,11 @@ class Sampler:
     for window in self._windows():
       steps = min(window - longest - done + 1, total - done)
       if steps > 0:
-        state = self._call(self._advance, state, params, np.int32(version), np.int32(steps),
-                           window=window)
+        state = self._call(self._advance, state, params.weights, np.int32(version),
+                           np.int32(steps), window=window)
         done += steps
     if done < total:
-      state = self._call(self._advance, state, params, np.int32(version),
+      state = self._call(self._advance, state, params.weights, np.int32(version),
                          np.int32(total - done), window=0)
     return self.harvest(state)[1]
 

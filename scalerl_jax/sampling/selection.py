@@ -35,14 +35,16 @@ def _pick(logits_NxX: jax.Array, token_N: jax.Array) -> jax.Array:
   return token_logprobs(logits_NxX[:, None], token_N[:, None])[:, 0]
 
 
-def _draw(weights_NxX: jax.Array, keys_N: jax.Array) -> jax.Array:
-  """Index i drawn with probability weights[i] / sum(weights); weights >= 0."""
+def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
+  """Index i drawn with probability weights[i] / sum(weights); weights >= 0, uniform in [0, 1)."""
   cdf_NxX = jnp.cumsum(weights_NxX, axis=-1)
-  target_N = jax.vmap(jax.random.uniform)(keys_N) * cdf_NxX[:, -1]
+  target_N = uniform_N * cdf_NxX[:, -1]
   index_N = jnp.sum(cdf_NxX <= target_N[:, None], axis=-1)
   # Rounding can push the target onto the total; fall back to the last entry
-  # with weight, never a zero-weight one.
-  last_N = weights_NxX.shape[-1] - 1 - jnp.argmax(weights_NxX[:, ::-1] > 0, axis=-1)
+  # with weight, never a zero-weight one. That entry is where the cdf first
+  # reaches its total (the cdf rises there, so its weight is > 0); counting it
+  # from the cdf makes both counts one pass over [N, X].
+  last_N = jnp.sum(cdf_NxX < cdf_NxX[:, -1:], axis=-1)
   return jnp.minimum(index_N, last_N).astype(jnp.int32)
 
 
@@ -82,13 +84,15 @@ def logprob_temperature(temperature: float) -> float:
   return temperature if temperature > 0 else 1.0
 
 
-def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,
+def select_tokens(logits_NxV: jax.Array, uniform_N: jax.Array, temperature: float,
                   top_k: int, top_p: float) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Chooses one token per row.
 
   Args:
     logits_NxV: next-token logits (any float dtype; computed in float32).
-    keys_N: one PRNG key per row (unused for greedy).
+    uniform_N: one float32 in [0, 1) per row, which decides its draw (unused
+      for greedy): the token is the one whose interval of the cumulative
+      distribution holds it.
     temperature: 0 for greedy, else the softmax temperature.
     top_k: keep the k most likely tokens; 0 keeps all.
     top_p: keep the smallest set of most likely tokens whose probability
@@ -110,7 +114,7 @@ def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,
     max_Nx1 = jnp.max(scaled_NxV, axis=-1, keepdims=True)
     weights_NxV = jnp.exp(scaled_NxV - max_Nx1)
     if top_p >= 1.0:
-      tokens_N = _draw(weights_NxV, keys_N)
+      tokens_N = _draw(weights_NxV, uniform_N)
       # log softmax at the token from the draw's own max and exponentials: the
       # same operations as `token_logprobs`, without a second pass over V.
       logz_N = jnp.log(jnp.sum(weights_NxV, axis=-1)) + max_Nx1[:, 0]
@@ -118,7 +122,7 @@ def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,
       return tokens_N, logp_N, logp_N
     probs_NxV = weights_NxV / jnp.sum(weights_NxV, axis=-1, keepdims=True)
     keep_NxV = probs_NxV >= _nucleus_threshold(probs_NxV, top_p)[:, None]
-    tokens_N = _draw(jnp.where(keep_NxV, weights_NxV, 0.0), keys_N)
+    tokens_N = _draw(jnp.where(keep_NxV, weights_NxV, 0.0), uniform_N)
     logp_sampling_N = _pick(jnp.where(keep_NxV, scaled_NxV, -jnp.inf), tokens_N)
     return tokens_N, _pick(scaled_NxV, tokens_N), logp_sampling_N
 
@@ -131,6 +135,6 @@ def select_tokens(logits_NxV: jax.Array, keys_N: jax.Array, temperature: float,
   # (A max, not a slice of the first column: XLA keeps its fast TopK kernel
   # only while every use of the sorted values is the k-slice itself.)
   choice_N = _draw(jnp.exp(candidates_NxC - jnp.max(candidates_NxC, axis=-1, keepdims=True)),
-                   keys_N)
+                   uniform_N)
   tokens_N = jnp.take_along_axis(index_NxC, choice_N[:, None], axis=-1)[:, 0].astype(jnp.int32)
   return tokens_N, _pick(scaled_NxV, tokens_N), _pick(candidates_NxC, choice_N)
