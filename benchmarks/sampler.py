@@ -52,8 +52,13 @@ large float32 matmul through JAX) is measured in the same run, and the useful
 model FLOPs (2 x weights x tokens, plus attention over the positions each token
 sees; the prefill without the LM head, which XLA drops there) divided by the
 wall time are reported as a fraction of it.
+
+Each row times the sampler, Tunix and the two matmul ceilings in alternation,
+`--repeats` rounds, and keeps each one's best: on a shared machine whose speed
+drifts between minutes, their ratios then compare like with like.
 """
 
+import functools
 import os
 import tempfile
 import time
@@ -77,7 +82,7 @@ _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes.
 _NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"], "Completion lengths.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt length (all rows).")
 _NAIVE_STEPS = flags.DEFINE_integer("naive_steps", 8, "Timed steps of the naive loop.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs after the warm-up; best is kept.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after the warm-up; best is kept.")
 _HF = flags.DEFINE_bool("hf", True, "Also time transformers generate.")
 _TUNIX = flags.DEFINE_bool("tunix", True, "Also time Tunix's sampler (the `bench` extra).")
 _TORCH_THREADS = flags.DEFINE_list(
@@ -87,13 +92,23 @@ _TORCH_THREADS = flags.DEFINE_list(
 _MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul.")
 
 
-def _best_time(fn: Callable[[], object], repeats: int) -> float:
-  best = float("inf")
+def _best_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+  """Best wall time of each function over `repeats` rounds that run them in turn.
+
+  Timed in alternation, the programs whose ratios the table reports see the
+  same state of a shared machine, whose speed drifts by 10-30% over minutes.
+  """
+  best = dict.fromkeys(fns, float("inf"))
   for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    best = min(best, time.perf_counter() - start)
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn())
+      best[name] = min(best[name], time.perf_counter() - start)
   return best
+
+
+def _best_time(fn: Callable[[], object], repeats: int) -> float:
+  return _best_times({"": fn}, repeats)[""]
 
 
 def matmul_flops_per_s(n: int) -> float:
@@ -167,9 +182,9 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
     return batch * steps / _best_time(run, _REPEATS.value)
 
 
-def _matmul_ceiling_seconds(cfg: ModelConfig, batch: int, prompt_len: int,
-                           new: int) -> tuple[float, float]:
-  """Seconds of the weight matmuls alone: (decode, prefill) (see module docstring)."""
+def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int,
+                             new: int) -> dict[str, Callable[[], object]]:
+  """The decode's and the prefill's weight matmuls alone, compiled (see module docstring)."""
   d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
   qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
   key = jax.random.key(0)
@@ -193,12 +208,13 @@ def _matmul_ceiling_seconds(cfg: ModelConfig, batch: int, prompt_len: int,
   def decode(x_BxD):
     return jax.lax.fori_loop(0, new, step, x_BxD)
 
-  seconds = []
-  for run, rows in ((decode, batch), (jax.jit(layers), batch * prompt_len)):
+  programs = {}
+  for name, run, rows in (("decode matmuls", decode, batch),
+                          ("prefill matmuls", jax.jit(layers), batch * prompt_len)):
     x = jnp.ones((rows, d), jnp.float32)
-    jax.block_until_ready(run(x))
-    seconds.append(_best_time(lambda: run(x), _REPEATS.value))
-  return seconds[0], seconds[1]
+    jax.block_until_ready(run(x))  # Compile.
+    programs[name] = functools.partial(run, x)
+  return programs
 
 
 def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float, int]:
@@ -222,12 +238,6 @@ def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float,
   return best
 
 
-def _tunix_tokens_per_s(sampler: tunix_sampler.TunixSampler, prompts: np.ndarray,
-                        new: int) -> float:
-  """Tokens/s of Tunix's sampler (module docstring)."""
-  sampler.generate(prompts, new, seed=0)  # Compile.
-  return prompts.shape[0] * new / _best_time(lambda: sampler.generate(prompts, new, seed=1),
-                                             _REPEATS.value)
 
 
 def main(argv):
@@ -264,18 +274,24 @@ def main(argv):
         prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
         lens = np.full((batch,), prompt_len)
         sampler.generate(params, prompts, lens, jax.random.key(0))  # Compile.
-        seconds = _best_time(
-            lambda: sampler.generate(params, prompts, lens, jax.random.key(1)).tokens,
-            _REPEATS.value)
+        timed = {"sampler": functools.partial(
+            lambda *args: sampler.generate(*args).tokens, params, prompts, lens,
+            jax.random.key(1))}
+        timed.update(_matmul_ceiling_programs(cfg, batch, prompt_len, new))
+        if not tunix_missing:
+          tunix.generate(prompts, new, seed=0)  # Compile.
+          timed["tunix"] = functools.partial(tunix.generate, prompts, new, seed=1)
+        times = _best_times(timed, _REPEATS.value)
+        seconds = times["sampler"]
         ours = batch * new / seconds
         naive = _naive_tokens_per_s(model, params, prompts, new, mesh, rules)
         hf, threads = _hf_tokens_per_s(hf_dir, prompts, new) if _HF.value else (float("nan"), 0)
         if tunix_missing:
           tunix_col, vs_tunix = tunix_missing, "n/a"
         else:
-          tunix_rate = _tunix_tokens_per_s(tunix, prompts, new)
+          tunix_rate = batch * new / times["tunix"]
           tunix_col, vs_tunix = f"{tunix_rate:,.0f}", f"{ours / tunix_rate:.2f}x"
-        decode_s, prefill_s = _matmul_ceiling_seconds(cfg, batch, prompt_len, new)
+        decode_s, prefill_s = times["decode matmuls"], times["prefill matmuls"]
         ceiling, all_matmuls = batch * new / decode_s, batch * new / (decode_s + prefill_s)
         floor_s = (decode_s + prefill_s
                    + cache_bytes_read(cfg, batch, prompt_len, new) / bandwidth)

@@ -30,22 +30,47 @@ import jax.numpy as jnp
 
 from scalerl_jax.models.transformer import token_logprobs
 
+_BLOCK = 128  # Entries per block of the two-level draw (`_draw`).
+
 
 def _pick(logits_NxX: jax.Array, token_N: jax.Array) -> jax.Array:
   return token_logprobs(logits_NxX[:, None], token_N[:, None])[:, 0]
 
 
-def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
-  """Index i drawn with probability weights[i] / sum(weights); weights >= 0, uniform in [0, 1)."""
-  cdf_NxX = jnp.cumsum(weights_NxX, axis=-1)
-  target_N = uniform_N * cdf_NxX[:, -1]
+def _invert(cdf_NxX: jax.Array, target_N: jax.Array) -> jax.Array:
+  """The entry whose interval of the (inclusive, non-decreasing) cdf holds the target."""
   index_N = jnp.sum(cdf_NxX <= target_N[:, None], axis=-1)
   # Rounding can push the target onto the total; fall back to the last entry
   # with weight, never a zero-weight one. That entry is where the cdf first
   # reaches its total (the cdf rises there, so its weight is > 0); counting it
   # from the cdf makes both counts one pass over [N, X].
   last_N = jnp.sum(cdf_NxX < cdf_NxX[:, -1:], axis=-1)
-  return jnp.minimum(index_N, last_N).astype(jnp.int32)
+  return jnp.minimum(index_N, last_N)
+
+
+def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
+  """Index i drawn with probability weights[i] / sum(weights); weights >= 0, uniform in [0, 1).
+
+  Over more than 2 x _BLOCK entries the cdf is inverted in two levels: first
+  the block of _BLOCK entries that holds the target, then the entry within
+  it. XLA:CPU's cumulative sum over a whole [N, V] row costs a fiftieth of a
+  small_cpu decode step (V = 8,192); the two levels sum only [N, V / _BLOCK]
+  and [N, _BLOCK] cumulatively.
+  """
+  n, x = weights_NxX.shape
+  if x <= 2 * _BLOCK:
+    cdf_NxX = jnp.cumsum(weights_NxX, axis=-1)
+    return _invert(cdf_NxX, uniform_N * cdf_NxX[:, -1]).astype(jnp.int32)
+  blocks = -(-x // _BLOCK)
+  w_NxCxB = jnp.pad(weights_NxX, ((0, 0), (0, blocks * _BLOCK - x))).reshape(n, blocks, _BLOCK)
+  cdf_NxC = jnp.cumsum(jnp.sum(w_NxCxB, axis=-1), axis=-1)
+  target_N = uniform_N * cdf_NxC[:, -1]
+  block_N = _invert(cdf_NxC, target_N)  # Its weight is > 0, as above.
+  before_N = jnp.where(block_N > 0, jnp.take_along_axis(
+      cdf_NxC, jnp.maximum(block_N - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+  inner_NxB = jnp.take_along_axis(w_NxCxB, block_N[:, None, None], axis=1)[:, 0]
+  within_N = _invert(jnp.cumsum(inner_NxB, axis=-1), target_N - before_N)
+  return (block_N * _BLOCK + within_N).astype(jnp.int32)
 
 
 def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
