@@ -10,8 +10,9 @@ Runs the real loop, `trainer.train_and_evaluate`, on the default config
 `--steps` RL steps in a fresh workdir, with timers put around its parts from
 outside the library:
 
-* model compute: the sampler's jitted prefill (`Sampler._start`) and decode
-  (`Sampler._advance`) programs and the jitted train step (the trainer's
+* model compute: the sampler's jitted weight regrouping (`Sampler._prepare`),
+  prefill (`Sampler._start`) and decode (`Sampler._advance`) programs and the
+  jitted train step (the trainer's
   `train_step` less the host-to-device placement of its batch), each call
   timed up to `jax.block_until_ready` of its outputs;
 * outside model compute, by where it is spent: the sampler's small slot
@@ -78,16 +79,17 @@ _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 # The sampler's jitted programs and the part each one's calls are timed as.
-_SAMPLER_PROGRAMS = {"_start": "prefill", "_advance": "decode", "_take": "slot programs",
-                     "_flags": "slot programs", "_longest": "slot programs",
-                     "_progress": "slot programs", "_empty": "slot programs"}
+_SAMPLER_PROGRAMS = {"_prepare": "decode weights", "_start": "prefill", "_advance": "decode",
+                     "_take": "slot programs", "_flags": "slot programs",
+                     "_longest": "slot programs", "_progress": "slot programs",
+                     "_empty": "slot programs"}
 # Trainer methods (and methods of its members) and their parts.
 _TRAINER_PARTS = {("run_step",): "step", ("generate",): "generate", ("train",): "train",
                   ("evaluate",): "validation", ("save",): "checkpoint", ("close",): "close",
                   ("train_step",): "train step", ("pool", "score"): "verify",
                   ("writer", "write"): "metric lines",
                   ("checkpointer", "wait"): "checkpoint wait"}
-_COMPUTE = ("prefill", "decode", "train step")
+_COMPUTE = ("decode weights", "prefill", "decode", "train step")
 _NOT_COUNTED = ("setup", "close")
 # What each part's own time is spent on (for a part holding others, what is left).
 _WHAT = {"loop": "monitors, progress line, run config",
@@ -96,6 +98,7 @@ _WHAT = {"loop": "monitors, progress line, run config",
          "train": "metrics read back, counters",
          "validation": "batching, detokenizing, summarising",
          "checkpoint": "gathering state, starting the asynchronous write",
+         "decode weights": "Sampler._prepare (weights regrouped for decoding)",
          "prefill": "Sampler._start", "decode": "Sampler._advance",
          "train step": "the jitted step (its batch placement apart)",
          "slot programs": "Sampler free-slot flags, progress, longest, harvest",

@@ -46,6 +46,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     `summarize` of the scores, lengths and truncation flags.
   """
   scores, lengths, truncated = [], [], []
+  params = sampler.prepare(params)  # Regrouped once for every batch.
   for i, batch in enumerate(batches):
     k = batch.generations_per_prompt
     tokens_BxL, lens_B = batch.expand()

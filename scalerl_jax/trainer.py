@@ -262,9 +262,10 @@ class Trainer:
     Ends once the schedule stops it, which is never before the buffer can hand
     out the next P groups. Its wall time and the FLOPs of every prompt it
     prefilled and token it decoded go into the compute meter here, whether or
-    not those groups are ever trained on.
+    not those groups are ever trained on. The weights are regrouped for the
+    sampler once per phase, and the regrouped copy is dropped before training.
     """
-    params, version = self.state.params, self.step
+    params, version = self.exp.sampler.prepare(self.state.params), self.step
     t0, flops0, decoded = time.perf_counter(), self.rollouts.work["flops"], 0
     steps = self._plan(params, version, decoded)
     while steps:
