@@ -46,6 +46,10 @@ same weights and prompts:
   memory bandwidth, not by the matmul units: this is the floor for a decoder
   that keeps its cache in float32.
 
+After the table, the read bandwidth decode attention gets from its own access
+pattern: the model's `attention` for one query per row over every layer's full
+cache (`attention_read_bytes_per_s`), in float32 and in bfloat16.
+
 Tokens per second count generated tokens only; wall time includes the prompt's
 prefill for both KV-cache samplers. The machine's dense matmul throughput (a
 large float32 matmul through JAX) is measured in the same run, and the useful
@@ -74,7 +78,7 @@ from benchmarks import tunix_sampler
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import hf_io
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.transformer import ModelConfig, Transformer, attention
 from scalerl_jax.sampling.sampler import Sampler
 
 _VARIANTS = flags.DEFINE_list("variants", ["tiny_cpu", "small_cpu"], "Model sizes.")
@@ -126,6 +130,36 @@ def read_bytes_per_s(mib: int = 256) -> float:
   total = jax.jit(jnp.sum)
   jax.block_until_ready(total(x))
   return x.nbytes / _best_time(lambda: total(x), 5)
+
+
+def attention_read_bytes_per_s(cfg: ModelConfig, batch: int, positions: int,
+                               dtype=jnp.float32) -> float:
+  """Bytes/s of one decode step's attention over every layer's cache, alone.
+
+  The model's `attention` for one query per row, layer after layer (each
+  layer's query is the previous layer's output), over caches of `positions`
+  filled positions stored in `dtype`: the read bandwidth decode attention
+  gets from its own access pattern, to set beside the streaming read's.
+  """
+  b, k, e, n = batch, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
+  key = jax.random.key(0)
+  def normal(i, shape):
+    return jax.random.normal(jax.random.fold_in(key, i), shape).astype(dtype)
+
+  caches = [(normal(2 * i, (b, k, e, positions)), normal(2 * i + 1, (b, k, positions, e)))
+            for i in range(n)]
+  visible = jnp.ones((b, 1, positions), bool)
+
+  @jax.jit
+  def layers(q_Bx1xKxQxE, caches):
+    for keys, values in caches:
+      q_Bx1xKxQxE = attention(q_Bx1xKxQxE, keys, values, visible, jnp.float32)
+    return q_Bx1xKxQxE
+
+  q = jax.random.normal(key, (b, 1, k, cfg.num_heads // k, e))
+  jax.block_until_ready(layers(q, caches))
+  nbytes = sum(keys.nbytes + values.nbytes for keys, values in caches)
+  return nbytes / _best_time(lambda: layers(q, caches), 10)
 
 
 def decode_positions_attended(prompt_len: int, new: int) -> float:
@@ -256,6 +290,7 @@ def main(argv):
   print("|" + "---|" * (header.count("|") - 1))
   prompt_len = _PROMPT_LEN.value
   tunix_missing = tunix_sampler.unavailable() if _TUNIX.value else "n/a (--notunix)"
+  reads = []  # Attention's own read bandwidth, printed after the table.
   for variant in _VARIANTS.value:
     config = shape_config(variant)
     cfg = ModelConfig.from_config(config.model)
@@ -270,6 +305,10 @@ def main(argv):
       config.sampling.max_new_tokens = new
       sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
       tunix = None if tunix_missing else tunix_sampler.TunixSampler(hf_dir, cfg, prompt_len + new)
+      batch, positions = max(map(int, _BATCH_SIZES.value)), prompt_len + new
+      rates = [f"{name} cache {attention_read_bytes_per_s(cfg, batch, positions, dtype) / 1e9:.1f} "
+               f"GB/s" for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16))]
+      reads.append(f"{variant}, batch {batch}, {positions} positions: {', '.join(rates)}")
       for batch in map(int, _BATCH_SIZES.value):
         prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
         lens = np.full((batch,), prompt_len)
@@ -304,6 +343,10 @@ def main(argv):
               f"| {ours / all_matmuls:.2f}x | {ours / floor:.2f}x "
               f"| {flops / seconds / 1e9:.1f} "
               f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
+  print("\nDecode attention alone over every layer's full cache (bytes of the cache per second; "
+        "the streaming read above is the floor's):")
+  for line in reads:
+    print(f"  {line}")
 
 
 if __name__ == "__main__":
