@@ -272,8 +272,6 @@ def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float,
   return best
 
 
-
-
 def main(argv):
   del argv
   peak = matmul_flops_per_s(_MATMUL.value)

@@ -66,8 +66,8 @@ def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
   cdf_NxC = jnp.cumsum(jnp.sum(w_NxCxB, axis=-1), axis=-1)
   target_N = uniform_N * cdf_NxC[:, -1]
   block_N = _invert(cdf_NxC, target_N)  # Its weight is > 0, as above.
-  before_N = jnp.where(block_N > 0, jnp.take_along_axis(
-      cdf_NxC, jnp.maximum(block_N - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+  before_NxC = jnp.pad(cdf_NxC[:, :-1], ((0, 0), (1, 0)))  # Mass of the blocks before.
+  before_N = jnp.take_along_axis(before_NxC, block_N[:, None], axis=-1)[:, 0]
   inner_NxB = jnp.take_along_axis(w_NxCxB, block_N[:, None, None], axis=1)[:, 0]
   within_N = _invert(jnp.cumsum(inner_NxB, axis=-1), target_N - before_N)
   return (block_N * _BLOCK + within_N).astype(jnp.int32)

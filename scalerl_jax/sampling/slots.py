@@ -156,8 +156,8 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   row_keys_nx2 = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(rng, i)))(jnp.arange(n))
   fresh_int = interruptions.draw(settings.interruption, row_keys_nx2[:, 1])
   # Every position's number is drawn here, once, so that a decode step reads
-  # one instead of running two threefry hashes per row (a tenth of a small
-  # model's decode step on CPU).
+  # one instead of running two threefry hashes per row (two while-loops of
+  # small kernels per step on XLA:CPU).
   uniform_nxS = jax.vmap(lambda key: jax.vmap(
       lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(jnp.arange(s)))(row_keys_nx2[:, 0])
   rows_pos = (n, s)
@@ -180,14 +180,14 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
       interruption=jax.tree.map(put, state.interruption, fresh_int))
 
 
-def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, prepared: Any,
+def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, weights: Any,
                  version: jax.Array, state: SlotState) -> SlotState:
   """Appends one token to every running slot."""
   s = state.tokens.shape[1]
   live_N = state.active & ~state.done
   last_N = jnp.maximum(state.length - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
-  logits_Nx1xV, cache = decode.forward(model_cfg, prepared, last_tok_N[:, None], last_N[:, None],
+  logits_Nx1xV, cache = decode.forward(model_cfg, weights, last_tok_N[:, None], last_N[:, None],
                                        state.cache)
   uniform_N = jnp.take_along_axis(state.uniform, state.length[:, None], axis=1,
                                   mode="clip")[:, 0]
