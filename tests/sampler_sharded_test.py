@@ -4,7 +4,7 @@ import pytest
 
 from tests import helpers
 
-SHAPES = [(1, 8, 1), (2, 2, 2)]
+SHAPES = [(1, 8, 1), (2, 2, 2), (8, 1, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +31,12 @@ def test_kv_cache_is_sharded_over_slots(sharded_results):
   # One layer's keys [N=8, K=2, E=16, S=128]: slots over data x fsdp, kv heads over tensor.
   assert sharded_results[(1, 8, 1)]["cache_shard_shape"] == [1, 2, 16, 128]
   assert sharded_results[(2, 2, 2)]["cache_shard_shape"] == [2, 1, 16, 128]
+
+
+def test_slot_sharded_decode_loop_synchronises_once_per_step(sharded_results):
+  # Slots over `data` with replicated weights: each device decodes its own
+  # slots, and the loop's only collective is its stopping test (one reduction
+  # over the slots per step). Writing the cache with a scatter indexed by
+  # global slot numbers made XLA all-gather the indices in every layer.
+  for window in ("0", "64"):
+    assert sharded_results[(8, 1, 1)]["advance_collectives"][window] == {"all-reduce": 1}

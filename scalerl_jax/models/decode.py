@@ -83,6 +83,26 @@ def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
                      for old, new in zip(cache["v"], part["v"]))}
 
 
+def _write_rows(cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array,
+                axis: int) -> jax.Array:
+  """Writes update[b] into cache[b] from position start[b] along the cache's `axis`.
+
+  One dynamic-update-slice per row (batched): the rows stay independent, so a
+  batch-sharded cache is written where it lies, where a scatter indexed by
+  global row numbers made XLA's partitioner all-gather its indices in every
+  layer of every step (two CPU devices ran the decode no faster than one).
+  On one device it also costs less than the scatter: A/B of the decode step,
+  0.05 ms of 1.7 (tiny_cpu) and 0.27 of 63 (small_cpu). A start so late that
+  the update would not fit is moved back until it does (`dynamic_update_slice`).
+  """
+  def write(row_X, update_X, start):
+    starts = [jnp.zeros((), start.dtype)] * row_X.ndim
+    starts[axis - 1] = start
+    return jax.lax.dynamic_update_slice(row_X, update_X.astype(row_X.dtype), starts)
+
+  return jax.vmap(write)(cache_BxX, update_BxX, start_B)
+
+
 def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
   """Regroups `Transformer` parameters for `forward` (see the module docstring)."""
   dtype = cfg.dtype
@@ -130,6 +150,9 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
     prepared: `prepare(cfg, params)`.
     tokens_BxT: int token ids.
     pos_BxT: their positions; consecutive within a row, < the cache length.
+      (A row whose tokens would end past the cache writes them at its last
+      positions instead: the sampler decodes its finished slots, never read
+      again, on in windows shorter than they are.)
     cache: from `init_cache`; entries at positions after a row's tokens are
       never read by them, so stale entries there are harmless.
 
@@ -142,7 +165,6 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
   b, t = tokens_BxT.shape
   s = cache_length(cache)
   inv_freq = rope_frequencies(cfg)
-  rows_BxT = jnp.broadcast_to(jnp.arange(b)[:, None], (b, t))
   visible_BxTxS = jnp.arange(s)[None, None, :] <= pos_BxT[:, :, None]
   x_BxTxD = jnp.take(prepared["embedding"], tokens_BxT, axis=0).astype(dtype)
   keys, values = [], []
@@ -159,11 +181,11 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
     q_BxTxKxQxE = apply_rope(q_BxTxKxQxE.reshape(b, t, h, e), pos_BxT,
                              inv_freq).reshape(b, t, k, g, e)
     k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
-    # Advanced indices on separated axes put the update's [B, T] first: [B, T, K, E].
     key_cache = nn.with_logical_constraint(
-        key_cache.at[rows_BxT, :, :, pos_BxT].set(k_BxTxKxE.astype(key_cache.dtype)), KEY_AXES)
+        _write_rows(key_cache, k_BxTxKxE.transpose(0, 2, 3, 1), pos_BxT[:, 0], axis=3),
+        KEY_AXES)
     value_cache = nn.with_logical_constraint(
-        value_cache.at[rows_BxT, :, pos_BxT].set(v_BxTxKxE.astype(value_cache.dtype)),
+        _write_rows(value_cache, v_BxTxKxE.transpose(0, 2, 1, 3), pos_BxT[:, 0], axis=2),
         VALUE_AXES)
     keys.append(key_cache)
     values.append(value_cache)

@@ -250,10 +250,13 @@ def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState
 
   def running(carry):
     step, st = carry
-    ok = (step < num_steps) & jnp.any(st.active & ~st.done)
+    # One reduction over the slots (a running slot holds at least its prompt's
+    # first token), so a slot-sharded loop synchronises its devices once per step.
+    longest = longest_running(st)
+    ok = (step < num_steps) & (longest > 0)
     if windowed:
       # A step processes the token at position length - 1.
-      ok &= longest_running(st) <= window
+      ok &= longest <= window
     return ok
 
   def body(carry):

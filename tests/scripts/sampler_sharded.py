@@ -6,6 +6,7 @@ which sets XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts.
 
 import dataclasses
 import json
+import re
 
 import jax
 import numpy as np
@@ -33,6 +34,16 @@ def _outputs(config, devices, prompts, modes):
     results[name] = sampler.generate(params, prompts, LENS, jax.random.key(1))
   state = sampler.init_state(len(LENS))
   results["cache_shard_shape"] = list(state.cache["k"][0].addressable_shards[0].data.shape)
+  # The collectives of the decode loop (whole cache and the first window).
+  weights = sampler.prepare(params).weights
+  results["advance_collectives"] = {}
+  for window in (0, 64):
+    with sharding.activate(mesh, rules):
+      hlo = sampler._advance.lower(state, weights, np.int32(0), np.int32(1),
+                                   window=window).compile().as_text()
+    ops = re.findall(r"= \S+ (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+                     r"(?:-start)?\(", hlo)
+    results["advance_collectives"][window] = {op: ops.count(op) for op in sorted(set(ops))}
   return results
 
 
@@ -45,10 +56,12 @@ def main():
   config.mesh.shape = (1, 1, 1)
   ref = _outputs(config, jax.devices()[:1], prompts, ("greedy", "sampled"))
   # Sampling is compared where the vocabulary (and so its CDF) is split.
-  for shape, modes in [((1, 8, 1), ("greedy",)), ((2, 2, 2), ("greedy", "sampled"))]:
+  for shape, modes in [((1, 8, 1), ("greedy",)), ((2, 2, 2), ("greedy", "sampled")),
+                       ((8, 1, 1), ("greedy",))]:
     config.mesh.shape = shape
     got = _outputs(config, jax.devices(), prompts, modes)
-    row = {"shape": shape, "cache_shard_shape": got["cache_shard_shape"]}
+    row = {"shape": shape, "cache_shard_shape": got["cache_shard_shape"],
+           "advance_collectives": got["advance_collectives"]}
     for name in modes:
       row[f"{name}_tokens_equal"] = bool(np.array_equal(got[name].tokens, ref[name].tokens))
       row[f"{name}_mask_equal"] = bool(np.array_equal(got[name].mask, ref[name].mask))
