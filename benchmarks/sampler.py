@@ -46,6 +46,15 @@ same weights and prompts:
   memory bandwidth, not by the matmul units: this is the floor for a decoder
   that keeps its cache in float32.
 
+With `--mesh_shape` (e.g. 2,1,1 under
+XLA_FLAGS=--xla_force_host_platform_device_count=2) the sampler's slots are
+split over several devices and the two matmul ceilings split their rows the
+same way. The same sampler and ceilings on one device are timed in the same
+rounds, each ceiling column takes the faster of the two layouts, and a line
+per row after the table compares the layouts. On the 2-core CPU this is how
+both cores work on the decode: XLA:CPU runs a decode step's small ops on one
+thread.
+
 After the table, the read bandwidth decode attention gets from its own access
 pattern: the model's `attention` for one query per row over every layer's full
 cache (`attention_read_bytes_per_s`), in float32 and in bfloat16.
@@ -62,6 +71,7 @@ Each row times the sampler, Tunix and the two matmul ceilings in alternation,
 drifts between minutes, their ratios then compare like with like.
 """
 
+import copy
 import functools
 import os
 import tempfile
@@ -94,6 +104,11 @@ _TORCH_THREADS = flags.DEFINE_list(
     "PyTorch thread counts to try; the fastest is reported (on a shared machine OpenMP "
     "threads can stall each other, so fewer threads are sometimes faster).")
 _MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul.")
+_MESH_SHAPE = flags.DEFINE_list(
+    "mesh_shape", [], "config.mesh.shape for the sampler (e.g. 2,1,1: slots over two "
+    "devices, weights replicated); the matmul ceilings then run on the same devices, each "
+    "on its share of the rows. Empty: the variant's own. Several CPU devices: run with "
+    "XLA_FLAGS=--xla_force_host_platform_device_count=N.")
 
 
 def _best_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -216,9 +231,13 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
     return batch * steps / _best_time(run, _REPEATS.value)
 
 
-def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int,
-                             new: int) -> dict[str, Callable[[], object]]:
-  """The decode's and the prefill's weight matmuls alone, compiled (see module docstring)."""
+def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new: int,
+                             rows_sharding=None) -> dict[str, Callable[[], object]]:
+  """The decode's and the prefill's weight matmuls alone, compiled (see module docstring).
+
+  With `rows_sharding` (the sampler's slot sharding), the rows are split over
+  its devices like the sampler's slots, and every device holds all weights.
+  """
   d, f, v = cfg.embed_dim, cfg.mlp_dim, cfg.vocab_size
   qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
   key = jax.random.key(0)
@@ -246,6 +265,8 @@ def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int,
   for name, run, rows in (("decode matmuls", decode, batch),
                           ("prefill matmuls", jax.jit(layers), batch * prompt_len)):
     x = jnp.ones((rows, d), jnp.float32)
+    if rows_sharding is not None:
+      x = jax.device_put(x, rows_sharding)
     jax.block_until_ready(run(x))  # Compile.
     programs[name] = functools.partial(run, x)
   return programs
@@ -276,7 +297,8 @@ def main(argv):
   del argv
   peak = matmul_flops_per_s(_MATMUL.value)
   bandwidth = read_bytes_per_s()
-  print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
+  print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}  "
+        f"mesh shape: {','.join(_MESH_SHAPE.value) or 'the variant config'}")
   print(f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s; "
         f"memory read: {bandwidth / 1e9:.1f} GB/s\n")
   header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) "
@@ -289,12 +311,29 @@ def main(argv):
   prompt_len = _PROMPT_LEN.value
   tunix_missing = tunix_sampler.unavailable() if _TUNIX.value else "n/a (--notunix)"
   reads = []  # Attention's own read bandwidth, printed after the table.
+  layouts = []  # With --mesh_shape: the mesh against one device.
   for variant in _VARIANTS.value:
     config = shape_config(variant)
+    if _MESH_SHAPE.value:
+      config.mesh.shape = tuple(map(int, _MESH_SHAPE.value))
     cfg = ModelConfig.from_config(config.model)
     model = Transformer(cfg)
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)
+    rows_sharding, single = None, None
+    if _MESH_SHAPE.value:
+      rows_sharding = sharding.batch_sharding(mesh, rules, 2)
+      # The same sampler on one device, timed in the same rounds (see the module docstring).
+      config_one = copy.deepcopy(config)
+      config_one.mesh.shape = (1, 1, 1)
+      mesh_one = sharding.make_mesh(config_one.mesh, jax.devices()[:1])
+      single = (config_one, mesh_one, sharding.init_model_params(
+          model, jax.random.key(0), mesh_one, rules)[0])
+    split = sharding.batch_divisor(mesh, rules)
+    if rows_sharding is not None and any(int(b) % split for b in _BATCH_SIZES.value):
+      raise ValueError(f"--batch_sizes={','.join(_BATCH_SIZES.value)}: with --mesh_shape="
+                       f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so every "
+                       f"batch size must be a multiple of {split}")
     params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
     hf_dir = tempfile.mkdtemp(prefix="sampler_bench_")
     hf_io.save_checkpoint(params, cfg, hf_dir)
@@ -314,7 +353,18 @@ def main(argv):
         timed = {"sampler": functools.partial(
             lambda *args: sampler.generate(*args).tokens, params, prompts, lens,
             jax.random.key(1))}
-        timed.update(_matmul_ceiling_programs(cfg, batch, prompt_len, new))
+        timed.update(_matmul_ceiling_programs(cfg, batch, prompt_len, new, rows_sharding))
+        if single:
+          config_one, mesh_one, params_one = single
+          config_one.sampling.max_prompt_len = prompt_len
+          config_one.sampling.max_new_tokens = new
+          one = Sampler.from_config(config_one, mesh_one, rules, eos_ids=(), pad_id=0)
+          one.generate(params_one, prompts, lens, jax.random.key(0))  # Compile.
+          timed["sampler, one device"] = functools.partial(
+              lambda *args: one.generate(*args).tokens, params_one, prompts, lens,
+              jax.random.key(1))
+          timed.update({f"{name}, one device": run for name, run in
+                        _matmul_ceiling_programs(cfg, batch, prompt_len, new).items()})
         if not tunix_missing:
           tunix.generate(prompts, new, seed=0)  # Compile.
           timed["tunix"] = functools.partial(tunix.generate, prompts, new, seed=1)
@@ -328,7 +378,16 @@ def main(argv):
         else:
           tunix_rate = batch * new / times["tunix"]
           tunix_col, vs_tunix = f"{tunix_rate:,.0f}", f"{ours / tunix_rate:.2f}x"
-        decode_s, prefill_s = times["decode matmuls"], times["prefill matmuls"]
+        # With --mesh_shape, each ceiling is the faster of its two layouts.
+        decode_s, prefill_s = (min(t for name, t in times.items() if name.startswith(part))
+                               for part in ("decode matmuls", "prefill matmuls"))
+        if single:
+          one_rate = batch * new / times["sampler, one device"]
+          layouts.append(
+              f"{variant}, batch {batch}, {new} new: sampler {ours:,.0f} tok/s on the mesh, "
+              f"{one_rate:,.0f} on one device ({ours / one_rate:.2f}x); matmuls alone "
+              f"{batch * new / times['decode matmuls']:,.0f} on the mesh, "
+              f"{batch * new / times['decode matmuls, one device']:,.0f} on one device")
         ceiling, all_matmuls = batch * new / decode_s, batch * new / (decode_s + prefill_s)
         floor_s = (decode_s + prefill_s
                    + cache_bytes_read(cfg, batch, prompt_len, new) / bandwidth)
@@ -341,6 +400,11 @@ def main(argv):
               f"| {ours / all_matmuls:.2f}x | {ours / floor:.2f}x "
               f"| {flops / seconds / 1e9:.1f} "
               f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
+  if layouts:
+    print(f"\nMesh {','.join(_MESH_SHAPE.value)} against one device, timed in the same rounds "
+          "(the ceilings above are the faster layout's):")
+    for line in layouts:
+      print(f"  {line}")
   print("\nDecode attention alone over every layer's full cache (bytes of the cache per second; "
         "the streaming read above is the floor's):")
   for line in reads:
