@@ -40,3 +40,11 @@ def test_slot_sharded_decode_loop_synchronises_once_per_step(sharded_results):
   # global slot numbers made XLA all-gather the indices in every layer.
   for window in ("0", "64"):
     assert sharded_results[(8, 1, 1)]["advance_collectives"][window] == {"all-reduce": 1}
+
+
+def test_prefill_of_every_slot_in_order_needs_no_collective(sharded_results):
+  # generate fills slots 0..N-1 in order: each device prefills its own slots.
+  # Slots in another order must move rows between devices.
+  got = sharded_results[(8, 1, 1)]["start_collectives"]
+  assert got["in_order"] == 0
+  assert got["reversed"] > 0

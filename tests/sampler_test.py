@@ -193,6 +193,34 @@ def test_continuous_batching_equals_prompts_run_alone(setup, temperature):
     np.testing.assert_allclose(got.logp, ref.logp, atol=1e-5)
 
 
+def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
+  # Rows 0..2 go to slots 0..2 and row 3 is padding: `start` selects rows into
+  # place (`in_order`) instead of scattering them, and must keep slot 3,
+  # which is mid-sequence, as it is.
+  sampler = setup["make"](temperature=1.0)
+  prompts, params = setup["prompts"], setup["params"]
+  state = sampler.init_state(4, meta_width=1)
+  state = sampler.start(state, params, [3], prompts[3:4], PROMPT_LENS[3:4], jax.random.key(7),
+                        meta=np.array([3]))
+  state = sampler.advance(state, params, version=0, num_steps=2)
+  state = sampler.start(state, params, [0, 1, 2], prompts[:3], PROMPT_LENS[:3],
+                        jax.random.key(8), meta=np.arange(3))
+  results = {}
+  for _ in range(64):  # Each call decodes several tokens; 64 calls end every sequence.
+    state = sampler.advance(state, params, version=0)
+    state, done = sampler.harvest(state)
+    for row, i in enumerate(done.meta[:, 0]):
+      results[int(i)] = jax.tree.map(lambda x: x[row], done)
+  assert sorted(results) == [0, 1, 2, 3]
+  refs = [sampler.generate(params, prompts[:3], PROMPT_LENS[:3], jax.random.key(8)),
+          sampler.generate(params, prompts[3:4], PROMPT_LENS[3:4], jax.random.key(7))]
+  for i in range(4):
+    ref = jax.tree.map(lambda x: x[i % 3], refs[i // 3])
+    np.testing.assert_array_equal(results[i].tokens, ref.tokens)
+    np.testing.assert_array_equal(results[i].mask, ref.mask)
+    np.testing.assert_allclose(results[i].logp, ref.logp, atol=1e-5)
+
+
 def test_in_flight_weight_update(setup):
   sampler = setup["make"](temperature=0.0)
   lens, prompts = PROMPT_LENS, setup["prompts"]

@@ -115,7 +115,7 @@ class Sampler:
     self._empty = jax.jit(bind(slots.empty_state, model_cfg, settings), static_argnums=(0, 1),
                           out_shardings=state_sh)
     self._start = jax.jit(bind(slots.start, model_cfg, settings), donate_argnums=0,
-                          out_shardings=state_sh)
+                          out_shardings=state_sh, static_argnames="in_order")
     self._advance = jax.jit(bind(slots.advance, model_cfg, settings), donate_argnums=0,
                             out_shardings=state_sh, static_argnames="window")
     self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
@@ -219,8 +219,10 @@ class Sampler:
     prompts_nxL = np.pad(prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
     lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
     meta_nxM = np.pad(meta_BxM, ((0, pad), (0, 0)))
+    rows_n = np.arange(n)
+    in_order = n == num_slots and bool(np.all((slot_ids_n == rows_n) | (slot_ids_n >= n)))
     return self._call(self._start, state, self.prepare(params).weights, slot_ids_n, prompts_nxL,
-                      lens_n, meta_nxM, _as_key(rng))
+                      lens_n, meta_nxM, _as_key(rng), in_order=in_order)
 
   def advance(self, state: SlotState, params: Any, version: int,
               num_steps: Optional[int] = None) -> SlotState:

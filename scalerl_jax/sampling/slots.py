@@ -121,7 +121,7 @@ def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: i
 
 def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, weights: Any,
           slot_ids_n: jax.Array, prompts_nxL: jax.Array, prompt_lens_n: jax.Array,
-          meta_nxM: jax.Array, rng: jax.Array) -> SlotState:
+          meta_nxM: jax.Array, rng: jax.Array, in_order: bool = False) -> SlotState:
   """Prefills new prompts and installs them in their slots.
 
   Args:
@@ -135,6 +135,11 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
     meta_nxM: caller metadata per sequence.
     rng: PRNG key; row i gets its sampling stream and thinking budget from
       fold_in(rng, i) alone.
+    in_order: static; the caller's promise that there are N rows and row i
+      goes to slot i or is padding (generate's case). The rows are then
+      selected into place where they lie instead of scattered by slot id: on
+      a slot-sharded mesh, XLA all-gathered the prefilled cache and records
+      for that scatter (29 collectives on 8 devices for the test model).
 
   Returns:
     The new state.
@@ -147,10 +152,20 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   # The logits are unused, so XLA drops the LM head from this program.
   _, fresh = decode.forward(model_cfg, weights, prompts_nxL, pos_nxL,
                             decode.init_cache(model_cfg, n, p))
-  cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
+  if in_order:
+    valid_n = slot_ids_n < state.length.shape[0]
 
-  def put(x, rows):
-    return x.at[slot_ids_n].set(rows, mode="drop")
+    def put(x, rows):
+      keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
+      return jnp.where(keep, rows.astype(x.dtype), x)
+
+    cache = decode.put_prefix(state.cache, jax.tree.map(
+        put, decode.cache_prefix(state.cache, p), fresh))
+  else:
+    cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
+
+    def put(x, rows):
+      return x.at[slot_ids_n].set(rows, mode="drop")
 
   # Row i's keys depend only on (rng, i), not on the bucket or the slot.
   row_keys_nx2 = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(rng, i)))(jnp.arange(n))

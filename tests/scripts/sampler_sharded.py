@@ -18,6 +18,9 @@ from scalerl_jax.sampling.settings import SamplingSettings
 from tests import helpers
 
 LENS = np.array([1, 5, 16, 9, 3, 12, 7, 14])
+# A collective in compiled HLO text, captured by kind.
+_COLLECTIVE = (r"= \S+ (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+               r"(?:-start)?\(")
 TEMPERATURE = {"greedy": 0.0, "sampled": 1.0}
 
 
@@ -41,9 +44,18 @@ def _outputs(config, devices, prompts, modes):
     with sharding.activate(mesh, rules):
       hlo = sampler._advance.lower(state, weights, np.int32(0), np.int32(1),
                                    window=window).compile().as_text()
-    ops = re.findall(r"= \S+ (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
-                     r"(?:-start)?\(", hlo)
+    ops = re.findall(_COLLECTIVE, hlo)
     results["advance_collectives"][window] = {op: ops.count(op) for op in sorted(set(ops))}
+  # The prefill of every slot in order (generate's), and of slots in another order.
+  results["start_collectives"] = {}
+  n = len(LENS)
+  for name, slot_ids in (("in_order", np.arange(n)), ("reversed", np.arange(n)[::-1])):
+    args = (weights, slot_ids.astype(np.int32), prompts.astype(np.int32), LENS.astype(np.int32),
+            np.zeros((n, 1), np.int32), jax.random.key(1))
+    with sharding.activate(mesh, rules):
+      hlo = sampler._start.lower(sampler.init_state(n), *args,
+                                 in_order=name == "in_order").compile().as_text()
+    results["start_collectives"][name] = len(re.findall(_COLLECTIVE, hlo))
   return results
 
 
@@ -61,7 +73,8 @@ def main():
     config.mesh.shape = shape
     got = _outputs(config, jax.devices(), prompts, modes)
     row = {"shape": shape, "cache_shard_shape": got["cache_shard_shape"],
-           "advance_collectives": got["advance_collectives"]}
+           "advance_collectives": got["advance_collectives"],
+           "start_collectives": got["start_collectives"]}
     for name in modes:
       row[f"{name}_tokens_equal"] = bool(np.array_equal(got[name].tokens, ref[name].tokens))
       row[f"{name}_mask_equal"] = bool(np.array_equal(got[name].mask, ref[name].mask))
