@@ -322,6 +322,11 @@ def main(argv):
     rules = sharding.logical_rules(config.mesh)
     rows_sharding, single = None, None
     if _MESH_SHAPE.value:
+      split = sharding.batch_divisor(mesh, rules)
+      if any(int(b) % split for b in _BATCH_SIZES.value):
+        raise ValueError(f"--batch_sizes={','.join(_BATCH_SIZES.value)}: with --mesh_shape="
+                         f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so "
+                         f"every batch size must be a multiple of {split}")
       rows_sharding = sharding.batch_sharding(mesh, rules, 2)
       # The same sampler on one device, timed in the same rounds (see the module docstring).
       config_one = copy.deepcopy(config)
@@ -329,11 +334,6 @@ def main(argv):
       mesh_one = sharding.make_mesh(config_one.mesh, jax.devices()[:1])
       single = (config_one, mesh_one, sharding.init_model_params(
           model, jax.random.key(0), mesh_one, rules)[0])
-    split = sharding.batch_divisor(mesh, rules)
-    if rows_sharding is not None and any(int(b) % split for b in _BATCH_SIZES.value):
-      raise ValueError(f"--batch_sizes={','.join(_BATCH_SIZES.value)}: with --mesh_shape="
-                       f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so every "
-                       f"batch size must be a multiple of {split}")
     params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
     hf_dir = tempfile.mkdtemp(prefix="sampler_bench_")
     hf_io.save_checkpoint(params, cfg, hf_dir)

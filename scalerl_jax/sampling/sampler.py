@@ -219,8 +219,7 @@ class Sampler:
     prompts_nxL = np.pad(prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
     lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
     meta_nxM = np.pad(meta_BxM, ((0, pad), (0, 0)))
-    rows_n = np.arange(n)
-    in_order = n == num_slots and bool(np.all((slot_ids_n == rows_n) | (slot_ids_n >= n)))
+    in_order = n == num_slots and bool(np.all((slot_ids_n == np.arange(n)) | (slot_ids_n >= n)))
     return self._call(self._start, state, self.prepare(params).weights, slot_ids_n, prompts_nxL,
                       lens_n, meta_nxM, _as_key(rng), in_order=in_order)
 
