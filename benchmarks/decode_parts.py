@@ -97,8 +97,7 @@ def main(argv):
     rules = sharding.logical_rules(config.mesh)
     params, _ = sharding.init_model_params(Transformer(cfg), jax.random.key(0), mesh, rules)
     for batch, new in itertools.product(map(int, FLAGS.batch_sizes), map(int, FLAGS.new_tokens)):
-      prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
-      lens = np.full((batch,), prompt_len)
+      prompts, lens = sampler_bench.bench_prompts(cfg, batch, prompt_len)
       config.sampling.max_prompt_len = prompt_len
       config.sampling.max_new_tokens = new
       timed, tokens = {}, {}

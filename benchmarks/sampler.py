@@ -111,6 +111,12 @@ _MESH_SHAPE = flags.DEFINE_list(
     "XLA_FLAGS=--xla_force_host_platform_device_count=N.")
 
 
+def bench_prompts(cfg: ModelConfig, batch: int, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
+  """The benchmarks' prompts: `batch` rows of `prompt_len` random ids (seeded by the batch)."""
+  prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
+  return prompts, np.full((batch,), prompt_len)
+
+
 def _best_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
   """Best wall time of each function over `repeats` rounds that run them in turn.
 
@@ -347,8 +353,7 @@ def main(argv):
                f"GB/s" for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16))]
       reads.append(f"{variant}, batch {batch}, {positions} positions: {', '.join(rates)}")
       for batch in map(int, _BATCH_SIZES.value):
-        prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
-        lens = np.full((batch,), prompt_len)
+        prompts, lens = bench_prompts(cfg, batch, prompt_len)
         sampler.generate(params, prompts, lens, jax.random.key(0))  # Compile.
         timed = {"sampler": functools.partial(
             lambda *args: sampler.generate(*args).tokens, params, prompts, lens,
