@@ -34,20 +34,20 @@ _MODELS = {
         num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=3072,
         rope_theta=1_000_000.0, tie_embeddings=True, qk_norm=True,
         norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="bfloat16", compute_dtype="bfloat16",
+        param_dtype="float32", compute_dtype="bfloat16",
         remat=True),
     "qwen2.5_0.5b": dict(
         family="qwen2", vocab_size=151_936, embed_dim=896, num_layers=24,
         num_heads=14, num_kv_heads=2, head_dim=64, mlp_dim=4864,
         rope_theta=1_000_000.0, tie_embeddings=True, qkv_bias=True,
         norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="bfloat16", compute_dtype="bfloat16",
+        param_dtype="float32", compute_dtype="bfloat16",
         remat=True),
     "llama3_8b": dict(
         family="llama", vocab_size=128_256, embed_dim=4096, num_layers=32,
         num_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14_336,
         rope_theta=500_000.0, tie_embeddings=False, norm_eps=1e-5,
-        max_seq_len=16_384, param_dtype="bfloat16", compute_dtype="bfloat16",
+        max_seq_len=16_384, param_dtype="float32", compute_dtype="bfloat16",
         remat=True),
 }
 
@@ -91,7 +91,11 @@ def _model_config(variant):
   m.qkv_bias = False  # Biases on q/k/v projections (Qwen2).
   m.qk_norm = False  # Per-head RMSNorm on queries and keys (Qwen3).
   m.max_seq_len = 512  # Longest prompt + completion the model will see.
-  m.param_dtype = "float32"  # Storage dtype of parameters: float32 | bfloat16.
+  # Storage dtype of parameters and of AdamW's moments: float32 | bfloat16. Keep
+  # float32 (master weights) and compute in bfloat16: at the recipe's lr 5e-7 an
+  # AdamW update is far below one bfloat16 ulp of a weight, so bfloat16
+  # parameters barely move (config.validate warns).
+  m.param_dtype = "float32"
   m.compute_dtype = "float32"  # Activation/matmul dtype: float32 | bfloat16.
   m.fp32_lm_head = True  # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
   m.remat = False  # Rematerialise each block in the backward pass (saves memory).
@@ -190,6 +194,9 @@ def get_config(arg=None):
   # in rl/schedules.py).
   c.sampling.num_slots = 0
   c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
+  # Dtype of the sampler's KV cache: float32 | bfloat16. Accelerators keep it in
+  # bfloat16 (half the bytes every decode step reads); CPUs compute in float32.
+  c.sampling.kv_cache_dtype = "float32" if cpu else "bfloat16"
   c.sampling.interruption = ml_collections.ConfigDict()
   c.sampling.interruption.enabled = not cpu  # Thinking-budget interruptions (§5).
   c.sampling.interruption.thinking_budget_min = 10_000  # Budget drawn per sequence

@@ -16,6 +16,7 @@ are invalid; a new choice is registered where it is implemented.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, Collection, Optional, Union
 
 import ml_collections
@@ -156,6 +157,7 @@ RULES: dict[str, Rule] = {
     "sampling.max_new_tokens": _POS_INT,
     "sampling.num_slots": _NONNEG_INT,
     "sampling.decode_steps_per_call": _POS_INT,
+    "sampling.kv_cache_dtype": _one_of(transformer.DTYPES),
     "sampling.interruption.thinking_budget_min": _POS_INT,
     "sampling.interruption.thinking_budget_max": _POS_INT,
     "sampling.interruption.answer_budget": _POS_INT,
@@ -356,3 +358,20 @@ def validate(config: ml_collections.ConfigDict, num_devices: Optional[int] = Non
   """
   _check_fields(config)
   _check_relations(config, num_devices)
+  _warn_bfloat16_master(config)
+
+
+class PrecisionWarning(UserWarning):
+  """A valid config whose numerics will quietly waste the run."""
+
+
+def _warn_bfloat16_master(config: ml_collections.ConfigDict) -> None:
+  """bfloat16 parameters under AdamW: updates below one ulp are lost (tests/precision_test.py)."""
+  if config.model.param_dtype != "bfloat16":
+    return
+  warnings.warn(
+      f"model.param_dtype='bfloat16': AdamW updates the bfloat16 weights themselves, and an "
+      f"update at optim.learning_rate={config.optim.learning_rate:g} is far below one "
+      f"bfloat16 ulp of a typical weight (2^-8 of it), so most entries never change. Keep "
+      f"model.param_dtype='float32' (master weights) with model.compute_dtype='bfloat16'.",
+      PrecisionWarning, stacklevel=3)

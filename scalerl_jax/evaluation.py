@@ -18,12 +18,25 @@ import numpy as np
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.rollouts import completion_texts
+from scalerl_jax.sampling import sampler as sampler_lib
 from scalerl_jax.sampling.sampler import Sampler
 
 
 def validation_key(config: ml_collections.ConfigDict) -> jax.Array:
   """The PRNG key of every validation of a run (the trainer's and a checkpoint's)."""
   return jax.random.key(config.seed + 2)
+
+
+def prompts_per_batch(config: ml_collections.ConfigDict, samples: int) -> int:
+  """Validation prompts generated at once: as many rows as a train step's batch."""
+  rows = config.data.prompts_per_step * config.data.generations_per_prompt
+  return max(1, rows // samples)
+
+
+def num_slots(config: ml_collections.ConfigDict, batch_divisor: int) -> int:
+  """Sampler slots of one validation batch on a `batch_divisor`-way batch sharding."""
+  samples = config.trainer.eval_samples
+  return sampler_lib.generate_slots(prompts_per_batch(config, samples) * samples, batch_divisor)
 
 
 def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.PromptBatch],

@@ -19,6 +19,7 @@ import jax
 import ml_collections
 
 from scalerl_jax import config as config_lib
+from scalerl_jax import evaluation
 from scalerl_jax import sharding
 from scalerl_jax import warm_start
 from scalerl_jax.data import pipeline as pipeline_lib
@@ -116,9 +117,8 @@ class Experiment:
     num_prompts = num_prompts or t.eval_num_prompts
     samples = samples or t.eval_samples
     records = self.prompts("val")[:num_prompts]
-    rows = self.config.data.prompts_per_step * self.config.data.generations_per_prompt
     return pipeline_lib.eval_batches(self.config, records, self.tok,
-                                     max(1, rows // samples), samples)
+                                     evaluation.prompts_per_batch(self.config, samples), samples)
 
 
 class _LibraryInfoFilter(pylogging.Filter):

@@ -55,6 +55,7 @@ from jax.sharding import AbstractMesh, PartitionSpec
 
 from scalerl_jax import compute
 from scalerl_jax import config as config_lib
+from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
@@ -187,6 +188,36 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
   return cfg.num_layers * size(block) + head
 
 
+def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
+                   rows: int, width: int, cache_len: int, kv_bytes: int) -> tuple[int, int]:
+  """Temporaries of a prefill of `rows` prompts of `width` tokens, and of one decode step.
+
+  A prefill builds a fresh cache of `width` positions for every layer and the
+  slots' new per-token records, and holds one layer's activations at a time
+  (its float32 attention scores the largest). A decode step holds the float32
+  logits of every slot a few times over (the LM head, the softmax, the draw)
+  and one layer's scores over the cache.
+  """
+  c = np.dtype(cfg.dtype).itemsize
+  k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
+
+  def size(items):
+    return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
+               for shape, axes, nbytes in items)
+
+  rows_axes = ("act_batch", "act_kv_heads", None, None)
+  cache = [((rows, k, e, width), rows_axes, kv_bytes)] * (2 * cfg.num_layers)
+  records = [((rows, cache_len), ("act_batch", None), 21)]  # tokens..uniform, 4+4+4+4+1+4 B.
+  layer = [((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),
+           ((rows, width, k, q + 2, e), ("act_batch", None, "act_kv_heads", None, None), c),
+           ((rows, k, width * q, width), rows_axes, 4),
+           ((rows, k, width * q, width), rows_axes, c),
+           ((rows, width, 3 * cfg.mlp_dim), ("act_batch", None, "act_mlp"), c)]
+  logits = ((rows, cfg.vocab_size), ("act_batch", "act_vocab"), 4)
+  scores = ((rows, k, q, cache_len), ("act_batch", "act_kv_heads", None, None), 4)
+  return size(cache + records + layer), size([logits] * 3 + [scores])
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """Per-device bytes and per-step FLOPs of one config on one mesh."""
@@ -208,6 +239,17 @@ class Plan:
   rows_per_device: int  # ceil(train_rows / microbatches / batch-axis ways).
   generation_flops: int
   train_flops: int
+  batch: int = 0  # The train step's input arrays.
+  prepared_rest: int = 0  # Embedding, LM head and final norm in the regrouped weights.
+  prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
+  decode_temps: int = 0  # One decode step over every slot.
+  val_slot_state: int = 0  # Validation's slots (KV cache and records).
+  val_prefill_temps: int = 0
+  val_decode_temps: int = 0
+
+  @property
+  def slot_state(self) -> int:
+    return self.kv_cache + self.slot_records
 
   @property
   def activations(self) -> int:
@@ -274,13 +316,27 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
                                params["layers"])
 
   s = config.sampling
-  settings = SamplingSettings(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens)
+  settings = SamplingSettings(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
+                              kv_cache_dtype=s.kv_cache_dtype)
   state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, num_slots, 1))
   state_specs = jax.tree.map(lambda sh: sh.spec,
                              slots.state_shardings(mesh, rules, cfg.num_layers))
   kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
 
   seq_len = settings.cache_len
+  divisor = sharding.batch_divisor(mesh, rules)
+  val_slots = evaluation.num_slots(config, divisor)
+  val_state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, val_slots, 1))
+  kv_bytes = np.dtype(transformer.DTYPES[s.kv_cache_dtype]).itemsize
+  temps = functools.partial(_sampler_temps, cfg, mesh, rules, width=s.max_prompt_len,
+                            cache_len=seq_len, kv_bytes=kv_bytes)
+  rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
+  batch_bytes = shard_elements((rows, seq_len), rows_spec, mesh) * 12 + rows * 4
+  head = {"embedding": params["embedding"], "final_norm": params["final_norm"]["scale"],
+          "head": params["embedding"] if cfg.tie_embeddings else params["lm_head"]}
+  head_specs = {"embedding": param_specs["embedding"],
+                "final_norm": param_specs["final_norm"]["scale"],
+                "head": param_specs["embedding"] if cfg.tie_embeddings else param_specs["lm_head"]}
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
@@ -299,7 +355,50 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
       rows_per_device=-(-rows // microbatches // batch_ways),
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
-      train_flops=compute.train_flops(cfg, [seq_len] * rows))
+      train_flops=compute.train_flops(cfg, [seq_len] * rows),
+      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh),
+      prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
+      val_slot_state=tree_bytes(val_state, state_specs, mesh),
+      val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+  """Bytes of one compiled program on one device, as XLA's buffer assignment counts them."""
+  arguments: int
+  outputs: int
+  aliased: int  # Outputs written into donated arguments.
+  temporaries: int
+
+  @property
+  def peak(self) -> int:
+    return self.arguments + self.outputs - self.aliased + self.temporaries
+
+
+def program_estimates(config: ml_collections.ConfigDict, num_devices: int) -> dict[str, Memory]:
+  """The planner's bytes per device of each program a run compiles (`scalerl_jax.aot`).
+
+  train_step's arguments are the train state and the batch, its outputs the
+  state again (donated) and its temporaries the gradients, their accumulator
+  and the activations. The sampler's programs take the regrouped weights and
+  the slot state (donated), and their temporaries are one prefill's fresh
+  cache and activations, or one decode step's logits.
+  """
+  p = make_plan(config, num_devices)
+  state = p.params + p.opt_state
+  return {
+      "train_step": Memory(state + p.batch, state, state,
+                           p.grads + p.grad_accum + p.activations),
+      "prepare": Memory(p.params, p.decode_weights + p.prepared_rest, 0, 0),
+      "prefill": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
+                        p.slot_state, p.prefill_temps),
+      "decode": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
+                       p.slot_state, p.decode_temps),
+      "val_prefill": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
+                            p.val_slot_state, p.val_slot_state, p.val_prefill_temps),
+      "val_decode": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
+                           p.val_slot_state, p.val_slot_state, p.val_decode_temps),
+  }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,39 +66,58 @@ from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.sampling import selection
 
-def init_train_state(optimizer, params: Any, param_shardings: Any,
-                     mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
-  """A fresh TrainState on the mesh, and its shardings.
+def train_state_shardings(optimizer, params: Any, param_shardings: Any,
+                          mesh: jax.sharding.Mesh) -> train_step_lib.TrainState:
+  """Where the TrainState of `params` (arrays or their shapes) lives on the mesh.
 
   The optimizer's moments are sharded like their parameters and its step
   counts replicated (`sharding.opt_state_shardings`), so FSDP shards the
   AdamW state too instead of replicating it on every device.
   """
   replicated = NamedSharding(mesh, PartitionSpec())
-  shardings = train_step_lib.TrainState(
+  return train_step_lib.TrainState(
       step=replicated, params=param_shardings,
       opt_state=sharding.opt_state_shardings(optimizer, params, param_shardings, replicated))
+
+
+def init_train_state(optimizer, params: Any, param_shardings: Any,
+                     mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
+  """A fresh TrainState on the mesh, and its shardings (`train_state_shardings`)."""
+  shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
   init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=optimizer),
                  out_shardings=shardings)
   return init(params), shardings
 
 
-def make_train_step(exp: Experiment, optimizer, state_shardings):
-  """The jitted train step with explicit shardings and a donated state."""
-  config = exp.config
+def jit_train_step(config: ml_collections.ConfigDict, model, mesh: jax.sharding.Mesh,
+                   rules: sharding.Rules, optimizer, state_shardings):
+  """The jitted train step with explicit shardings and a donated state.
+
+  Returns:
+    (step, batch_shardings): `step(state, batch)`, to be called (or lowered)
+    inside `sharding.activate(mesh, rules)`, and the sharding of each batch
+    array. `launch/compile.py` lowers this same function for a TPU slice.
+  """
   spec = train_step_lib.StepSpec(
-      model=exp.model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
+      model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
       adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
       num_prompts=config.data.prompts_per_step,
       num_generations=config.data.generations_per_prompt,
       temperature=selection.logprob_temperature(config.sampling.temperature),
       microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
-  batch_sh = {k: sharding.batch_sharding(exp.mesh, exp.rules, 2)
+  batch_sh = {k: sharding.batch_sharding(mesh, rules, 2)
               for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
-  batch_sh["rewards_PxG"] = sharding.named_sharding(exp.mesh, exp.rules, (None, None))
+  batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
   step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec),
                  in_shardings=(state_shardings, batch_sh), out_shardings=(state_shardings, None),
                  donate_argnums=0)
+  return step, batch_sh
+
+
+def make_train_step(exp: Experiment, optimizer, state_shardings):
+  """`jit_train_step` for the experiment, taking host batches."""
+  step, batch_sh = jit_train_step(exp.config, exp.model, exp.mesh, exp.rules, optimizer,
+                                  state_shardings)
 
   divisor = sharding.batch_divisor(exp.mesh, exp.rules)
 

@@ -188,12 +188,15 @@ def test_fit_against_a_made_up_chip():
   assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)
 
 
-def test_optimizer_moments_stay_in_bfloat16_for_qwen3():
+def test_qwen3_keeps_float32_master_weights_and_moments():
   p = plan.make_plan(scalerl.get_config("qwen3_0.6b"), 8)
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
   cfg = transformer.ModelConfig.from_config(scalerl.get_config("qwen3_0.6b").model)
-  assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 2
+  assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 4
   assert p.opt_state == 2 * p.params + 8
+  # The sampler's regrouped layers are a bfloat16 copy: 28 x 15,730,688 / 8 x 2 B
+  # (q, k, v, o, gate, up, down; norms replicated).
+  assert p.decode_weights == 28 * (15_728_640 // 8 + 2 * 1024 + 2 * 128) * 2
   assert p.num_slots == 2 * 48 * 16
 
 

@@ -75,6 +75,11 @@ def _pow2_at_least(n: int) -> int:
   return 1 << max(n - 1, 0).bit_length()
 
 
+def generate_slots(batch: int, divisor: int) -> int:
+  """Slots `Sampler.generate` runs `batch` prompts in, on a `divisor`-way batch sharding."""
+  return -(-_pow2_at_least(batch) // divisor) * divisor
+
+
 def _as_key(rng: jax.Array) -> jax.Array:
   """Accepts typed keys and legacy uint32[2] keys."""
   if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
@@ -139,6 +144,37 @@ class Sampler:
     if isinstance(params, PreparedParams):
       return params
     return PreparedParams(self._call(self._prepare, params))
+
+  # Abstract use: compiling the programs without running them (scalerl_jax/aot.py).
+
+  def lower(self, program: str, *args, **static) -> jax.stages.Lowered:
+    """Lowers `program` ("prepare", "start" or "advance") for `args`, as a call would run it.
+
+    The arguments may be abstract (`jax.ShapeDtypeStruct`s with shardings, as
+    from `state_shape` and `prepared_shape`), so nothing is allocated; `start`
+    takes the padded arguments of `slots.start` (what `Sampler.start` passes).
+    """
+    fn = {"prepare": self._prepare, "start": self._start, "advance": self._advance}[program]
+    with sharding.activate(self.mesh, self.rules):
+      return fn.lower(*args, **static)
+
+  def state_shape(self, num_slots: int, meta_width: int = 1) -> SlotState:
+    """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
+    shapes = jax.eval_shape(self._empty, num_slots, meta_width)
+    shardings = slots.state_shardings(self.mesh, self.rules, self.model_cfg.num_layers)
+    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                        shapes, shardings)
+
+  def prepared_shape(self, params: Any) -> Any:
+    """`prepare(params).weights` as sharded ShapeDtypeStructs, for abstract `params`.
+
+    The regrouped weights take the layout the compiler gives `prepare`'s
+    outputs, so this compiles `prepare` (not run).
+    """
+    compiled = self.lower("prepare", params).compile()
+    shapes = jax.eval_shape(self._prepare, params)
+    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                        shapes, compiled.output_shardings)
 
   # Slot interface.
 
@@ -298,7 +334,7 @@ class Sampler:
     b = len(lens_B)
     meta_shape = () if meta is None else np.asarray(meta).shape
     meta_BxM = self._check_meta(meta, b, meta_shape[1] if len(meta_shape) == 2 else 1)
-    num_slots = -(-_pow2_at_least(b) // self._divisor) * self._divisor
+    num_slots = generate_slots(b, self._divisor)
     params = self.prepare(params)
     state = self.init_state(num_slots, meta_BxM.shape[1])
     state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxM)

@@ -27,6 +27,7 @@ class SamplingSettings:
   decode_steps_per_call: int = 16  # Default `num_steps` of `Sampler.advance`.
   eos_ids: tuple[int, ...] = ()  # Tokens that end a sequence (kept, mask 1); () = none.
   pad_id: int = 0  # Fills positions after a sequence's end.
+  kv_cache_dtype: str = "float32"  # A key of transformer.DTYPES.
   interruption: InterruptionSettings = InterruptionSettings()
 
   @classmethod
@@ -50,6 +51,7 @@ class SamplingSettings:
         max_prompt_len=int(s.max_prompt_len), max_new_tokens=int(s.max_new_tokens),
         num_slots=int(s.num_slots), decode_steps_per_call=int(s.decode_steps_per_call),
         eos_ids=tuple(int(t) for t in eos_ids), pad_id=int(pad_id),
+        kv_cache_dtype=str(s.kv_cache_dtype),
         interruption=InterruptionSettings.from_config(
             s.interruption, tuple(phrase_ids), think_close_id))
 

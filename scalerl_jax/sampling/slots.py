@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.models.transformer import DTYPES, ModelConfig
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.selection import select_tokens
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -107,7 +107,7 @@ def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: i
   n, s = num_slots, settings.cache_len
   rows_pos = (n, s)
   return SlotState(
-      cache=decode.init_cache(model_cfg, n, s),
+      cache=decode.init_cache(model_cfg, n, s, DTYPES[settings.kv_cache_dtype]),
       tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
       logp=jnp.zeros(rows_pos, jnp.float32), logp_sampling=jnp.zeros(rows_pos, jnp.float32),
       version=jnp.full(rows_pos, NO_VERSION, jnp.int32), mask=jnp.zeros(rows_pos, bool),
@@ -151,7 +151,7 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   pos_nxL = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
   # The logits are unused, so XLA drops the LM head from this program.
   _, fresh = decode.forward(model_cfg, weights, prompts_nxL, pos_nxL,
-                            decode.init_cache(model_cfg, n, p))
+                            decode.init_cache(model_cfg, n, p, DTYPES[settings.kv_cache_dtype]))
   if in_order:
     valid_n = slot_ids_n < state.length.shape[0]
 

@@ -1,0 +1,43 @@
+"""Compiles a run's programs for a TPU slice with the TPU compiler, no TPU needed.
+
+  pip install "jax[tpu]==0.10.2"   # libtpu 0.0.42.1, the TPU compiler
+  python -m launch.compile --config=configs/scalerl.py:variant=qwen3_0.6b --topology=v5p:4x4x4
+  python -m launch.compile --config=configs/scalerl.py:variant=llama3_8b \
+      --config.mesh.shape='(1,-1,4)' --topology=v5e:16x16 --programs=train_step,decode
+
+Prints, per chip, the compiler's argument, output, temporary and peak bytes of
+every program a run executes (scalerl_jax/aot.py lists them), the planner's
+estimate beside each, what the rest of the run keeps allocated meanwhile, and
+whether it fits, with the compiler's own message when it refuses.
+"""
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from scalerl_jax import aot
+from scalerl_jax import config as config_lib
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",
+    lock_config=True)
+_TOPOLOGY = flags.DEFINE_string("topology", None, f"TPU slice: {aot.TOPOLOGY_FORMS}.")
+_PROGRAMS = flags.DEFINE_list("programs", [], "Programs to compile (default all).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if _CONFIG.value is None or not _TOPOLOGY.value:
+    raise app.UsageError("--config and --topology are required")
+  try:
+    results, chip, mesh_shape = aot.compile_for_slice(
+        _CONFIG.value, _TOPOLOGY.value, _PROGRAMS.value or None,
+        progress=lambda line: print(line, flush=True))
+  except (aot.CompileError, config_lib.ConfigError) as e:
+    raise SystemExit(f"launch.compile: {e}") from None
+  print(aot.format_report(results, chip, mesh_shape, _TOPOLOGY.value), end="")
+
+
+if __name__ == "__main__":
+  app.run(main)

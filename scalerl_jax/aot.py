@@ -1,0 +1,287 @@
+"""Compiles a run's programs for a TPU slice you do not have (`launch/compile.py`).
+
+libtpu's compiler runs on any machine: `jax.experimental.topologies` describes
+the chips of a named slice, the config's mesh is laid over them, and every
+program a run executes is lowered from abstract inputs (no weights are
+allocated) and compiled by the TPU compiler. The programs are the trainer's
+own jitted functions, built by the same code `launch.train` uses:
+
+  train_step  `trainer.jit_train_step` (microbatches, remat, chunked log-probs)
+  prepare     the sampler's once-per-phase weight regroup (`Sampler.prepare`)
+  prefill     `Sampler.start` filling every slot at once (the largest prefill)
+  decode      `Sampler.advance` over the whole cache
+  val_prefill / val_decode  the same on validation's batch (`evaluation`)
+
+For each, the compiler's bytes per chip (`memory_analysis`) and what the other
+phase keeps allocated beside it (exact, from the arrays' shardings) decide
+whether the run fits; `scalerl_jax.plan` estimates the same numbers without a
+compiler, and the report puts the two side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import math
+import os
+import re
+import time
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from scalerl_jax import config as config_lib
+from scalerl_jax import evaluation
+from scalerl_jax import optim
+from scalerl_jax import plan as plan_lib
+from scalerl_jax import sharding
+from scalerl_jax import trainer
+from scalerl_jax.models import transformer
+from scalerl_jax.rl import schedules
+from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.sampling.sampler import Sampler
+
+# The exact install that brings the TPU compiler (libtpu 0.0.42.1) for the JAX
+# this package is tested with; README.md quotes it.
+INSTALL = 'pip install "jax[tpu]==0.10.2"'
+# TPU generation in a slice name -> plan.ACCELERATORS key (HBM and peak FLOP/s).
+GENERATIONS = {"v5e": "tpu_v5e", "v5p": "tpu_v5p", "v6e": "tpu_v6e"}
+TOPOLOGY_FORMS = ("v5e:<X>x<Y> (e.g. v5e:2x2, v5e:4x8, v5e:16x16), "
+                  "v5p:<X>x<Y>x<Z> (e.g. v5p:2x2x1, v5p:4x4x4, v5p:8x8x8), "
+                  "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16); "
+                  "chip counts are multiples of 4 (one host)")
+_TOPOLOGY = re.compile(r"^(v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
+
+
+class CompileError(ValueError):
+  """A slice that cannot be compiled for: bad name or no TPU compiler installed."""
+
+
+def slice_devices(topology: str) -> tuple[list[Any], plan_lib.Accelerator]:
+  """The chips of the named slice (no TPU needed) and their published figures.
+
+  Raises:
+    CompileError: the name is not a v5e / v5p / v6e slice (the message lists
+      the valid forms), or libtpu is not installed (it says how to install it).
+  """
+  match = _TOPOLOGY.match(topology)
+  three_d = match is not None and match.group(4) is not None
+  if match is None or three_d != (match.group(1) == "v5p"):
+    raise CompileError(f"--topology={topology!r}: expected one of {TOPOLOGY_FORMS}")
+  if importlib.util.find_spec("libtpu") is None:
+    raise CompileError(f"the TPU compiler (libtpu) is not installed; install it with {INSTALL}")
+  # libtpu allows one process per machine unless told otherwise; compiling
+  # touches no chip, so tests and a running compile may share it.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  try:
+    desc = topologies.get_topology_desc(topology_name=topology, platform="tpu")
+  except Exception as e:  # pylint: disable=broad-except
+    raise CompileError(f"--topology={topology!r}: libtpu refused it ({str(e).splitlines()[0]}); "
+                       f"expected one of {TOPOLOGY_FORMS}") from None
+  return list(desc.devices), plan_lib.ACCELERATORS[GENERATIONS[match.group(1)]]
+
+
+Memory = plan_lib.Memory
+
+
+def compiled_memory(compiled: Any) -> Memory:
+  """The compiler's buffer assignment of `compiled`, per chip."""
+  m = compiled.memory_analysis()
+  return Memory(int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
+                int(m.alias_size_in_bytes), int(m.temp_size_in_bytes))
+
+
+@dataclasses.dataclass
+class Result:
+  """One program compiled for the slice, against the planner's estimate."""
+  name: str
+  estimate: Memory  # scalerl_jax.plan's.
+  beside: int  # Bytes the rest of the run keeps allocated while this runs.
+  compiled: Optional[Memory] = None
+  compile_s: float = 0.0
+  error: str = ""  # The compiler's message when it refused.
+  cost: Optional[dict] = None  # The compiler's cost analysis (flops, bytes accessed).
+
+  def fits(self, hbm: float) -> bool:
+    return self.compiled is not None and self.compiled.peak + self.beside <= hbm
+
+
+def _shard_bytes(tree: Any) -> int:
+  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+             for x in jax.tree.leaves(tree))
+
+
+def _abstract(tree: Any, shardings: Any) -> Any:
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+@dataclasses.dataclass
+class _Programs:
+  """Each program as a thunk returning its `Lowered`, with its bytes beside."""
+  lower: dict[str, Callable[[], Any]]
+  beside: dict[str, int]
+
+
+def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
+  """The run's programs on `mesh`, built by the trainer's and the sampler's own code."""
+  model_cfg = transformer.ModelConfig.from_config(config.model)
+  model = transformer.Transformer(model_cfg)
+  param_sh = sharding.param_shardings(model, mesh, rules)
+  tokens = np.zeros((1, 1), np.int32)
+  params = _abstract(nn.unbox(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), tokens)["params"])), param_sh)
+  optimizer = optim.make_optimizer(config.optim)
+  state_sh = trainer.train_state_shardings(optimizer, params, param_sh, mesh)
+  train_state = _abstract(jax.eval_shape(
+      functools.partial(train_step_lib.init_state, optimizer=optimizer), params), state_sh)
+  step, batch_sh = trainer.jit_train_step(config, model, mesh, rules, optimizer, state_sh)
+  p, g = config.data.prompts_per_step, config.data.generations_per_prompt
+  s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
+  batch = {"tokens_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.int32),
+           "mask_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
+           "gen_logp_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
+           "rewards_PxG": jax.ShapeDtypeStruct((p, g), jnp.float32)}
+  batch = _abstract(batch, batch_sh)
+
+  # Token ids only shape constants baked into the programs; the phrase's
+  # length is a stand-in (one id per word) that no buffer depends on.
+  phrase = (3,) * len(config.sampling.interruption.phrase.split())
+  sampler = Sampler.from_config(config, mesh, rules, eos_ids=(1,), pad_id=0,
+                                think_close_id=2, phrase_ids=phrase)
+  weights = sampler.prepared_shape(params)
+  num_slots = schedules.num_slots(config)
+  slots = sampler.state_shape(num_slots, meta_width=1)
+  val_slots = sampler.state_shape(
+      evaluation.num_slots(config, sharding.batch_divisor(mesh, rules)), meta_width=1)
+  width = config.sampling.max_prompt_len
+
+  def prefill(state):
+    n = state.length.shape[0]
+    rows = sharding.named_sharding(mesh, rules, ("act_batch",))
+    rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
+    return lambda: sampler.lower(
+        "start", state, weights, jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
+        jax.ShapeDtypeStruct((n, width), jnp.int32, sharding=rows_len),
+        jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
+        jax.ShapeDtypeStruct((n, 1), jnp.int32, sharding=rows_len),
+        jax.random.key(0), in_order=True)
+
+  def decode(state):
+    return lambda: sampler.lower("advance", state, weights, np.int32(0), np.int32(1), window=0)
+
+  def train():
+    with sharding.activate(mesh, rules):
+      return step.lower(train_state, batch)
+
+  held = {"train_state": _shard_bytes(train_state), "slots": _shard_bytes(slots),
+          "weights": _shard_bytes(weights), "opt_state": _shard_bytes(train_state.opt_state)}
+  return _Programs(
+      lower={"train_step": train, "prepare": lambda: sampler.lower("prepare", params),
+             "prefill": prefill(slots), "decode": decode(slots),
+             "val_prefill": prefill(val_slots), "val_decode": decode(val_slots)},
+      # While a program runs, the rest of the run holds: the train state during
+      # generation (its params are the prepare's argument), the rollout slots
+      # during training and validation (slots survive between phases), the
+      # regrouped weights during validation's decode.
+      beside={"train_step": held["slots"],
+              "prepare": held["slots"] + held["opt_state"],
+              "prefill": held["train_state"], "decode": held["train_state"],
+              "val_prefill": held["train_state"] + held["slots"],
+              "val_decode": held["train_state"] + held["slots"]})
+
+
+def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
+                      only: Optional[list[str]] = None,
+                      progress: Callable[[str], None] = lambda _: None) -> tuple[list[Result], plan_lib.Accelerator, dict]:
+  """Compiles every program of `config` for the named slice.
+
+  Args:
+    config: an experiment config; `config.mesh.shape`'s -1 takes the slice's chips.
+    topology: a slice name (`TOPOLOGY_FORMS`).
+    only: program names to compile (default all).
+    progress: called with a line before each compile.
+
+  Returns:
+    (results in program order, the chip's published figures, the mesh shape).
+
+  Raises:
+    CompileError: bad topology or no libtpu.
+    ConfigError: the config does not fit the slice's chip count.
+  """
+  devices, chip = slice_devices(topology)
+  config_lib.validate(config, num_devices=len(devices))
+  mesh = sharding.make_mesh(config.mesh, devices)
+  rules = sharding.logical_rules(config.mesh)
+  programs = _programs(config, mesh, rules)
+  estimates = plan_lib.program_estimates(config, len(devices))
+  results = []
+  for name, lower in programs.lower.items():
+    if only and name not in only:
+      continue
+    progress(f"compiling {name} for {topology} ({len(devices)} chips)")
+    result = Result(name, estimates[name], programs.beside[name])
+    start = time.perf_counter()
+    try:
+      compiled = lower().compile()
+      result.compiled = compiled_memory(compiled)
+      result.cost = _cost(compiled)
+    except Exception as e:  # pylint: disable=broad-except
+      if "RESOURCE_EXHAUSTED" not in str(e) and "memory" not in str(e).lower():
+        raise
+      result.error = _first_lines(str(e))
+    result.compile_s = time.perf_counter() - start
+    results.append(result)
+  return results, chip, dict(mesh.shape)
+
+
+def _cost(compiled: Any) -> dict:
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return {k: float(v) for k, v in (cost or {}).items()
+          if k in ("flops", "bytes accessed", "optimal_seconds")}
+
+
+def _first_lines(message: str, n: int = 3) -> str:
+  lines = [l.strip() for l in message.splitlines() if l.strip()]
+  return " | ".join(lines[:n])
+
+
+def format_report(results: list[Result], chip: plan_lib.Accelerator, mesh_shape: dict,
+                  topology: str) -> str:
+  """Per-chip bytes of every program: compiler, planner, their ratio, and the fit."""
+  gb = lambda n: f"{n / plan_lib.GB:8.3f}"
+  lines = [f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
+           f"({chip.hbm_bytes / plan_lib.GB:.0f} GB HBM each), mesh {mesh_shape}", "",
+           "Per chip, GB (compiler | planner estimate):",
+           f"  {'program':12s} {'args':>8s} {'outputs':>8s} {'aliased':>8s} {'temps':>8s} "
+           f"{'peak':>8s} | {'plan':>8s} {'ratio':>6s} | {'beside':>8s} {'total':>8s} "
+           f"{'fits':>5s} {'compile':>8s}"]
+  for r in results:
+    est = r.estimate.peak
+    if r.compiled is None:
+      lines.append(f"  {r.name:12s} {'refused':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} | "
+                   f"{gb(est)} {'':>6s} | {gb(r.beside)} {'':>8s} {'no':>5s} "
+                   f"{r.compile_s:7.1f}s")
+      lines.append(f"      compiler: {r.error}")
+      continue
+    c = r.compiled
+    lines.append(
+        f"  {r.name:12s} {gb(c.arguments)} {gb(c.outputs)} {gb(c.aliased)} {gb(c.temporaries)} "
+        f"{gb(c.peak)} | {gb(est)} {est / max(c.peak, 1):6.2f} | {gb(r.beside)} "
+        f"{gb(c.peak + r.beside)} {'yes' if r.fits(chip.hbm_bytes) else 'no':>5s} "
+        f"{r.compile_s:7.1f}s")
+  fits = all(r.fits(chip.hbm_bytes) for r in results)
+  lines += ["", f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
+            f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
+            f"{chip.hbm_bytes / plan_lib.GB:.0f} GB per chip.",
+            "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
+            "(exact, from the shardings)."]
+  return "\n".join(lines) + "\n"
