@@ -99,6 +99,10 @@ def _model_config(variant):
   m.compute_dtype = "float32"  # Activation/matmul dtype: float32 | bfloat16.
   m.fp32_lm_head = True  # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
   m.remat = False  # Rematerialise each block in the backward pass (saves memory).
+  # Training and prefill attention (models/attention.py): plain | blockwise |
+  # splash (Pallas, TPU) | cudnn (GPU, bfloat16) | auto: splash on TPU, cudnn
+  # on GPU in bfloat16, else plain below 2048 positions and blockwise above.
+  m.attention = "auto"
   m.hf_path = ""  # Local HF checkpoint directory; "" = random init / warm start.
   m.update(_MODELS[variant])
   return m

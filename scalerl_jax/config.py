@@ -25,6 +25,7 @@ from scalerl_jax import optim
 from scalerl_jax.data import chat_template
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import sources
+from scalerl_jax.models import attention
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import transformer
 from scalerl_jax.rewards import registry as verifiers
@@ -113,6 +114,7 @@ RULES: dict[str, Rule] = {
     "model.max_seq_len": _POS_INT,
     "model.param_dtype": _one_of(transformer.DTYPES),
     "model.compute_dtype": _one_of(transformer.DTYPES),
+    "model.attention": _one_of(attention.choices),
     # mesh
     "mesh.axes": _rule(tuple, lambda v: len(v) > 0 and all(isinstance(a, str) for a in v)
                        and len(set(v)) == len(v), "must be distinct axis names"),

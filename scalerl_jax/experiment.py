@@ -74,7 +74,7 @@ class Experiment:
       model_cfg = hf_io.read_config(
           config.model.hf_path, param_dtype=config.model.param_dtype,
           compute_dtype=config.model.compute_dtype, fp32_lm_head=config.model.fp32_lm_head,
-          remat=config.model.remat)
+          remat=config.model.remat, attention=config.model.attention)
       _sync_model_config(config, model_cfg)
       config_lib.validate(config, num_devices=jax.device_count())
     else:

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from scalerl_jax.models import attention as attention_lib
+
 # The choices of `config.model.param_dtype` / `compute_dtype`, and of
 # `config.model.rope_scaling.type`.
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -70,6 +72,7 @@ class ModelConfig:
   fp32_lm_head: bool = True
   remat: bool = False
   family: str = "llama"
+  attention: str = attention_lib.AUTO
 
   @classmethod
   def from_config(cls, m: Any) -> "ModelConfig":
@@ -168,6 +171,18 @@ def attention(q_BxTxKxQxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: j
   return out_BxKxMxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
 
 
+@attention_lib.register_attention("plain")
+def plain_attention(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
+                    segment_ids_BxT: Optional[jax.Array] = None, *, dtype) -> jax.Array:
+  """`attention` behind the interface of models/attention.py: [B, T, T] scores."""
+  b, t, h, e = q_BxTxHxE.shape
+  k = k_BxTxKxE.shape[2]
+  out_BxTxKxQxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
+                            k_BxTxKxE.transpose(0, 2, 3, 1), v_BxTxKxE.transpose(0, 2, 1, 3),
+                            attention_lib.visible(segment_ids_BxT, b, t), dtype)
+  return out_BxTxKxQxE.reshape(b, t, h, e)
+
+
 class RMSNorm(nn.Module):
   """Root-mean-square norm, statistics in float32, learned scale."""
   eps: float
@@ -234,13 +249,10 @@ class Attention(nn.Module):
     q_BxTxHxE = nn.with_logical_constraint(
         apply_rope(q, pos_BxT, inv_freq), ("act_batch", "act_len", "act_heads", "head_dim"))
     k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
-    b, t = pos_BxT.shape
-    visible_BxTxT = pos_BxT[:, None, :] <= pos_BxT[:, :, None]
-    out_BxTxKxQxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
-                              k_BxTxKxE.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3),
-                              visible_BxTxT, cfg.dtype)
+    # Causal in token order (positions are 0..T-1 in every caller).
     out_BxTxHxE = nn.with_logical_constraint(
-        out_BxTxKxQxE.reshape(b, t, h, e), ("act_batch", "act_len", "act_heads", "head_dim"))
+        attention_lib.apply(cfg.attention, q_BxTxHxE, k_BxTxKxE, v, dtype=cfg.dtype),
+        ("act_batch", "act_len", "act_heads", "head_dim"))
     return Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
                  name="o")(out_BxTxHxE)
 
@@ -286,8 +298,8 @@ class Transformer(nn.Module):
 
     Args:
       tokens_BxT: int token ids.
-      pos_BxT: position of each token (rotary phase and causal order); defaults
-        to 0..T-1.
+      pos_BxT: position of each token (rotary phase); defaults to 0..T-1.
+        Attention is causal in token order (models/attention.py).
       return_hidden: stop before the final norm and LM head, which
         `output_logits` then applies to any slice of the result (chunked
         log-probs never hold all [B, T, V] logits).

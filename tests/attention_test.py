@@ -1,0 +1,147 @@
+"""Tests of scalerl_jax/models/attention.py: every kernel against `plain`."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from configs import scalerl
+from scalerl_jax import sharding
+from scalerl_jax.models import attention
+from scalerl_jax.models import transformer
+
+_F32 = jnp.float32
+
+
+def _qkv(b, t, h, k, e, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 3)
+  return (jax.random.normal(keys[0], (b, t, h, e)), jax.random.normal(keys[1], (b, t, k, e)),
+          jax.random.normal(keys[2], (b, t, k, e)))
+
+
+def _padding(lengths, t):
+  """Segment ids of right-padded rows: 1 on a row's tokens, 0 on its pads."""
+  return (jnp.arange(t)[None, :] < jnp.asarray(lengths)[:, None]).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward_and_grads(fn, q, k, v, seg):
+  # A fixed random cotangent, so that every output entry reaches the gradients.
+  w = jax.random.normal(jax.random.key(9), q.shape)
+  loss = lambda q, k, v: jnp.sum(fn(q, k, v, seg, dtype=_F32) * w)
+  return fn(q, k, v, seg, dtype=_F32), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+
+def _max_errors(fn, q, k, v, seg):
+  out, grads = _forward_and_grads(fn, q, k, v, seg)
+  ref_out, ref_grads = _forward_and_grads(transformer.plain_attention, q, k, v, seg)
+  return [float(jnp.max(jnp.abs(a - b))) for a, b in zip((out,) + grads, (ref_out,) + ref_grads)]
+
+
+@pytest.mark.parametrize("t,h,k,block,lengths", [
+    (40, 4, 2, 16, None),  # Grouped-query heads; 40 = 2.5 blocks (padded keys).
+    (40, 4, 2, 16, (40, 23)),  # A padded row.
+    (33, 3, 3, 64, (5, 33)),  # One block; multi-head, K = H.
+    (48, 4, 1, 8, (48, 9)),  # One kv head; many blocks.
+])
+def test_blockwise_equals_plain_forward_and_gradients(t, h, k, block, lengths):
+  q, kk, v = _qkv(2, t, h, k, 16)
+  seg = None if lengths is None else _padding(lengths, t)
+  fn = functools.partial(attention.blockwise, block_size=block)
+  assert max(_max_errors(fn, q, kk, v, seg)) < 1e-5
+
+
+def test_blockwise_padding_changes_padded_rows_only():
+  # The segment ids reach the kernel: pads see only pads, real tokens are
+  # unaffected by them (causality already hides right padding).
+  q, k, v = _qkv(1, 24, 2, 1, 8)
+  seg = _padding((10,), 24)
+  fn = functools.partial(attention.blockwise, dtype=_F32, block_size=8)
+  with_pads, without = fn(q, k, v, seg), fn(q, k, v, None)
+  np.testing.assert_allclose(with_pads[:, :10], without[:, :10], atol=1e-6)
+  assert float(jnp.max(jnp.abs(with_pads[:, 10:] - without[:, 10:]))) > 1e-2
+
+
+@pytest.mark.parametrize("t,h,k,lengths", [
+    (128, 2, 2, None),
+    (256, 2, 1, (256, 100)),  # MQA kernel; a padded row.
+    (200, 4, 2, None),  # Grouped-query heads; T padded to the 256 tile.
+])
+def test_splash_interpret_equals_plain_forward_and_gradients(t, h, k, lengths):
+  q, kk, v = _qkv(2, t, h, k, 64, seed=1)
+  seg = None if lengths is None else _padding(lengths, t)
+  fn = functools.partial(attention.splash, interpret=True)
+  assert max(_max_errors(fn, q, kk, v, seg)) < 1e-5
+
+
+def test_splash_under_a_mesh_runs_in_shard_map():
+  # The axes come from the config's logical rules; the TPU compile test below
+  # splits them over four devices.
+  config = scalerl.get_config()
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  rules = sharding.logical_rules(config.mesh)
+  q, k, v = _qkv(2, 128, 4, 2, 64, seed=2)
+  with sharding.activate(mesh, rules):
+    assert attention._mesh_axes() == (("data", "fsdp"), "tensor")
+    out = jax.jit(functools.partial(attention.splash, dtype=_F32, interpret=True))(q, k, v)
+  ref = transformer.plain_attention(q, k, v, dtype=_F32)
+  assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
+
+
+@pytest.mark.parametrize("platform,t,dtype,expected", [
+    ("tpu", 100, jnp.float32, "splash"),
+    ("tpu", 16_384, jnp.bfloat16, "splash"),
+    ("gpu", 16_384, jnp.bfloat16, "cudnn"),
+    ("cuda", 100, jnp.bfloat16, "cudnn"),
+    ("gpu", 100, jnp.float32, "plain"),  # cuDNN's kernel takes 16-bit inputs only.
+    ("gpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
+    ("cpu", attention.LONG_SEQ_LEN - 1, jnp.float32, "plain"),
+    ("cpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
+])
+def test_auto_picks_by_platform(platform, t, dtype, expected):
+  assert attention.pick(platform, t, dtype) == expected
+
+
+def test_auto_reads_the_mesh_platform():
+  assert attention.resolve("auto", 10, _F32) == "plain"  # No mesh: the CPU backend.
+  assert attention.resolve("blockwise", 10, _F32) == "blockwise"
+  mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
+  with jax.set_mesh(mesh):
+    assert attention.platform() == "cpu"
+
+
+def test_registry():
+  assert attention.choices() == ("auto", "blockwise", "cudnn", "plain", "splash")
+  with pytest.raises(ValueError, match="already registered"):
+    attention.register_attention("blockwise")(attention.blockwise)
+  with pytest.raises(ValueError, match="model.attention: 'flash'"):
+    attention.apply("flash", *_qkv(1, 4, 2, 1, 8), dtype=_F32)
+
+
+def test_cudnn_arguments_on_the_xla_implementation():
+  # The cuDNN entry's layout, causality and grouping, run through the same
+  # JAX call's XLA implementation (a CPU has no cuDNN).
+  q, k, v = _qkv(2, 24, 4, 2, 16, seed=3)
+  xla = functools.partial(attention._dot_product_attention, implementation="xla")
+  assert max(_max_errors(xla, q, k, v, None)) < 1e-5
+
+
+def _model(attention_name):
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.model.attention = attention_name
+  return transformer.Transformer(transformer.ModelConfig.from_config(config.model))
+
+
+def test_transformer_blockwise_equals_plain():
+  tokens = jax.random.randint(jax.random.key(0), (2, 70), 0, 512)
+  plain = _model("plain")
+  params = jax.jit(plain.init)(jax.random.key(1), tokens)
+  logits = {name: jax.jit(_model(name).apply)(params, tokens)
+            for name in ("plain", "blockwise", "auto")}
+  np.testing.assert_allclose(logits["blockwise"], logits["plain"], atol=1e-5, rtol=0)
+  assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0  # Another kernel.
+  assert logits["auto"].tobytes() == logits["plain"].tobytes()  # auto = plain on CPU here.
