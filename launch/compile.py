@@ -11,6 +11,8 @@ estimate beside each, what the rest of the run keeps allocated meanwhile, and
 whether it fits, with the compiler's own message when it refuses.
 """
 
+import json
+
 from absl import app
 from absl import flags
 from ml_collections import config_flags
@@ -23,6 +25,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, f"TPU slice: {aot.TOPOLOGY_FORMS}.")
 _PROGRAMS = flags.DEFINE_list("programs", [], "Programs to compile (default all).")
+_JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
 
 
 def main(argv):
@@ -37,6 +40,9 @@ def main(argv):
   except (aot.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None
   print(aot.format_report(results, chip, mesh_shape, _TOPOLOGY.value), end="")
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump(aot.results_json(results, chip, mesh_shape, _TOPOLOGY.value), f, indent=1)
 
 
 if __name__ == "__main__":

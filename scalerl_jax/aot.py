@@ -242,6 +242,14 @@ def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
   return results, chip, dict(mesh.shape)
 
 
+def results_json(results: list[Result], chip: plan_lib.Accelerator, mesh_shape: dict,
+                 topology: str) -> dict:
+  """The report's numbers as plain data (`launch.compile --json`)."""
+  return {"topology": topology, "chip": chip.name, "hbm_bytes": chip.hbm_bytes,
+          "mesh_shape": mesh_shape,
+          "programs": [dict(dataclasses.asdict(r), fits=r.fits(chip.hbm_bytes)) for r in results]}
+
+
 def _cost(compiled: Any) -> dict:
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost

@@ -58,6 +58,7 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
+from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
@@ -129,8 +130,14 @@ def default_num_slots(config: ml_collections.ConfigDict) -> int:
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
 
 
-def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int) -> list[Residual]:
-  """What one decoder block keeps for its backward pass over [b, t] tokens."""
+def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int,
+                     attention: str) -> list[Residual]:
+  """What one decoder block keeps for its backward pass over [b, t] tokens.
+
+  `attention` is the implementation that runs (`attention.resolve`): plain
+  keeps its [B, H, T, T] probabilities, the flash kernels (splash, blockwise,
+  cudnn) only a float32 log-sum-exp per query.
+  """
   c = np.dtype(cfg.dtype).itemsize
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   tok = ("act_batch", "act_len")
@@ -142,16 +149,21 @@ def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int) -> list[Resid
   # Block input, attention norm output, residual after attention, MLP norm
   # output; q, k, v after rope and the attention output (matmul inputs);
   # gate, up and their product; the float32 softmax output [B, H, T, T].
-  out = [embed] * 4 + [heads, kv, kv, heads] + [mlp] * 3 + [scores]
-  if c != 4:  # The probabilities cast to the compute dtype feed the values product.
-    out.append(scores[:2] + (c,))
+  out = [embed] * 4 + [heads, kv, kv, heads] + [mlp] * 3
+  if attention == "plain":
+    out.append(scores)
+    if c != 4:  # The probabilities cast to the compute dtype feed the values product.
+      out.append(scores[:2] + (c,))
+  else:
+    out.append(((b, h, t), ("act_batch", "act_heads", "act_len"), 4))
   if cfg.qk_norm:  # q and k before their norms.
     out += [heads, kv]
   return out
 
 
 def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
-                     rows: int, seq_len: int, remat: bool, chunk: int = 0) -> int:
+                     rows: int, seq_len: int, remat: bool, chunk: int = 0,
+                     platform: str = "tpu") -> int:
   """Per-device bytes of the train step's activations over `rows` sequences.
 
   The model runs on seq_len - 1 tokens (the last token is only a target).
@@ -169,6 +181,7 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
     seq_len: tokens per sequence (prompt + completion).
     remat: whether blocks are rematerialised.
     chunk: positions per log-prob chunk; 0 = the whole sequence.
+    platform: where it runs ('tpu', 'gpu', 'cpu'): picks `auto` attention.
 
   Returns:
     The bytes on one device.
@@ -179,7 +192,10 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
     return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
                for shape, axes, nbytes in items)
 
-  block = _block_residuals(cfg, rows, t)
+  impl = cfg.attention
+  if impl == attention_lib.AUTO:
+    impl = attention_lib.pick(platform, t, cfg.dtype)
+  block = _block_residuals(cfg, rows, t, impl)
   positions = min(chunk, t) if chunk else t
   logits = ((rows, positions, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
   head = size([block[0], logits, logits])
@@ -279,13 +295,16 @@ def _check_divides(what: str, count: int, ways: int) -> None:
         f"{what}: {count} does not divide over the {ways}-way batch sharding of the mesh")
 
 
-def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
+def make_plan(config: ml_collections.ConfigDict, num_devices: int,
+              platform: str = "tpu") -> Plan:
   """Counts memory and FLOPs for `config` on `num_devices` devices.
 
   Args:
     config: an experiment config (`configs/scalerl.py`); the model shape is
       `config.model` (an `hf_path` checkpoint is not read).
     num_devices: devices in the mesh (its -1 axis takes the rest).
+    platform: 'tpu', 'gpu' or 'cpu', which `model.attention=auto` resolves by
+      (activation bytes depend on it).
 
   Returns:
     The plan.
@@ -337,7 +356,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int) -> Plan:
   head_specs = {"embedding": param_specs["embedding"],
                 "final_norm": param_specs["final_norm"]["scale"],
                 "head": param_specs["embedding"] if cfg.tie_embeddings else param_specs["lm_head"]}
-  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len,
+  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
   accum = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
@@ -375,7 +394,8 @@ class Memory:
     return self.arguments + self.outputs - self.aliased + self.temporaries
 
 
-def program_estimates(config: ml_collections.ConfigDict, num_devices: int) -> dict[str, Memory]:
+def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
+                      platform: str = "tpu") -> dict[str, Memory]:
   """The planner's bytes per device of each program a run compiles (`scalerl_jax.aot`).
 
   train_step's arguments are the train state and the batch, its outputs the
@@ -384,7 +404,7 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int) -> di
   the slot state (donated), and their temporaries are one prefill's fresh
   cache and activations, or one decode step's logits.
   """
-  p = make_plan(config, num_devices)
+  p = make_plan(config, num_devices, platform)
   state = p.params + p.opt_state
   return {
       "train_step": Memory(state + p.batch, state, state,

@@ -43,7 +43,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDED_PARAMS = 3_279_104 - 2_304
 
 
-_SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=768)
+# attention="plain" pins the [B, H, T, T] softmax the hand counts below include
+# (`auto` would pick splash on the planner's default platform, TPU).
+_SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=768,
+              attention="plain")
 
 
 def _config(**mesh_shape):
@@ -114,6 +117,19 @@ def test_activations_on_fsdp8():
   # being recomputed.
   assert p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
   assert p.activations_per_row == p.activations_no_remat // 16  # remat is off in tiny_cpu.
+
+
+def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
+  config = _config()
+  with config.unlocked():
+    config.model.attention = "auto"
+  # On TPU auto is splash: per token per layer the H x T = 1,272 softmax
+  # entries become H = 8 float32 log-sum-exps: 5,368 - 1,272 + 8 = 4,104
+  # entries = 16,416 B; x 2,544 tokens per device.
+  p = plan.make_plan(config, 8, platform="tpu")
+  assert p.activations_no_remat == 4 * 2_544 * 16_416 + 2_544 * 5_120
+  # On CPU, 159 positions are below attention.LONG_SEQ_LEN: plain.
+  assert plan.make_plan(config, 8, platform="cpu").activations_no_remat == 231_524_352
 
 
 def test_microbatches_and_logprob_chunks_shrink_activations():
