@@ -1,0 +1,83 @@
+"""scalerl_jax.aot / launch/compile.py: the run's programs compiled by the TPU compiler.
+
+libtpu compiles for a TPU slice on this CPU machine (no TPU): these tests build
+tiny_cpu's and small_cpu's train step and decode step for a v5e 2x2 slice and
+hold the compiler's bytes against the planner's. They need libtpu, which the
+test extras install (`jax[tpu]`); without it they skip, saying so.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import scalerl
+from scalerl_jax import aot
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NO_LIBTPU = importlib.util.find_spec("libtpu") is None
+needs_libtpu = pytest.mark.skipif(
+    _NO_LIBTPU, reason=f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
+
+
+@pytest.fixture(scope="module", params=["tiny_cpu", "small_cpu"])
+def compiled(request):
+  if _NO_LIBTPU:
+    pytest.skip(f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
+  results, chip, mesh_shape = aot.compile_for_slice(
+      scalerl.get_config(request.param), "v5e:2x2", only=["train_step", "decode"])
+  return {r.name: r for r in results}, chip, mesh_shape
+
+
+@needs_libtpu
+def test_train_and_decode_fit_a_v5e_2x2(compiled):
+  results, chip, mesh_shape = compiled
+  assert mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1}
+  assert set(results) == {"train_step", "decode"}
+  for r in results.values():
+    assert r.compiled is not None, r.error
+    assert 0 < r.compiled.peak and r.fits(chip.hbm_bytes)
+
+
+@needs_libtpu
+def test_auto_attention_compiles_to_splash_on_tpu(compiled):
+  # model.attention = auto: the train step's forward and backward run Pallas
+  # kernels (splash) on a TPU slice, where the CPU run uses plain attention;
+  # decode keeps its own cache attention, no kernel.
+  results, _, _ = compiled
+  assert scalerl.get_config("tiny_cpu").model.attention == "auto"
+  assert results["train_step"].pallas_calls > 0
+  assert results["decode"].pallas_calls == 0
+
+
+@needs_libtpu
+def test_planner_is_within_20_percent_of_the_compiler(compiled):
+  results, _, _ = compiled
+  for r in results.values():
+    ratio = r.estimate.peak / r.compiled.peak
+    assert 0.8 <= ratio <= 1.2, (r.name, r.estimate, r.compiled)
+
+
+def test_unknown_topology_lists_the_valid_forms():
+  for name in ("v4:2x2x1", "v5e:2x2x2", "v5p:4x4", "tpu-v5e-8", "v6e"):
+    with pytest.raises(aot.CompileError, match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>"):
+      aot.slice_devices(name)
+
+
+def test_without_libtpu_it_says_how_to_install(monkeypatch):
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: None if name == "libtpu" else real(name, *a))
+  with pytest.raises(aot.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'):
+    aot.slice_devices("v5e:2x2")
+
+
+@needs_libtpu
+def test_launcher_refuses_a_bad_topology_by_name():
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.compile", "--config=configs/scalerl.py",
+       "--topology=v5e:3x3"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0
+  assert "launch.compile: --topology='v5e:3x3'" in out.stderr
