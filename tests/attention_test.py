@@ -1,6 +1,7 @@
 """Tests of scalerl_jax/models/attention.py: every kernel against `plain`."""
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -89,6 +90,33 @@ def test_splash_under_a_mesh_runs_in_shard_map():
     out = jax.jit(functools.partial(attention.splash, dtype=_F32, interpret=True))(q, k, v)
   ref = transformer.plain_attention(q, k, v, dtype=_F32)
   assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
+
+
+def test_splash_compiles_for_a_tpu_slice_under_auto():
+  # The TPU compiler, from abstract inputs on a v5e 2x2 slice's devices: auto
+  # must pick splash there (the mesh says tpu on a CPU host), and the compiled
+  # forward and backward must not hold [T, T] scores.
+  pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]')")
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  # Other processes on this host may hold libtpu's lock; compiling needs no chip.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
+  mesh = topologies.make_mesh(topology, (1, 4, 1), ("data", "fsdp", "tensor"))
+  rules = sharding.logical_rules(scalerl.get_config().mesh)
+  b, t, h, k, e = 4, 4096, 4, 2, 128
+  spec = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None, "tensor", None))
+
+  def loss(q, kk, v):
+    return jnp.sum(attention.apply("auto", q, kk, v, dtype=jnp.bfloat16).astype(_F32))
+
+  with sharding.activate(mesh, rules):
+    assert attention.resolve("auto", t, jnp.bfloat16) == "splash"
+    args = [jax.ShapeDtypeStruct((b, t, n, e), jnp.bfloat16, sharding=spec) for n in (h, k, k)]
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+  assert "tpu_custom_call" in compiled.as_text()  # The Mosaic kernel, not the interpreter.
+  # A chip's float32 scores are 4 heads x 4096^2 x 4 bytes = 256 MiB; plain's
+  # program needed 425 MiB of temporaries here, splash's under 1 MiB.
+  assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2 ** 20
 
 
 @pytest.mark.parametrize("platform,t,dtype,expected", [

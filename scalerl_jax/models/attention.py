@@ -70,7 +70,8 @@ def platform() -> str:
   A mesh of `jax.experimental.topologies` devices says 'tpu' on any machine,
   so a program compiled for a TPU slice from a CPU host picks splash.
   """
-  return getattr(jax.sharding.get_abstract_mesh(), "platform", None) or jax.default_backend()
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.platform if device is not None else jax.default_backend()
 
 
 def resolve(name: str, seq_len: int, dtype) -> str:
