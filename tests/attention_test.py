@@ -3,6 +3,7 @@
 import functools
 import os
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from configs import scalerl
 from scalerl_jax import sharding
 from scalerl_jax.models import attention
+from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 
 _F32 = jnp.float32
@@ -86,7 +88,8 @@ def test_splash_under_a_mesh_runs_in_shard_map():
   rules = sharding.logical_rules(config.mesh)
   q, k, v = _qkv(2, 128, 4, 2, 64, seed=2)
   with sharding.activate(mesh, rules):
-    assert attention._mesh_axes() == (("data", "fsdp"), "tensor")
+    abstract = mesh.abstract_mesh
+    assert attention._mesh_axes(abstract, 2, 2) == (("data", "fsdp"), "tensor")
     out = jax.jit(functools.partial(attention.splash, dtype=_F32, interpret=True))(q, k, v)
   ref = transformer.plain_attention(q, k, v, dtype=_F32)
   assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
@@ -117,6 +120,17 @@ def test_splash_compiles_for_a_tpu_slice_under_auto():
   # A chip's float32 scores are 4 heads x 4096^2 x 4 bytes = 256 MiB; plain's
   # program needed 425 MiB of temporaries here, splash's under 1 MiB.
   assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2 ** 20
+
+
+@pytest.mark.parametrize("b,k,expected", [
+    (4, 2, (("data", "fsdp"), "tensor")),
+    (1, 2, (None, "tensor")),  # One prompt's prefill on a 4-way batch axis.
+    (8, 1, (("data", "fsdp"), None)),  # One kv head cannot split two ways.
+])
+def test_splash_mesh_axes_split_what_divides(b, k, expected):
+  mesh = jax.sharding.AbstractMesh((1, 4, 2), ("data", "fsdp", "tensor"))
+  with nn.logical_axis_rules(sharding.logical_rules(scalerl.get_config().mesh)):
+    assert attention._mesh_axes(mesh, b, k) == expected
 
 
 @pytest.mark.parametrize("platform,t,dtype,expected", [
@@ -173,3 +187,21 @@ def test_transformer_blockwise_equals_plain():
   np.testing.assert_allclose(logits["blockwise"], logits["plain"], atol=1e-5, rtol=0)
   assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0  # Another kernel.
   assert logits["auto"].tobytes() == logits["plain"].tobytes()  # auto = plain on CPU here.
+
+
+def test_prefill_through_blockwise_equals_plain():
+  tokens = jax.random.randint(jax.random.key(2), (2, 40), 0, 512)
+  pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
+  params = nn.unbox(jax.jit(_model("plain").init)(jax.random.key(3), tokens))["params"]
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def prefill(cfg, params):
+    return decode.forward(cfg, decode.prepare(cfg, params), tokens, pos,
+                          decode.init_cache(cfg, 2, 40))
+
+  (plain_logits, plain_cache), (logits, cache) = (
+      prefill(_model(name).cfg, params) for name in ("plain", "blockwise"))
+  np.testing.assert_allclose(logits, plain_logits, atol=1e-5, rtol=0)
+  assert float(jnp.max(jnp.abs(logits - plain_logits))) > 0  # Another kernel.
+  for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(plain_cache)):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
