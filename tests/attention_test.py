@@ -11,6 +11,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from configs import scalerl
+from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.models import attention
 from scalerl_jax.models import decode
@@ -159,8 +160,25 @@ def test_registry():
   assert attention.choices() == ("auto", "blockwise", "cudnn", "plain", "splash")
   with pytest.raises(ValueError, match="already registered"):
     attention.register_attention("blockwise")(attention.blockwise)
+  with pytest.raises(ValueError, match="reserved"):
+    attention.register_attention("auto")(attention.blockwise)
   with pytest.raises(ValueError, match="model.attention: 'flash'"):
     attention.apply("flash", *_qkv(1, 4, 2, 1, 8), dtype=_F32)
+
+
+def test_config_names_the_field():
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.model.attention = "flash"
+  with pytest.raises(config_lib.ConfigError, match=r"model.attention: 'flash' is not one of"):
+    config_lib.validate(config)
+  with config.unlocked():
+    config.model.attention = "cudnn"
+  with pytest.raises(config_lib.ConfigError, match="model.attention: 'cudnn' needs .*bfloat16"):
+    config_lib.validate(config)
+  with config.unlocked():
+    config.model.compute_dtype = "bfloat16"
+  config_lib.validate(config)
 
 
 def test_cudnn_arguments_on_the_xla_implementation():

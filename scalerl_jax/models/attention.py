@@ -45,7 +45,8 @@ def register_attention(name: str) -> Callable[[AttentionFn], AttentionFn]:
   """Decorator registering an implementation as `config.model.attention=name`."""
   def register(fn: AttentionFn) -> AttentionFn:
     if name in _IMPLS or name == AUTO:
-      raise ValueError(f"attention {name!r} is already registered")
+      raise ValueError(f"attention {name!r} is already registered" if name != AUTO
+                       else f"attention {AUTO!r} is reserved for `pick`")
     _IMPLS[name] = fn
     return fn
   return register
