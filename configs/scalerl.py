@@ -101,7 +101,7 @@ def _model_config(variant):
   m.remat = False  # Rematerialise each block in the backward pass (saves memory).
   # Training and prefill attention (models/attention.py): plain | blockwise |
   # splash (Pallas, TPU) | cudnn (GPU, bfloat16) | auto: splash on TPU, cudnn
-  # on GPU in bfloat16, else plain below 2048 positions and blockwise above.
+  # on GPU in bfloat16, else plain, or blockwise from LONG_SEQ_LEN positions.
   m.attention = "auto"
   m.hf_path = ""  # Local HF checkpoint directory; "" = random init / warm start.
   m.update(_MODELS[variant])

@@ -317,6 +317,10 @@ def _check_relations(config, num_devices):
       raise ConfigError(
           f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
           f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over")
+  if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
+    raise ConfigError(
+        f"model.attention: 'cudnn' needs model.compute_dtype='bfloat16' (cuDNN's flash "
+        f"attention takes 16-bit inputs), not {m.compute_dtype!r}")
   s = config.sampling
   if s.max_prompt_len + s.max_new_tokens > m.max_seq_len:
     raise ConfigError(

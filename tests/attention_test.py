@@ -1,7 +1,9 @@
 """Tests of scalerl_jax/models/attention.py: every kernel against `plain`."""
 
 import functools
+import os
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,8 +11,10 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from configs import scalerl
+from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.models import attention
+from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 
 _F32 = jnp.float32
@@ -85,10 +89,49 @@ def test_splash_under_a_mesh_runs_in_shard_map():
   rules = sharding.logical_rules(config.mesh)
   q, k, v = _qkv(2, 128, 4, 2, 64, seed=2)
   with sharding.activate(mesh, rules):
-    assert attention._mesh_axes() == (("data", "fsdp"), "tensor")
+    abstract = mesh.abstract_mesh
+    assert attention._mesh_axes(abstract, 2, 2) == (("data", "fsdp"), "tensor")
     out = jax.jit(functools.partial(attention.splash, dtype=_F32, interpret=True))(q, k, v)
   ref = transformer.plain_attention(q, k, v, dtype=_F32)
   assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
+
+
+def test_splash_compiles_for_a_tpu_slice_under_auto():
+  # The TPU compiler, from abstract inputs on a v5e 2x2 slice's devices: auto
+  # must pick splash there (the mesh says tpu on a CPU host), and the compiled
+  # forward and backward must not hold [T, T] scores.
+  pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]')")
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  # Other processes on this host may hold libtpu's lock; compiling needs no chip.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
+  mesh = topologies.make_mesh(topology, (1, 4, 1), ("data", "fsdp", "tensor"))
+  rules = sharding.logical_rules(scalerl.get_config().mesh)
+  b, t, h, k, e = 4, 4096, 4, 2, 128
+  spec = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None, "tensor", None))
+
+  def loss(q, kk, v):
+    return jnp.sum(attention.apply("auto", q, kk, v, dtype=jnp.bfloat16).astype(_F32))
+
+  with sharding.activate(mesh, rules):
+    assert attention.resolve("auto", t, jnp.bfloat16) == "splash"
+    args = [jax.ShapeDtypeStruct((b, t, n, e), jnp.bfloat16, sharding=spec) for n in (h, k, k)]
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+  assert "tpu_custom_call" in compiled.as_text()  # The Mosaic kernel, not the interpreter.
+  # A chip's float32 scores are 4 heads x 4096^2 x 4 bytes = 256 MiB; plain's
+  # program needed 425 MiB of temporaries here, splash's under 1 MiB.
+  assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2 ** 20
+
+
+@pytest.mark.parametrize("b,k,expected", [
+    (4, 2, (("data", "fsdp"), "tensor")),
+    (1, 2, (None, "tensor")),  # One prompt's prefill on a 4-way batch axis.
+    (8, 1, (("data", "fsdp"), None)),  # One kv head cannot split two ways.
+])
+def test_splash_mesh_axes_split_what_divides(b, k, expected):
+  mesh = jax.sharding.AbstractMesh((1, 4, 2), ("data", "fsdp", "tensor"))
+  with nn.logical_axis_rules(sharding.logical_rules(scalerl.get_config().mesh)):
+    assert attention._mesh_axes(mesh, b, k) == expected
 
 
 @pytest.mark.parametrize("platform,t,dtype,expected", [
@@ -117,8 +160,25 @@ def test_registry():
   assert attention.choices() == ("auto", "blockwise", "cudnn", "plain", "splash")
   with pytest.raises(ValueError, match="already registered"):
     attention.register_attention("blockwise")(attention.blockwise)
+  with pytest.raises(ValueError, match="reserved"):
+    attention.register_attention("auto")(attention.blockwise)
   with pytest.raises(ValueError, match="model.attention: 'flash'"):
     attention.apply("flash", *_qkv(1, 4, 2, 1, 8), dtype=_F32)
+
+
+def test_config_names_the_field():
+  config = scalerl.get_config()
+  with config.unlocked():
+    config.model.attention = "flash"
+  with pytest.raises(config_lib.ConfigError, match=r"model.attention: 'flash' is not one of"):
+    config_lib.validate(config)
+  with config.unlocked():
+    config.model.attention = "cudnn"
+  with pytest.raises(config_lib.ConfigError, match="model.attention: 'cudnn' needs .*bfloat16"):
+    config_lib.validate(config)
+  with config.unlocked():
+    config.model.compute_dtype = "bfloat16"
+  config_lib.validate(config)
 
 
 def test_cudnn_arguments_on_the_xla_implementation():
@@ -145,3 +205,21 @@ def test_transformer_blockwise_equals_plain():
   np.testing.assert_allclose(logits["blockwise"], logits["plain"], atol=1e-5, rtol=0)
   assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0  # Another kernel.
   assert logits["auto"].tobytes() == logits["plain"].tobytes()  # auto = plain on CPU here.
+
+
+def test_prefill_through_blockwise_equals_plain():
+  tokens = jax.random.randint(jax.random.key(2), (2, 40), 0, 512)
+  pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
+  params = nn.unbox(jax.jit(_model("plain").init)(jax.random.key(3), tokens))["params"]
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def prefill(cfg, params):
+    return decode.forward(cfg, decode.prepare(cfg, params), tokens, pos,
+                          decode.init_cache(cfg, 2, 40))
+
+  (plain_logits, plain_cache), (logits, cache) = (
+      prefill(_model(name).cfg, params) for name in ("plain", "blockwise"))
+  np.testing.assert_allclose(logits, plain_logits, atol=1e-5, rtol=0)
+  assert float(jnp.max(jnp.abs(logits - plain_logits))) > 0  # Another kernel.
+  for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(plain_cache)):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)

@@ -19,6 +19,7 @@ positions per block, N key blocks.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Optional
 
 import flax.linen as nn
@@ -44,7 +45,8 @@ def register_attention(name: str) -> Callable[[AttentionFn], AttentionFn]:
   """Decorator registering an implementation as `config.model.attention=name`."""
   def register(fn: AttentionFn) -> AttentionFn:
     if name in _IMPLS or name == AUTO:
-      raise ValueError(f"attention {name!r} is already registered")
+      raise ValueError(f"attention {name!r} is already registered" if name != AUTO
+                       else f"attention {AUTO!r} is reserved for `pick`")
     _IMPLS[name] = fn
     return fn
   return register
@@ -70,7 +72,8 @@ def platform() -> str:
   A mesh of `jax.experimental.topologies` devices says 'tpu' on any machine,
   so a program compiled for a TPU slice from a CPU host picks splash.
   """
-  return getattr(jax.sharding.get_abstract_mesh(), "platform", None) or jax.default_backend()
+  device = jax.sharding.get_abstract_mesh().abstract_device
+  return device.platform if device is not None else jax.default_backend()
 
 
 def resolve(name: str, seq_len: int, dtype) -> str:
@@ -246,16 +249,22 @@ def blockwise(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
 # --- splash: Pallas' TPU kernel under shard_map ------------------------------
 
 
-def _mesh_axes():
-  """(batch axes, head axes) of the mesh, from the `act_*` logical-axis rules.
+def _mesh_axes(mesh, b: int, k: int):
+  """(batch axes, head axes) of `mesh` for splash's shard_map.
 
-  Heads are split only where query and kv heads share their mesh axes, which
-  keeps each device's query heads with the kv heads they read.
+  Read from the `act_batch` and `act_heads` logical-axis rules. Heads are
+  split only where query and kv heads share their mesh axes, which keeps each
+  device's query heads with the kv heads they read, and a dimension its axes
+  do not divide (a prefill of one prompt on four chips) is not split.
   """
-  # One call per axis: flax maps a mesh axis at most once per call.
-  batch, heads, kv_heads = (nn.logical_to_mesh_axes((name,))[0]
-                            for name in ("act_batch", "act_heads", "act_kv_heads"))
-  return batch, heads if heads == kv_heads else None
+  def axes(name, size):
+    spec = nn.logical_to_mesh_axes((name,))[0]  # One name per call: flax maps an axis once.
+    names = (spec,) if isinstance(spec, str) else tuple(spec or ())
+    ways = math.prod(mesh.shape[a] for a in names)
+    return spec if size % ways == 0 else None
+
+  heads = axes("act_heads", k)
+  return axes("act_batch", b), heads if heads == axes("act_kv_heads", k) else None
 
 
 def _splash_local(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, block, interpret):
@@ -310,7 +319,7 @@ def splash(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
     body = functools.partial(body, segment_ids_BxT=None)
   mesh = jax.sharding.get_abstract_mesh()
   if not mesh.empty:
-    batch, heads = _mesh_axes()
+    batch, heads = _mesh_axes(mesh, q_BxTxHxE.shape[0], k_BxTxKxE.shape[2])
     spec = PartitionSpec(batch, None, heads, None)
     specs = (spec,) * 3 + (PartitionSpec(batch, None),) * (len(args) - 3)
     body = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=spec, check_vma=False)

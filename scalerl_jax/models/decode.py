@@ -21,6 +21,8 @@ training module over a stacked cache (benchmarks/sampler.py).
 `forward` writes T tokens per row at explicit positions and attends to every
 cached position not after the query's, so each row (sampler slot) can be at its
 own position; prefill is T = prompt length on a fresh cache, decode T = 1.
+Prefill attends through `config.model.attention` (models/attention.py), decode
+through `attention` over the cache.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim,
 J = Q + 2 (the q, k and v of one kv head).
@@ -34,6 +36,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models.transformer import (ModelConfig, apply_rope, attention, lm_head,
                                             rms_norm, rope_frequencies)
 
@@ -166,6 +169,10 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
   s = cache_length(cache)
   inv_freq = rope_frequencies(cfg)
   visible_BxTxS = jnp.arange(s)[None, None, :] <= pos_BxT[:, :, None]
+  # A prefill of a fresh cache (T consecutive positions below S = T are
+  # 0..T-1) attends over its own tokens with the configured kernel; plain
+  # stays on the cache path below, the same math.
+  prefill_kernel = attention_lib.resolve(cfg.attention, t, dtype) if t == s > 1 else "plain"
   x_BxTxD = jnp.take(prepared["embedding"], tokens_BxT, axis=0).astype(dtype)
   keys, values = [], []
   for layer, key_cache, value_cache in zip(prepared["layers"], cache["k"], cache["v"]):
@@ -189,7 +196,12 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
         VALUE_AXES)
     keys.append(key_cache)
     values.append(value_cache)
-    out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
+    if prefill_kernel != "plain":
+      out_BxTxKxQxE = attention_lib.apply(
+          prefill_kernel, q_BxTxKxQxE.reshape(b, t, h, e), k_BxTxKxE, v_BxTxKxE,
+          dtype=dtype).reshape(b, t, k, g, e)
+    else:
+      out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
     gate_up_BxTx2xF = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
