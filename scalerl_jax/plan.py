@@ -192,10 +192,7 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
     return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
                for shape, axes, nbytes in items)
 
-  impl = cfg.attention
-  if impl == attention_lib.AUTO:
-    impl = attention_lib.pick(platform, t, cfg.dtype)
-  block = _block_residuals(cfg, rows, t, impl)
+  block = _block_residuals(cfg, rows, t, _resolve_attention(cfg, platform, t))
   positions = min(chunk, t) if chunk else t
   logits = ((rows, positions, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
   head = size([block[0], logits, logits])
@@ -204,13 +201,22 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
   return cfg.num_layers * size(block) + head
 
 
+def _resolve_attention(cfg: transformer.ModelConfig, platform: str, seq_len: int) -> str:
+  """The attention implementation `cfg.attention` runs as on `platform`."""
+  if cfg.attention == attention_lib.AUTO:
+    return attention_lib.pick(platform, seq_len, cfg.dtype)
+  return cfg.attention
+
+
 def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
-                   rows: int, width: int, cache_len: int, kv_bytes: int) -> tuple[int, int]:
+                   rows: int, width: int, cache_len: int, kv_bytes: int,
+                   platform: str) -> tuple[int, int]:
   """Temporaries of a prefill of `rows` prompts of `width` tokens, and of one decode step.
 
   A prefill builds a fresh cache of `width` positions for every layer and the
   slots' new per-token records, and holds one layer's activations at a time
-  (its float32 attention scores the largest). A decode step holds the float32
+  (with plain attention its float32 scores the largest; a flash kernel keeps
+  none). A decode step holds the float32
   logits of every slot a few times over (the LM head, the softmax, the draw)
   and one layer's scores over the cache.
   """
@@ -226,9 +232,10 @@ def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: shar
   records = [((rows, cache_len), ("act_batch", None), 21)]  # tokens..uniform, 4+4+4+4+1+4 B.
   layer = [((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),
            ((rows, width, k, q + 2, e), ("act_batch", None, "act_kv_heads", None, None), c),
-           ((rows, k, width * q, width), rows_axes, 4),
-           ((rows, k, width * q, width), rows_axes, c),
            ((rows, width, 3 * cfg.mlp_dim), ("act_batch", None, "act_mlp"), c)]
+  if _resolve_attention(cfg, platform, width) == "plain":
+    layer += [((rows, k, width * q, width), rows_axes, 4),
+              ((rows, k, width * q, width), rows_axes, c)]
   logits = ((rows, cfg.vocab_size), ("act_batch", "act_vocab"), 4)
   scores = ((rows, k, q, cache_len), ("act_batch", "act_kv_heads", None, None), 4)
   return size(cache + records + layer), size([logits] * 3 + [scores])
@@ -348,7 +355,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   val_state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, val_slots, 1))
   kv_bytes = np.dtype(transformer.DTYPES[s.kv_cache_dtype]).itemsize
   temps = functools.partial(_sampler_temps, cfg, mesh, rules, width=s.max_prompt_len,
-                            cache_len=seq_len, kv_bytes=kv_bytes)
+                            cache_len=seq_len, kv_bytes=kv_bytes, platform=platform)
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
   batch_bytes = shard_elements((rows, seq_len), rows_spec, mesh) * 12 + rows * 4
   head = {"embedding": params["embedding"], "final_norm": params["final_norm"]["scale"],
