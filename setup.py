@@ -44,6 +44,9 @@ _EXTRAS = {
         "chex",
         "torch==2.13.0",
         "transformers",
+        # The TPU compiler (libtpu 0.0.42.1, a 213 MB wheel): tests/aot_test.py
+        # compiles the small variants for a TPU slice on a CPU-only machine.
+        "jax[tpu]==0.10.2",
     ],
     # Optional prompt sources and verifiers.
     "tasks": [
