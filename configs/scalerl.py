@@ -165,7 +165,12 @@ def get_config(arg=None):
   c.rl.gspo_eps_low = 3e-4  # gspo: lower clip of the sequence ratio.
   c.rl.gspo_eps_high = 4e-4  # gspo: upper clip of the sequence ratio.
   c.rl.cispo_eps_max = 4.0  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
-  c.rl.tis_cap = 0.0  # Truncated-IS correction cap on pi_old/pi_gen; 0 disables.
+  # Truncated IS (§3): C > 0 scales each token's objective by sg(min(1, C / rho)),
+  # rho = pi_train / pi_gen, so an unclipped PPO token's weight is min(rho, C).
+  # Departure: the paper's factor is pi_old / pi_gen with the loss's ratio taken
+  # against pi_old; without old weights here every ratio is taken against the
+  # generator (equal on fresh tokens; rl/losses.py). 0 disables.
+  c.rl.tis_cap = 0.0
   c.rl.zero_variance_filter = True  # Drop groups whose rewards are all equal.
   c.rl.reward_correct = 1.0  # Reward of a verified completion.
   c.rl.reward_incorrect = 0.0  # Reward of a failed, timed-out or wrong one.
@@ -312,8 +317,8 @@ def get_config(arg=None):
   # logp_mismatch: mean |log pi_train - log pi_gen| per loss token (staleness
   # and generator/trainer numerics together).
   c.monitor.logp_diff_max = 0.5
-  # is_ratio: largest IS ratio pi_train / pi_gen (pi_old / pi_gen with TIS);
-  # 0 or > 1.
+  # is_ratio: largest IS ratio pi_train / pi_gen (GSPO: the sequence ratio's,
+  # TIS on: the token ratio's too); 0 or > 1.
   c.monitor.ratio_max = 100.0
   # reward_stuck: steps in a row whose completions all failed or all passed.
   c.monitor.reward_stuck_steps = 10

@@ -182,7 +182,8 @@ class Trainer:
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
-    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0}
+    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0,
+                     "no_signal_steps": 0}
     self.step = 0
     if resuming:
       self._restore(restore_step)
@@ -285,6 +286,9 @@ class Trainer:
     self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
+    # Steps whose update was skipped: no loss token (absent in older checkpoints).
+    self.counters["no_signal_steps"] = (self.counters.get("no_signal_steps", 0)
+                                       + int(step_metrics["no_signal"]))
     if step_metrics["nonfinite"]:
       self.counters["nonfinite_steps"] += 1
       self.counters["consecutive_nonfinite"] += 1
