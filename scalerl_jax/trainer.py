@@ -120,17 +120,11 @@ def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict
   lengths = np.concatenate([g.completion_lens_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])
   interrupted = np.concatenate([g.interrupted_G for g in groups])
-  hist = buffer_lib.staleness_histogram(groups, version, k)
-  staleness = np.repeat(np.arange(k + 1), hist)
-  mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
   return {"train/reward_mean": float(rewards.mean()),
           "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
           "train/truncation_rate": float(truncated.mean()),
           "train/interruption_rate": float(interrupted.mean()),
-          "staleness/mean": float(staleness.mean()) if staleness.size else 0.0,
-          "staleness/max": float(staleness.max()) if staleness.size else 0.0,
-          "staleness/mixed_version_frac": float(mixed),
-          **{f"staleness/hist_{i}": float(c) for i, c in enumerate(hist)}}
+          **buffer_lib.staleness_metrics(groups, version, k)}
 
 
 class Trainer:
