@@ -353,6 +353,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
       last.update(trainer.monitors.scalars(trainer.monitors.check(0, last)))
       trainer.writer.write(0, last)
       logging.info("step 0: validation mean@%d %.3f", t.eval_samples, last["val/mean_at_k"])
+      progress.update(0, val=last["val/mean_at_k"])
     while trainer.step < t.num_steps:
       try:
         row = trainer.run_step()
@@ -374,7 +375,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
         trainer.writer.write(trainer.step, row)
       last = row
       progress.update(trainer.step, reward=row["train/reward_mean"],
-                      val=row.get("val/mean_at_k", float("nan")))
+                      val=row.get("val/mean_at_k"))  # None: the last value stays.
       stop = bool(alerts) and trainer.monitors.stop_on_alert
       if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps or stop:
         trainer.save(force=stop)
