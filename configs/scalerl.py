@@ -180,9 +180,13 @@ def get_config(arg=None):
   c.buffer.max_off_policy = 8  # k: max policy versions a consumed token may lag.
   # pipeline_rl: decode steps the generator runs per train step, its speed
   # relative to the trainer in this colocated emulation of PipelineRL's
-  # concurrency (rl/schedules.py). More than it takes to finish P groups per step
-  # lets it run ahead until k holds it back; it decodes further only while the
-  # trainer's next batch is unfinished.
+  # concurrency (rl/schedules.py): the stand-in for the paper's ratio of
+  # generator speed to trainer speed (64 generating, 16 training GPUs). More than
+  # it takes to finish P groups per step lets it run ahead until k holds it back;
+  # it decodes further only while the trainer's next batch is unfinished. At 16
+  # (CPU: 96-token completions on 2 x P x G slots) the generator is the slower
+  # side and lags stay at 0-3, so k >= 4 never binds; the off-policy ablation
+  # sets 4 x sampling.max_new_tokens, where the lag reaches k (docs/ablations.md).
   c.buffer.decode_steps_per_train_step = 16
 
   c.sampling = ml_collections.ConfigDict()
