@@ -169,7 +169,7 @@ def get_config(arg=None):
   # rho = pi_train / pi_gen, so an unclipped PPO token's weight is min(rho, C).
   # Departure: the paper's factor is pi_old / pi_gen with the loss's ratio taken
   # against pi_old; without old weights here every ratio is taken against the
-  # generator (equal on fresh tokens; rl/losses.py). 0 disables.
+  # generator, so PPO clipping acts on stale tokens (rl/losses.py). 0 disables.
   c.rl.tis_cap = 0.0
   c.rl.zero_variance_filter = True  # Drop groups whose rewards are all equal.
   c.rl.reward_correct = 1.0  # Reward of a verified completion.
