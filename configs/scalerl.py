@@ -173,7 +173,12 @@ def get_config(arg=None):
   c.rl.gspo_eps_low = 3e-4  # gspo: lower clip of the sequence ratio.
   c.rl.gspo_eps_high = 4e-4  # gspo: upper clip of the sequence ratio.
   c.rl.cispo_eps_max = 4.0  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
-  c.rl.tis_cap = 0.0  # Truncated-IS correction cap on pi_old/pi_gen; 0 disables.
+  # Truncated IS (§3): C > 0 scales each token's objective by sg(min(1, C / rho)),
+  # rho = pi_train / pi_gen, so an unclipped PPO token's weight is min(rho, C).
+  # Departure: the paper's factor is pi_old / pi_gen with the loss's ratio taken
+  # against pi_old; without old weights here every ratio is taken against the
+  # generator, so PPO clipping acts on stale tokens (rl/losses.py). 0 disables.
+  c.rl.tis_cap = 0.0
   c.rl.zero_variance_filter = True  # Drop groups whose rewards are all equal.
   c.rl.reward_correct = 1.0  # Reward of a verified completion.
   c.rl.reward_incorrect = 0.0  # Reward of a failed, timed-out or wrong one.
@@ -183,9 +188,13 @@ def get_config(arg=None):
   c.buffer.max_off_policy = 8  # k: max policy versions a consumed token may lag.
   # pipeline_rl: decode steps the generator runs per train step, its speed
   # relative to the trainer in this colocated emulation of PipelineRL's
-  # concurrency (rl/schedules.py). More than it takes to finish P groups per step
-  # lets it run ahead until k holds it back; it decodes further only while the
-  # trainer's next batch is unfinished.
+  # concurrency (rl/schedules.py): the stand-in for the paper's ratio of
+  # generator speed to trainer speed (64 generating, 16 training GPUs). More than
+  # it takes to finish P groups per step lets it run ahead until k holds it back;
+  # it decodes further only while the trainer's next batch is unfinished. At 16
+  # (CPU: 96-token completions on 2 x P x G slots) the generator is the slower
+  # side and lags stay at 0-3, so k >= 4 never binds; the off-policy ablation
+  # sets 4 x sampling.max_new_tokens, where the lag reaches k (docs/ablations.md).
   c.buffer.decode_steps_per_train_step = 16
 
   c.sampling = ml_collections.ConfigDict()
@@ -323,8 +332,8 @@ def get_config(arg=None):
   # logp_mismatch: mean |log pi_train - log pi_gen| per loss token (staleness
   # and generator/trainer numerics together).
   c.monitor.logp_diff_max = 0.5
-  # is_ratio: largest IS ratio pi_train / pi_gen (pi_old / pi_gen with TIS);
-  # 0 or > 1.
+  # is_ratio: largest IS ratio pi_train / pi_gen (GSPO: the sequence ratio's,
+  # TIS on: the token ratio's too); 0 or > 1.
   c.monitor.ratio_max = 100.0
   # reward_stuck: steps in a row whose completions all failed or all passed.
   c.monitor.reward_stuck_steps = 10

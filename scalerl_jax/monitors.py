@@ -21,14 +21,18 @@ The checks, by name, and the metrics they read (written by trainer.py and, under
                     failed) or rl.reward_correct (every one passed) for
                     `reward_stuck_steps` steps in a row.
   val_drop          val/mean_at_k more than `val_drop_max` below its best so far.
+  staleness         a fault of the off-policy bound k: staleness/over_k > 0 (tokens
+                    trained with a lag above k) or buffer/evicted_stale grew (groups
+                    found staler than k and thrown away). Always on: with a correct
+                    schedule it never fires.
 
 Steps whose loss saw no token (train/loss_tokens = 0: every group had zero
 variance) carry no mismatch or ratio; those checks skip them. train/entropy
 covers every generated token, dropped groups included, so it is checked on
 every step.
 
-Three checks remember earlier steps (the first entropy, reward streaks, the
-best validation); `state_dict` / `load_state_dict` carry that through
+Four checks remember earlier steps (the first entropy, reward streaks, the
+best validation, the evictions so far); `state_dict` / `load_state_dict` carry that through
 checkpoints, so a resumed run raises the alerts an uninterrupted one would.
 """
 
@@ -205,6 +209,33 @@ class _ValidationDrop(_Check):
     if value < self.best - self.max_drop:
       return (f"val/mean_at_k {value:.4g} fell more than monitor.val_drop_max "
               f"{self.max_drop:g} below its best {self.best:.4g}")
+    return None
+
+
+@_register("staleness")
+class _StalenessFault(_Check):
+  _STATE = ("evicted",)
+
+  def __init__(self, max_off_policy: int):
+    self.max_off_policy = max_off_policy
+    self.evicted = 0.0  # buffer/evicted_stale at the last step (a running count).
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(config.buffer.max_off_policy)
+
+  def __call__(self, row):
+    over = row.get("staleness/over_k", 0.0)
+    evicted = row.get("buffer/evicted_stale", self.evicted)
+    new_evictions, self.evicted = evicted - self.evicted, evicted
+    if over > 0:
+      return (f"staleness/over_k {over:g}: tokens trained with a lag above "
+              f"buffer.max_off_policy {self.max_off_policy} (staleness/max "
+              f"{row.get('staleness/max', float('nan')):g}); the off-policy bound is broken")
+    if new_evictions > 0:
+      return (f"buffer/evicted_stale rose by {new_evictions:g}: groups staler than "
+              f"buffer.max_off_policy {self.max_off_policy} were thrown away; the schedule "
+              "let the generator run too far ahead")
     return None
 
 

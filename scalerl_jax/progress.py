@@ -52,6 +52,7 @@ class Progress:
     stream = stream if stream is not None else sys.stderr
     tty = stream.isatty()
     self._plain = not tty
+    self._live: dict[str, float] = {}  # The values shown, in the order first given.
     self._bar = _Bar(total=total_steps, initial=start_step, unit="step",
                      file=stream if tty else _Lines(stream), dynamic_ncols=tty,
                      ncols=None if tty else 0, mininterval=0.1 if tty else every_s,
@@ -62,10 +63,11 @@ class Progress:
 
     Args:
       step: the step just finished.
-      **live: scalars to show, e.g. `pass_rate=0.42`.
+      **live: scalars to show, e.g. `pass_rate=0.42`; a value of None keeps
+        the one shown last (e.g. a validation score between evaluations).
     """
-    self._bar.set_postfix({name: float(np.asarray(v)) for name, v in live.items()},
-                          refresh=False)
+    self._live.update({name: float(np.asarray(v)) for name, v in live.items() if v is not None})
+    self._bar.set_postfix(self._live, refresh=False)
     self._bar.update(step - self._bar.n)
 
   def close(self) -> None:

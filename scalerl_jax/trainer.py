@@ -139,17 +139,11 @@ def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict
   lengths = np.concatenate([g.completion_lens_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])
   interrupted = np.concatenate([g.interrupted_G for g in groups])
-  hist = buffer_lib.staleness_histogram(groups, version, k)
-  staleness = np.repeat(np.arange(k + 1), hist)
-  mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
   return {"train/reward_mean": float(rewards.mean()),
           "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
           "train/truncation_rate": float(truncated.mean()),
           "train/interruption_rate": float(interrupted.mean()),
-          "staleness/mean": float(staleness.mean()) if staleness.size else 0.0,
-          "staleness/max": float(staleness.max()) if staleness.size else 0.0,
-          "staleness/mixed_version_frac": float(mixed),
-          **{f"staleness/hist_{i}": float(c) for i, c in enumerate(hist)}}
+          **buffer_lib.staleness_metrics(groups, version, k)}
 
 
 class Trainer:
@@ -201,7 +195,8 @@ class Trainer:
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
-    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0}
+    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0,
+                     "no_signal_steps": 0}
     self.step = 0
     if resuming:
       self._restore(restore_step)
@@ -304,6 +299,9 @@ class Trainer:
     self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
+    # Steps whose update was skipped: no loss token (absent in older checkpoints).
+    self.counters["no_signal_steps"] = (self.counters.get("no_signal_steps", 0)
+                                       + int(step_metrics["no_signal"]))
     if step_metrics["nonfinite"]:
       self.counters["nonfinite_steps"] += 1
       self.counters["consecutive_nonfinite"] += 1
@@ -374,6 +372,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
       last.update(trainer.monitors.scalars(trainer.monitors.check(0, last)))
       trainer.writer.write(0, last)
       logging.info("step 0: validation mean@%d %.3f", t.eval_samples, last["val/mean_at_k"])
+      progress.update(0, val=last["val/mean_at_k"])
     while trainer.step < t.num_steps:
       try:
         row = trainer.run_step()
@@ -395,7 +394,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
         trainer.writer.write(trainer.step, row)
       last = row
       progress.update(trainer.step, reward=row["train/reward_mean"],
-                      val=row.get("val/mean_at_k", float("nan")))
+                      val=row.get("val/mean_at_k"))  # None: the last value stays.
       stop = bool(alerts) and trainer.monitors.stop_on_alert
       if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps or stop:
         trainer.save(force=stop)

@@ -68,11 +68,27 @@ def test_a_group_is_added_once():
     buf.add(_group(0, [[0], [0]]))
 
 
-def test_staleness_histogram_counts_sampled_tokens():
-  # At version 4 with k = 3: tokens of versions 4, 3, 3, 1, 0 have staleness
-  # 0, 1, 1, 3, 4 -> clipped to 3: counts [1, 2, 0, 2].
+def test_staleness_histogram_counts_true_lags():
+  # At version 4: tokens of versions 4, 3, 3, 1, 0 lag 0, 1, 1, 3, 4.
   groups = [_group(0, [[4, 3], [3]]), _group(1, [[1], [0]])]
-  np.testing.assert_array_equal(buffer_lib.staleness_histogram(groups, 4, 3), [1, 2, 0, 2])
+  np.testing.assert_array_equal(buffer_lib.staleness_histogram(groups, 4), [1, 2, 0, 1, 1])
+  with pytest.raises(ValueError, match="newer than the trainer's version 2"):
+    buffer_lib.staleness_histogram(groups, 2)
+
+
+def test_a_lag_above_k_is_logged_as_it_is_not_clipped():
+  # The review's case: 6 tokens that lagged 7 versions, k = 2. Clipped at k
+  # they read as max 2 and hist [0, 0, 6]; here they are a fault.
+  groups = [_group(0, [[0, 0, 0], [0, 0, 0]])]
+  metrics = buffer_lib.staleness_metrics(groups, 7, 2)
+  assert metrics["staleness/max"] == 7 and metrics["staleness/mean"] == 7
+  assert [metrics[f"staleness/hist_{i}"] for i in range(3)] == [0, 0, 0]
+  assert metrics["staleness/over_k"] == 6 and "staleness/hist_3" not in metrics
+  # Within the bound: lags 0, 1, 1, 2 and one completion of mixed versions.
+  metrics = buffer_lib.staleness_metrics([_group(0, [[3, 2], [2, 1]])], 3, 2)
+  assert [metrics[f"staleness/hist_{i}"] for i in range(3)] == [1, 2, 1]
+  assert metrics["staleness/over_k"] == 0 and metrics["staleness/max"] == 2
+  assert metrics["staleness/mean"] == 1.0 and metrics["staleness/mixed_version_frac"] == 1.0
 
 
 def test_oldest_version_of_mixed_versions():

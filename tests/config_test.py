@@ -12,7 +12,9 @@ from scalerl_jax import trainer as trainer_lib
 @pytest.mark.parametrize("variant", scalerl.VARIANTS)
 def test_every_variant_validates(variant):
   config = scalerl.get_config(f"variant={variant}")
-  assert config.variant == variant
+  # The variant's model shape reaches the config, field by field.
+  shape = scalerl._MODELS[variant]  # pylint: disable=protected-access
+  assert {k: config.model[k] for k in shape} == shape
   config_lib.validate(config)
 
 
@@ -160,6 +162,9 @@ def test_inconsistent_fields_are_named(updates, num_devices, message):
 def test_a_plain_dict_config_is_walked_too():
   config = ml_collections.ConfigDict(scalerl.get_config().to_dict())
   config_lib.validate(config)
+  config.rl.aggregation = "seq"  # Unlocked: nothing refuses it until validate.
+  with pytest.raises(config_lib.ConfigError, match="rl.aggregation: 'seq'"):
+    config_lib.validate(config)
 
 
 def test_the_trainer_refuses_every_invalid_config_before_compiling(tmp_path):

@@ -24,7 +24,6 @@ Aggregations of a per-token objective J (loss = -aggregate):
   prompt = ((sum J_c0 + sum J_c1) / 4 + (sum J_c2 + sum J_c3) / 3) / 2
 """
 
-import functools
 
 import chex
 import jax
@@ -168,31 +167,44 @@ def test_hand_worked_loss(loss, aggregation):
 
 
 @pytest.mark.parametrize("loss,expected", [
-    # old = train, so the loss's own ratio is 1 everywhere (J = A, or A log pi for
-    # CISPO), and the TIS factor min(pi_old / pi_gen, 3) = min(rho, 3) of the table:
-    #   c0 [1, 3, 1.1], c1 [0.5], c2 [1.25, 0.9], c3 [2].
-    # PPO family: J = A * factor = [1, 3, 1.1], [-0.5], [0.625, 0.45], [-1.0]
-    #   token -(5.1 - 0.5 + 1.075 - 1.0) / 7 = -4.675 / 7 = -0.6678571
-    ("grpo", -0.6678571), ("dapo", -0.6678571), ("gspo", -0.6678571),
-    ("gspo_token", -0.6678571),
-    # CISPO: J = factor * A * log pi = [-1, -6, -0.55], [0.75], [-0.625, -0.225], [2.0]
-    #   token -(-7.55 + 0.75 - 0.85 + 2.0) / 7 = 5.65 / 7 = 0.8071429
-    ("cispo", 0.8071429),
+    # tis_cap 3: each token's J is scaled by min(1, 3 / rho), i.e. by 0.6 on
+    # the rho = 5 token of c0 and by 1 everywhere else.
+    # grpo: c0 [1, 1.2 * 0.6 = 0.72, 1.1], c1 [-0.8], c2 [0.6, 0.45], c3 [-1.0]
+    #   token -(2.82 - 0.8 + 1.05 - 1.0) / 7 = -2.07 / 7 = -0.2957143
+    ("grpo", -0.2957143),
+    # dapo: c0 [1, 1.28 * 0.6 = 0.768, 1.1], c1 [-0.8], c2 [0.625, 0.45], c3 [-1.0]
+    #   token -(2.868 - 0.8 + 1.075 - 1.0) / 7 = -2.143 / 7 = -0.3061429
+    ("dapo", -0.3061429),
+    # gspo(_token): c0 1.0004 x [1, 0.6, 1] = 2.60104, c1 -0.9997, c2 1.0004, c3 -1.0
+    #   token -(2.60104 - 0.9997 + 1.0004 - 1.0) / 7 = -1.60174 / 7 = -0.2288200
+    ("gspo", -0.2288200), ("gspo_token", -0.2288200),
+    # cispo: c0 [-1, -8 * 0.6 = -4.8, -0.55], c1 [0.75], c2 [-0.625, -0.225], c3 [2.0]
+    #   token -(-6.35 + 0.75 - 0.85 + 2.0) / 7 = 4.45 / 7 = 0.6357143
+    ("cispo", 0.6357143),
 ])
 def test_truncated_importance_sampling_correction(loss, expected):
-  value, metrics = _hand_loss(_params(loss, tis_cap=3.0), old_logp_BxS=_LOGP_BxS)
+  value, metrics = _hand_loss(_params(loss, tis_cap=3.0))
   np.testing.assert_allclose(value, expected, rtol=2e-6)
-  np.testing.assert_allclose(metrics["ratio_mean"], 1.0, rtol=1e-6)
+  for name in ("ratio_mean", "ratio_max"):  # The loss's own ratios are unchanged.
+    np.testing.assert_allclose(metrics[name], EXPECTED_METRICS[loss][name], rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_ratio_mean"], 11.75 / 7, rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_ratio_max"], 5.0, rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_capped_frac"], 1 / 7, rtol=1e-6)  # Only rho 5 > 3.
 
 
-def test_tis_needs_old_logp_exactly_when_enabled():
-  with pytest.raises(ValueError, match="not given"):
-    _hand_loss(_params("cispo", tis_cap=3.0))
-  with pytest.raises(ValueError, match="tis_cap is 0.0"):
-    _hand_loss(_params("cispo"), old_logp_BxS=_LOGP_BxS)
+def test_tis_clips_against_the_generator_and_truncates_the_weight():
+  # DAPO with tis_cap 1.5, token aggregation: d(-sum J / 7) / d log pi is
+  #   -min(rho, 1.5) A / 7 where the clip (taken against the generator) lets
+  #   the gradient through, 0 where it binds:
+  #   c0: rho 1 -> -1/7; rho 5 > 1.28 with A > 0: clipped -> 0 (not -1.5/7, what a
+  #       ratio against the trainer's own log-probs gave); rho 1.1 -> -1.1/7
+  #   c1: rho 0.5 < 0.8 with A < 0: clipped -> 0
+  #   c2: rho 1.25 -> -0.625/7; rho 0.9 -> -0.45/7
+  #   c3: rho 2, A -0.5, unclipped: -min(2, 1.5) * -0.5 / 7 = 0.75/7 (1/7 without TIS)
+  grad_BxS = jax.grad(lambda lp: _hand_loss(_params("dapo", tis_cap=1.5), lp)[0])(_LOGP_BxS)
+  expected = np.array([[-1.0, 0.0, -1.1], [0.0, 0.0, 0.0], [-0.625, -0.45, 0.0],
+                       [0.75, 0.0, 0.0]]) / 7
+  np.testing.assert_allclose(grad_BxS, expected, rtol=2e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("aggregation,expected", [
@@ -325,19 +337,12 @@ def test_on_policy_gradient_is_reinforce(loss, aggregation):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-def test_jit_matches_no_jit(loss):
-  logp_BxS, gen_logp_BxS, adv_B, mask_BxS, group_B = _random_batch(5)
-  old_logp_BxS = (logp_BxS - 0.3).astype(np.float32)
-
+def test_jit_gives_the_hand_worked_values(loss):
+  @jax.jit
   def every_aggregation(logp_BxS):
     # One compilation per loss covers all three aggregations.
-    results = {}
-    for aggregation in losses.AGGREGATIONS:
-      fn = functools.partial(losses.compute_loss, _params(loss, aggregation, tis_cap=2.0),
-                             gen_logp_BxS=gen_logp_BxS, adv_B=adv_B, mask_BxS=mask_BxS,
-                             group_B=group_B, num_groups=3, old_logp_BxS=old_logp_BxS)
-      results[aggregation] = jax.value_and_grad(fn, has_aux=True)(logp_BxS)
-    return results
+    return {aggregation: _hand_loss(_params(loss, aggregation), logp_BxS)[0]
+            for aggregation in losses.AGGREGATIONS}
 
-  chex.assert_trees_all_close(jax.jit(every_aggregation)(logp_BxS),
-                              every_aggregation(logp_BxS), rtol=1e-6, atol=1e-9)
+  chex.assert_trees_all_close(every_aggregation(_LOGP_BxS), EXPECTED_LOSS[loss],
+                              rtol=2e-6, atol=1e-7)

@@ -23,6 +23,7 @@ def _healthy(step):
   """A train row that no default check objects to."""
   return {"train/loss_tokens": 100.0, "train/entropy": 0.8, "train/truncation_rate": 0.05,
           "train/train_gen_logp_abs_diff": 0.01, "train/ratio_max": 1.5,
+          "staleness/over_k": 0.0, "buffer/evicted_stale": 0.0,
           "train/reward_mean": 0.25 + 0.01 * (step % 3)}
 
 
@@ -36,8 +37,24 @@ def test_a_healthy_stream_raises_nothing_and_every_check_reports_zero():
   mon = _monitors()
   rows = [{"val/mean_at_k": 0.3}] + [_healthy(s) for s in range(1, 40)]
   assert _fired(mon, rows, first_step=0) == []
+  # The default config enables every registered check, and each reports 0.
   assert mon.scalars([]) == {f"alert/{n}": 0.0 for n in monitors.monitor_names()}
-  assert len(monitors.monitor_names()) == 6
+  assert monitors.monitor_names() == ("entropy_collapse", "truncation", "logp_mismatch",
+                                      "is_ratio", "reward_stuck", "val_drop", "staleness")
+
+
+def test_a_lag_above_k_or_an_eviction_is_a_staleness_fault():
+  mon = _monitors()
+  rows = [{**_healthy(s), "buffer/evicted_stale": e, "staleness/over_k": o,
+           "staleness/max": 9.0 if o else 8.0}
+          for s, (e, o) in enumerate([(0, 0), (0, 12), (0, 0), (2, 0), (2, 0), (3, 0)])]
+  alerts = [a for s, r in enumerate(rows, 1) for a in mon.check(s, r)]
+  # Step 2 trained 12 tokens lagging 9 > k = 8; steps 4 and 6 evicted groups.
+  assert [(a.step, a.name) for a in alerts] == [(2, "staleness"), (4, "staleness"),
+                                               (6, "staleness")]
+  assert alerts[0].message.startswith("staleness/over_k 12: tokens trained with a lag above "
+                                      "buffer.max_off_policy 8 (staleness/max 9)")
+  assert alerts[1].message.startswith("buffer/evicted_stale rose by 2")
 
 
 def test_entropy_collapse_is_relative_to_the_first_step():
@@ -110,6 +127,8 @@ def test_state_survives_a_checkpoint_round_trip():
           + [{**_healthy(s), "train/reward_mean": 0.0, "train/entropy": 1.0 - 0.1 * s}
              for s in range(1, 12)]
           + [{**_healthy(12), "val/mean_at_k": 0.3}])
+  for i, row in enumerate(rows[1:], 1):  # A running count: rises at 3, then at 9.
+    row["buffer/evicted_stale"] = float((i >= 3) + (i >= 9))
   straight = _fired(_monitors(reward_stuck_steps=4), rows, first_step=0)
   first = _monitors(reward_stuck_steps=4)
   head = _fired(first, rows[:5], first_step=0)
@@ -117,7 +136,8 @@ def test_state_survives_a_checkpoint_round_trip():
   resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
   tail = _fired(resumed, rows[5:], first_step=5)
   assert head + tail == straight
-  assert {name for _, name in straight} == {"reward_stuck", "entropy_collapse", "val_drop"}
+  assert {name for _, name in straight} == {"reward_stuck", "entropy_collapse", "val_drop",
+                                             "staleness"}
 
 
 def test_stop_on_alert_checkpoints_the_step_and_stops(tmp_path):

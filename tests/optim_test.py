@@ -124,12 +124,3 @@ def test_global_norm_clipping(clip, expected_nu):
   np.testing.assert_allclose(optax.tree_utils.tree_get(state, "nu")["bias"], expected_nu,
                              rtol=1e-5)
 
-
-def test_jit_matches_no_jit():
-  tx = optim.make_optimizer(_optim_config())
-  grads = jax.tree_util.tree_map(lambda p: jnp.full_like(p, 0.3), _PARAMS)
-  state = tx.init(_PARAMS)
-  jitted = jax.jit(tx.update)(grads, state, _PARAMS)
-  eager = tx.update(grads, state, _PARAMS)
-  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
-                         jitted, eager)

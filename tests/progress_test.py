@@ -52,3 +52,16 @@ def test_a_terminal_line_is_redrawn_in_place_and_ended():
   assert text.startswith("\r") and text.endswith("\n") and text.count("\n") == 1
   last = text.rstrip("\n").split("\r")[-1]
   assert "50/100" in last and last.rstrip().endswith("loss=nan]"), last
+
+
+def test_a_value_not_given_keeps_the_last_one_shown():
+  stream = io.StringIO()
+  progress = progress_lib.Progress(total_steps=10, every_s=0, stream=stream)
+  progress.update(0, val=0.25)  # Validation at step 0 ...
+  progress.update(1, reward=0.5, val=None)  # ... stays shown between evaluations.
+  progress.update(2, reward=0.625, val=0.375)
+  progress.close()
+  lines = stream.getvalue().splitlines()
+  assert _counts(lines) == ["0/10", "1/10", "2/10"]
+  assert lines[1].endswith("val=0.25, reward=0.5]"), lines
+  assert lines[2].endswith("val=0.375, reward=0.625]"), lines

@@ -72,13 +72,22 @@ def test_entropy_covers_every_generated_token_dropped_groups_included():
   np.testing.assert_allclose(float(metrics["entropy"]), every, rtol=1e-5)  # ... all is reported.
 
 
-def test_all_zero_variance_gives_no_update():
+def test_all_zero_variance_leaves_params_and_optimizer_state_bit_identical():
   model, params, state, step = _setup()
+  # A step with signal first, so AdamW carries momentum that would move the
+  # parameters on a zero gradient (with weight decay, as it did before).
+  state, _ = step(state, _batch(model, params, [[1, 0], [0, 1]]))
+  before = jax.device_get(state)
   new_state, metrics = step(state, _batch(model, params, [[0, 0], [1, 1]]))
-  assert float(metrics["loss_tokens"]) == 0.0
-  # AdamW still decays weights on a zero gradient; but with no signal the
-  # gradient itself is exactly zero.
-  assert float(metrics["l2_grads"]) == 0.0
+  assert float(metrics["loss_tokens"]) == 0.0 and float(metrics["l2_grads"]) == 0.0
+  assert float(metrics["no_signal"]) == 1.0 and float(metrics["l2_updates"]) == 0.0
+  assert float(metrics["nonfinite"]) == 0.0
+  assert int(new_state.step) == 2  # The policy version still advances.
+  assert _same(new_state.params, before.params)
+  assert _same(new_state.opt_state, before.opt_state)
+  # A batch with signal is applied and reports no_signal = 0.
+  newer, metrics = step(new_state, _batch(model, params, [[1, 0], [0, 1]]))
+  assert float(metrics["no_signal"]) == 0.0 and not _same(newer.params, before.params)
 
 
 def test_non_finite_gradient_leaves_state_unchanged():

@@ -5,6 +5,7 @@ run's workdir, where the trainer finds and reuses it.
 """
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from scalerl_jax import experiment
 from scalerl_jax import run_config
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.rl import buffer as buffer_lib
 from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +49,13 @@ def _workdir(base_dir, tmp_path, name):
 def _metrics(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return [json.loads(line) for line in f]
+
+
+def _assert_lag_within_bound(rows, k):
+  """The off-policy bound held at every step: no token over k, no group evicted."""
+  for r in rows:
+    assert r["staleness/max"] <= k and r["staleness/over_k"] == 0, (r["step"], r)
+    assert r["buffer/evicted_stale"] == 0, r
 
 
 def _final_params(config, workdir):
@@ -78,11 +87,12 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   for r in train:
     assert 0.0 <= r["train/reward_mean"] <= 1.0
     assert np.isfinite(r["train/loss"]) and r["train/nonfinite"] == 0
-    assert r["staleness/max"] <= config.buffer.max_off_policy
-  # The warm-started policy solves some problems, and RL does not collapse it.
+    assert r["alert/staleness"] == 0
+  _assert_lag_within_bound(train, config.buffer.max_off_policy)
+  # The warm-started policy solves some problems.
   assert rows[0]["val/mean_at_k"] > 0.05
   assert np.mean([r["train/reward_mean"] for r in train]) > 0.05
-  assert last["val/mean_at_k"] >= rows[0]["val/mean_at_k"] - 0.15
+  assert last["val/mean_at_k"] == rows[-1]["val/mean_at_k"]
   # Compute is cumulative and strictly increasing.
   flops = [r["compute/flops"] for r in rows]
   assert flops == sorted(flops) and flops[-1] > flops[1] > 0
@@ -138,11 +148,35 @@ def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(base_
   finally:
     trainer.close()
   # Held back, never evicted: every group it started was trained on in turn.
-  assert [r["buffer/evicted_stale"] for r in rows] == [0] * (k + 2)
+  _assert_lag_within_bound([dict(r, step=i) for i, r in enumerate(rows)], k)
   # It ran as far ahead as k allows: after each step's take, k batches wait.
   assert [r["buffer/size"] + r["buffer/in_flight"] for r in rows] == [k * p] * (k + 2)
   # The batch of step i was generated i versions earlier until the lag reached k.
   assert [r["staleness/max"] for r in rows] == [min(i, k) for i in range(k + 2)]
+
+
+def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(base_dir, tmp_path):
+  # A schedule (and a buffer) that believe k = 3 in a run whose k is 1: tokens
+  # lag up to 3, and the metrics say so instead of clipping the lags at 1.
+  config = helpers.rl_test_config("pipeline_rl")
+  config.buffer.max_off_policy = 1
+  config.buffer.decode_steps_per_train_step = 4 * config.sampling.max_new_tokens
+  trainer = trainer_lib.Trainer(config, _workdir(base_dir, tmp_path, "broken"))
+  trainer.schedule = dataclasses.replace(trainer.schedule, max_off_policy=3)
+  trainer.buffer = buffer_lib.RolloutBuffer(3)
+  try:
+    rows = []
+    for step in range(1, 6):
+      row = trainer.run_step()
+      rows.append({"step": step, **row,
+                   **trainer.monitors.scalars(trainer.monitors.check(step, row))})
+  finally:
+    trainer.close()
+  assert [r["staleness/max"] for r in rows] == [0, 1, 2, 3, 3]
+  assert [r["staleness/over_k"] > 0 for r in rows] == [False, False, True, True, True]
+  assert [r["alert/staleness"] for r in rows] == [0, 0, 1, 1, 1]
+  with pytest.raises(AssertionError):
+    _assert_lag_within_bound(rows, 1)
 
 
 def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path):

@@ -119,13 +119,37 @@ class RolloutBuffer:
     self.num_evicted = int(meta["num_evicted"])
 
 
-def staleness_histogram(groups: Sequence[Group], version: int, max_off_policy: int) -> np.ndarray:
-  """Counts of sampled tokens by staleness 0..k (version - token version)."""
+def staleness_histogram(groups: Sequence[Group], version: int) -> np.ndarray:
+  """Counts of sampled tokens by their true lag 0, 1, ..., max (version - token version)."""
+  lags = [version - g.version_GxS[g.mask_GxS > 0] for g in groups]
+  lags = np.concatenate(lags) if lags else np.zeros(0, np.int64)
+  if lags.size and lags.min() < 0:
+    raise ValueError(f"a token of version {version - lags.min()} is newer than the trainer's "
+                     f"version {version}")
+  return np.bincount(lags, minlength=1)
+
+
+def staleness_metrics(groups: Sequence[Group], version: int,
+                      max_off_policy: int) -> dict[str, float]:
+  """The lag of the tokens of a batch trained at `version`, unclipped.
+
+  `staleness/hist_0..k` count tokens by lag; a token lagging more than k is
+  not folded into hist_k but counted in `staleness/over_k` (a scheduling
+  fault, which `monitors.py` warns about), and `staleness/max` is the true
+  largest lag. `staleness/mixed_version_frac`: completions whose tokens came
+  from more than one policy version (in-flight weight updates).
+  """
+  hist = staleness_histogram(groups, version)
+  lags = np.arange(hist.size)
+  tokens = max(int(hist.sum()), 1)
+  mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
   counts = np.zeros(max_off_policy + 1, np.int64)
-  for g in groups:
-    tagged = g.version_GxS[g.mask_GxS > 0]
-    np.add.at(counts, np.clip(version - tagged, 0, max_off_policy), 1)
-  return counts
+  counts[:min(hist.size, max_off_policy + 1)] = hist[:max_off_policy + 1]
+  return {"staleness/mean": float((lags * hist).sum() / tokens),
+          "staleness/max": float(lags[hist > 0].max()) if hist.any() else 0.0,
+          "staleness/over_k": float(hist[max_off_policy + 1:].sum()),
+          "staleness/mixed_version_frac": float(mixed),
+          **{f"staleness/hist_{i}": float(c) for i, c in enumerate(counts)}}
 
 
 def collate(groups: Sequence[Group], length_multiple: int = 32) -> dict[str, np.ndarray]:

@@ -9,11 +9,19 @@ a reference policy (`ref_logp_BxS`, constant), per-completion advantages
 policy ascends (zero on masked tokens), plus scalar metrics. `aggregate`
 averages it; `compute_loss` returns the negated average, to minimise.
 
-The reference policy is the generator (rho = pi_train / pi_gen) unless the
-trainer passes its own old-policy log-probs `old_logp_BxS`; then ratios are
-taken against pi_old and every loss is multiplied by the truncated
-importance-sampling (TIS) factor sg(min(pi_old / pi_gen, tis_cap)), which
-corrects for the generator's numerics without counting the mismatch twice.
+The reference policy is always the generator: rho = pi_train / pi_gen, so
+the PPO clip and the CISPO cap act on stale tokens as on fresh ones. With
+`tis_cap` C > 0 (truncated importance sampling, TIS) every token's objective
+is also scaled by sg(min(1, C / rho)): where a loss's gradient weight is rho
+(PPO unclipped) it becomes min(rho, C), the weight of vanilla TIS
+(PAPER.md §3), counted once; where the clip removed the gradient it stays 0.
+Vanilla TIS multiplies sg(min(pi_old / pi_gen, C)) into a loss whose ratio
+is taken against pi_old, the trainer's numerics at the generating weights.
+The trainer keeps no earlier weights, so it has pi_old only for tokens of its
+current version (pi_old = pi_train); there both give the same gradient
+wherever rho lies inside the clip. On stale tokens the clip is taken against
+the generator, as without TIS (a departure, noted at `config.rl.tis_cap`).
+CISPO's weight becomes min(rho, cispo_eps_max) * min(1, C / rho).
 
 Losses register by name with `@register_loss(name)` and are chosen by
 `config.rl.loss`. Their hyperparameters are their keyword-only arguments,
@@ -28,8 +36,9 @@ Metrics, every one a mean over unmasked tokens except `ratio_max`:
     (always 0 for CISPO, which clips no gradient).
   capped_frac: tokens whose CISPO weight min(rho, eps_max) was capped (always
     0 for the PPO-style losses, which have no weight).
-  tis_ratio_mean, tis_ratio_max, tis_capped_frac: the same for pi_old / pi_gen,
-    present only when the TIS correction is on.
+  tis_ratio_mean, tis_ratio_max, tis_capped_frac: the token ratio rho that TIS
+    truncates (GSPO's ratio_* are the sequence ratio's), and the tokens with
+    rho > tis_cap; present only when the TIS correction is on.
 """
 
 import dataclasses
@@ -328,7 +337,7 @@ class LossParams:
   loss: str  # Registered loss name.
   aggregation: str  # One of AGGREGATIONS.
   hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
-  tis_cap: float = 0.0  # Cap of the TIS factor pi_old / pi_gen; 0 disables.
+  tis_cap: float = 0.0  # C: TIS scales each token by sg(min(1, C / rho)); 0 disables.
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
@@ -350,37 +359,33 @@ class LossParams:
 
 def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Array,
                  adv_B: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
-                 old_logp_BxS: Optional[jax.Array] = None,
                  counts: Optional[Counts] = None) -> tuple[jax.Array, Metrics]:
   """The scalar RL loss to minimise, and its metrics.
 
   Args:
     params: static loss choice (`LossParams.from_config(config.rl)`).
     logp_BxS: trainer log-probs of the sampled tokens (differentiated).
-    gen_logp_BxS: the generator's log-probs of the same tokens.
+    gen_logp_BxS: the generator's log-probs of the same tokens; every ratio is
+      taken against them.
     adv_B: advantage of every completion.
     mask_BxS: True (or 1) on completion tokens; zero the rows of dropped groups.
     group_B: int prompt index in [0, num_groups) of every completion.
     num_groups: P, static.
-    old_logp_BxS: the trainer's log-probs under the generating weights; must be
-      given exactly when `params.tis_cap > 0`. Ratios are then taken against
-      it and the TIS factor sg(min(pi_old / pi_gen, tis_cap)) is applied.
     counts: the whole batch's `batch_counts` when these rows are a microbatch.
 
   Returns:
-    (loss, metrics): -aggregate(objective) and a dict of scalars.
+    (loss, metrics): -aggregate(objective) and a dict of scalars. With
+    `params.tis_cap` C > 0 the objective of each token is scaled by
+    sg(min(1, C / rho)), rho = pi_train / pi_gen (the module docstring).
   """
-  if (old_logp_BxS is None) != (params.tis_cap == 0):
-    raise ValueError(
-        f"rl.tis_cap is {params.tis_cap}: the TIS correction needs old_logp_BxS exactly when "
-        f"tis_cap > 0, but old_logp_BxS was {'not ' if old_logp_BxS is None else ''}given")
   mask_BxS = mask_BxS.astype(bool)
-  ref_logp_BxS = gen_logp_BxS if old_logp_BxS is None else old_logp_BxS
   obj_BxS, metrics = get_loss(params.loss)(
-      logp_BxS, ref_logp_BxS, adv_B, mask_BxS, **dict(params.hparams))
-  if old_logp_BxS is not None:
-    tis_ratio_BxS = jnp.exp(_log_ratio(old_logp_BxS, gen_logp_BxS, mask_BxS))
-    obj_BxS = obj_BxS * jax.lax.stop_gradient(jnp.minimum(tis_ratio_BxS, params.tis_cap))
+      logp_BxS, gen_logp_BxS, adv_B, mask_BxS, **dict(params.hparams))
+  if params.tis_cap > 0:
+    log_ratio_BxS = _log_ratio(logp_BxS, gen_logp_BxS, mask_BxS)
+    factor_BxS = jnp.exp(jnp.minimum(0.0, jnp.log(params.tis_cap) - log_ratio_BxS))
+    obj_BxS = obj_BxS * jax.lax.stop_gradient(factor_BxS)
+    tis_ratio_BxS = jnp.exp(log_ratio_BxS)
     metrics.update(_ratio_stats(tis_ratio_BxS, mask_BxS, prefix="tis_"))
     metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxS > params.tis_cap, mask_BxS)
   loss = -aggregate(obj_BxS, mask_BxS, group_B, num_groups, params.aggregation, counts)

@@ -21,7 +21,9 @@ version v or later: its lag is at most floor(i / P).
 PipelineRL-k holds the generator back: it starts a prompt only while the
 backlog is below (k + 1) x P, so i <= (k + 1) x P - 1 and no token lags more
 than k. Nothing finished is thrown away; a group older than k in the buffer
-would be a bug, which the buffer evicts and counts (`buffer/evicted_stale`).
+would be a bug, which the buffer evicts and counts (`buffer/evicted_stale`)
+and the `staleness` monitor warns about; lags are logged unclipped
+(`staleness/max`, `staleness/over_k`), so a broken bound shows.
 Weights reach the sampler after every step; sequences in flight continue on
 their KV cache with the new weights, so a completion mixes versions. A group
 started at backlog position >= k x P and decoded in the same step lags exactly

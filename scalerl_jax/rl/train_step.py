@@ -156,13 +156,10 @@ def _rows_loss(params, rows, counts, gen_tokens, spec):
   """
   logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, rows["tokens_BxS"],
                                           spec.temperature, spec.logprob_chunk)
-  # One update per batch, so the trainer's own old-policy log-probs are its
-  # current ones (held constant); TIS then corrects the generator mismatch.
-  old = jax.lax.stop_gradient(logp_BxS) if spec.loss.tis_cap > 0 else None
   mask_BxS = rows["mask_BxS"]
   loss, metrics = losses.compute_loss(
       spec.loss, logp_BxS, rows["gen_logp_BxS"], rows["adv_B"], mask_BxS, rows["group_B"],
-      spec.num_prompts, old_logp_BxS=old, counts=counts)
+      spec.num_prompts, counts=counts)
   # Entropy over every generated token, the groups zero-variance filtering
   # dropped included: a collapse shows in the groups that no longer train.
   metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy_BxS) * rows["gen_mask_BxS"]
@@ -257,7 +254,9 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   """One optimizer step on a batch of scored completions.
 
   A non-finite loss or gradient leaves params and optimizer state unchanged
-  (the step counter still advances) and reports `nonfinite` = 1.
+  (the step counter still advances) and reports `nonfinite` = 1; so does a
+  batch without a loss token (every group dropped by zero-variance
+  filtering), reported as `no_signal` = 1.
 
   Args:
     state: the current TrainState.
@@ -270,16 +269,22 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   loss, metrics, grads = loss_and_grads(state.params, batch, spec)
   grad_norm = _tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  # No loss token (zero-variance filtering dropped every group): no gradient,
+  # so no update either; AdamW's momentum and weight decay would move the
+  # parameters all the same.
+  signal = metrics["loss_tokens"] > 0
+  apply = finite & signal
   # Zeroed gradients keep the optimizer arithmetic finite; the result is
-  # discarded below anyway when the step is not finite.
+  # discarded below anyway when the step is not applied.
   safe_grads = jax.tree_util.tree_map(lambda x: jnp.where(finite, x, 0), grads)
   updates, opt_state = spec.optimizer.update(safe_grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+  keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(apply, a, b), new, old)
   new_state = TrainState(step=state.step + 1, params=keep(params, state.params),
                          opt_state=keep(opt_state, state.opt_state))
   metrics.update(
       loss=loss, l2_grads=grad_norm, l2_params=_tree_norm(new_state.params),
-      l2_updates=jnp.where(finite, _tree_norm(updates), 0.0),
-      nonfinite=1.0 - finite.astype(jnp.float32))
+      l2_updates=jnp.where(apply, _tree_norm(updates), 0.0),
+      nonfinite=1.0 - finite.astype(jnp.float32),
+      no_signal=1.0 - signal.astype(jnp.float32))
   return new_state, metrics
