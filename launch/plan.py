@@ -25,6 +25,9 @@ _NUM_DEVICES = flags.DEFINE_integer(
     "num_devices", None, "Devices to plan for; default: the mesh's size, or the local count.")
 _ACCELERATORS = flags.DEFINE_list(
     "accelerators", list(plan.ACCELERATORS), f"Chips to check, from {sorted(plan.ACCELERATORS)}.")
+_PLATFORM = flags.DEFINE_enum(
+    "platform", "tpu", ["tpu", "gpu", "cpu"],
+    "Where it runs: picks model.attention=auto's kernel, and on TPU pads arrays to its tiles.")
 _MARGIN = flags.DEFINE_float(
     "margin", 0.1, "Fraction of HBM kept free for XLA scratch space and fragmentation.")
 
@@ -41,7 +44,7 @@ def main(argv):
   try:
     accelerators = plan.accelerators_named(_ACCELERATORS.value)
     num_devices = plan.resolve_num_devices(_CONFIG.value.mesh, _NUM_DEVICES.value)
-    result = plan.make_plan(_CONFIG.value, num_devices)
+    result = plan.make_plan(_CONFIG.value, num_devices, _PLATFORM.value)
   except (config_lib.ConfigError, ValueError) as e:
     raise SystemExit(f"launch.plan: {e}") from None
   print(plan.format_report(result, accelerators, _MARGIN.value), end="")

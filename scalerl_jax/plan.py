@@ -59,6 +59,7 @@ from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import attention as attention_lib
+from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
@@ -106,18 +107,45 @@ def shard_elements(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh
     prod over dimensions of ceil(size / ways), ways the product of the sizes
     of the dimension's mesh axes.
   """
-  count = 1
+  return math.prod(_local_shape(shape, spec, mesh))
+
+
+def _local_shape(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) -> list[int]:
+  local = []
   for i, size in enumerate(shape):
     axes = spec[i] if i < len(spec) else None
     axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    count *= -(-size // math.prod(mesh.shape[a] for a in axes))
-  return count
+    local.append(-(-size // math.prod(mesh.shape[a] for a in axes)))
+  return local
 
 
-def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
+def tpu_tiled(local_shape: Sequence[int], itemsize: int) -> list[int]:
+  """The shape a TPU allocates for an array: its two minor dimensions padded to whole tiles.
+
+  HBM holds arrays in (8 x 4 / itemsize, 128) tiles of the last two
+  dimensions (bfloat16 (16, 128)), so a head_dim of 32 takes the room of 128.
+  The compiler may pick another dimension order; this is the default one.
+  """
+  dims = list(local_shape)
+  if dims:
+    dims[-1] = -(-dims[-1] // 128) * 128
+  if len(dims) >= 2:
+    rows = 8 * max(1, 4 // itemsize)
+    dims[-2] = -(-dims[-2] // rows) * rows
+  return dims
+
+
+def shard_bytes(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh, itemsize: int,
+                platform: str) -> int:
+  """Bytes of one device's shard of an array of `shape` laid out by `spec` (tiled on TPU)."""
+  local = _local_shape(shape, spec, mesh)
+  return math.prod(tpu_tiled(local, itemsize) if platform == "tpu" else local) * itemsize
+
+
+def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh, platform: str = "cpu") -> int:
   """Per-device bytes of a tree of ShapeDtypeStructs laid out by a matching tree of specs."""
-  sizes = jax.tree.map(lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
-                       abstract, specs)
+  sizes = jax.tree.map(
+      lambda x, s: shard_bytes(x.shape, s, mesh, x.dtype.itemsize, platform), abstract, specs)
   return sum(jax.tree.leaves(sizes))
 
 
@@ -189,7 +217,7 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
   t = seq_len - 1
 
   def size(items):
-    return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
+    return sum(shard_bytes(shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform)
                for shape, axes, nbytes in items)
 
   block = _block_residuals(cfg, rows, t, _resolve_attention(cfg, platform, t))
@@ -224,12 +252,14 @@ def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: shar
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
 
   def size(items):
-    return sum(shard_elements(shape, nn.logical_to_mesh_axes(axes, rules), mesh) * nbytes
+    return sum(shard_bytes(shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform)
                for shape, axes, nbytes in items)
 
   rows_axes = ("act_batch", "act_kv_heads", None, None)
   cache = [((rows, k, e, width), rows_axes, kv_bytes)] * (2 * cfg.num_layers)
-  records = [((rows, cache_len), ("act_batch", None), 21)]  # tokens..uniform, 4+4+4+4+1+4 B.
+  # tokens, logp, logp_sampling, version, uniform (4 B each) and mask (1 B).
+  records = [((rows, cache_len), ("act_batch", None), 4)] * 5 + [
+      ((rows, cache_len), ("act_batch", None), 1)]
   layer = [((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),
            ((rows, width, k, q + 2, e), ("act_batch", None, "act_kv_heads", None, None), c),
            ((rows, width, 3 * cfg.mlp_dim), ("act_batch", None, "act_mlp"), c)]
@@ -338,8 +368,10 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   opt_state = jax.eval_shape(optimizer.init, params)
   # The trainer's layout (tests/plan_test.py checks it on real arrays).
   opt_specs = sharding.opt_state_shardings(optimizer, params, param_specs, PartitionSpec())
-  layer_weights = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, cfg.dtype),
-                               params["layers"])
+  # The sampler's regrouped weights (`decode.prepare`), as laid out by their names.
+  prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
+  layer_specs = tuple({name: nn.logical_to_mesh_axes(decode.PREPARED_AXES[name], rules)
+                       for name in layer} for layer in prepared["layers"])
 
   s = config.sampling
   settings = SamplingSettings(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
@@ -347,7 +379,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, num_slots, 1))
   state_specs = jax.tree.map(lambda sh: sh.spec,
                              slots.state_shardings(mesh, rules, cfg.num_layers))
-  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
+  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh, platform)
 
   seq_len = settings.cache_len
   divisor = sharding.batch_divisor(mesh, rules)
@@ -357,24 +389,26 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   temps = functools.partial(_sampler_temps, cfg, mesh, rules, width=s.max_prompt_len,
                             cache_len=seq_len, kv_bytes=kv_bytes, platform=platform)
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
-  batch_bytes = shard_elements((rows, seq_len), rows_spec, mesh) * 12 + rows * 4
-  head = {"embedding": params["embedding"], "final_norm": params["final_norm"]["scale"],
-          "head": params["embedding"] if cfg.tie_embeddings else params["lm_head"]}
+  batch_bytes = (3 * shard_bytes((rows, seq_len), rows_spec, mesh, 4, platform)
+                 + shard_bytes((config.data.prompts_per_step, config.data.generations_per_prompt),
+                               PartitionSpec(), mesh, 4, platform))
+  head = {k: v for k, v in prepared.items() if k != "layers"}
   head_specs = {"embedding": param_specs["embedding"],
                 "final_norm": param_specs["final_norm"]["scale"],
-                "head": param_specs["embedding"] if cfg.tie_embeddings else param_specs["lm_head"]}
+                "head": (PartitionSpec(*reversed(param_specs["embedding"])) if cfg.tie_embeddings
+                         else param_specs["lm_head"])}
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
   accum = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
   return Plan(
       mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
-      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
-      opt_state=tree_bytes(opt_state, opt_specs, mesh),
-      grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
-      grad_accum=tree_bytes(accum, param_specs, mesh) if microbatches > 1 else 0,
-      slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
-      decode_weights=tree_bytes(layer_weights, param_specs["layers"], mesh),
+      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh, platform),
+      opt_state=tree_bytes(opt_state, opt_specs, mesh, platform),
+      grads=tree_bytes(params, param_specs, mesh, platform), kv_cache=kv_cache,
+      grad_accum=tree_bytes(accum, param_specs, mesh, platform) if microbatches > 1 else 0,
+      slot_records=tree_bytes(state, state_specs, mesh, platform) - kv_cache,
+      decode_weights=tree_bytes(prepared["layers"], layer_specs, mesh, platform),
       activations_remat=acts(rows=rows // microbatches, remat=True),
       activations_no_remat=acts(rows=rows // microbatches, remat=False),
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
@@ -382,9 +416,9 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh),
+      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh, platform),
       prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
-      val_slot_state=tree_bytes(val_state, state_specs, mesh),
+      val_slot_state=tree_bytes(val_state, state_specs, mesh, platform),
       val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
 
 

@@ -49,6 +49,11 @@ _SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=7
               attention="plain")
 
 
+def _plan(config, num_devices):
+  """The plan with CPU layouts: the hand counts below take no TPU tile padding."""
+  return plan.make_plan(config, num_devices, platform="cpu")
+
+
 def _config(**mesh_shape):
   config = scalerl.get_config("tiny_cpu")
   with config.unlocked():
@@ -60,7 +65,7 @@ def _config(**mesh_shape):
 
 
 def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
-  p = plan.make_plan(_config(), 8)
+  p = _plan(_config(), 8)
   assert p.mesh_shape == {"data": 1, "fsdp": 8, "tensor": 1}
   # 3,276,800 / 8 + 2,304 = 411,904 float32 entries.
   assert p.params == 411_904 * 4 == 1_647_616
@@ -76,13 +81,13 @@ def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
 def test_params_on_a_mesh_with_data_and_tensor_axes():
   # (2, 2, 2): data replicates parameters, fsdp x tensor splits them 4 ways
   # (the embedding is [vocab -> tensor, embed -> fsdp]).
-  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  p = _plan(_config(shape=(2, 2, 2)), 8)
   assert p.params == (SHARDED_PARAMS // 4 + 2_304) * 4 == 3_286_016
   assert p.opt_state == 2 * 3_286_016 + 8
 
 
 def test_sampler_state_on_fsdp8():
-  p = plan.make_plan(_config(), 8)
+  p = _plan(_config(), 8)
   # pipeline_rl: 2 x P x G = 256 slots, 32 per device.
   assert p.num_slots == 256
   # KV cache: 256 slots x 160 positions x 4 layers x 4 kv heads x 32 x 2 (k, v)
@@ -96,12 +101,12 @@ def test_sampler_state_on_fsdp8():
 
 def test_kv_cache_splits_kv_heads_over_tensor():
   # (2, 2, 2): slots over data x fsdp (64 each), kv heads over tensor (2 each).
-  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  p = _plan(_config(shape=(2, 2, 2)), 8)
   assert p.kv_cache == 64 * 2 * 32 * 160 * 2 * 4 * 4
 
 
 def test_activations_on_fsdp8():
-  p = plan.make_plan(_config(), 8)
+  p = _plan(_config(), 8)
   # 128 rows / 8 = 16 per device, T = 159 tokens -> 2,544 tokens per device.
   assert p.rows_per_device == 16
   # Per token per layer (float32 entries): 4 x D (block input, attn norm,
@@ -122,21 +127,33 @@ def test_activations_on_fsdp8():
 def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
   config = _config()
   with config.unlocked():
-    config.model.attention = "auto"
-  # On TPU auto is splash: per token per layer the H x T = 1,272 softmax
-  # entries become H = 8 float32 log-sum-exps: 5,368 - 1,272 + 8 = 4,104
-  # entries = 16,416 B; x 2,544 tokens per device.
-  p = plan.make_plan(config, 8, platform="tpu")
-  assert p.activations_no_remat == 4 * 2_544 * 16_416 + 2_544 * 5_120
-  # On CPU, 159 positions are below attention.LONG_SEQ_LEN: plain.
-  assert plan.make_plan(config, 8, platform="cpu").activations_no_remat == 231_524_352
+    config.model.attention = "splash"
+  # Per token per layer the H x T = 1,272 softmax entries become H = 8
+  # float32 log-sum-exps: 5,368 - 1,272 + 8 = 4,104 entries = 16,416 B; x 2,544
+  # tokens per device.
+  assert _plan(config, 8).activations_no_remat == 4 * 2_544 * 16_416 + 2_544 * 5_120
+  cfg = transformer.ModelConfig.from_config(scalerl.get_config("tiny_cpu").model)
+  assert plan._resolve_attention(cfg, "tpu", 159) == "splash"  # auto on a TPU slice.
+  assert plan._resolve_attention(cfg, "cpu", 159) == "plain"
+
+
+def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
+  # float32 tiles are (8, 128), bfloat16 (16, 128): q [rows, T, H=4, E=32].
+  assert plan.tpu_tiled([64, 159, 4, 32], 4) == [64, 159, 8, 128]
+  assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 16, 128]
+  assert plan.tpu_tiled([1024], 4) == [1024]
+  p_cpu, p_tpu = _plan(_config(), 8), plan.make_plan(_config(), 8, platform="tpu")
+  # KV cache, half keys [slots, K, E=32, S=160]: S pads to 256 lanes (x 1.6);
+  # half values [slots, K, S=160, E=32]: E pads to 128 lanes (x 4).
+  half = p_cpu.kv_cache // 2
+  assert p_tpu.kv_cache == half * 256 // 160 + half * 4 == 58_720_256
 
 
 def test_microbatches_and_logprob_chunks_shrink_activations():
   config = _config()
   with config.unlocked():
     config.trainer.microbatches, config.trainer.logprob_chunk = 4, 32
-  p = plan.make_plan(config, 8)
+  p = _plan(config, 8)
   # 128 / 4 = 32 rows per microbatch, 4 per device: 636 tokens. The layers
   # keep 21,472 B per token (as above); the head keeps the final norm's input
   # (1,024 B per token) and two float32 [4, 32, 512] chunks of logits.
@@ -145,12 +162,12 @@ def test_microbatches_and_logprob_chunks_shrink_activations():
   # The float32 gradient accumulator is sharded like the (float32) parameters.
   assert p.grad_accum == p.grads == 1_647_616
   assert p.train_peak == p.resident + 2 * p.grads + p.activations_no_remat
-  assert plan.make_plan(_config(), 8).grad_accum == 0
+  assert _plan(_config(), 8).grad_accum == 0
 
 
 def test_activations_split_heads_mlp_and_vocab_over_tensor():
   # (2, 2, 2): 128 / 4 = 32 rows per device, 5,088 tokens; tensor halves H, K, F, V.
-  p = plan.make_plan(_config(shape=(2, 2, 2)), 8)
+  p = _plan(_config(shape=(2, 2, 2)), 8)
   # Per token per layer: 4 x 256 + 2 x 4*32 + 2 x 2*32 + 3 x 384 + 4 x 159
   # = 1,024 + 256 + 128 + 1,152 + 636 = 3,196 entries = 12,784 B.
   # Head: 256 + 2 x 256 = 768 entries = 3,072 B.
@@ -170,14 +187,14 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   # 8 x 159 x (4 + 2) = 7,632 B; q and k before their norms (256 + 128) x 2
   # = 768 B; 16,592 B. Head: final norm 256 x 2 + float32 logits and
   # gradient 2 x 512 x 4 = 4,608 B. Layer input (remat): 256 x 2 = 512 B.
-  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=False) == 159 * (
+  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=False, platform="cpu") == 159 * (
       4 * 16_592 + 4_608)
-  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=True) == 159 * (
+  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=True, platform="cpu") == 159 * (
       4 * 512 + 16_592 + 4_608)
 
 
 def test_flops_at_the_full_budget():
-  p = plan.make_plan(_config(), 8)
+  p = _plan(_config(), 8)
   # Matmul params: 4 x (196,608 + 589,824) + D*V 131,072 = 3,276,800.
   # Attention: 2*2*L*H*E = 4,096 FLOPs per attended key.
   # Generation: 159 tokens per sequence, sum of contexts 159*160/2 = 12,720:
@@ -189,7 +206,7 @@ def test_flops_at_the_full_budget():
 
 
 def test_fit_against_a_made_up_chip():
-  p = plan.make_plan(_config(), 8)
+  p = _plan(_config(), 8)
   # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
   # 20,971,520 + records 108,448 + activations 231,524,352 = 259,194,792 B.
   assert p.peak == p.train_peak == 259_194_792
@@ -205,14 +222,15 @@ def test_fit_against_a_made_up_chip():
 
 
 def test_qwen3_keeps_float32_master_weights_and_moments():
-  p = plan.make_plan(scalerl.get_config("qwen3_0.6b"), 8)
+  p = _plan(scalerl.get_config("qwen3_0.6b"), 8)
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
   cfg = transformer.ModelConfig.from_config(scalerl.get_config("qwen3_0.6b").model)
   assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 4
   assert p.opt_state == 2 * p.params + 8
-  # The sampler's regrouped layers are a bfloat16 copy: 28 x 15,730,688 / 8 x 2 B
-  # (q, k, v, o, gate, up, down; norms replicated).
-  assert p.decode_weights == 28 * (15_728_640 // 8 + 2 * 1024 + 2 * 128) * 2
+  # The sampler's regrouped layers: q, k, v, o, gate, up and down (15,728,640
+  # per layer, sharded 8 ways) a bfloat16 copy; the norm scales (2 x 1,024 +
+  # 2 x 128, replicated) stay float32.
+  assert p.decode_weights == 28 * (15_728_640 // 8 * 2 + (2 * 1024 + 2 * 128) * 4)
   assert p.num_slots == 2 * 48 * 16
 
 
@@ -231,12 +249,12 @@ def test_rejects_slots_that_do_not_divide_the_batch_axes():
   with config.unlocked():
     config.sampling.num_slots = 12
   with pytest.raises(config_lib.ConfigError, match="sampling.num_slots: 12"):
-    plan.make_plan(config, 8)
+    _plan(config, 8)
 
 
 def test_rejects_a_mesh_the_model_does_not_divide_over():
   with pytest.raises(config_lib.ConfigError, match="model.embed_dim: 256 is not divisible by 3"):
-    plan.make_plan(_config(), 3)
+    _plan(_config(), 3)
 
 
 def test_resolve_num_devices():
@@ -250,7 +268,7 @@ def test_activation_count_is_a_lower_bound_of_xla_cpu():
   # backend fuses less than TPU/GPU and keeps ~2x the residuals this model
   # counts; it must never keep fewer.
   config = _config()
-  p = plan.make_plan(config, 1)
+  p = _plan(config, 1)
   cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   optimizer = optim.make_optimizer(config.optim)
@@ -273,7 +291,7 @@ def test_activation_count_is_a_lower_bound_of_xla_cpu():
 def test_plan_matches_real_sharded_arrays():
   real = helpers.run_on_8_devices("tests.plan_test")
   for shape in ((1, 8, 1), (2, 2, 2)):
-    p = plan.make_plan(_config(shape=shape), 8)
+    p = _plan(_config(shape=shape), 8)
     assert real[shape] == {"shape": list(shape), "params": p.params, "opt_state": p.opt_state,
                            "kv_cache": p.kv_cache, "slot_records": p.slot_records}
 
@@ -281,7 +299,7 @@ def test_plan_matches_real_sharded_arrays():
 def test_launcher_prints_the_report():
   out = subprocess.run(
       [sys.executable, "-m", "launch.plan", "--config=configs/scalerl.py",
-       "--config.mesh.shape=(2,2,2)", "--accelerators=tpu_v5e,h200"],
+       "--config.mesh.shape=(2,2,2)", "--accelerators=tpu_v5e,h200", "--platform=cpu"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 2}" in out.stdout

@@ -45,7 +45,7 @@ Cache = dict[str, tuple[jax.Array, ...]]  # {"k": L x [B, K, E, S], "v": L x [B,
 KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
 VALUE_AXES = ("act_batch", "act_kv_heads", "act_len", "head_dim")
 
-_NAMES = {  # Logical names of the prepared weights (see `prepare`).
+PREPARED_AXES = {  # Logical names of the prepared weights (see `prepare`).
     "attn_norm": ("norm",), "mlp_norm": ("norm",), "q_norm": ("head_dim",),
     "k_norm": ("head_dim",), "qkv": ("embed", "kv_heads", None, "head_dim"),
     "qkv_bias": ("kv_heads", None, "head_dim"), "o": ("heads", "embed"),
@@ -137,7 +137,7 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
     if cfg.qk_norm:
       layer["q_norm"] = attn["q_norm"]["scale"][i]
       layer["k_norm"] = attn["k_norm"]["scale"][i]
-    layers.append({name: nn.with_logical_constraint(w, _NAMES[name])
+    layers.append({name: nn.with_logical_constraint(w, PREPARED_AXES[name])
                    for name, w in layer.items()})
   head = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
   return {"embedding": params["embedding"], "final_norm": params["final_norm"]["scale"],
