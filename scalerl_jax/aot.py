@@ -115,9 +115,9 @@ class Result:
 
 
 def _shard_bytes(tree: Any) -> int:
-  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard)."""
-  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
-             for x in jax.tree.leaves(tree))
+  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard, TPU-tiled)."""
+  return sum(math.prod(plan_lib.tpu_tiled(x.sharding.shard_shape(x.shape), x.dtype.itemsize))
+             * x.dtype.itemsize for x in jax.tree.leaves(tree))
 
 
 def _abstract(tree: Any, shardings: Any) -> Any:
@@ -228,7 +228,7 @@ def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
   mesh = sharding.make_mesh(config.mesh, devices)
   rules = sharding.logical_rules(config.mesh)
   programs = _programs(config, mesh, rules)
-  estimates = plan_lib.program_estimates(config, len(devices))
+  estimates = plan_lib.program_estimates(config, len(devices), platform="tpu")
   results = []
   for name, lower in programs.lower.items():
     if only and name not in only:
