@@ -48,6 +48,7 @@ from absl import logging
 import numpy as np
 
 import scalerl_jax
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import worker
 
@@ -86,15 +87,17 @@ class RewardPool:
 
   Args:
     rewards_config: `config.rewards` (verifier, strip_thinking, timeout_s,
-      num_workers, code_cpu_s, code_memory_mb, worker_memory_mb).
+      num_workers, code_cpu_s, code_memory_mb, code_isolation, worker_memory_mb).
 
   Raises:
     ValueError: an unknown `rewards_config.verifier` or kind in
       `rewards_config.strip_thinking`.
-    RuntimeError: the fork server or a worker could not start.
+    RuntimeError: the fork server or a worker could not start, or
+      `code_isolation='bwrap'` and bubblewrap does not run here.
   """
 
   def __init__(self, rewards_config: Any):
+    isolation.check(rewards_config.code_isolation)  # Warns when the lower layer is missing.
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
       raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
@@ -106,6 +109,7 @@ class RewardPool:
     self._settings = worker.WorkerSettings(
         timeout_s=self._timeout_s, code_cpu_s=float(rewards_config.code_cpu_s),
         code_memory_mb=int(rewards_config.code_memory_mb),
+        code_isolation=rewards_config.code_isolation,
         memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
     self._restarts = 0
     self._lock = threading.Lock()  # One call at a time, from whichever thread.

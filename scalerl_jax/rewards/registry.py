@@ -42,6 +42,7 @@ class VerifyContext:
       must have been killed and reaped.
     code_cpu_s: CPU-time limit of one candidate program run (seconds).
     code_memory_mb: address-space limit of a candidate program (MiB).
+    code_isolation: the sandbox's lower layer (`isolation.MODES`).
     on_spawn: called with (process group id, temp dir) right after a
       verifier starts a sandboxed process, so that the pool can kill the group
       and remove the directory if it has to kill the worker.
@@ -50,6 +51,7 @@ class VerifyContext:
   deadline: float = dataclasses.field(default_factory=lambda: time.monotonic() + 10.0)
   code_cpu_s: float = 2.0
   code_memory_mb: int = 512
+  code_isolation: str = "auto"
   on_spawn: Callable[[int, str], None] = lambda pgid, tmpdir: None
   on_reap: Callable[[int], None] = lambda pgid: None
 
