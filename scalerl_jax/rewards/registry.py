@@ -115,6 +115,11 @@ def _split(spec: str) -> tuple[_Entry, str]:
   return entry, option
 
 
+def kind_of(spec: str) -> str:
+  """The kind (`KINDS`) of a verifier spec."""
+  return _split(spec)[0].kind
+
+
 def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:
   """The verifier spec that scores `record` under `config.rewards.verifier`.
 
