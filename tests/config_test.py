@@ -80,7 +80,7 @@ _BAD_FIELDS = [
     ("sampling.top_p", 0.0, "sampling.top_p: 0.0 must be in (0, 1]"),
     ("buffer.max_off_policy", 0, "buffer.max_off_policy: 0 must be > 0"),
     ("data.chat_template", "maybe", "data.chat_template: 'maybe' is not one of"),
-    ("data.source", "hf", "data.source: 'hf' is not one of ('builtin', 'reasoning_gym',"),
+    ("data.source", "hf", "data.source: 'hf' is not one of ('builtin', 'builtin_code', 'reasoning_gym',"),
     ("data.on_long_prompt", "cut", "data.on_long_prompt: 'cut' is not one of ('error', 'skip')"),
     ("data.builtin_difficulty", (0,), "data.builtin_difficulty: (0,) must be a non-empty tuple"),
     ("rewards.verifier", "python", "rewards.verifier: 'python' is not one of"),
