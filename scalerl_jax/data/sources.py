@@ -25,10 +25,10 @@ without the marker is malformed.
 
 `load_prompts(config, split)` returns the records of split 'train' or 'val'
 for `config.data.source`, or of every domain of `config.data.mixture`
-(`mixture.py`: ids `<domain>/<id>`, a `domain` field). An empty or missing source is an error naming the
-config field. Malformed JSONL rows and TFDS examples are skipped, counted and
-logged with their file and line (or split and index); they are never dropped
-silently.
+(`mixture.py`: ids `<domain>/<id>`, a `domain` field). An empty or missing
+source is an error naming the config field. Malformed JSONL rows and TFDS
+examples are skipped, counted and logged with their file and line (or split
+and index); they are never dropped silently.
 """
 
 from __future__ import annotations
