@@ -39,7 +39,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     batches: validation batches from `pipeline.eval_batches` (G = their
       generations_per_prompt).
     tok: tokenizer, to decode completions.
-    pool: reward pool.
+    pool: reward pool (`submit`: each batch is verified while the next decodes).
     rng: PRNG key, `validation_key(config)`: fixed, so that repeated
       evaluations of the same parameters agree.
     version: policy version recorded in the sampler's outputs.
@@ -47,7 +47,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
   Returns:
     `summarize` of the scores, lengths and truncation flags.
   """
-  scores, lengths, truncated, domains = [], [], [], []
+  scores, lengths, truncated, domains, scoring = [], [], [], [], []
   params = sampler.prepare(params)  # Regrouped once for every batch.
   for i, batch in enumerate(batches):
     k = batch.generations_per_prompt
@@ -55,11 +55,13 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
     texts = completion_texts(out.tokens, out.prompt_len, out.seq_len, tok)
     records = [record for record in batch.records for _ in range(k)]
-    batch_scores, _ = pool.score(texts, records)
-    scores.append(np.asarray(batch_scores, np.float32).reshape(-1, k))
+    # Batch i is verified while batch i + 1 decodes; the scores keep their order.
+    scoring.append((pool.submit(texts, records), k))
     lengths.append(out.seq_len - out.prompt_len)
     truncated.append(out.truncated)
     domains += [mixture.domain_of(record) for record in batch.records]
+  for future, k in scoring:
+    scores.append(np.asarray(future.result()[0], np.float32).reshape(-1, k))
   return summarize_domains(np.concatenate(scores), np.concatenate(lengths),
                            np.concatenate(truncated), domains)
 
