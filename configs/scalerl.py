@@ -273,6 +273,9 @@ def get_config(arg=None):
   c.rewards.num_workers = 2  # Verifier worker processes.
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
   c.rewards.code_memory_mb = 512  # code: address-space limit.
+  # code: the sandbox's layer below the audit hook (rewards/isolation.py):
+  # auto (bubblewrap if it runs, else warn) | bwrap (required) | python (none).
+  c.rewards.code_isolation = "auto"
   c.rewards.worker_memory_mb = 2048  # Address-space limit of a verifier worker; 0 = none.
   # Verify the groups a decode call finished while the next call decodes, where
   # that call is decided without their scores (rl/rollouts.py); the same

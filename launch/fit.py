@@ -1,6 +1,8 @@
 """Fits compute-performance curves to finished runs; prints a report, writes a plot.
 
   python -m launch.fit --workdirs=/tmp/sweeps/loss_type --fit_fraction=0.5
+  python -m launch.fit --workdirs=/tmp/multitask --fit_fraction=0.5 \
+      --metric=val/math/mean_at_k,val/code/mean_at_k
 
 Each entry of --workdirs is a run's workdir (holding metrics.jsonl) or a
 directory with workdirs below it; all runs go into one report and one figure.
@@ -46,6 +48,11 @@ _X = flags.DEFINE_string(
     "Compute of all generated and trained tokens: compute/device_hours (device seconds / "
     "3600, the paper's GPU-hours), compute/flops, or step.")
 _Y = flags.DEFINE_string("y", "val/mean_at_k", "Validation score key.")
+_METRIC = flags.DEFINE_list(
+    "metric", None,
+    "Logged metrics to fit, each its own sigmoid, e.g. val/math/mean_at_k,val/code/mean_at_k "
+    "(a mixture's domains); default --y. With several, one report and plot per metric "
+    "(<out>_<metric>.png) and a table of them side by side.")
 _SKIP_FRACTION = flags.DEFINE_float(
     "skip_fraction", curves.SKIP_FRACTION,
     "Leave out the points in this share of each curve's final compute (step 0 stays, as "
@@ -64,19 +71,14 @@ _GRID = flags.DEFINE_enum(
     "Ablation grid whose paper claims to check; default: the one the runs' paths name, if any.")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  try:
-    workdirs = runs.find_workdirs(_WORKDIRS.value)
-  except FileNotFoundError as e:
-    raise SystemExit(f"launch.fit: {e}") from None
-  loaded = [runs.read_run(w, _X.value, _Y.value, name)
+def _fit_metric(workdirs, y_key):
+  """(fitted groups, report text) of one metric over `workdirs`."""
+  loaded = [runs.read_run(w, _X.value, y_key, name)
             for w, name in zip(workdirs, runs.labels(workdirs))]
   for run in loaded:
     for problem in run.problems:
       logging.warning("%s", problem)
-  noise = {r.name: runs.read_run(r.workdir, _X.value, _Y.value + report.STDERR_SUFFIX).score
+  noise = {r.name: runs.read_run(r.workdir, _X.value, y_key + report.STDERR_SUFFIX).score
            for r in loaded}
   try:
     groups = curves.fit_groups(loaded, skip_fraction=_SKIP_FRACTION.value,
@@ -85,18 +87,41 @@ def main(argv):
     grid = _GRID.value or compare.find_grid(workdirs)
     verdicts = report.format_verdicts(grid, groups) if grid else ""
   except ValueError as e:
-    raise SystemExit(f"launch.fit: {e}") from None
-  text = report.format_report(groups, x_key=_X.value, y_key=_Y.value,
+    raise SystemExit(f"launch.fit: {y_key}: {e}") from None
+  text = report.format_report(groups, x_key=_X.value, y_key=y_key,
                               skip_fraction=_SKIP_FRACTION.value,
                               fit_fraction=_FIT_FRACTION.value, num_bootstrap=_NUM_BOOTSTRAP.value,
                               noise=noise)
-  text += verdicts and "\n" + verdicts
-  print(text, end="")
+  return groups, text + (verdicts and "\n" + verdicts)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  try:
+    workdirs = runs.find_workdirs(_WORKDIRS.value)
+  except FileNotFoundError as e:
+    raise SystemExit(f"launch.fit: {e}") from None
+  metrics = _METRIC.value or [_Y.value]
   out = _OUT.value or os.path.join(_WORKDIRS.value[0], "fit.png")
-  plots.plot_groups(groups, out, x_label=_X.value, y_label=_Y.value, log_x=_LOG_X.value)
+  by_metric, texts = {}, []
+  for metric in metrics:
+    groups, text = _fit_metric(workdirs, metric)
+    by_metric[metric] = groups
+    path = out
+    if len(metrics) > 1:
+      stem, ext = os.path.splitext(out)
+      path = f"{stem}_{metric.replace('/', '_')}{ext}"
+      text = f"== {metric} ==\n{text}"
+    plots.plot_groups(groups, path, x_label=_X.value, y_label=metric, log_x=_LOG_X.value)
+    texts.append(text)
+  if len(metrics) > 1:
+    texts.append(report.format_side_by_side(by_metric, _FIT_FRACTION.value))
+  text = "\n".join(texts)
+  print(text, end="")
   with open(os.path.splitext(out)[0] + ".txt", "w") as f:
     f.write(text)
-  print(f"wrote {out} and {os.path.splitext(out)[0]}.txt")
+  print(f"wrote {os.path.splitext(out)[0]}.txt and the plot(s) beside it")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from scalerl_jax.data import sources
 from scalerl_jax.models import attention
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import transformer
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry as verifiers
 from scalerl_jax.rl import advantages
 from scalerl_jax.rl import losses
@@ -188,6 +189,7 @@ RULES: dict[str, Rule] = {
     "rewards.num_workers": _POS_INT,
     "rewards.code_cpu_s": _POS,
     "rewards.code_memory_mb": _POS_INT,
+    "rewards.code_isolation": _one_of(isolation.MODES),
     "rewards.worker_memory_mb": _NONNEG_INT,
     # curriculum
     "curriculum.retire_threshold": _UNIT,

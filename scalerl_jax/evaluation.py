@@ -2,7 +2,8 @@
 
 The y-axis of every compute-performance curve (PAPER.md §1: mean@16 over
 1,000 prompts) is `val/mean_at_k` from here, written by the trainer every
-`trainer.eval_every` steps and by `launch/evaluate.py` for a checkpoint.
+`trainer.eval_every` steps and by `launch/evaluate.py` for a checkpoint; in a
+mixture of domains also `val/<domain>/mean_at_k`, `pass_at_k`, ... per domain.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """
@@ -15,6 +16,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.rollouts import completion_texts
@@ -50,7 +52,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     batches: validation batches from `pipeline.eval_batches` (G = their
       generations_per_prompt).
     tok: tokenizer, to decode completions.
-    pool: reward pool.
+    pool: reward pool (`submit`: each batch is verified while the next decodes).
     rng: PRNG key, `validation_key(config)`: fixed, so that repeated
       evaluations of the same parameters agree.
     version: policy version recorded in the sampler's outputs.
@@ -58,7 +60,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
   Returns:
     `summarize` of the scores, lengths and truncation flags.
   """
-  scores, lengths, truncated = [], [], []
+  scores, lengths, truncated, domains, scoring = [], [], [], [], []
   params = sampler.prepare(params)  # Regrouped once for every batch.
   for i, batch in enumerate(batches):
     k = batch.generations_per_prompt
@@ -66,11 +68,29 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
     texts = completion_texts(out.tokens, out.prompt_len, out.seq_len, tok)
     records = [record for record in batch.records for _ in range(k)]
-    batch_scores, _ = pool.score(texts, records)
-    scores.append(np.asarray(batch_scores, np.float32).reshape(-1, k))
+    # Batch i is verified while batch i + 1 decodes; the scores keep their order.
+    scoring.append((pool.submit(texts, records), k))
     lengths.append(out.seq_len - out.prompt_len)
     truncated.append(out.truncated)
-  return summarize(np.concatenate(scores), np.concatenate(lengths), np.concatenate(truncated))
+    domains += [mixture.domain_of(record) for record in batch.records]
+  for future, k in scoring:
+    scores.append(np.asarray(future.result()[0], np.float32).reshape(-1, k))
+  return summarize_domains(np.concatenate(scores), np.concatenate(lengths),
+                           np.concatenate(truncated), domains)
+
+
+def summarize_domains(scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B: np.ndarray,
+                      domains_P: Sequence[str]) -> dict[str, float]:
+  """`summarize` of all prompts, and as val/<domain>/... of each domain of a mixture."""
+  out = summarize(scores_PxG, lengths_B, truncated_B)
+  domains_P = np.asarray(domains_P)
+  k = scores_PxG.shape[1]
+  for name in sorted(set(domains_P.tolist()) - {""}):
+    rows_P = domains_P == name
+    rows_B = np.repeat(rows_P, k)
+    part = summarize(scores_PxG[rows_P], lengths_B[rows_B], truncated_B[rows_B])
+    out.update({f"val/{name}/{key[len('val/'):]}": v for key, v in part.items()})
+  return out
 
 
 def summarize(scores_PxG: np.ndarray, lengths_B: np.ndarray,

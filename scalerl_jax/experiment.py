@@ -22,6 +22,7 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
 from scalerl_jax import warm_start
+from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
@@ -112,11 +113,11 @@ class Experiment:
 
   def eval_batches(self, num_prompts: Optional[int] = None,
                    samples: Optional[int] = None) -> list[pipeline_lib.PromptBatch]:
-    """Validation batches: the first `trainer.eval_num_prompts` prompts, K samples each."""
+    """Validation batches: the first `trainer.eval_num_prompts` prompts of each domain, K each."""
     t = self.config.trainer
     num_prompts = num_prompts or t.eval_num_prompts
     samples = samples or t.eval_samples
-    records = self.prompts("val")[:num_prompts]
+    records = mixture.head_per_domain(self.prompts("val"), num_prompts)  # Per domain.
     return pipeline_lib.eval_batches(self.config, records, self.tok,
                                      evaluation.prompts_per_batch(self.config, samples), samples)
 

@@ -56,7 +56,7 @@ from scalerl_jax import progress as progress_lib
 from scalerl_jax import run_config
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
-from scalerl_jax.data import curriculum as curriculum_lib
+from scalerl_jax.data import mixture as mixture_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.rl import buffer as buffer_lib
@@ -179,7 +179,7 @@ class Trainer:
         self.optimizer, exp.params, exp.param_shardings, exp.mesh)
     self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
     self.pool = exp.reward_pool()
-    self.curriculum = curriculum_lib.Curriculum.from_config(config.curriculum)
+    self.curriculum = mixture_lib.make_curriculum(config)  # One per domain in a mixture.
     # Looked up at call time: a restore replaces the curriculum object.
     self.pipeline = pipeline_lib.make_pipeline(
         config, exp.prompts("train"), exp.tok,
@@ -232,7 +232,7 @@ class Trainer:
     self.state = device["train"]
     self.step = int(extra["step"])
     self.pipeline.set_state(extra["pipeline"])
-    self.curriculum = curriculum_lib.Curriculum.from_state_dict(extra["curriculum"])
+    self.curriculum = mixture_lib.restore_curriculum(extra["curriculum"])
     self.buffer.restore(host.get("buffer", {}), extra["buffer"])
     self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
     self.meter.load_state_dict(extra["meter"])
@@ -323,6 +323,7 @@ class Trainer:
     if groups is None:
       raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
     row = _batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
+    row.update(mixture_lib.train_metrics(groups))  # train/<domain>/...; none for one source.
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1

@@ -28,10 +28,14 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from scalerl_jax.data import builtin_task, pipeline, tokenizer as tokenizer_lib
+from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
+from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import transformer
 
 _DIR = "base_policy"
+# Sources with worked solutions -> their training records (levels, num, seed, split).
+_WORKED = {builtin_task.SOURCE: builtin_task.builtin_prompts,
+           builtin_code.SOURCE: builtin_code.code_prompts}
 
 
 def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) -> str:
@@ -61,6 +65,8 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
               "slip_prob": config.trainer.warm_start_slip_prob,
               "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
               "max_len": config.sampling.max_prompt_len + config.sampling.max_new_tokens}
+  if mixture.names(config):  # Absent for one source, so that its caches stay valid.
+    relevant["mixture"] = config.data.mixture.to_dict()
   return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -88,7 +94,10 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
   mask = np.zeros((len(records), seq_len), np.float32)
   for i, record in enumerate(records):
     prompt = pipeline.prompt_ids(tok, record["prompt"])
-    text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
+    if record["source"] == builtin_code.SOURCE:  # Its program slips as an Answer line does.
+      text = builtin_code.target_text(record, answer_slip_prob, rng)
+    else:
+      text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]
     ids = (prompt + target)[:seq_len]
     tokens[i, :len(ids)] = ids
@@ -108,12 +117,31 @@ def _sft_step(params, opt_state, tokens_BxS, mask_BxS, *, model, optimizer):
   return optax.apply_updates(params, updates), opt_state, loss
 
 
+def _domain_configs(config: ml_collections.ConfigDict, steps: int
+                    ) -> list[ml_collections.ConfigDict]:
+  """The single-source configs to warm-start on: the run's, or each domain's.
+
+  Raises:
+    ValueError: a source without worked solutions.
+  """
+  configs = ([mixture.domain_config(config, name) for name in mixture.names(config)]
+             or [config])
+  for sub in configs:
+    if sub.data.source not in _WORKED:
+      raise ValueError(
+          f"trainer.warm_start_steps: {steps}, but a supervised warm start needs worked "
+          f"solutions, which only the built-in sources {tuple(_WORKED)} have (got "
+          f"{sub.data.source!r}); set model.hf_path to a base checkpoint or "
+          "trainer.warm_start_steps=0")
+  return configs
+
+
 def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transformer.Transformer,
                params: Any, shardings: Any, tok: tokenizer_lib.Tokenizer) -> Any:
   """The cached warm-started parameters, training them first if needed.
 
   Args:
-    config: experiment config (data.source must be 'builtin').
+    config: experiment config (built-in sources only: `_WORKED`).
     workdir: experiment directory; the result lives in `<workdir>/base_policy`.
     model: the policy network.
     params: freshly initialised, sharded parameters (the starting point).
@@ -126,11 +154,7 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
   steps = config.trainer.warm_start_steps
   if steps == 0:
     return params
-  if config.data.source != "builtin":
-    raise ValueError(
-        f"trainer.warm_start_steps: {steps}, but a supervised warm start needs worked "
-        f"solutions, which only data.source='builtin' has (got {config.data.source!r}); "
-        "set model.hf_path to a base checkpoint or trainer.warm_start_steps=0")
+  configs = _domain_configs(config, steps)
   path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           params, shardings)
@@ -139,9 +163,8 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
     logging.info("Reusing the warm-started base policy in %s", path)
     return checkpointer.restore(path, abstract)
 
-  records = builtin_task.builtin_prompts(
-      tuple(config.data.builtin_difficulty), config.data.builtin_num_train, base_seed(config),
-      "train")
+  records = [r for sub in configs for r in _WORKED[sub.data.source](
+      tuple(sub.data.builtin_difficulty), sub.data.builtin_num_train, base_seed(config), "train")]
   seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
   batch = config.trainer.warm_start_batch
   # Every epoch visits the problems in a new order with newly drawn slips, so

@@ -5,6 +5,7 @@ The fabricated runs (`scaling_helpers.write_workdir`) validate at steps 0, 5,
 device-hours, s * 1e14 FLOPs.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -182,3 +183,49 @@ def test_fit_launcher_fails_clearly(tmp_path, args, message):
                         cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0
   assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_fit_launcher_fits_each_metric_and_prints_them_side_by_side(tmp_path):
+  # Two domains in one run's metrics: math along CURVE, code along another A and B.
+  for s in range(2):
+    math = _write(tmp_path / "m" / f"seed={s}", seed=s)
+    code = _write(tmp_path / "c" / f"seed={s}", seed=10 + s, a=0.45, b=1.2)
+    run = tmp_path / "mix" / f"seed={s}"
+    os.makedirs(run)
+    with open(tmp_path / "m" / f"seed={s}" / runs.METRICS) as f:
+      rows = [json.loads(line) for line in f]
+    for row in rows:
+      if "val/mean_at_k" in row:
+        row["val/math/mean_at_k"] = math[row["step"]]
+        row["val/code/mean_at_k"] = code[row["step"]]
+    (run / runs.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+  out = tmp_path / "fit.png"
+  proc = subprocess.run(
+      [sys.executable, "-m", "launch.fit", f"--workdirs={tmp_path / 'mix'}", "--fit_fraction=0.5",
+       "--num_bootstrap=0", f"--out={out}", "--metric=val/math/mean_at_k,val/code/mean_at_k"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  assert "== val/math/mean_at_k ==\nx: compute/device_hours; y: val/math/mean_at_k" in proc.stdout
+  assert "== val/code/mean_at_k ==\nx: compute/device_hours; y: val/code/mean_at_k" in proc.stdout
+  for metric in ("val_math_mean_at_k", "val_code_mean_at_k"):
+    assert (tmp_path / f"fit_{metric}.png").read_bytes()[:4] == b"\x89PNG"
+  lines = proc.stdout.splitlines()
+  table = lines.index("side by side:")
+  header = re.split(r"\s{2,}", lines[table + 1])
+  assert header == ["curve", "val/math/mean_at_k A", "val/math/mean_at_k B",
+                    "val/math/mean_at_k C_mid", "val/math/mean_at_k final err",
+                    "val/code/mean_at_k A", "val/code/mean_at_k B", "val/code/mean_at_k C_mid",
+                    "val/code/mean_at_k final err"]
+  mean_row = re.split(r"\s{2,}", lines[table + 3])
+  fits = {m: curves.fit_groups([runs.read_run(str(tmp_path / "mix" / f"seed={s}"), y_key=m,
+                                              name=f"seed={s}") for s in range(2)],
+                               fit_fraction=0.5)[0].mean_fit
+          for m in ("val/math/mean_at_k", "val/code/mean_at_k")}
+  math_fit, code_fit = fits["val/math/mean_at_k"], fits["val/code/mean_at_k"]
+  assert mean_row[1:] == [
+      f"{math_fit.fit.a:.3f}", f"{math_fit.fit.b:.2f}", f"{math_fit.fit.c_mid:.3g}",
+      f"{math_fit.extrapolation.final_error:+.4f}", f"{code_fit.fit.a:.3f}",
+      f"{code_fit.fit.b:.2f}", f"{code_fit.fit.c_mid:.3g}",
+      f"{code_fit.extrapolation.final_error:+.4f}"]
+  assert abs(math_fit.fit.a - 0.6) < 0.05 and abs(code_fit.fit.a - 0.45) < 0.05
+  assert (tmp_path / "fit.txt").read_text() in proc.stdout

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from configs import scalerl
+from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
+from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from tests import instruct_checkpoint
@@ -81,12 +83,27 @@ class _Curriculum:
       self.retired.add(batch.records[0]["id"])
 
 
-def test_restoring_state_at_each_of_the_first_50_batches_gives_the_same_stream(records, tok):
+@pytest.fixture(scope="module")
+def two_sources(records):
+  """37 arithmetic and 23 code prompts as data.mixture tags them, and the weights."""
+  code = builtin_code.code_prompts((1, 2), 23, 0, "train")
+  return (mixture.tag(records, "math") + mixture.tag(code, "code"),
+          {"math": 0.6, "code": 0.4})
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["one_source", "two_sources"])
+def test_restoring_state_at_each_of_the_first_50_batches_gives_the_same_stream(
+    records, two_sources, tok, mixed):
   # 37 prompts in batches of 4: every 12-batch window after a restore crosses
-  # an epoch boundary and sees 4 retirements.
+  # an epoch boundary and sees 4 retirements. Two sources: the mixture's
+  # position in both domains' streams is restored too.
   num_restores, window = 50, 12
+  kwargs = {}
+  if mixed:
+    records, weights = two_sources
+    kwargs = {"weights": weights, "max_prompt_len": 32}  # Code prompts are longer.
   curriculum = _Curriculum()
-  reference = _pipeline(records, tok, is_retired=curriculum.is_retired)
+  reference = _pipeline(records, tok, is_retired=curriculum.is_retired, **kwargs)
   checkpoints, batches = [], []
   for step in range(num_restores + window):
     # Checkpoint: iterator state and retired set, through JSON as on disk.
@@ -99,7 +116,7 @@ def test_restoring_state_at_each_of_the_first_50_batches_gives_the_same_stream(r
   for step in range(num_restores):
     saved = json.loads(checkpoints[step])
     restored_curriculum = _Curriculum(saved["retired"])
-    restored = _pipeline(records, tok, is_retired=restored_curriculum.is_retired)
+    restored = _pipeline(records, tok, is_retired=restored_curriculum.is_retired, **kwargs)
     restored.set_state(saved["data"])
     for later in range(step, step + window):
       batch = next(restored)

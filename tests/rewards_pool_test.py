@@ -251,3 +251,15 @@ def _sandboxed_programs(root):
     if any(arg.startswith(str(root)) for arg in cmdline) and _alive(process):
       found.append(process)
   return found
+
+
+def test_copies_of_a_program_for_the_same_code_record_run_once(pool):
+  # A coin flip: 16 separate runs would all agree with probability 2**-15.
+  program = "```python\nimport random\nassert random.random() < 0.5\n```"
+  record = {"id": "coin", "verifier": "code", "answer": "pass"}
+  other = {"id": "coin2", "verifier": "code", "answer": "assert True"}
+  scores, stats = pool.score([program] * 16 + [program], [record] * 16 + [other])
+  assert len(set(scores[:16].tolist())) == 1 and stats["num_completions"] == 17
+  # Other kinds are scored one by one, copies too.
+  math = {"id": "m", "prompt": "half?", "answer": r"\frac{1}{2}", "verifier": "math"}
+  assert pool.score([r"\boxed{0.5}"] * 3, [math] * 3)[0].tolist() == [1.0] * 3

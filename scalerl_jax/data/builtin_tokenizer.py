@@ -18,6 +18,7 @@ import uuid
 from etils import epath
 import sentencepiece as spm
 
+from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 
 _PAD, _UNK, _BOS, _EOS = 0, 1, 2, 3  # Ids of the model's special pieces.
@@ -26,15 +27,23 @@ _CORPUS_LEVELS = (1, 2, 3, 4)
 _CORPUS_PROBLEMS = 2000
 
 
-def corpus() -> list[str]:
-  """The lines the built-in model is trained on: prompts and worked targets."""
+def corpus(code: bool = False) -> list[str]:
+  """The lines the built-in model is trained on: prompts and worked targets.
+
+  Args:
+    code: add the built-in code domain's (`builtin_code`), for runs that
+      train on it; without it the model and its ids are as they always were.
+  """
   lines = []
   for problem in builtin_task.builtin_problems(_CORPUS_LEVELS, _CORPUS_PROBLEMS, 0, "train"):
     lines += [builtin_task.prompt_text(problem), builtin_task.solution_text(problem)]
+  if code:
+    for record in builtin_code.code_prompts(_CORPUS_LEVELS[:3], _CORPUS_PROBLEMS, 0, "train"):
+      lines += [record["prompt"], builtin_code.target_text(record)]
   return lines
 
 
-def write_model(path: str, vocab_size: int) -> bytes:
+def write_model(path: str, vocab_size: int, code: bool = False) -> bytes:
   """Trains the built-in model and writes it to `path`.
 
   Training is deterministic: the same `vocab_size` writes the same file.
@@ -44,6 +53,7 @@ def write_model(path: str, vocab_size: int) -> bytes:
       several processes write it at once).
     vocab_size: upper bound on the vocabulary; at least ~300 (256 byte pieces,
       the corpus characters and the special pieces).
+    code: train on the code domain's lines too (`corpus`).
 
   Returns:
     The serialized model, as written.
@@ -54,7 +64,7 @@ def write_model(path: str, vocab_size: int) -> bytes:
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus()), model_writer=model,
+        sentence_iterator=iter(corpus(code)), model_writer=model,
         vocab_size=vocab_size, hard_vocab_limit=False, model_type="bpe",
         pad_id=_PAD, unk_id=_UNK, bos_id=_BOS, eos_id=_EOS,
         user_defined_symbols=[builtin_task.THINK_OPEN, builtin_task.THINK_CLOSE],

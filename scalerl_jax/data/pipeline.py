@@ -10,7 +10,10 @@
        (data.on_long_prompt='error'), or is left out and counted ('skip'), so
        a bad prompt stops the run at start-up and not hours into it.
     -> grain.MapDataset: a seeded shuffle whose order changes every epoch
-       (grain reshuffles epoch e with seed + e), repeated forever.
+       (grain reshuffles epoch e with seed + e), repeated forever. In a
+       mixture of domains (data.mixture), one such stream per domain (seed +
+       its index), mixed by `MapDataset.mix` with the domains' weights
+       (mixture.py says what share a batch holds).
     -> retired prompts dropped: `is_retired(id)` is consulted as each batch
        is formed, so No-Positive-Resampling takes effect from the next batch.
     -> PromptBatch of P = data.prompts_per_step prompts; the sampler draws
@@ -41,6 +44,7 @@ import ml_collections
 import numpy as np
 
 from scalerl_jax.data import chat_template as chat_template_lib
+from scalerl_jax.data import mixture
 from scalerl_jax.data import tokenizer as tokenizer_lib
 
 Record = Mapping[str, str]
@@ -193,7 +197,8 @@ class PromptPipeline:
                prompts_per_step: int, generations_per_prompt: int, max_prompt_len: int,
                on_long_prompt: str, seed: int,
                is_retired: Optional[Callable[[str], bool]] = None,
-               prompt_format: PromptFormat = RAW):
+               prompt_format: PromptFormat = RAW,
+               weights: Optional[Mapping[str, float]] = None):
     """Tokenizes the prompts and builds the grain stream.
 
     Args:
@@ -207,10 +212,13 @@ class PromptPipeline:
       is_retired: `is_retired(id)` -> True drops the prompt from batches
         formed from now on; None retires nothing.
       prompt_format: how a record's prompt becomes ids.
+      weights: domain -> weight of a mixture (records carry `domain`); None
+        for a single source.
 
     Raises:
       ValueError: no records, duplicate ids, a prompt over budget with
-        on_long_prompt='error', or no prompt within budget.
+        on_long_prompt='error', no prompt within budget, or a domain of
+        `weights` without prompts.
     """
     if not records:
       raise ValueError("the prompt pipeline got no prompt records")
@@ -237,8 +245,12 @@ class PromptPipeline:
     for record, ids in examples:
       fingerprint.update(record["id"].encode("utf-8", "surrogatepass") + b"\0" + ids.tobytes())
     fingerprint.update(f"{seed}/{prompts_per_step}".encode())
+    if weights:
+      fingerprint.update(repr(sorted(weights.items())).encode())
+      dataset = _mixed(examples, weights, seed)
+    else:
+      dataset = grain.MapDataset.source(examples).shuffle(seed=seed % 2**32).repeat()
     self._fingerprint = fingerprint.hexdigest()[:16]
-    dataset = grain.MapDataset.source(examples).shuffle(seed=seed % 2**32).repeat()
     # No reader threads: elements are in memory, and the retired filter must
     # run when a batch is formed, not ahead of it.
     self._iterator = dataset.to_iter_dataset(
@@ -284,6 +296,18 @@ class PromptPipeline:
     self._iterator.set_state(dict(state["grain"]))
 
 
+def _mixed(examples: Sequence[tuple[Record, np.ndarray]], weights: Mapping[str, float],
+           seed: int) -> grain.MapDataset:
+  """One shuffled, repeated stream per domain, mixed with `weights`."""
+  streams = []
+  for i, name in enumerate(weights):
+    own = [e for e in examples if e[0].get("domain") == name]
+    if not own:
+      raise ValueError(f"data.mixture.{name}: no prompt of this domain fits the pipeline")
+    streams.append(grain.MapDataset.source(own).shuffle(seed=(seed + i) % 2**32).repeat())
+  return grain.MapDataset.mix(streams, [weights[name] for name in weights])
+
+
 def make_pipeline(config: ml_collections.ConfigDict, records: Sequence[Record],
                   tokenizer: tokenizer_lib.Tokenizer,
                   is_retired: Optional[Callable[[str], bool]] = None) -> PromptPipeline:
@@ -293,7 +317,8 @@ def make_pipeline(config: ml_collections.ConfigDict, records: Sequence[Record],
       generations_per_prompt=config.data.generations_per_prompt,
       max_prompt_len=config.sampling.max_prompt_len,
       on_long_prompt=config.data.on_long_prompt, seed=config.seed, is_retired=is_retired,
-      prompt_format=PromptFormat.from_config(config, tokenizer))
+      prompt_format=PromptFormat.from_config(config, tokenizer),
+      weights=mixture.weights(config) or None)
 
 
 def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],

@@ -1,4 +1,4 @@
-"""Prompt sources: the built-in task, reasoning-gym, TFDS datasets and JSONL files.
+"""Prompt sources: the built-in tasks, reasoning-gym, TFDS datasets and JSONL files.
 
 Every source yields prompt records, plain dicts of strings:
 
@@ -6,8 +6,9 @@ Every source yields prompt records, plain dicts of strings:
             ids for the same prompts (the curriculum keys its history on it)
   prompt    the text shown to the model
   answer    the reference answer ("" where a reasoning-gym task has none)
-  source    builtin | reasoning_gym | tfds | jsonl
+  source    builtin | builtin_code | reasoning_gym | tfds | jsonl
   verifier  how to score a completion: "builtin" (builtin_task.score_builtin),
+            "code" (builtin_code: the sandbox runs the record's asserts),
             "reasoning_gym:<dataset>" (that dataset's score_answer with the
             entry stored in metadata), "math" (TFDS and JSONL answers), or the
             name a JSONL row gives in its own "verifier" field
@@ -23,10 +24,11 @@ answer the text after the marker's last occurrence, for JSONL and TFDS; a row
 without the marker is malformed.
 
 `load_prompts(config, split)` returns the records of split 'train' or 'val'
-for `config.data.source`. An empty or missing source is an error naming the
-config field. Malformed JSONL rows and TFDS examples are skipped, counted and
-logged with their file and line (or split and index); they are never dropped
-silently.
+for `config.data.source`, or of every domain of `config.data.mixture`
+(`mixture.py`: ids `<domain>/<id>`, a `domain` field). An empty or missing
+source is an error naming the config field. Malformed JSONL rows and TFDS
+examples are skipped, counted and logged with their file and line (or split
+and index); they are never dropped silently.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from absl import logging
 from etils import epath
 import ml_collections
 
+from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
+from scalerl_jax.data import mixture
 
 SPLITS = builtin_task.SPLITS
 VAL_SEED = 0  # Seed of the built-in validation prompts, whatever config.seed is.
@@ -342,7 +346,16 @@ def _jsonl_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   return records, malformed, field, d[field]
 
 
-_LOADERS = {"builtin": _builtin_split, "reasoning_gym": _reasoning_gym_split,
+def _builtin_code_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  seed = config.seed if split == "train" else VAL_SEED
+  field = f"builtin_num_{split}"
+  records = builtin_code.code_prompts(tuple(d.builtin_difficulty), d[field], seed, split)
+  return records, [], field, "builtin_code"
+
+
+_LOADERS = {"builtin": _builtin_split, "builtin_code": _builtin_code_split,
+            "reasoning_gym": _reasoning_gym_split,
             "tfds": _tfds_split, "jsonl": _jsonl_split}
 SOURCES = tuple(_LOADERS)  # The values `data.source` allows.
 
@@ -364,6 +377,11 @@ def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str
   """
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  if mixture.names(config):
+    mixture.weights(config)  # Checks them.
+    return [record for name in mixture.names(config)
+            for record in mixture.tag(load_prompts(mixture.domain_config(config, name), split),
+                                      name, config.data.mixture[name].get("verifier", ""))]
   if config.data.source not in _LOADERS:
     raise ValueError(f"data.source: {config.data.source!r} is not one of {SOURCES}")
   records, malformed, field, where = _LOADERS[config.data.source](config, split)

@@ -42,6 +42,7 @@ import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import builtin_tokenizer
 from scalerl_jax.data import chat_template as chat_template_lib
@@ -323,12 +324,13 @@ def load_tokenizer(path: str) -> Tokenizer:
                    chat_template=chat_template_lib.load(p.parent, settings))
 
 
-def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
+def train_builtin_tokenizer(path: str, vocab_size: int, code: bool = False) -> Tokenizer:
   """Trains the built-in task's model, writes it to `path` and reads it.
 
   Args:
     path: where to write the model file (see `builtin_tokenizer.write_model`).
     vocab_size: upper bound on the vocabulary; at least ~300.
+    code: train on the built-in code domain's lines too.
 
   Returns:
     The trained tokenizer.
@@ -336,7 +338,7 @@ def train_builtin_tokenizer(path: str, vocab_size: int) -> Tokenizer:
   Raises:
     ValueError: `vocab_size` is too small for the corpus.
   """
-  model = builtin_tokenizer.write_model(path, vocab_size)
+  model = builtin_tokenizer.write_model(path, vocab_size, code)
   return Tokenizer(**_from_sentencepiece(model, str(epath.Path(path)), {}))
 
 
@@ -362,7 +364,10 @@ def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
     if path.exists():
       tok = load_tokenizer(str(path))
     else:
-      tok = train_builtin_tokenizer(str(path), config.model.vocab_size)
+      domains = (config.data.get("mixture", None) or {}).values()
+      sources = {config.data.source} | {d.get("source", "") for d in domains}
+      tok = train_builtin_tokenizer(str(path), config.model.vocab_size,
+                                    code=builtin_code.SOURCE in sources)
   if tok.vocab_size > config.model.vocab_size:
     raise ValueError(
         f"model.vocab_size: {config.model.vocab_size} is smaller than the "

@@ -22,8 +22,10 @@ session, inside a temporary directory that is removed afterwards, with
   root is exempt from it, which the audit hook covers), open files, no core;
 - the audit hook of `sandbox_boot.py`: no sockets, no process creation, no
   writes outside the temporary directory;
-- on Linux, a private network namespace when the kernel grants one (as root,
-  or through an unprivileged user namespace), and SIGKILL if its parent dies;
+- the lower layer `isolation.py` chooses (`code_isolation`): bubblewrap, a
+  fresh root without the user's files, in its own namespaces; else, on
+  Linux, a private network namespace when the kernel grants one (as root,
+  or through an unprivileged user namespace); SIGKILL if its parent dies;
 - a wall-clock deadline (`VerifyContext.deadline`), after which the whole
   process group is killed; it is killed after every run anyway, so nothing the
   program left behind survives it.
@@ -44,9 +46,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Mapping, Optional, Union
+from typing import IO, Any, Callable, Mapping, Optional, Union
 
 from scalerl_jax.rewards import extract
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import sandbox_boot
 
@@ -54,6 +57,7 @@ _BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
 TEMP_PREFIX = "scalerl_sandbox_"  # Prefix of every sandbox's temporary directory.
 MAX_OUTPUT_BYTES = 8 << 20  # RLIMIT_FSIZE: largest file (stdout included) a program writes.
 _MAX_OPEN_FILES = 64
+_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit once its program is killed.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -97,8 +101,8 @@ def _set_limit(which: int, soft: int, hard: int) -> None:
   resource.setrlimit(which, (soft, hard))
 
 
-def _confine_child(cpu_s: float, memory_mb: int) -> None:
-  """preexec_fn: runs in the forked child before it executes Python."""
+def _confine_child(cpu_s: float, memory_mb: int, own_netns: bool) -> None:
+  """preexec_fn: runs in the forked child before it executes Python (or bwrap)."""
   cpu = max(1, math.ceil(cpu_s))
   # SIGXCPU at the soft limit; SIGKILL a second later if the program catches it.
   _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
@@ -109,7 +113,7 @@ def _confine_child(cpu_s: float, memory_mb: int) -> None:
   _set_limit(resource.RLIMIT_CORE, 0, 0)
   die_with_parent()
   libc = _libc()
-  if libc is not None:
+  if own_netns and libc is not None:
     # A private network namespace has no interface but a down loopback.
     # Unavailable without root or unprivileged user namespaces; the audit
     # hook still blocks sockets then.
@@ -117,11 +121,47 @@ def _confine_child(cpu_s: float, memory_mb: int) -> None:
       libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
 
 
-def _kill_group(pgid: int) -> None:
+def _kill(pid: int, kill: Callable[[int, int], None]) -> None:
   try:
-    os.killpg(pgid, signal.SIGKILL)
+    kill(pid, signal.SIGKILL)
   except (ProcessLookupError, PermissionError):
-    pass  # The group is gone already.
+    pass  # Gone already.
+
+
+def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
+            ctx: registry.VerifyContext, info: list[int]
+            ) -> tuple[subprocess.Popen, Optional[int]]:
+  """Starts the confined interpreter on `program`.
+
+  Returns:
+    The process, and under bubblewrap its program's pid; the read end of
+    bwrap's info pipe is appended to `info`, for the caller to close once
+    bwrap is gone.
+  """
+  bwrap = isolation.use_bwrap(ctx.code_isolation)
+  if bwrap:
+    root = isolation.SANDBOX_ROOT
+    info_r, info_w = os.pipe()
+    info.append(info_r)
+    argv = isolation.command(
+        [(program, "main.py"), (_BOOT_SCRIPT, "boot.py")],
+        [isolation.interpreter(), "-I", "-S", "-B", f"{root}/boot.py", root, f"{root}/main.py"],
+        info_fd=info_w)
+  else:
+    root, info_w = tmp, None
+    argv = [sys.executable, "-I", "-S", "-B", _BOOT_SCRIPT, tmp, program]
+  try:
+    proc = subprocess.Popen(
+        argv, stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp,
+        env={"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8",
+             "PYTHONHASHSEED": "0"},
+        preexec_fn=functools.partial(_confine_child, ctx.code_cpu_s, ctx.code_memory_mb,
+                                     not bwrap),
+        start_new_session=True, close_fds=True, pass_fds=() if info_w is None else (info_w,))
+  finally:
+    if info_w is not None:
+      os.close(info_w)
+  return proc, isolation.read_child_pid(info_r) if bwrap else None
 
 
 def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> ProgramResult:
@@ -137,6 +177,7 @@ def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> Program
   """
   _libc()  # Load libc before forking, not inside the child.
   tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
+  info = []  # bwrap's info pipe.
   try:
     program = os.path.join(tmp, "main.py")
     with open(program, "w", encoding="utf-8", errors="replace") as f:
@@ -145,13 +186,7 @@ def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> Program
       f.write(stdin)
     out_path = os.path.join(tmp, "stdout")
     with open(os.path.join(tmp, "stdin"), "rb") as fin, open(out_path, "wb") as fout:
-      proc = subprocess.Popen(
-          [sys.executable, "-I", "-S", "-B", _BOOT_SCRIPT, tmp, program],
-          stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, cwd=tmp,
-          env={"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0"},
-          preexec_fn=functools.partial(_confine_child, ctx.code_cpu_s, ctx.code_memory_mb),
-          start_new_session=True, close_fds=True)
+      proc, child = _launch(tmp, program, fin, fout, ctx, info)
     ctx.on_spawn(proc.pid, tmp)
     try:
       proc.wait(timeout=max(0.0, ctx.deadline - time.monotonic()))
@@ -159,13 +194,25 @@ def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> Program
     except subprocess.TimeoutExpired:
       timed_out = True
     finally:
-      _kill_group(proc.pid)
+      if child is not None and proc.poll() is None:
+        # bubblewrap's program first, so that bwrap reaps it and exits.
+        _kill(child, os.kill)
+        try:
+          proc.wait(timeout=_BWRAP_EXIT_S)
+        except subprocess.TimeoutExpired:
+          pass  # Killed with its group below.
+      _kill(proc.pid, os.killpg)
       proc.wait()
       ctx.on_reap(proc.pid)
     with open(out_path, "rb") as f:
       stdout = f.read(MAX_OUTPUT_BYTES)
-    return ProgramResult(proc.returncode, stdout, timed_out)
+    returncode = proc.returncode
+    if child is not None and returncode > 128:
+      returncode = 128 - returncode  # bwrap exits 128 + the signal that killed its program.
+    return ProgramResult(returncode, stdout, timed_out)
   finally:
+    for fd in info:
+      os.close(fd)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -48,6 +48,7 @@ from absl import logging
 import numpy as np
 
 import scalerl_jax
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import worker
 
@@ -81,20 +82,44 @@ class _Batch:
   server_restarted: bool = False  # The fork server was replaced during this call.
 
 
+def _code_duplicates(texts: Sequence[Any], records: Sequence[Mapping[str, Any]],
+                     specs: Sequence[str], valid_N: np.ndarray) -> dict[int, int]:
+  """Index -> index of its first copy, for programs sent again for the same tests.
+
+  A code verification's score is a function of the program and the record's
+  tests, and a sandbox run is the most expensive verification there is: a
+  group whose policy has sharpened sends the same program many times. Its
+  copies take the first one's score (a program that draws random numbers
+  gets one draw for all its copies). Other kinds are scored one by one.
+  """
+  first: dict[tuple, int] = {}
+  copy_of = {}
+  for i, (text, record, spec) in enumerate(zip(texts, records, specs)):
+    if not valid_N[i] or registry.kind_of(spec) != "code":
+      continue
+    key = (spec, text, record.get("answer"), record.get("metadata"))
+    copy_of[i] = first.setdefault(key, i)
+    if copy_of[i] == i:
+      del copy_of[i]
+  return copy_of
+
+
 class RewardPool:
   """Scores completions against prompt records in a pool of worker processes.
 
   Args:
     rewards_config: `config.rewards` (verifier, strip_thinking, timeout_s,
-      num_workers, code_cpu_s, code_memory_mb, worker_memory_mb).
+      num_workers, code_cpu_s, code_memory_mb, code_isolation, worker_memory_mb).
 
   Raises:
     ValueError: an unknown `rewards_config.verifier` or kind in
       `rewards_config.strip_thinking`.
-    RuntimeError: the fork server or a worker could not start.
+    RuntimeError: the fork server or a worker could not start, or
+      `code_isolation='bwrap'` and bubblewrap does not run here.
   """
 
   def __init__(self, rewards_config: Any):
+    isolation.check(rewards_config.code_isolation)  # Warns when the lower layer is missing.
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
       raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
@@ -106,6 +131,7 @@ class RewardPool:
     self._settings = worker.WorkerSettings(
         timeout_s=self._timeout_s, code_cpu_s=float(rewards_config.code_cpu_s),
         code_memory_mb=int(rewards_config.code_memory_mb),
+        code_isolation=rewards_config.code_isolation,
         memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
     self._restarts = 0
     self._lock = threading.Lock()  # One call at a time, from whichever thread.
@@ -310,12 +336,16 @@ class RewardPool:
     start = time.monotonic()
     batch = _Batch(np.zeros(len(completions), np.float32), np.zeros(len(completions)))
     valid_N = np.array([isinstance(c, (str, bytes)) for c in completions], bool)
+    texts = [c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c
+             for c in completions]
+    copy_of = _code_duplicates(texts, records, specs, valid_N)
     pending = collections.deque(
-        (i, c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c)
-        for i, c in enumerate(completions) if valid_N[i])
+        (i, texts[i]) for i in range(len(texts)) if valid_N[i] and i not in copy_of)
     while pending or any(slot.task is not None for slot in self._slots):
       self._dispatch(pending, records, specs, batch)
       self._wait(batch)
+    for i, first in copy_of.items():
+      batch.scores_N[i], batch.seconds_N[i] = batch.scores_N[first], batch.seconds_N[first]
     timed = batch.seconds_N[valid_N]
     stats = {"num_completions": len(completions), "num_timeouts": batch.timeouts,
              "num_errors": batch.errors, "num_crashes": batch.crashes,

@@ -42,6 +42,7 @@ class VerifyContext:
       must have been killed and reaped.
     code_cpu_s: CPU-time limit of one candidate program run (seconds).
     code_memory_mb: address-space limit of a candidate program (MiB).
+    code_isolation: the sandbox's lower layer (`isolation.MODES`).
     on_spawn: called with (process group id, temp dir) right after a
       verifier starts a sandboxed process, so that the pool can kill the group
       and remove the directory if it has to kill the worker.
@@ -50,6 +51,7 @@ class VerifyContext:
   deadline: float = dataclasses.field(default_factory=lambda: time.monotonic() + 10.0)
   code_cpu_s: float = 2.0
   code_memory_mb: int = 512
+  code_isolation: str = "auto"
   on_spawn: Callable[[int, str], None] = lambda pgid, tmpdir: None
   on_reap: Callable[[int], None] = lambda pgid: None
 
@@ -111,6 +113,11 @@ def _split(spec: str) -> tuple[_Entry, str]:
   if not entry.takes_option and option:
     raise ValueError(f"Verifier {name!r} takes no option, got {spec!r}")
   return entry, option
+
+
+def kind_of(spec: str) -> str:
+  """The kind (`KINDS`) of a verifier spec."""
+  return _split(spec)[0].kind
 
 
 def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:

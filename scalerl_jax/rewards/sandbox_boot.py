@@ -10,6 +10,7 @@ catch it and carry on) when the program
 
 - creates a socket or resolves a host name (any `socket.*` event),
 - starts a process or signals one (fork, exec, spawn, system, Popen, kill),
+- changes its resource limits (which root could raise),
 - loads native code through ctypes,
 - opens a file for writing, or creates, removes, renames, links or changes
   the mode of a path, outside `root_dir`.
@@ -17,8 +18,8 @@ catch it and carry on) when the program
 Reading is allowed (the program must import the standard library). Audit
 hooks are a guard against accidents and naive misbehaviour of generated code,
 not a security boundary against code written to escape: the caller adds
-resource limits, a process group that is killed as a whole, and a private
-network namespace where the kernel allows one. This file uses only the
+resource limits, a process group that is killed as a whole, and bubblewrap
+beneath (`isolation.py`) where it runs. This file uses only the
 standard library: it runs under `-I -S`, without site-packages.
 """
 
@@ -30,7 +31,7 @@ VIOLATION_EXIT_CODE = 113
 
 _BLOCKED_EVENTS = frozenset({
     "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system",
-    "subprocess.Popen", "os.kill", "os.killpg",
+    "subprocess.Popen", "os.kill", "os.killpg", "resource.setrlimit", "resource.prlimit",
 })
 _BLOCKED_PREFIXES = ("socket.", "ctypes.")
 # Path-changing events -> how many of their leading arguments are paths.

@@ -24,6 +24,7 @@ import time
 from multiprocessing.connection import Connection
 
 from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import math_answer
 from scalerl_jax.rewards import registry
 
@@ -43,12 +44,14 @@ class WorkerSettings:
   timeout_s: float
   code_cpu_s: float
   code_memory_mb: int
+  code_isolation: str  # The sandbox's lower layer (`isolation.MODES`).
   memory_mb: int  # Address-space limit of the worker itself; 0 = none.
   strip_thinking: tuple[str, ...]  # Verifier kinds scored on the answer region only.
 
 
 def warm_up() -> None:
-  """Pays the verifiers' imports and math-verify's parser set-up once."""
+  """Pays the verifiers' imports, math-verify's parser set-up and the bwrap probe once."""
+  isolation.bwrap_works()
   for name in PRELOAD_MODULES:
     try:
       importlib.import_module(name)
@@ -86,7 +89,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
     ctx = registry.VerifyContext(
         deadline=time.monotonic() + _PROGRAM_WALL_FRACTION * settings.timeout_s,
         code_cpu_s=settings.code_cpu_s, code_memory_mb=settings.code_memory_mb,
-        on_spawn=on_spawn, on_reap=on_reap)
+        code_isolation=settings.code_isolation, on_spawn=on_spawn, on_reap=on_reap)
     try:
       score = registry.verify(completion, record, spec, ctx,
                               strip_thinking=settings.strip_thinking)

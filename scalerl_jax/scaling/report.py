@@ -282,3 +282,41 @@ def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
       line += f"; unreliable fit of {' and '.join(shaky)}, see the notes"
     out.append(f"{line} [PAPER.md {c.source}]")
   return "\n".join(out) + "\n"
+
+
+def format_side_by_side(by_metric: Mapping[str, Sequence[curves.GroupFit]],
+                        fit_fraction: float) -> str:
+  """One row per curve, one block of columns per metric (e.g. per domain).
+
+  Args:
+    by_metric: metric -> its fitted groups, the same runs in the same order
+      for every metric (`launch.fit --metric=a,b`).
+    fit_fraction: as for `format_report`; below 1 each block adds the
+      held-out final error.
+
+  Returns:
+    The table, ending in a newline.
+  """
+  metrics = list(by_metric)
+  columns = ["A", "B", "C_mid"] + (["final err"] if fit_fraction < 1 else [])
+  header = ["curve"] + [f"{m} {c}" for m in metrics for c in columns]
+  labels = [(label, curve is None) for label, _, curve, _ in _rows(by_metric[metrics[0]])]
+  blocks = []
+  for metric in metrics:
+    block = []
+    for _, _, curve, g in _rows(by_metric[metric]):
+      if curve is None:
+        s = g.spread
+        block.append(["-"] * len(columns) if s is None else
+                     [_pm(s.a_mean, s.a_std, ".3f"), _pm(s.b_mean, s.b_std, ".2f"),
+                      _pm(s.c_mid_mean, s.c_mid_std, ".3g")] + ["-"] * (len(columns) - 3))
+      elif curve.fit is None:
+        block.append(["-"] * len(columns))
+      else:
+        f = curve.fit
+        block.append([f"{f.a:.3f}", f"{f.b:.2f}", f"{f.c_mid:.3g}"]
+                     + ([f"{curve.extrapolation.final_error:+.4f}"] if fit_fraction < 1 else []))
+    blocks.append(block)
+  rows = [[label] + [c for block in blocks for c in block[i]]
+          for i, (label, _) in enumerate(labels)]
+  return "\n".join(["side by side:"] + _table(header, rows)) + "\n"
