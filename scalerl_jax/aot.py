@@ -115,9 +115,9 @@ class Result:
 
 
 def _shard_bytes(tree: Any) -> int:
-  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard, TPU-tiled)."""
-  return sum(math.prod(plan_lib.tpu_tiled(x.sharding.shard_shape(x.shape), x.dtype.itemsize))
-             * x.dtype.itemsize for x in jax.tree.leaves(tree))
+  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+             for x in jax.tree.leaves(tree))
 
 
 def _abstract(tree: Any, shardings: Any) -> Any:

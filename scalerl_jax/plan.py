@@ -142,10 +142,15 @@ def shard_bytes(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh, i
   return math.prod(tpu_tiled(local, itemsize) if platform == "tpu" else local) * itemsize
 
 
-def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh, platform: str = "cpu") -> int:
-  """Per-device bytes of a tree of ShapeDtypeStructs laid out by a matching tree of specs."""
-  sizes = jax.tree.map(
-      lambda x, s: shard_bytes(x.shape, s, mesh, x.dtype.itemsize, platform), abstract, specs)
+def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
+  """Per-device bytes of a tree of ShapeDtypeStructs laid out by a matching tree of specs.
+
+  Untiled: for the arrays that live across programs (parameters, optimizer
+  state, the sampler's cache and records) the TPU compiler picks layouts
+  that need no tile padding (measured on tiny_cpu, head_dim 32).
+  """
+  sizes = jax.tree.map(lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
+                       abstract, specs)
   return sum(jax.tree.leaves(sizes))
 
 
@@ -379,7 +384,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, num_slots, 1))
   state_specs = jax.tree.map(lambda sh: sh.spec,
                              slots.state_shardings(mesh, rules, cfg.num_layers))
-  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh, platform)
+  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
 
   seq_len = settings.cache_len
   divisor = sharding.batch_divisor(mesh, rules)
@@ -389,9 +394,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   temps = functools.partial(_sampler_temps, cfg, mesh, rules, width=s.max_prompt_len,
                             cache_len=seq_len, kv_bytes=kv_bytes, platform=platform)
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
-  batch_bytes = (3 * shard_bytes((rows, seq_len), rows_spec, mesh, 4, platform)
-                 + shard_bytes((config.data.prompts_per_step, config.data.generations_per_prompt),
-                               PartitionSpec(), mesh, 4, platform))
+  batch_bytes = 3 * 4 * shard_elements((rows, seq_len), rows_spec, mesh) + rows * 4
   head = {k: v for k, v in prepared.items() if k != "layers"}
   head_specs = {"embedding": param_specs["embedding"],
                 "final_norm": param_specs["final_norm"]["scale"],
@@ -403,12 +406,12 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   accum = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
   return Plan(
       mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
-      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh, platform),
-      opt_state=tree_bytes(opt_state, opt_specs, mesh, platform),
-      grads=tree_bytes(params, param_specs, mesh, platform), kv_cache=kv_cache,
-      grad_accum=tree_bytes(accum, param_specs, mesh, platform) if microbatches > 1 else 0,
-      slot_records=tree_bytes(state, state_specs, mesh, platform) - kv_cache,
-      decode_weights=tree_bytes(prepared["layers"], layer_specs, mesh, platform),
+      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
+      opt_state=tree_bytes(opt_state, opt_specs, mesh),
+      grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
+      grad_accum=tree_bytes(accum, param_specs, mesh) if microbatches > 1 else 0,
+      slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
+      decode_weights=tree_bytes(prepared["layers"], layer_specs, mesh),
       activations_remat=acts(rows=rows // microbatches, remat=True),
       activations_no_remat=acts(rows=rows // microbatches, remat=False),
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
@@ -416,9 +419,9 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh, platform),
+      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh),
       prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
-      val_slot_state=tree_bytes(val_state, state_specs, mesh, platform),
+      val_slot_state=tree_bytes(val_state, state_specs, mesh),
       val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
 
 
