@@ -219,7 +219,10 @@ def get_config(arg=None):
       "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>")
 
   c.data = ml_collections.ConfigDict()
-  c.data.source = "builtin"  # builtin | reasoning_gym | tfds | jsonl.
+  c.data.source = "builtin"  # builtin | builtin_code | reasoning_gym | tfds | jsonl.
+  # Named domains mixed in one run, name -> {weight, source, verifier, data.*
+  # overrides} (data/mixture.py; configs/multitask.py); empty = data.source alone.
+  c.data.mixture = ml_collections.ConfigDict()
   c.data.prompts_per_step = 16 if cpu else 48  # P prompts per step (paper: 48).
   c.data.generations_per_prompt = 16  # G completions per prompt (paper: 16).
   c.data.on_long_prompt = "error"  # error | skip (counted) for prompts over budget.
