@@ -234,6 +234,16 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
   return cfg.num_layers * size(block) + head
 
 
+def _without(axes: Any, name: str) -> Any:
+  """A partition-spec entry with mesh axis `name` taken out."""
+  if axes is None or axes == name:
+    return None
+  if isinstance(axes, str):
+    return axes
+  kept = tuple(a for a in axes if a != name)
+  return kept or None
+
+
 def _resolve_attention(cfg: transformer.ModelConfig, platform: str, seq_len: int) -> str:
   """The attention implementation `cfg.attention` runs as on `platform`."""
   if cfg.attention == attention_lib.AUTO:
@@ -298,6 +308,10 @@ class Plan:
   generation_flops: int
   train_flops: int
   batch: int = 0  # The train step's input arrays.
+  # Weights the train step un-shards over fsdp to use them: the LM head (the
+  # embedding when tied) in float32 with its gradient, and one layer's
+  # kernels in the compute dtype with theirs.
+  gathered: int = 0
   prepared_rest: int = 0  # Embedding, LM head and final norm in the regrouped weights.
   prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
   decode_temps: int = 0  # One decode step over every slot.
@@ -400,6 +414,15 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
                 "final_norm": param_specs["final_norm"]["scale"],
                 "head": (PartitionSpec(*reversed(param_specs["embedding"])) if cfg.tie_embeddings
                          else param_specs["lm_head"])}
+  unsharded = lambda spec: PartitionSpec(*(_without(a, "fsdp") for a in spec))
+  head_shape = params["embedding"].shape if cfg.tie_embeddings else params["lm_head"].shape
+  head_spec = param_specs["embedding"] if cfg.tie_embeddings else param_specs["lm_head"]
+  one_layer = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype),
+                           params["layers"])
+  layer_specs_1 = jax.tree.map(lambda sp: unsharded(PartitionSpec(*sp[1:])),
+                               param_specs["layers"])
+  gathered = 2 * (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
+                  + tree_bytes(one_layer, layer_specs_1, mesh))
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
@@ -419,7 +442,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, prepared_rest=tree_bytes(head, head_specs, mesh),
+      batch=batch_bytes, gathered=gathered, prepared_rest=tree_bytes(head, head_specs, mesh),
       prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
       val_slot_state=tree_bytes(val_state, state_specs, mesh),
       val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
@@ -443,8 +466,9 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
   """The planner's bytes per device of each program a run compiles (`scalerl_jax.aot`).
 
   train_step's arguments are the train state and the batch, its outputs the
-  state again (donated) and its temporaries the gradients, their accumulator
-  and the activations. The sampler's programs take the regrouped weights and
+  state again (donated) and its temporaries the gradients, their accumulator,
+  the activations, the weights gathered over fsdp (`Plan.gathered`) and the
+  optimizer's updates (parameter-sized). The sampler's programs take the regrouped weights and
   the slot state (donated), and their temporaries are one prefill's fresh
   cache and activations, or one decode step's logits.
   """
@@ -452,7 +476,7 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
   state = p.params + p.opt_state
   return {
       "train_step": Memory(state + p.batch, state, state,
-                           p.grads + p.grad_accum + p.activations),
+                           p.grads + p.grad_accum + p.activations + p.gathered + p.params),
       "prepare": Memory(p.params, p.decode_weights + p.prepared_rest, 0, 0),
       "prefill": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
                         p.slot_state, p.prefill_temps),
