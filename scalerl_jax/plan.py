@@ -18,19 +18,21 @@ generation and training alternate on one mesh):
     `trainer.microbatches` > 1 their float32 accumulator;
   * the sampler's slot state, which stays allocated between generate phases:
     the KV cache (slots x (max_prompt_len + max_new_tokens) x layers x
-    kv_heads x head_dim x 2 in the compute dtype) and the per-token records
+    kv_heads x head_dim x 2 in `sampling.kv_cache_dtype`) and the per-token records
     (tokens, log-probs, versions, mask), slots sharded over the batch axes;
   * train-step activations (`activation_bytes`), the residuals the backward
     pass keeps, with the batch sharded over the batch axes and heads, MLP and
     vocabulary over tensor, as the `act_*` rules say, for one microbatch and
-    one `trainer.logprob_chunk` of logits. Only the main residuals
-    are counted, so this is a floor: XLA's CPU backend keeps about twice as
-    much (tests/plan_test.py compares).
+    one `trainer.logprob_chunk` of logits, for the attention that runs on the
+    platform (plain keeps [H, T, T] scores, flash kernels a log-sum-exp). Only
+    the main residuals are counted, so this is a floor (tests/plan_test.py
+    compares with XLA:CPU). On TPU temporaries are counted in whole tiles.
 
 The generate phase holds, instead of gradients and activations, a copy of the
 layer weights in the compute dtype (`decode.prepare`); its peak is reported
-too. Transients of prefill and decode (one layer's attention scores of a
-prefill batch, one step's logits) are not counted.
+too. `program_estimates` splits the same counts by compiled program, with
+each program's own temporaries, for `scalerl_jax.aot` to set against the TPU
+compiler (docs/tpu.md says what agrees and what does not).
 
 FLOPs are `scalerl_jax.compute`'s: generation is a causal pass over prompt +
 completion - 1 tokens for every one of the P x G completions, training 3 x the
@@ -312,6 +314,10 @@ class Plan:
   # embedding when tied) in float32 with its gradient, and one layer's
   # kernels in the compute dtype with theirs.
   gathered: int = 0
+  # The decode loop's weights gathered over fsdp: XLA hoists the loop-invariant
+  # all-gathers out of the loop, so the whole regrouped network (and the LM
+  # head) is held unsharded over fsdp while it decodes (docs/tpu.md).
+  decode_gathered: int = 0
   prepared_rest: int = 0  # Embedding, LM head and final norm in the regrouped weights.
   prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
   decode_temps: int = 0  # One decode step over every slot.
@@ -423,6 +429,10 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
                                param_specs["layers"])
   gathered = 2 * (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
                   + tree_bytes(one_layer, layer_specs_1, mesh))
+  decode_gathered = (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
+                     + tree_bytes(prepared["layers"], jax.tree.map(
+                         unsharded, layer_specs,
+                         is_leaf=lambda x: isinstance(x, PartitionSpec)), mesh))
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
@@ -442,7 +452,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, gathered=gathered, prepared_rest=tree_bytes(head, head_specs, mesh),
+      batch=batch_bytes, gathered=gathered, decode_gathered=decode_gathered, prepared_rest=tree_bytes(head, head_specs, mesh),
       prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
       val_slot_state=tree_bytes(val_state, state_specs, mesh),
       val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
@@ -481,11 +491,12 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
       "prefill": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
                         p.slot_state, p.prefill_temps),
       "decode": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
-                       p.slot_state, p.decode_temps),
+                       p.slot_state, p.decode_temps + p.decode_gathered),
       "val_prefill": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
                             p.val_slot_state, p.val_slot_state, p.val_prefill_temps),
       "val_decode": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
-                           p.val_slot_state, p.val_slot_state, p.val_decode_temps),
+                           p.val_slot_state, p.val_slot_state,
+                           p.val_decode_temps + p.decode_gathered),
   }
 
 
