@@ -193,9 +193,8 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
              "prefill": prefill(slots), "decode": decode(slots),
              "val_prefill": prefill(val_slots), "val_decode": decode(val_slots)},
       # While a program runs, the rest of the run holds: the train state during
-      # generation (its params are the prepare's argument), the rollout slots
-      # during training and validation (slots survive between phases), the
-      # regrouped weights during validation's decode.
+      # generation (its params are the prepare's argument), and the rollout
+      # slots during training and validation (slots survive between phases).
       beside={"train_step": held["slots"],
               "prepare": held["slots"] + held["opt_state"],
               "prefill": held["train_state"], "decode": held["train_state"],

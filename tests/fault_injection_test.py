@@ -27,6 +27,9 @@ from tests import helpers
 _DEADLINE_S = 300.0  # Far above any step here, even on a loaded machine: a hang.
 _NOBODY = 65534
 _SLEEPER = "```python\nimport time\ntime.sleep(600)\n```"
+# A second, different program: the pool runs a repeated program for the same
+# record once per call, so two busy workers need two distinct sleepers.
+_SLEEPER_2 = "```python\nimport time\ntime.sleep(601)\n```"
 _CODE_RECORD = {"id": "c", "verifier": "code", "answer": "assert True"}
 # One long-lived thread for the calls that may restart the fork server: Linux
 # kills it (PR_SET_PDEATHSIG) when the thread that started it exits.
@@ -56,7 +59,7 @@ def test_killing_every_reward_process_mid_batch_restarts_the_pool():
   with config.unlocked():
     config.rewards.num_workers, config.rewards.timeout_s = 2, 60.0
   record = {"id": "m", "answer": "7", "verifier": "math"}
-  completions = [_SLEEPER, _SLEEPER] + [r"\boxed{7}", r"\boxed{8}"] * 3
+  completions = [_SLEEPER, _SLEEPER_2] + [r"\boxed{7}", r"\boxed{8}"] * 3
   records = [_CODE_RECORD] * 2 + [record] * 6
   with rewards.RewardPool(config.rewards) as pool:
     before = _reward_processes()
@@ -101,7 +104,7 @@ def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
     killer = threading.Thread(target=kill_every_server_once_busy, daemon=True)
     killer.start()
     with pytest.raises(RuntimeError, match="fork server failed twice while scoring one batch"):
-      _in_thread(pool.score, [_SLEEPER] * 2, [_CODE_RECORD] * 2)
+      _in_thread(pool.score, [_SLEEPER, _SLEEPER_2], [_CODE_RECORD] * 2)
     killer.join(_DEADLINE_S)
 
 
