@@ -314,9 +314,10 @@ class Plan:
   # embedding when tied) in float32 with its gradient, and one layer's
   # kernels in the compute dtype with theirs.
   gathered: int = 0
-  # The decode loop's weights gathered over fsdp: XLA hoists the loop-invariant
-  # all-gathers out of the loop, so the whole regrouped network (and the LM
-  # head) is held unsharded over fsdp while it decodes (docs/tpu.md).
+  # The decode loop's weights gathered over fsdp, at the least: the float32 LM
+  # head and one regrouped layer at a time. Where HBM is plentiful the TPU
+  # compiler hoists every layer's all-gather out of the loop and holds the
+  # whole network instead (llama3_8b: 15 GB on v5p, 2.5 GB on v6e; docs/tpu.md).
   decode_gathered: int = 0
   prepared_rest: int = 0  # Embedding, LM head and final norm in the regrouped weights.
   prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
@@ -430,8 +431,8 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   gathered = 2 * (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
                   + tree_bytes(one_layer, layer_specs_1, mesh))
   decode_gathered = (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
-                     + tree_bytes(prepared["layers"], jax.tree.map(
-                         unsharded, layer_specs,
+                     + tree_bytes(prepared["layers"][0], jax.tree.map(
+                         unsharded, layer_specs[0],
                          is_leaf=lambda x: isinstance(x, PartitionSpec)), mesh))
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
