@@ -23,6 +23,7 @@ from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
 from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import isolation
 
 _TIMEOUT_S = 1.0
 _MB = 1 << 20
@@ -184,8 +185,11 @@ def test_adversarial_completions(tmp_path, monkeypatch):
       assert np.all((scores >= 0) & (scores <= 1)), scores
       slowest = max(slowest, stats["slowest_s"])
       timeouts += stats["num_timeouts"]
-    # Plain correct answers still score 1, and sandboxes did live under tmp_path.
-    in_root = _program(f"import os\nprint(6 if os.getcwd().startswith({str(tmp_path)!r}) else 0)")
+    # Plain correct answers still score 1, and programs ran in their sandbox:
+    # under tmp_path, or inside bubblewrap's own tmpfs where it is used.
+    root = (isolation.SANDBOX_ROOT if isolation.use_bwrap(config.rewards.code_isolation)
+            else str(tmp_path))
+    in_root = _program(f"import os\nprint(6 if os.getcwd().startswith({root!r}) else 0)")
     scores, _ = pool.score(["Answer: 42", _program("print(2 * int(input()))"), in_root],
                            [math, code, code])
     np.testing.assert_array_equal(scores, [1.0, 1.0, 1.0])
