@@ -422,18 +422,19 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
                 "head": (PartitionSpec(*reversed(param_specs["embedding"])) if cfg.tie_embeddings
                          else param_specs["lm_head"])}
   unsharded = lambda spec: PartitionSpec(*(_without(a, "fsdp") for a in spec))
-  head_shape = params["embedding"].shape if cfg.tie_embeddings else params["lm_head"].shape
-  head_spec = param_specs["embedding"] if cfg.tie_embeddings else param_specs["lm_head"]
+  # The LM head gathered over fsdp, in float32 (the FP32 head).
+  head_name = "embedding" if cfg.tie_embeddings else "lm_head"
+  gathered_head = 4 * shard_elements(params[head_name].shape,
+                                     unsharded(param_specs[head_name]), mesh)
   one_layer = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype),
                            params["layers"])
   layer_specs_1 = jax.tree.map(lambda sp: unsharded(PartitionSpec(*sp[1:])),
                                param_specs["layers"])
-  gathered = 2 * (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
-                  + tree_bytes(one_layer, layer_specs_1, mesh))
-  decode_gathered = (4 * shard_elements(head_shape, unsharded(head_spec), mesh)
-                     + tree_bytes(prepared["layers"][0], jax.tree.map(
-                         unsharded, layer_specs[0],
-                         is_leaf=lambda x: isinstance(x, PartitionSpec)), mesh))
+  gathered = 2 * (gathered_head + tree_bytes(one_layer, layer_specs_1, mesh))
+  decode_gathered = gathered_head + tree_bytes(prepared["layers"][0], jax.tree.map(
+      unsharded, layer_specs[0], is_leaf=lambda x: isinstance(x, PartitionSpec)), mesh)
+  (prefill_temps, decode_temps), (val_prefill_temps, val_decode_temps) = (
+      temps(num_slots), temps(val_slots))
   acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
                            chunk=config.trainer.logprob_chunk)
   microbatches = config.trainer.microbatches
@@ -453,10 +454,11 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       generation_flops=compute.generation_flops(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, gathered=gathered, decode_gathered=decode_gathered, prepared_rest=tree_bytes(head, head_specs, mesh),
-      prefill_temps=temps(num_slots)[0], decode_temps=temps(num_slots)[1],
+      batch=batch_bytes, gathered=gathered, decode_gathered=decode_gathered,
+      prepared_rest=tree_bytes(head, head_specs, mesh),
+      prefill_temps=prefill_temps, decode_temps=decode_temps,
       val_slot_state=tree_bytes(val_state, state_specs, mesh),
-      val_prefill_temps=temps(val_slots)[0], val_decode_temps=temps(val_slots)[1])
+      val_prefill_temps=val_prefill_temps, val_decode_temps=val_decode_temps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -479,25 +481,26 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
   train_step's arguments are the train state and the batch, its outputs the
   state again (donated) and its temporaries the gradients, their accumulator,
   the activations, the weights gathered over fsdp (`Plan.gathered`) and the
-  optimizer's updates (parameter-sized). The sampler's programs take the regrouped weights and
-  the slot state (donated), and their temporaries are one prefill's fresh
-  cache and activations, or one decode step's logits.
+  optimizer's updates (parameter-sized). The sampler's programs take the
+  regrouped weights and the slot state (donated), and their temporaries are
+  one prefill's fresh cache and activations, or one decode step's logits and
+  gathered weights.
   """
   p = make_plan(config, num_devices, platform)
   state = p.params + p.opt_state
+  weights = p.decode_weights + p.prepared_rest
+
+  def sampler(slots: int, temps: int) -> Memory:
+    return Memory(weights + slots, slots, slots, temps)
+
   return {
       "train_step": Memory(state + p.batch, state, state,
                            p.grads + p.grad_accum + p.activations + p.gathered + p.params),
-      "prepare": Memory(p.params, p.decode_weights + p.prepared_rest, 0, 0),
-      "prefill": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
-                        p.slot_state, p.prefill_temps),
-      "decode": Memory(p.decode_weights + p.prepared_rest + p.slot_state, p.slot_state,
-                       p.slot_state, p.decode_temps + p.decode_gathered),
-      "val_prefill": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
-                            p.val_slot_state, p.val_slot_state, p.val_prefill_temps),
-      "val_decode": Memory(p.decode_weights + p.prepared_rest + p.val_slot_state,
-                           p.val_slot_state, p.val_slot_state,
-                           p.val_decode_temps + p.decode_gathered),
+      "prepare": Memory(p.params, weights, 0, 0),
+      "prefill": sampler(p.slot_state, p.prefill_temps),
+      "decode": sampler(p.slot_state, p.decode_temps + p.decode_gathered),
+      "val_prefill": sampler(p.val_slot_state, p.val_prefill_temps),
+      "val_decode": sampler(p.val_slot_state, p.val_decode_temps + p.decode_gathered),
   }
 
 
