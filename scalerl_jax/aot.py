@@ -120,11 +120,6 @@ def _shard_bytes(tree: Any) -> int:
              for x in jax.tree.leaves(tree))
 
 
-def _abstract(tree: Any, shardings: Any) -> Any:
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                      tree, shardings)
-
-
 @dataclasses.dataclass
 class _Programs:
   """Each program as a thunk returning its `Lowered`, with its bytes beside."""
@@ -141,11 +136,11 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
   model = transformer.Transformer(model_cfg)
   param_sh = sharding.param_shardings(model, mesh, rules)
   tokens = np.zeros((1, 1), np.int32)
-  params = _abstract(nn.unbox(jax.eval_shape(
+  params = sharding.abstract(nn.unbox(jax.eval_shape(
       lambda: model.init(jax.random.key(0), tokens)["params"])), param_sh)
   optimizer = optim.make_optimizer(config.optim)
   state_sh = trainer.train_state_shardings(optimizer, params, param_sh, mesh)
-  train_state = _abstract(jax.eval_shape(
+  train_state = sharding.abstract(jax.eval_shape(
       functools.partial(train_step_lib.init_state, optimizer=optimizer), params), state_sh)
   step, batch_sh = trainer.jit_train_step(config, model, mesh, rules, optimizer, state_sh)
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
@@ -154,7 +149,7 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
            "mask_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
            "gen_logp_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
            "rewards_PxG": jax.ShapeDtypeStruct((p, g), jnp.float32)}
-  batch = _abstract(batch, batch_sh)
+  batch = sharding.abstract(batch, batch_sh)
 
   # Token ids only shape constants baked into the programs; the phrase's
   # length is a stand-in (one id per word) that no buffer depends on.

@@ -163,6 +163,12 @@ def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, repli
       is_leaf=lambda x: isinstance(x, (PartitionSpec, jax.sharding.Sharding)))
 
 
+def abstract(shapes: Any, shardings: Any) -> Any:
+  """A tree of ShapeDtypeStructs (`jax.eval_shape`'s) placed in a matching tree of shardings."""
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      shapes, shardings)
+
+
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
   """Sharding of a batch-major array: dim 0 over `act_batch`, the rest replicated."""
   return named_sharding(mesh, rules, ("act_batch",) + (None,) * (ndim - 1))

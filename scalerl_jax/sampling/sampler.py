@@ -160,10 +160,9 @@ class Sampler:
 
   def state_shape(self, num_slots: int, meta_width: int = 1) -> SlotState:
     """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
-    shapes = jax.eval_shape(self._empty, num_slots, meta_width)
-    shardings = slots.state_shardings(self.mesh, self.rules, self.model_cfg.num_layers)
-    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
-                        shapes, shardings)
+    return sharding.abstract(jax.eval_shape(self._empty, num_slots, meta_width),
+                             slots.state_shardings(self.mesh, self.rules,
+                                                   self.model_cfg.num_layers))
 
   def prepared_shape(self, params: Any) -> Any:
     """`prepare(params).weights` as sharded ShapeDtypeStructs, for abstract `params`.
@@ -172,9 +171,7 @@ class Sampler:
     outputs, so this compiles `prepare` (not run).
     """
     compiled = self.lower("prepare", params).compile()
-    shapes = jax.eval_shape(self._prepare, params)
-    return jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
-                        shapes, compiled.output_shardings)
+    return sharding.abstract(jax.eval_shape(self._prepare, params), compiled.output_shardings)
 
   # Slot interface.
 
