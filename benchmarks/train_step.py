@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from benchmarks.shapes import shape_config
-from scalerl_jax import compute
+from scalerl_jax.metrics import compute
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax import trainer

@@ -327,7 +327,7 @@ def get_config(arg=None):
   # the paper's repeated runs share one pretrained model (warm_start.base_seed).
   c.trainer.warm_start_seed = -1
 
-  # Per-step checks (scalerl_jax/monitors.py). One that fires logs a warning and
+  # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a warning and
   # sets alert/<name> = 1 in the step's metrics; a threshold of 0 turns it off.
   c.monitor = ml_collections.ConfigDict()
   # entropy_collapse: train/entropy below this fraction of its first value.

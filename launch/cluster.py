@@ -13,7 +13,7 @@ Every --config.<field> flag is passed on to `launch.train`; the target adds the
 `config.mesh` fields multi-host runs need. The mesh must fit the target's
 devices (`config.mesh.shape`, -1 resolved). By default the command, script or
 manifest is printed; --nodry_run hands it to xpk, sbatch or `kubectl apply`
-(see scalerl_jax/cluster.py).
+(see scalerl_jax/jobs/cluster.py).
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from launch import REPO_ROOT
-from scalerl_jax import cluster
+from scalerl_jax.jobs import cluster
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=llama3_8b).",

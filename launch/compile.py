@@ -6,7 +6,7 @@
       --config.mesh.shape='(1,-1,4)' --topology=v5e:16x16 --programs=train_step,decode
 
 Prints, per chip, the compiler's argument, output, temporary and peak bytes of
-every program a run executes (scalerl_jax/aot.py lists them), the planner's
+every program a run executes (scalerl_jax/jobs/aot.py lists them), the planner's
 estimate beside each, what the rest of the run keeps allocated meanwhile, and
 whether it fits, with the compiler's own message when it refuses.
 """
@@ -17,7 +17,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from scalerl_jax import aot
+from scalerl_jax.jobs import aot
 from scalerl_jax import config as config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -16,7 +16,7 @@ import json
 from absl import app
 from absl import flags
 
-from scalerl_jax import checkpoint_io
+from scalerl_jax.checkpoint import policy
 from scalerl_jax import experiment
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
@@ -37,7 +37,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   experiment.configure_logging()
   try:
-    result = checkpoint_io.evaluate_checkpoint(_WORKDIR.value, _STEP.value, _NUM_PROMPTS.value,
+    result = policy.evaluate_checkpoint(_WORKDIR.value, _STEP.value, _NUM_PROMPTS.value,
                                                _SAMPLES.value, _REPEATS.value,
                                                process_id=_PROCESS_ID.value)
   except (ValueError, FileNotFoundError) as e:

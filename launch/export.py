@@ -11,7 +11,7 @@ copied beside it as tokenizer.model. The run's config comes from its workdir
 from absl import app
 from absl import flags
 
-from scalerl_jax import checkpoint_io
+from scalerl_jax.checkpoint import policy
 from scalerl_jax import experiment
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
@@ -27,7 +27,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   experiment.configure_logging()
   try:
-    files = checkpoint_io.export_checkpoint(_WORKDIR.value, _OUT.value, _STEP.value,
+    files = policy.export_checkpoint(_WORKDIR.value, _OUT.value, _STEP.value,
                                             process_id=_PROCESS_ID.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.export: {e}") from None

@@ -7,7 +7,7 @@
 The mesh is the config's (`config.mesh.shape`, axes and logical-axis rules,
 overridable like any field). --num_devices fills its -1 axis; without it a
 mesh with no -1 plans for its own size, else for the local devices. Nothing
-is allocated: shapes come from `jax.eval_shape` (see scalerl_jax/plan.py for
+is allocated: shapes come from `jax.eval_shape` (see scalerl_jax/jobs/plan.py for
 what is counted and how).
 """
 
@@ -16,7 +16,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax import config as config_lib
-from scalerl_jax import plan
+from scalerl_jax.jobs import plan
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",

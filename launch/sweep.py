@@ -21,7 +21,7 @@ from absl import flags
 
 from configs import scalerl
 from launch import REPO_ROOT
-from scalerl_jax import sweep
+from scalerl_jax.jobs import sweep
 
 _SWEEP = flags.DEFINE_string(
     "sweep", None, "Sweep file, optionally with ':arg' for its get_config/get_sweep.",

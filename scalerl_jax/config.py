@@ -210,7 +210,7 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_slip_prob": _BELOW_ONE,
     "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
     "trainer.warm_start_seed": _rule(int, lambda v: v >= -1, "must be >= 0, or -1 (= seed)"),
-    # monitor (scalerl_jax/monitors.py); 0 turns a check off
+    # monitor (scalerl_jax/metrics/monitors.py); 0 turns a check off
     "monitor.entropy_min_fraction": _OFF_BELOW_ONE,
     "monitor.truncation_rate_max": _OFF_BELOW_ONE,
     "monitor.logp_diff_max": _rule(float, lambda v: v >= 0, "must be >= 0 (0 = off)"),

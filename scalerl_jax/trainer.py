@@ -45,15 +45,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
 
-from scalerl_jax import checkpoint as checkpoint_lib
-from scalerl_jax import checkpoint_io
-from scalerl_jax import compute
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
+from scalerl_jax.metrics import compute
 from scalerl_jax import evaluation
-from scalerl_jax import metrics as metrics_lib
-from scalerl_jax import monitors as monitors_lib
+from scalerl_jax.metrics import writer as metrics_lib
+from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax import optim
-from scalerl_jax import progress as progress_lib
-from scalerl_jax import run_config
+from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import mixture as mixture_lib
@@ -134,44 +132,16 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
   return run
 
 
-def _batch_metrics(groups: list[buffer_lib.Group], version: int, k: int) -> dict[str, float]:
-  rewards = np.stack([g.rewards_G for g in groups])
-  lengths = np.concatenate([g.completion_lens_G for g in groups])
-  truncated = np.concatenate([g.truncated_G for g in groups])
-  interrupted = np.concatenate([g.interrupted_G for g in groups])
-  return {"train/reward_mean": float(rewards.mean()),
-          "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
-          "train/truncation_rate": float(truncated.mean()),
-          "train/interruption_rate": float(interrupted.mean()),
-          **buffer_lib.staleness_metrics(groups, version, k)}
-
-
 class Trainer:
   """The RL loop's state and its steps; `train_and_evaluate` drives it."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str,
-               restore_step: Optional[int] = None, require_checkpoint: bool = False):
-    """Builds the experiment and restores the latest (or `restore_step`) checkpoint.
-
-    Args:
-      config: experiment config.
-      workdir: experiment directory.
-      restore_step: checkpoint to restore instead of the latest.
-      require_checkpoint: raise if `workdir` holds no checkpoint.
-    """
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    """Builds the experiment and restores the latest checkpoint in `workdir`, if any."""
     self.config, self.workdir = config, workdir
     sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
-    self.checkpointer = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, checkpoint_io.CHECKPOINTS),
-        max_to_keep=config.trainer.keep_checkpoints)
-    latest = self.checkpointer.latest_step()
-    if restore_step is None:
-      restore_step = latest
-    elif restore_step not in self.checkpointer.all_steps():
-      raise ValueError(f"{workdir}: no checkpoint at step {restore_step}; "
-                       f"available: {self.checkpointer.all_steps()}")
-    if require_checkpoint and restore_step is None:
-      raise FileNotFoundError(f"{workdir}/checkpoints: no checkpoint to read")
+    self.checkpointer = checkpoint_lib.for_workdir(
+        workdir, max_to_keep=config.trainer.keep_checkpoints)
+    restore_step = self.checkpointer.step_to_restore()
     resuming = restore_step is not None
     self.exp = exp = Experiment.build(config, workdir, base_params=not resuming)
     self.optimizer = optim.make_optimizer(config.optim)
@@ -242,34 +212,6 @@ class Trainer:
 
   # Phases.
 
-  def _plan(self, params: Any, version: int, decoded: int, pull: bool = True) -> Optional[int]:
-    """Starts the prompts the schedule allows; returns the next call's decode steps (0: stop).
-
-    With `pull` False, returns None, having started nothing, where starting
-    needs the prompt pipeline (`Rollouts.fill`).
-    """
-    backlog = self.rollouts.in_flight + len(self.buffer)
-    if self.rollouts.fill(params, self.schedule.max_starts(version, backlog), pull=pull) is None:
-      return None
-    return self.schedule.decode_steps(decoded, self.buffer.num_ready(version),
-                                      self.rollouts.in_flight)
-
-  def _on_harvest(self, params: Any, version: int, decoded: int, planned: list,
-                  groups: list[buffer_lib.Group]) -> int:
-    """`Rollouts.step`'s callback, before the scores of `groups` are in; appends to `planned`.
-
-    The groups enter the buffer at once: which are ready does not depend on
-    their scores. With `rewards.overlap`, the next call is planned now if it
-    needs no new prompts, and its decode steps returned for `step` to
-    dispatch while the verifiers score (rl/rollouts.py says why no decision
-    changes).
-    """
-    for g in groups:
-      self.buffer.add(g)
-    planned.append(self._plan(params, version, decoded, pull=False)
-                   if self.config.rewards.overlap else None)
-    return planned[0] or 0
-
   def generate(self) -> dict[str, float]:
     """The generator's share of one step, as the schedule allows; returns its metrics.
 
@@ -279,16 +221,11 @@ class Trainer:
     not those groups are ever trained on. The weights are regrouped for the
     sampler once per phase, and the regrouped copy is dropped before training.
     """
-    params, version = self.exp.sampler.prepare(self.state.params), self.step
-    t0, flops0, decoded = time.perf_counter(), self.rollouts.work["flops"], 0
-    steps = self._plan(params, version, decoded)
-    while steps:
-      decoded += steps
-      planned = []  # The next call's steps, if planned while this call's groups were scored.
-      on_harvest = functools.partial(self._on_harvest, params, version, decoded, planned)
-      for g in self.rollouts.step(params, version, steps, on_harvest):
-        self.curriculum.update([g.record["id"]], g.scores_G[None])
-      steps = planned[0] if planned[0] is not None else self._plan(params, version, decoded)
+    params = self.exp.sampler.prepare(self.state.params)
+    t0, flops0 = time.perf_counter(), self.rollouts.work["flops"]
+    decoded = rollouts_lib.generate_phase(
+        self.rollouts, self.schedule, self.buffer, self.curriculum, params, self.step,
+        overlap=self.config.rewards.overlap)
     t_gen = time.perf_counter() - t0
     self.meter.add(self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size)
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
@@ -322,7 +259,7 @@ class Trainer:
     groups = self.buffer.take(p, self.step)
     if groups is None:
       raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
-    row = _batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
+    row = buffer_lib.batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
     row.update(mixture_lib.train_metrics(groups))  # train/<domain>/...; none for one source.
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
@@ -359,7 +296,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
-  run_config.record(trainer.config, workdir)  # Resolved: model fields from hf_path included.
+  workdir_lib.record_config(trainer.config, workdir)  # Resolved: model fields from hf_path included.
   t = config.trainer
   # Lines past the checkpoint will be written again by the resumed run; at
   # step 0 that includes step 0's validation line (a kill before the first

@@ -28,11 +28,11 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import transformer
 
-_DIR = "base_policy"
 # Sources with worked solutions -> their training records (levels, num, seed, split).
 _WORKED = {builtin_task.SOURCE: builtin_task.builtin_prompts,
            builtin_code.SOURCE: builtin_code.code_prompts}
@@ -40,7 +40,7 @@ _WORKED = {builtin_task.SOURCE: builtin_task.builtin_prompts,
 
 def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) -> str:
   """Directory of the cached base policy for these settings."""
-  root = config.trainer.warm_start_dir or os.path.join(workdir, _DIR)
+  root = config.trainer.warm_start_dir or os.path.join(workdir, workdir_lib.BASE_POLICY_DIR)
   return os.path.join(os.path.abspath(root), fingerprint(config, vocab_size))
 
 

@@ -1,18 +1,37 @@
-"""The files that mark a run's workdir: its lock and its finish marker.
+"""A run's workdir: the names of its files, its lock, and its recorded config.
 
-One home for both names: the trainer takes the lock and writes the marker,
-the sweep runner (sweep.py) skips points whose marker exists, and neither
-imports the other.
+Owns every file name inside a workdir (one home: the trainer, the sweep
+runner, the checkpoint readers and the curve readers import them). The
+trainer takes the lock, records the resolved config (`record_config`, process
+0, after the experiment is built so model fields read from `model.hf_path`
+are in it) and writes `DONE_FILE` at the end. `launch/evaluate` and
+`launch/export` read the config back with `load_config`.
+
+Invariant: resuming with a config that differs from the recorded one warns,
+naming every changed field with both values, then records the new config.
+It warns rather than refuses because extending `trainer.num_steps` or moving
+`warm_start_dir` are normal; a change that cannot work (a model shape) fails
+at restore, naming the array.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
-from typing import IO
+from typing import IO, Any, Optional
+
+from absl import logging
+import jax
+import ml_collections
 
 DONE_FILE = "DONE"  # Written when a run has finished all its steps.
 LOCK_FILE = ".lock"  # Held by the process that trains in a workdir.
+CONFIG_FILE = "config.json"  # The resolved config the run trains with.
+CHECKPOINTS_DIR = "checkpoints"  # orbax's directory of step checkpoints.
+METRICS_FILE = "metrics.jsonl"  # One JSON object per written step.
+TB_DIR = "tb"  # TensorBoard event files.
+BASE_POLICY_DIR = "base_policy"  # Warm-start results, one per fingerprint.
 
 
 def lock_workdir(workdir: str) -> IO[str]:
@@ -40,3 +59,84 @@ def lock_workdir(workdir: str) -> IO[str]:
   handle.write(str(os.getpid()))
   handle.flush()
   return handle
+
+
+def _tuples(value: Any) -> Any:
+  """JSON lists back to the tuples the config holds (configs use no lists)."""
+  if isinstance(value, dict):
+    return {k: _tuples(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_tuples(v) for v in value)
+  return value
+
+
+def config_leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+  """Dotted field name -> value of every leaf of a config (or its plain dict)."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, (dict, ml_collections.ConfigDict)):
+      out.update(config_leaves(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def _plain(config: ml_collections.ConfigDict) -> dict:
+  """The config as JSON would give it back (tuples, no ConfigDicts)."""
+  return _tuples(json.loads(config.to_json()))
+
+
+def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collections.ConfigDict:
+  """The config recorded in `workdir`, locked like a config from a file.
+
+  Args:
+    workdir: the run's workdir.
+    process_id: this process's index in a multi-controller job, replacing the
+      recorded `mesh.process_id` (process 0 records the file, so it holds
+      process 0's index when the run set one); None keeps the recorded value.
+
+  Raises:
+    FileNotFoundError: the workdir holds no config.json.
+  """
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: no recorded config; is {workdir} the workdir of a run?")
+  with open(path) as f:
+    config = ml_collections.ConfigDict(_tuples(json.load(f)))
+  if process_id is not None:
+    config.mesh.process_id = process_id
+  config.lock()
+  return config
+
+
+def config_differences(recorded: ml_collections.ConfigDict,
+                       config: ml_collections.ConfigDict) -> list[str]:
+  """'field: recorded -> new' for every dotted field whose value differs, sorted."""
+  old, new = config_leaves(_plain(recorded)), config_leaves(_plain(config))
+  show = lambda leaves, k: repr(leaves[k]) if k in leaves else "(absent)"
+  return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in sorted(old.keys() | new.keys())
+          if k not in old or k not in new or old[k] != new[k]]
+
+
+def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
+  """Writes `config` to `<workdir>/config.json`, warning on a changed resume.
+
+  Only process 0 reads and writes the file.
+
+  Returns:
+    The differences from the config recorded before (empty for a new run or
+    an unchanged one, and on processes other than 0).
+  """
+  if jax.process_index() != 0:
+    return []
+  path = os.path.join(workdir, CONFIG_FILE)
+  changed = config_differences(load_config(workdir), config) if os.path.isfile(path) else []
+  if changed:
+    logging.warning("%s: resuming with a config that differs from the recorded one in %d "
+                    "fields: %s. The new config is recorded.", workdir, len(changed),
+                    "; ".join(changed))
+  os.makedirs(workdir, exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    f.write(config.to_json(indent=2, sort_keys=True) + "\n")
+  os.replace(path + ".tmp", path)  # A kill mid-write leaves the previous record.
+  return changed

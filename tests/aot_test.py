@@ -1,4 +1,4 @@
-"""scalerl_jax.aot / launch/compile.py: the run's programs compiled by the TPU compiler.
+"""scalerl_jax.jobs.aot / launch/compile.py: the run's programs compiled by the TPU compiler.
 
 libtpu compiles for a TPU slice on this CPU machine (no TPU): these tests build
 tiny_cpu's and small_cpu's train step and decode step for a v5e 2x2 slice and
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from configs import scalerl
-from scalerl_jax import aot
+from scalerl_jax.jobs import aot
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None

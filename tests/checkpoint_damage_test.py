@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scalerl_jax import checkpoint
+from scalerl_jax.checkpoint import checkpointer
 
 
 def _state(scale):
@@ -32,7 +32,7 @@ def _abstract(state):
 
 
 def _save_steps(directory, steps):
-  with checkpoint.Checkpointer(str(directory)) as ckpt:
+  with checkpointer.Checkpointer(str(directory)) as ckpt:
     for step in steps:
       assert ckpt.save(step, _state(step), extra={"step": step},
                        host_state={"tokens": [np.arange(step + 3, dtype=np.int32)]})
@@ -77,7 +77,7 @@ def test_damaged_latest_falls_back_then_is_set_aside(tmp_path, caplog, damage, e
   damaged_bytes = (tmp_path / "20" / name).read_bytes()
 
   caplog.set_level(logging.WARNING)
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.all_steps() == [10, 20]  # Complete, but not intact.
     assert ckpt.latest_step() == 10
     assert f"{tmp_path / '20'} is damaged and skipped" in caplog.text
@@ -85,7 +85,7 @@ def test_damaged_latest_falls_back_then_is_set_aside(tmp_path, caplog, damage, e
     restored = ckpt.restore(None, _abstract(_state(1)))
     _assert_state(restored.state, 10)
     assert restored.extra == {"step": 10}
-    with pytest.raises(checkpoint.DamagedCheckpointError) as err:
+    with pytest.raises(checkpointer.DamagedCheckpointError) as err:
       ckpt.restore(20, _abstract(_state(1)))
     message = str(err.value)
     assert f"{tmp_path / '20'} cannot be restored, nothing was loaded" in message
@@ -109,7 +109,7 @@ def test_save_of_an_earlier_step_sets_aside_all_damaged_later_ones(tmp_path):
   _flip(tmp_path / "20" / _largest_file(tmp_path / "20"))
   (tmp_path / "30" / "integrity.json").unlink()
   (tmp_path / "20.damaged").mkdir()  # Left by an earlier fallback.
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.latest_step() == 10
     assert ckpt.save(15, _state(15), force=True)
     ckpt.wait()
@@ -121,9 +121,9 @@ def test_step_without_manifest_is_incomplete(tmp_path):
   # A step directory without its manifest: the save never sealed it.
   _save_steps(tmp_path, [10, 20])
   (tmp_path / "20" / "integrity.json").unlink()
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.all_steps() == [10] and ckpt.latest_step() == 10
-    with pytest.raises(checkpoint.DamagedCheckpointError,
+    with pytest.raises(checkpointer.DamagedCheckpointError,
                        match=r"has no integrity\.json: its save did not finish"):
       ckpt.restore(20, _abstract(_state(1)))
 
@@ -134,13 +134,13 @@ def test_missing_unexpected_and_unreadable_manifest_are_named(tmp_path):
   (tmp_path / "10" / "state" / "stray").write_bytes(b"x")
   manifest = tmp_path / "20" / "integrity.json"
   manifest.write_bytes(manifest.read_bytes()[:100])
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.latest_step() == 30
-    with pytest.raises(checkpoint.DamagedCheckpointError) as err:
+    with pytest.raises(checkpointer.DamagedCheckpointError) as err:
       ckpt.restore(10, _abstract(_state(1)))
     assert "extra/metadata is missing; state/stray was not written by the save" in str(err.value)
     assert "Intact checkpoints: [30]" in str(err.value)
-    with pytest.raises(checkpoint.DamagedCheckpointError,
+    with pytest.raises(checkpointer.DamagedCheckpointError,
                        match=r"its integrity\.json is unreadable \(JSONDecodeError"):
       ckpt.restore(20, _abstract(_state(1)))
 
@@ -149,10 +149,10 @@ def test_no_intact_checkpoint_stops_with_the_damage_of_each(tmp_path):
   _save_steps(tmp_path, [10, 20])
   _truncate(tmp_path / "10" / _largest_file(tmp_path / "10"))
   _flip(tmp_path / "20" / _largest_file(tmp_path / "20"))
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.all_steps() == [10, 20]
     for attempt in (ckpt.latest_step, lambda: ckpt.restore(None, _abstract(_state(1)))):
-      with pytest.raises(checkpoint.DamagedCheckpointError) as err:
+      with pytest.raises(checkpointer.DamagedCheckpointError) as err:
         attempt()
       message = str(err.value)
       assert "no checkpoint can be restored, nothing was loaded" in message

@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.checkpoint: round trips, retention, resume safety, errors."""
+"""Tests of scalerl_jax.checkpoint.checkpointer: round trips, retention, resume safety, errors."""
 
 import os
 
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scalerl_jax import checkpoint, optim, sharding
+from scalerl_jax import optim, sharding
+from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax.models.transformer import ModelConfig, Transformer
 from tests.helpers import tiny_config
 
@@ -58,7 +59,7 @@ def model_state():
 
 def test_sharded_state_round_trip(tmp_path, model_state):
   _, mesh, _, state = model_state
-  with checkpoint.Checkpointer(str(tmp_path), max_to_keep=2) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path), max_to_keep=2) as ckpt:
     assert ckpt.save(5, state, extra={"note": "x"})
     ckpt.wait()
     restored = ckpt.restore(5, _abstract(state))
@@ -72,7 +73,7 @@ def test_sharded_state_round_trip(tmp_path, model_state):
 
 def test_plain_pytree_round_trip_with_array_template(tmp_path):
   state = {"w": jnp.arange(6.0).reshape(2, 3), "nested": [jnp.ones(2, jnp.int32), (jnp.zeros(()),)]}
-  with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path), async_save=False) as ckpt:
     ckpt.save(1, state)
     restored = ckpt.restore(None, jax.tree.map(jnp.zeros_like, state))
   _assert_trees_equal(restored.state, state)
@@ -82,7 +83,7 @@ def test_plain_pytree_round_trip_with_array_template(tmp_path):
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
 def test_typed_prng_key_round_trip(tmp_path, impl):
   key = jax.random.split(jax.random.key(42, impl=impl), 3)[1]
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(1, {"rng": key})
     ckpt.wait()
     restored = ckpt.restore(1, _abstract({"rng": key})).state["rng"]
@@ -96,7 +97,7 @@ def test_extra_json_round_trip_and_error(tmp_path):
            "meter": {"flops": 12345678901234567890, "device_seconds": 1.5},
            "pair": (1, 2)}
   state = {"x": jnp.ones(2)}
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(3, state, extra=extra)
     ckpt.wait()
     got = ckpt.restore(3, _abstract(state)).extra
@@ -111,7 +112,7 @@ def test_host_state_round_trip_without_known_shapes(tmp_path):
           "flags": {"done": np.array([True, False])}, "empty": [], "nothing": None,
           "pair": (np.float32(1.5), np.ones((2, 2), np.float32))}
   state = {"x": jnp.ones(2)}
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(1, state, host_state=host)
     tokens[0][:] = -1  # Edited after save returns: the checkpoint keeps the old values.
     ckpt.save(2, state, host_state={"all_empty": [np.zeros((0, 3), np.float32)]})
@@ -128,14 +129,14 @@ def test_host_state_round_trip_without_known_shapes(tmp_path):
 
 
 def test_host_state_rejects_object_arrays(tmp_path):
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     with pytest.raises(TypeError, match=r"host_state\['ids'\]: dtype <U2 cannot"):
       ckpt.save(1, {"x": jnp.ones(1)}, host_state={"ids": np.array(["ab", "c"])})
 
 
 def test_max_to_keep_interval_and_latest_step(tmp_path):
   state = {"x": jnp.ones(2)}
-  with checkpoint.Checkpointer(str(tmp_path), max_to_keep=2, save_interval_steps=2) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path), max_to_keep=2, save_interval_steps=2) as ckpt:
     assert ckpt.latest_step() is None
     saved = [ckpt.save(step, {"x": state["x"] * step}) for step in range(1, 7)]
     assert saved == [False, True, False, True, False, True]
@@ -144,21 +145,21 @@ def test_max_to_keep_interval_and_latest_step(tmp_path):
     ckpt.wait()
     assert ckpt.all_steps() == [6, 7] and ckpt.latest_step() == 7
   assert sorted(os.listdir(tmp_path)) == ["6", "7"]
-  with checkpoint.Checkpointer(str(tmp_path)) as reopened:
+  with checkpointer.Checkpointer(str(tmp_path)) as reopened:
     assert reopened.latest_step() == 7
     np.testing.assert_array_equal(reopened.restore(6, _abstract(state)).state["x"], [6.0, 6.0])
 
 
 def test_incomplete_checkpoint_is_ignored_then_replaced(tmp_path):
   state = {"x": jnp.arange(3.0)}
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(10, state, extra={"step": 10})
   # A save killed part-way leaves orbax's temporary directory (current and
   # older, timestamped names), never a directory named by the step alone.
   for name in ("20.orbax-checkpoint-tmp", "30.orbax-checkpoint-tmp-1700000000000"):
     os.makedirs(tmp_path / name / "state")
     (tmp_path / name / "state" / "manifest.ocdbt").write_bytes(b"partial")
-  with checkpoint.Checkpointer(str(tmp_path)) as resumed:
+  with checkpointer.Checkpointer(str(tmp_path)) as resumed:
     assert resumed.latest_step() == 10 and resumed.all_steps() == [10]
     restored = resumed.restore(None, _abstract(state))
     assert restored.extra == {"step": 10}
@@ -173,7 +174,7 @@ def test_incomplete_checkpoint_is_ignored_then_replaced(tmp_path):
 
 def test_restore_without_checkpoint(tmp_path):
   state = {"x": jnp.ones(2)}
-  with checkpoint.Checkpointer(str(tmp_path / "none")) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path / "none")) as ckpt:
     with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
       ckpt.restore(None, _abstract(state))
     ckpt.save(2, state)
@@ -186,7 +187,7 @@ def test_restore_without_checkpoint(tmp_path):
 
 def test_restore_into_other_model_names_mismatching_keys(tmp_path, model_state):
   config, mesh, rules, state = model_state
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(1, {"params": state["params"]})
     ckpt.wait()
     bigger = tiny_config(mlp_dim=256)
@@ -206,10 +207,10 @@ def test_restore_into_other_model_names_mismatching_keys(tmp_path, model_state):
 def test_partial_restore_reads_only_the_named_part(tmp_path, model_state):
   _, _, _, state = model_state
   saved = {"train": state, "slots": {"cache": jnp.zeros((64, 3), jnp.float32)}}
-  with checkpoint.Checkpointer(str(tmp_path), async_save=False) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path), async_save=False) as ckpt:
     ckpt.save(2, saved, {"step": 2}, host_state={"buffer": np.arange(3)})
   want = {"train": {"params": _abstract(state["params"])}}
-  with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+  with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     # The slots are not read, so a run with 256 slots can read these parameters...
     part, extra, host = ckpt.restore(None, want, partial=True)
     _assert_trees_equal(part["train"]["params"], state["params"])

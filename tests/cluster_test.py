@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.cluster and launch/cluster.py: what each target emits, parsed back.
+"""Tests of scalerl_jax.jobs.cluster and launch/cluster.py: what each target emits, parsed back.
 
 The emitted train commands are parsed with ml_collections' config flags, as
 `launch.train` parses them, so a forwarded override that does not survive the
@@ -16,7 +16,7 @@ from ml_collections import config_flags
 import pytest
 import yaml
 
-from scalerl_jax import cluster
+from scalerl_jax.jobs import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_ARG = "configs/scalerl.py:variant=llama3_8b"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs import scalerl
-from scalerl_jax import sweep
+from scalerl_jax.jobs import sweep
 from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import seeds
 from scalerl_jax.scaling import sigmoid

@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.compute: FLOPs counted by hand, the cumulative meter."""
+"""Tests of scalerl_jax.metrics.compute: FLOPs counted by hand, the cumulative meter."""
 
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs import scalerl
-from scalerl_jax import compute
+from scalerl_jax.metrics import compute
 from scalerl_jax.models.transformer import ModelConfig
 
 # A model small enough to count by hand: D=4, L=1, H=2, K=1, E=2, F=3, V=10.

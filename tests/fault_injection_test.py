@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from configs import scalerl
-from scalerl_jax import checkpoint
+from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax import rewards
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
@@ -139,15 +139,15 @@ def _unwritable(directory):
 def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
   state = {"w": jnp.arange(1 << 20, dtype=jnp.float32)}  # 4 MB: past the 1 MB limit.
   directory = str(tmp_path / "checkpoints")
-  with checkpoint.Checkpointer(directory) as ckpt:
+  with checkpointer.Checkpointer(directory) as ckpt:
     ckpt.save(1, state, {"step": 1})
     ckpt.wait()
     with _file_size_limit(1 << 20):
       ckpt.save(2, {"w": state["w"] + 1}, {"step": 2})
-      with pytest.raises(checkpoint.CheckpointWriteError,
+      with pytest.raises(checkpointer.CheckpointWriteError,
                          match=r"step 2 failed: .*File too large.*complete checkpoints \(\[1\]\)"):
         ckpt.wait()
-  with checkpoint.Checkpointer(directory) as reopened:
+  with checkpointer.Checkpointer(directory) as reopened:
     assert reopened.latest_step() == 1  # Verified against its manifest.
     restored = reopened.restore(1, state)
   np.testing.assert_array_equal(restored.state["w"], state["w"])
@@ -173,11 +173,11 @@ def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_
 
     checkpoints = trainer.checkpointer.directory
     with _unwritable(checkpoints):
-      with pytest.raises(checkpoint.CheckpointWriteError,
+      with pytest.raises(checkpointer.CheckpointWriteError,
                          match=r"step 2 failed: .*Permission denied.*complete checkpoints"):
         trainer.save(force=True)
         trainer.checkpointer.wait()
   finally:
     trainer.close()
-  assert checkpoint.Checkpointer(checkpoints).latest_step() == 1
+  assert checkpointer.Checkpointer(checkpoints).latest_step() == 1
   assert not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))

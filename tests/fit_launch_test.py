@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import report
 from scalerl_jax.scaling import runs
@@ -38,7 +39,7 @@ def test_read_run_reports_bad_lines_and_keeps_good_ones(tmp_path):
       '{"step": 200, "compute/flops": 2e16, "val/mean_at_k": 0.5}',
   ])
   run = runs.read_run(workdir, x_key="compute/flops")
-  path = os.path.join(workdir, runs.METRICS)
+  path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   assert run.name == "run"
   np.testing.assert_array_equal(run.steps, np.arange(0, 201, 5))
   assert np.all(np.diff(run.compute) > 0)
@@ -192,13 +193,13 @@ def test_fit_launcher_fits_each_metric_and_prints_them_side_by_side(tmp_path):
     code = _write(tmp_path / "c" / f"seed={s}", seed=10 + s, a=0.45, b=1.2)
     run = tmp_path / "mix" / f"seed={s}"
     os.makedirs(run)
-    with open(tmp_path / "m" / f"seed={s}" / runs.METRICS) as f:
+    with open(tmp_path / "m" / f"seed={s}" / workdir_lib.METRICS_FILE) as f:
       rows = [json.loads(line) for line in f]
     for row in rows:
       if "val/mean_at_k" in row:
         row["val/math/mean_at_k"] = math[row["step"]]
         row["val/code/mean_at_k"] = code[row["step"]]
-    (run / runs.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / workdir_lib.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
   out = tmp_path / "fit.png"
   proc = subprocess.run(
       [sys.executable, "-m", "launch.fit", f"--workdirs={tmp_path / 'mix'}", "--fit_fraction=0.5",

@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.metrics: metrics.jsonl and TensorBoard writers."""
+"""Tests of scalerl_jax.metrics.writer: metrics.jsonl and TensorBoard writers."""
 
 import glob
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from scalerl_jax import metrics
+from scalerl_jax.metrics import writer as metrics_writer
 
 
 def _read_events(tb_dir):
@@ -41,7 +41,7 @@ def _lines(path):
 
 def test_writer_jsonl_and_tensorboard(tmp_path):
   workdir = str(tmp_path / "run")
-  with metrics.MetricWriter(workdir, is_primary=True) as writer:
+  with metrics_writer.MetricWriter(workdir, is_primary=True) as writer:
     writer.write(1, {"loss": jnp.float32(0.5), "train/pass_rate": np.float64(0.25),
                      "tokens": np.int64(7)})
     # Flushed per write: readable before the writer is closed.
@@ -55,7 +55,7 @@ def test_writer_jsonl_and_tensorboard(tmp_path):
 
 
 def test_writer_rejects_reserved_and_non_scalar(tmp_path):
-  writer = metrics.MetricWriter(str(tmp_path), is_primary=True)
+  writer = metrics_writer.MetricWriter(str(tmp_path), is_primary=True)
   with pytest.raises(ValueError, match="'step' is reserved"):
     writer.write(1, {"step": 3})
   with pytest.raises(ValueError, match=r"shape \(2,\) is not a scalar"):
@@ -65,7 +65,7 @@ def test_writer_rejects_reserved_and_non_scalar(tmp_path):
 
 def test_non_primary_writes_nothing(tmp_path):
   workdir = str(tmp_path / "run")
-  writer = metrics.MetricWriter(workdir, is_primary=False)
+  writer = metrics_writer.MetricWriter(workdir, is_primary=False)
   writer.write(1, {"loss": 1.0})
   writer.truncate_after(0)
   writer.close()
@@ -75,7 +75,7 @@ def test_non_primary_writes_nothing(tmp_path):
 def test_truncate_after_drops_later_steps_and_purges_tensorboard(tmp_path):
   workdir = str(tmp_path)
   path = os.path.join(workdir, "metrics.jsonl")
-  writer = metrics.MetricWriter(workdir, is_primary=True)
+  writer = metrics_writer.MetricWriter(workdir, is_primary=True)
   for step in (1, 2, 3):
     writer.write(step, {"loss": float(step)})
   writer.write(2, {"val/mean_at_k": 0.5})  # A validation line of step 2, written after 3.
@@ -83,7 +83,7 @@ def test_truncate_after_drops_later_steps_and_purges_tensorboard(tmp_path):
   with open(path, "a") as f:
     f.write('{"step": 4, "lo')  # A line cut off by a kill.
 
-  resumed = metrics.MetricWriter(workdir, is_primary=True)
+  resumed = metrics_writer.MetricWriter(workdir, is_primary=True)
   resumed.truncate_after(2)
   assert [(r["step"], sorted(r)) for r in _lines(path)] == [
       (1, ["loss", "step"]), (2, ["loss", "step"]), (2, ["step", "val/mean_at_k"])]
@@ -104,5 +104,5 @@ def test_truncate_after_rejects_corrupt_middle_line(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a metrics line"):
-    metrics.MetricWriter(str(tmp_path), is_primary=True).truncate_after(1)
+    metrics_writer.MetricWriter(str(tmp_path), is_primary=True).truncate_after(1)
   assert path.read_text() == '{"step": 1}\nnot json\n{"step": 2}\n'

@@ -42,8 +42,8 @@ def test_checkout_folders_are_not_installed(module, tmp_path):
 
 
 def test_library_and_sweep_import_without_the_checkout(tmp_path):
-  # scalerl_jax.sweep is handed the base config; it must not import configs/.
-  assert _imports_outside_the_checkout("scalerl_jax.sweep", tmp_path)
+  # scalerl_jax.jobs.sweep is handed the base config; it must not import configs/.
+  assert _imports_outside_the_checkout("scalerl_jax.jobs.sweep", tmp_path)
 
 
 @pytest.mark.parametrize("name", JAX_LIBRARIES)

@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.plan (memory and FLOPs per device) and launch/plan.py.
+"""Tests of scalerl_jax.jobs.plan (memory and FLOPs per device) and launch/plan.py.
 
 The numbers are worked out by hand below for `tiny_cpu`'s settings with a
 wider model (`_SHAPE`, ~3.3M parameters, the shape tiny_cpu had until its
@@ -25,7 +25,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
-from scalerl_jax import plan
+from scalerl_jax.jobs import plan
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.models import transformer

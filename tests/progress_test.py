@@ -1,10 +1,10 @@
-"""Tests of scalerl_jax.progress: plain lines off a terminal, one redrawn line on it."""
+"""Tests of scalerl_jax.metrics.progress: plain lines off a terminal, one redrawn line on it."""
 
 import io
 
 import numpy as np
 
-from scalerl_jax import progress as progress_lib
+from scalerl_jax.metrics import progress as progress_lib
 
 
 class _Tty(io.StringIO):

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import runs
 from scalerl_jax.scaling import sigmoid
 
@@ -68,7 +69,7 @@ def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_s
   os.makedirs(workdir, exist_ok=True)
   rng = np.random.default_rng(seed)
   scores = {}
-  with open(os.path.join(workdir, runs.METRICS), "w") as f:
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE), "w") as f:
     for step in range(num_steps + 1):
       row = {"step": step, "compute/flops": step * FLOPS_PER_STEP,
              "compute/device_seconds": step * seconds_per_step, "train/loss": 0.1}

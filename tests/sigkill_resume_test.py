@@ -31,9 +31,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from scalerl_jax import checkpoint as checkpoint_lib
-from scalerl_jax import compute
-from scalerl_jax import metrics as metrics_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
+from scalerl_jax.metrics import compute
+from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers

@@ -14,7 +14,7 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax import config as config_lib
-from scalerl_jax import sweep
+from scalerl_jax.jobs import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ABLATIONS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "ablations", "*.py"))

@@ -20,10 +20,9 @@ import torch
 import transformers
 
 from configs import scalerl
-from scalerl_jax import checkpoint_io
-from scalerl_jax import compute
+from scalerl_jax.checkpoint import policy
+from scalerl_jax.metrics import compute
 from scalerl_jax import experiment
-from scalerl_jax import run_config
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.rl import buffer as buffer_lib
@@ -228,9 +227,9 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
   # more. Export and evaluate read the run's recorded config and only its
   # parameters, so neither is told.
   assert config.data.prompts_per_step == 4 != scalerl.get_config().data.prompts_per_step
-  assert run_config.load(workdir).to_dict() == config.to_dict()
+  assert workdir_lib.load_config(workdir).to_dict() == config.to_dict()
   out = str(tmp_path / "hf")
-  files = checkpoint_io.export_checkpoint(workdir, out)
+  files = policy.export_checkpoint(workdir, out)
   assert "model.safetensors" in files and "tokenizer.model" in files
   hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
   exp = experiment.Experiment.build(config, workdir, base_params=False)
@@ -241,7 +240,7 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
     theirs = hf(torch.tensor(ids)).logits.numpy()
   assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
 
-  result = checkpoint_io.evaluate_checkpoint(workdir)
+  result = policy.evaluate_checkpoint(workdir)
   assert result["step"] == 4
   assert result["val/mean_at_k"] == last["val/mean_at_k"]
 
@@ -267,7 +266,7 @@ def test_resume_with_a_changed_field_warns_naming_it(e2e_run, tmp_path, monkeypa
   trainer_lib.train_and_evaluate(changed, resumed_dir)  # Resumes at its last step, 4 of 4.
   field = f"trainer.log_every: {config.trainer.log_every} -> {config.trainer.log_every + 1}"
   assert [w for w in warnings if "differs from the recorded one" in w and field in w]
-  assert run_config.load(resumed_dir).trainer.log_every == changed.trainer.log_every
+  assert workdir_lib.load_config(resumed_dir).trainer.log_every == changed.trainer.log_every
 
 
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):

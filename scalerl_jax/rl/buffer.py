@@ -152,6 +152,20 @@ def staleness_metrics(groups: Sequence[Group], version: int,
           **{f"staleness/hist_{i}": float(c) for i, c in enumerate(counts)}}
 
 
+def batch_metrics(groups: Sequence[Group], version: int,
+                  max_off_policy: int) -> dict[str, float]:
+  """`train/` rewards, lengths, truncation and interruption of a batch, and its staleness."""
+  rewards = np.stack([g.rewards_G for g in groups])
+  lengths = np.concatenate([g.completion_lens_G for g in groups])
+  truncated = np.concatenate([g.truncated_G for g in groups])
+  interrupted = np.concatenate([g.interrupted_G for g in groups])
+  return {"train/reward_mean": float(rewards.mean()),
+          "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
+          "train/truncation_rate": float(truncated.mean()),
+          "train/interruption_rate": float(interrupted.mean()),
+          **staleness_metrics(groups, version, max_off_policy)}
+
+
 def collate(groups: Sequence[Group], length_multiple: int = 32) -> dict[str, np.ndarray]:
   """Stacks P groups into the train step's prompt-major batch.
 

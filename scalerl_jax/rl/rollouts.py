@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator, Optional
 import jax
 import numpy as np
 
-from scalerl_jax import compute
+from scalerl_jax.metrics import compute
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
@@ -102,6 +102,51 @@ def _unscored_group(key: int, record: dict, rows: dict[str, np.ndarray]) -> Grou
       prompt_lens_G=rows["prompt_len"].astype(np.int32),
       completion_lens_G=(rows["seq_len"] - rows["prompt_len"]).astype(np.int32),
       truncated_G=rows["truncated"].astype(bool), interrupted_G=rows["interrupted"].astype(bool))
+
+
+def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum: Any,
+                   params: Any, version: int, overlap: bool) -> int:
+  """One train step's generation, as `schedule` allows; returns the decode steps run.
+
+  Starts prompts and decodes until the schedule says stop (never before
+  `buffer` can hand out the next P groups). Finished groups enter `buffer` as
+  they are harvested; their scores update `curriculum` once in. With
+  `overlap`, the next decode call is planned while the verifiers score, when
+  it needs no new prompts from the pipeline (the module doc says why no
+  decision changes).
+
+  Args:
+    rollouts: the slots' owner.
+    schedule: a `schedules.Schedule`.
+    buffer: the `buffer.RolloutBuffer` finished groups enter.
+    curriculum: the curriculum the groups' scores update.
+    params: the sampler's (regrouped) parameters for the whole phase.
+    version: their policy version.
+    overlap: `rewards.overlap`.
+  """
+  def plan(decoded: int, pull: bool = True) -> Optional[int]:
+    """Starts what the schedule allows; the next call's steps (0: stop; None: needs a pull)."""
+    backlog = rollouts.in_flight + len(buffer)
+    if rollouts.fill(params, schedule.max_starts(version, backlog), pull=pull) is None:
+      return None
+    return schedule.decode_steps(decoded, buffer.num_ready(version), rollouts.in_flight)
+
+  decoded, steps = 0, plan(0)
+  while steps:
+    decoded += steps
+    ahead = None  # The next call's steps, when planned while this call's groups are scored.
+
+    def on_harvest(groups: list[Group]) -> int:
+      nonlocal ahead
+      for g in groups:
+        buffer.add(g)
+      ahead = plan(decoded, pull=False) if overlap else None
+      return ahead or 0
+
+    for g in rollouts.step(params, version, steps, on_harvest):
+      curriculum.update([g.record["id"]], g.scores_G[None])
+    steps = ahead if ahead is not None else plan(decoded)
+  return decoded
 
 
 class Rollouts:

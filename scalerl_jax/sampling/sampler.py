@@ -145,7 +145,7 @@ class Sampler:
       return params
     return PreparedParams(self._call(self._prepare, params))
 
-  # Abstract use: compiling the programs without running them (scalerl_jax/aot.py).
+  # Abstract use: compiling the programs without running them (scalerl_jax/jobs/aot.py).
 
   def lower(self, program: str, *args, **static) -> jax.stages.Lowered:
     """Lowers `program` ("prepare", "start" or "advance") for `args`, as a call would run it.

@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import runs as runs_lib
@@ -195,7 +196,7 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
   for g in groups:
     for run in g.runs:
       if run.problems:
-        notes.append(f"{run.name}: {len(run.problems)} unusable line(s) in {runs_lib.METRICS}, "
+        notes.append(f"{run.name}: {len(run.problems)} unusable line(s) in {workdir_lib.METRICS_FILE}, "
                      f"first: {run.problems[0]}")
   out += [""] + _table(header, rows) + ["", "points used (steps, and x in " + x_key + "):"]
   out += points

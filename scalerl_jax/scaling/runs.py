@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 from absl import logging
 import numpy as np
 
-METRICS = "metrics.jsonl"
+from scalerl_jax import workdir as workdir_lib
+
 # Compute measures derived from a logged key: name -> (source key, factor).
 # Device-hours are the paper's GPU-hours.
 DERIVED = {"compute/device_hours": ("compute/device_seconds", 1 / 3600)}
@@ -53,21 +54,21 @@ def find_workdirs(paths: Sequence[str]) -> list[str]:
   """
   out = []
   for path in paths:
-    if os.path.isfile(os.path.join(path, METRICS)):
+    if os.path.isfile(os.path.join(path, workdir_lib.METRICS_FILE)):
       found = [path]
     elif os.path.isdir(path):
       found = []
       for root, dirs, files in os.walk(path):
         dirs.sort()
-        if METRICS in files:
+        if workdir_lib.METRICS_FILE in files:
           found.append(root)
           dirs.clear()
       if not found:
-        raise FileNotFoundError(f"{path}: no {METRICS} in it or below it")
+        raise FileNotFoundError(f"{path}: no {workdir_lib.METRICS_FILE} in it or below it")
       for d in sorted(os.listdir(path)):
         sub = os.path.join(path, d)
         if os.path.isdir(sub) and not any(w == sub or w.startswith(sub + os.sep) for w in found):
-          logging.warning("%s: no %s yet, left out", sub, METRICS)
+          logging.warning("%s: no %s yet, left out", sub, workdir_lib.METRICS_FILE)
     else:
       raise FileNotFoundError(f"{path}: no such directory")
     out.extend(w for w in found if w not in out)
@@ -110,7 +111,7 @@ def read_run(workdir: str, x_key: str = "compute/device_hours", y_key: str = "va
     The run. A step logged twice (a resumed run) keeps its last line and is
     reported in `problems`, like every malformed line.
   """
-  path = os.path.join(workdir, METRICS)
+  path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   source, factor = DERIVED.get(x_key, (x_key, 1.0))
   problems, by_step = [], {}
   with open(path) as f:

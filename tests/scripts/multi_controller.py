@@ -30,7 +30,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from scalerl_jax import checkpoint_io
+from scalerl_jax.checkpoint import policy
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.rewards import pool as pool_lib
 from scalerl_jax.rl import buffer as buffer_lib
@@ -136,7 +136,7 @@ def main():
   if args.num_processes > 1:
     # Each process reads the record process 0 wrote, with its own index (the
     # runtime is already up here, so a wrong one would go unnoticed).
-    checkpoint_io.export_checkpoint(args.workdir, os.path.join(args.out, f"export_{args.tag}"),
+    policy.export_checkpoint(args.workdir, os.path.join(args.out, f"export_{args.tag}"),
                                     process_id=args.process_id)
   topology = {"process_index": jax.process_index(), "process_count": jax.process_count(),
               "local_devices": jax.local_device_count(), "devices": jax.device_count()}

@@ -14,7 +14,7 @@ own jitted functions, built by the same code `launch.train` uses:
 
 For each, the compiler's bytes per chip (`memory_analysis`) and what the other
 phase keeps allocated beside it (exact, from the arrays' shardings) decide
-whether the run fits; `scalerl_jax.plan` estimates the same numbers without a
+whether the run fits; `scalerl_jax.jobs.plan` estimates the same numbers without a
 compiler, and the report puts the two side by side.
 """
 
@@ -38,7 +38,7 @@ import numpy as np
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import optim
-from scalerl_jax import plan as plan_lib
+from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax import sharding
 from scalerl_jax import trainer
 from scalerl_jax.models import transformer
@@ -101,7 +101,7 @@ def compiled_memory(compiled: Any) -> Memory:
 class Result:
   """One program compiled for the slice, against the planner's estimate."""
   name: str
-  estimate: Memory  # scalerl_jax.plan's.
+  estimate: Memory  # scalerl_jax.jobs.plan's.
   beside: int  # Bytes the rest of the run keeps allocated while this runs.
   compiled: Optional[Memory] = None
   compile_s: float = 0.0

@@ -31,10 +31,10 @@ generation and training alternate on one mesh):
 The generate phase holds, instead of gradients and activations, a copy of the
 layer weights in the compute dtype (`decode.prepare`); its peak is reported
 too. `program_estimates` splits the same counts by compiled program, with
-each program's own temporaries, for `scalerl_jax.aot` to set against the TPU
+each program's own temporaries, for `scalerl_jax.jobs.aot` to set against the TPU
 compiler (docs/tpu.md says what agrees and what does not).
 
-FLOPs are `scalerl_jax.compute`'s: generation is a causal pass over prompt +
+FLOPs are `scalerl_jax.metrics.compute`'s: generation is a causal pass over prompt +
 completion - 1 tokens for every one of the P x G completions, training 3 x the
 forward pass over the P x G sequences, all at the full token budget (every
 completion truncated: the worst case). Time at peak divides them by the
@@ -55,7 +55,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import AbstractMesh, PartitionSpec
 
-from scalerl_jax import compute
+from scalerl_jax.metrics import compute
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import optim
@@ -476,7 +476,7 @@ class Memory:
 
 def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
                       platform: str = "tpu") -> dict[str, Memory]:
-  """The planner's bytes per device of each program a run compiles (`scalerl_jax.aot`).
+  """The planner's bytes per device of each program a run compiles (`scalerl_jax.jobs.aot`).
 
   train_step's arguments are the train state and the batch, its outputs the
   state again (donated) and its temporaries the gradients, their accumulator,

@@ -61,14 +61,6 @@ class Outcome:
   tail: str = ""  # Last lines of the log, for failed and incomplete points.
 
 
-def _leaves(cfg, prefix=""):
-  for key, value in cfg.items():
-    if isinstance(value, ml_collections.ConfigDict):
-      yield from _leaves(value, f"{prefix}{key}.")
-    else:
-      yield f"{prefix}{key}", value
-
-
 def _load_module(path):
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path}: no such sweep file")
@@ -100,8 +92,8 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   path, _, arg = spec.partition(":")
   module = _load_module(path)
   base = module.get_config(arg or None)
-  reference = dict(_leaves(base_config(f"variant={base.variant}")))
-  shared = {k: v for k, v in _leaves(base) if reference.get(k) != v and k != "variant"}
+  reference = workdir_lib.config_leaves(base_config(f"variant={base.variant}"))
+  shared = {k: v for k, v in workdir_lib.config_leaves(base).items() if reference.get(k) != v and k != "variant"}
   points, names = [], set()
   for i, raw in enumerate(module.get_sweep(arg or None)):
     raw = dict(raw)
@@ -238,7 +230,7 @@ def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
   `<sweep_dir>/base_policy`, so points with the same model and warm-start
   settings train the base policy once instead of once each.
   """
-  shared = os.path.join(os.path.abspath(sweep_dir), "base_policy")
+  shared = os.path.join(os.path.abspath(sweep_dir), workdir_lib.BASE_POLICY_DIR)
   return [p if "trainer.warm_start_dir" in p.overrides else dataclasses.replace(
       p, overrides={**p.overrides, "trainer.warm_start_dir": shared}) for p in points]
 

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 import tensorboardX
 
+from scalerl_jax import workdir as workdir_lib
 
-METRICS_FILE = "metrics.jsonl"
-TB_DIR = "tb"
+
 
 
 def _plain(value: Any) -> int | float:
@@ -51,7 +51,7 @@ class MetricWriter:
     """
     self.workdir = workdir
     self.is_primary = jax.process_index() == 0 if is_primary is None else is_primary
-    self.path = os.path.join(workdir, METRICS_FILE)
+    self.path = os.path.join(workdir, workdir_lib.METRICS_FILE)
     self._jsonl: Optional[TextIO] = None
     self._tb: Optional[tensorboardX.SummaryWriter] = None
     self._purge_step: Optional[int] = None
@@ -78,7 +78,7 @@ class MetricWriter:
       # A unique suffix: tensorboardX names files by the second, and a writer
       # reopened within that second would overwrite the previous file.
       self._tb = tensorboardX.SummaryWriter(
-          os.path.join(self.workdir, TB_DIR), purge_step=self._purge_step,
+          os.path.join(self.workdir, workdir_lib.TB_DIR), purge_step=self._purge_step,
           filename_suffix=f".{time.time_ns()}")
     for name, value in values.items():
       self._tb.add_scalar(name, value, int(step))
@@ -120,7 +120,7 @@ class MetricWriter:
         kept.append(line + "\n")
       else:
         dropped += 1
-    fd, tmp = tempfile.mkstemp(dir=self.workdir, prefix=METRICS_FILE + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=self.workdir, prefix=workdir_lib.METRICS_FILE + ".", suffix=".tmp")
     try:
       with os.fdopen(fd, "w") as f:
         f.writelines(kept)

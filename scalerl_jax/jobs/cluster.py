@@ -38,7 +38,7 @@ import yaml  # PyYAML, a dependency of ml_collections.
 
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
-from scalerl_jax import sweep
+from scalerl_jax.jobs import sweep
 
 # xpk's rule for workload names; also a valid Kubernetes name and hostname prefix.
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

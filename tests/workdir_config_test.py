@@ -1,4 +1,4 @@
-"""Tests of scalerl_jax.run_config: the config a run records, and changed resumes."""
+"""Tests of scalerl_jax.workdir's recorded config: the config a run records, and changed resumes."""
 
 import json
 import os
@@ -7,16 +7,16 @@ from absl import logging as absl_logging
 import pytest
 
 from configs import scalerl
-from scalerl_jax import run_config
+from scalerl_jax import workdir as workdir_lib
 
 
 def test_recorded_config_reads_back_equal_and_locked(tmp_path):
   config = scalerl.get_config()
   config.data.prompts_per_step = 4
-  assert run_config.record(config, str(tmp_path)) == []
-  with open(tmp_path / run_config.FILE) as f:
+  assert workdir_lib.record_config(config, str(tmp_path)) == []
+  with open(tmp_path / workdir_lib.CONFIG_FILE) as f:
     assert json.load(f)["data"]["prompts_per_step"] == 4
-  loaded = run_config.load(str(tmp_path))
+  loaded = workdir_lib.load_config(str(tmp_path))
   # Tuples come back as tuples (mesh.shape, logical_axis_rules), not JSON lists.
   assert loaded.to_dict() == config.to_dict()
   assert loaded.mesh.shape == (1, -1, 1)
@@ -27,9 +27,9 @@ def test_recorded_config_reads_back_equal_and_locked(tmp_path):
 def test_a_process_reads_the_record_with_its_own_process_id(tmp_path):
   config = scalerl.get_config()
   config.mesh.process_id = 0  # Process 0 writes the record.
-  run_config.record(config, str(tmp_path))
-  assert run_config.load(str(tmp_path)).mesh.process_id == 0
-  assert run_config.load(str(tmp_path), process_id=3).mesh.process_id == 3
+  workdir_lib.record_config(config, str(tmp_path))
+  assert workdir_lib.load_config(str(tmp_path)).mesh.process_id == 0
+  assert workdir_lib.load_config(str(tmp_path), process_id=3).mesh.process_id == 3
 
 
 def test_differences_name_each_field_with_both_values():
@@ -37,31 +37,31 @@ def test_differences_name_each_field_with_both_values():
   new.data.prompts_per_step = 4
   new.rl.loss = "dapo"
   new.data.builtin_difficulty = (1,)
-  assert run_config.differences(old, new) == [
+  assert workdir_lib.config_differences(old, new) == [
       f"data.builtin_difficulty: {old.data.builtin_difficulty!r} -> (1,)",
       f"data.prompts_per_step: {old.data.prompts_per_step} -> 4",
       "rl.loss: 'cispo' -> 'dapo'"]
-  assert run_config.differences(old, scalerl.get_config()) == []
+  assert workdir_lib.config_differences(old, scalerl.get_config()) == []
 
 
 def test_a_changed_resume_warns_naming_the_field_and_records_the_new_config(
     tmp_path, monkeypatch):
   first = scalerl.get_config()
-  run_config.record(first, str(tmp_path))
+  workdir_lib.record_config(first, str(tmp_path))
   warnings = []
   monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
   resumed = scalerl.get_config()
   resumed.trainer.num_steps = first.trainer.num_steps + 10
-  changed = run_config.record(resumed, str(tmp_path))
+  changed = workdir_lib.record_config(resumed, str(tmp_path))
   expected = f"trainer.num_steps: {first.trainer.num_steps} -> {first.trainer.num_steps + 10}"
   assert changed == [expected]
   (warning,) = warnings
   assert expected in warning and "differs from the recorded one in 1 fields" in warning
-  assert run_config.load(str(tmp_path)).trainer.num_steps == resumed.trainer.num_steps
-  assert run_config.record(resumed, str(tmp_path)) == [] and len(warnings) == 1
+  assert workdir_lib.load_config(str(tmp_path)).trainer.num_steps == resumed.trainer.num_steps
+  assert workdir_lib.record_config(resumed, str(tmp_path)) == [] and len(warnings) == 1
 
 
 def test_a_workdir_without_a_record_is_named(tmp_path):
   with pytest.raises(FileNotFoundError, match=f"{tmp_path}/config.json: no recorded config"):
-    run_config.load(str(tmp_path))
-  assert not os.path.exists(tmp_path / run_config.FILE)
+    workdir_lib.load_config(str(tmp_path))
+  assert not os.path.exists(tmp_path / workdir_lib.CONFIG_FILE)

@@ -1,6 +1,6 @@
 """Reading a run's checkpoints back: evaluate one, export one.
 
-Both read the run's config from its workdir (`run_config.py`) and restore only
+Both read the run's config from its workdir (`workdir.load_config`) and restore only
 the policy parameters from the checkpoint (an orbax partial restore): the
 optimizer state, sampler slots, buffer and data position are not read, so
 nothing about them (e.g. the slot count that `data.prompts_per_step` sets)
@@ -19,37 +19,29 @@ from absl import logging
 import jax
 import numpy as np
 
-from scalerl_jax import checkpoint as checkpoint_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax import evaluation
-from scalerl_jax import run_config
 from scalerl_jax import sharding
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
-
-CHECKPOINTS = "checkpoints"  # The trainer's checkpoint directory inside a workdir.
-
 
 def _policy(workdir: str, step: Optional[int], require_checkpoint: bool,
             process_id: Optional[int]) -> tuple[Experiment, Any, int]:
   """(experiment, params, step) of the checkpoint at `step` (None: the latest).
 
   Without any checkpoint the base policy is returned at step 0, unless
-  `require_checkpoint`. `process_id` replaces the recorded one (`run_config.load`).
+  `require_checkpoint`. `process_id` replaces the recorded one (`workdir.load_config`).
   """
-  config = run_config.load(workdir, process_id)
+  config = workdir_lib.load_config(workdir, process_id)
   sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
-  checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
-                                             max_to_keep=None)
+  checkpointer = checkpoint_lib.for_workdir(workdir)
   try:
-    if step is None:
-      step = checkpointer.latest_step()
-    if step is None and require_checkpoint:
-      raise FileNotFoundError(f"{workdir}/{CHECKPOINTS}: no checkpoint to read")
+    step = checkpointer.step_to_restore(step, require=require_checkpoint)
     exp = Experiment.build(config, workdir, base_params=step is None)
     if step is None:
       return exp, exp.params, 0
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), exp.params)
+    abstract = sharding.abstract(exp.params, exp.param_shardings)
     part = checkpointer.restore(step, {"train": {"params": abstract}}, partial=True)
     return exp, part.state["train"]["params"], step
   finally:
@@ -75,7 +67,7 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
       metrics ("repeats") and each metric's standard deviation across them
       ("<metric>_std", ddof=1): the sampling noise of one evaluation.
     process_id: this process's index in a multi-controller job; None keeps
-      the recorded `mesh.process_id` (`run_config.load`).
+      the recorded `mesh.process_id` (`workdir.load_config`).
 
   Returns:
     "step" and the `evaluation.evaluate` metrics (of the first repeat).

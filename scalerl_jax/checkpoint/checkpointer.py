@@ -52,6 +52,7 @@ trainer.py's module docstring.
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple, Optional
 
 from absl import logging
@@ -60,8 +61,9 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
-from scalerl_jax import checkpoint_integrity as integrity
-from scalerl_jax import checkpoint_layout as layout
+from scalerl_jax.checkpoint import integrity
+from scalerl_jax.checkpoint import layout
+from scalerl_jax import workdir as workdir_lib
 
 _STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays"
 
@@ -253,6 +255,23 @@ class Checkpointer:
           f"{self.directory} to start the run afresh.")
     return None
 
+  def step_to_restore(self, step: Optional[int] = None,
+                      require: bool = False) -> Optional[int]:
+    """`step`, checked to be a complete checkpoint, or the latest intact one.
+
+    Raises:
+      ValueError: `step` is not one of `all_steps()` (they are listed).
+      FileNotFoundError: `require` and there is no checkpoint at all.
+    """
+    if step is None:
+      step = self.latest_step()
+    elif step not in self.all_steps():
+      raise ValueError(f"{self.directory}: no checkpoint at step {step}; "
+                       f"available: {self.all_steps()}")
+    if require and step is None:
+      raise FileNotFoundError(f"{self.directory}: no checkpoint to read")
+    return step
+
   def restore(self, step: Optional[int], abstract_state: Any, partial: bool = False) -> Restored:
     """Restores a checkpoint into the given shapes and shardings.
 
@@ -356,3 +375,9 @@ class Checkpointer:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+def for_workdir(workdir: str, max_to_keep: Optional[int] = None) -> Checkpointer:
+  """The checkpointer of a run's workdir (`<workdir>/checkpoints`)."""
+  return Checkpointer(os.path.join(workdir, workdir_lib.CHECKPOINTS_DIR),
+                      max_to_keep=max_to_keep)
