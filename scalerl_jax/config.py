@@ -139,8 +139,8 @@ RULES: dict[str, Rule] = {
     "optim.grad_clip_norm": _NONNEG,
     # rl
     "rl.loss": _one_of(losses.registered_losses),
-    "rl.aggregation": _one_of(losses.AGGREGATIONS),
-    "rl.adv_norm": _one_of(advantages.NORMS),
+    "rl.aggregation": _one_of(losses.registered_aggregations),
+    "rl.adv_norm": _one_of(advantages.registered_norms),
     "rl.eps_clip": _UNIT,
     "rl.eps_low": _UNIT,
     "rl.eps_high": _POS,

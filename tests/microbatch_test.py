@@ -95,7 +95,7 @@ def _bigram_results():
   def run_all(params, batch):
     results = {}
     for loss in losses.registered_losses():
-      for aggregation in losses.AGGREGATIONS:
+      for aggregation in losses.registered_aggregations():
         config.rl.loss, config.rl.aggregation = loss, aggregation
         for m in (1, 4):
           results[loss, aggregation, m] = _loss_and_grads(config, model, microbatches=m)(
@@ -105,7 +105,7 @@ def _bigram_results():
   return jax.device_get(jax.jit(run_all)(params, _batch()))
 
 
-@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS)
+@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
 @pytest.mark.parametrize("loss", losses.registered_losses())
 def test_microbatches_give_the_whole_batch_gradient_and_metrics(loss, aggregation):
   want, got = (_bigram_results()[loss, aggregation, m] for m in (1, 4))

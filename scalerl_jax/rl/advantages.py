@@ -25,11 +25,63 @@ happened to be solved or failed by every completion); with the filter off they
 are part of the batch and count as the zeros they are.
 """
 
+from typing import Callable, Optional
+
 import jax
 import jax.numpy as jnp
 
-# Advantage normalisations, the choices of `config.rl.adv_norm`.
-NORMS = ("prompt", "batch", "none")
+# (rewards_PxG, centred adv_PxG, zero_var_P, zero_variance_filter) -> the std
+# to divide by ([P, 1] or []), or None to leave the advantages as they are.
+NormFn = Callable[[jax.Array, jax.Array, jax.Array, bool], Optional[jax.Array]]
+_NORMS: dict[str, NormFn] = {}
+
+
+def register_norm(name: str) -> Callable[[NormFn], NormFn]:
+  """Decorator registering a normalisation under `name` (`config.rl.adv_norm`)."""
+  def register(fn: NormFn) -> NormFn:
+    if name in _NORMS:
+      raise ValueError(f"advantage normalisation {name!r} is already registered")
+    _NORMS[name] = fn
+    return fn
+  return register
+
+
+def registered_norms() -> tuple[str, ...]:
+  """Names of all registered normalisations, sorted."""
+  return tuple(sorted(_NORMS))
+
+
+def get_norm(name: str) -> NormFn:
+  """The normalisation registered under `name`; ValueError naming the choices if none."""
+  if name not in _NORMS:
+    raise ValueError(f"rl.adv_norm: {name!r} is not one of {registered_norms()}")
+  return _NORMS[name]
+
+
+@register_norm("none")
+def _no_norm(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
+  del rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter
+  return None
+
+
+@register_norm("prompt")
+def _prompt_std(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
+  """The std of the prompt's own G rewards, [P, 1]."""
+  del adv_PxG, zero_var_P, zero_variance_filter
+  return jnp.std(rewards_PxG, axis=1, keepdims=True)
+
+
+@register_norm("batch")
+def _batch_std(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
+  """The std of the centred advantages over the groups the loss sees, []."""
+  # Every group's centred advantages sum to 0, so their batch mean is 0 and
+  # the std is their root mean square. Zero-variance groups add nothing to
+  # the sum of squares; they only count in the denominator when the loss
+  # sees them. With every group dropped the sum is 0, and so is the std.
+  num_prompts, num_generations = rewards_PxG.shape
+  num_groups = jnp.sum(~zero_var_P) if zero_variance_filter else num_prompts
+  num_completions = jnp.maximum(num_groups * num_generations, 1)
+  return jnp.sqrt(jnp.sum(jnp.square(adv_PxG)) / num_completions)
 
 
 def group_ids(num_prompts: int, num_generations: int) -> jax.Array:
@@ -60,7 +112,7 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
 
   Args:
     rewards_PxG: scalar reward of every completion, grouped by prompt.
-    norm: one of `NORMS`.
+    norm: a registered normalisation (`registered_norms()`).
     zero_variance_filter: `config.rl.zero_variance_filter`, whether the loss
       drops zero-variance groups; only `batch` depends on it.
 
@@ -68,27 +120,16 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
     (adv_PxG, zero_var_P): float32 advantages, and True for every group whose
     G rewards are all equal.
   """
-  if norm not in NORMS:
-    raise ValueError(f"rl.adv_norm: {norm!r} is not one of {NORMS}")
+  norm_fn = get_norm(norm)
   rewards_PxG = jnp.asarray(rewards_PxG, jnp.float32)
-  num_prompts, num_generations = rewards_PxG.shape
   # Exact equality rather than std == 0: a float mean of equal rewards need not
   # reproduce them bit for bit, so the centred values could be a tiny non-zero.
   zero_var_P = jnp.all(rewards_PxG == rewards_PxG[:, :1], axis=1)
   adv_PxG = jnp.where(zero_var_P[:, None], 0.0,
                       rewards_PxG - jnp.mean(rewards_PxG, axis=1, keepdims=True))
-  if norm == "none":
+  std = norm_fn(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter)
+  if std is None:
     return adv_PxG, zero_var_P
-  if norm == "prompt":
-    std = jnp.std(rewards_PxG, axis=1, keepdims=True)  # [P, 1]
-  else:
-    # Every group's centred advantages sum to 0, so their batch mean is 0 and
-    # the std is their root mean square. Zero-variance groups add nothing to
-    # the sum of squares; they only count in the denominator when the loss
-    # sees them. With every group dropped the sum is 0, and so is the std.
-    num_groups = jnp.sum(~zero_var_P) if zero_variance_filter else num_prompts
-    num_completions = jnp.maximum(num_groups * num_generations, 1)
-    std = jnp.sqrt(jnp.sum(jnp.square(adv_PxG)) / num_completions)  # []
   return adv_PxG / jnp.where(std > 0, std, 1.0), zero_var_P
 
 

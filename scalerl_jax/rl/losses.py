@@ -52,9 +52,6 @@ import ml_collections
 Metrics = dict[str, jax.Array]
 LossFn = Callable[..., tuple[jax.Array, Metrics]]
 
-# Loss aggregations, the choices of `config.rl.aggregation` (PAPER.md §4).
-AGGREGATIONS = ("sample", "prompt", "token")
-
 
 @dataclasses.dataclass(frozen=True)
 class _Entry:
@@ -287,44 +284,86 @@ def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Co
   return Counts(jnp.sum(len_B), jnp.sum(len_B > 0), len_P, jnp.sum(len_P > 0))
 
 
+# (sum_B of each completion's unmasked objective, mask_BxS, group_B,
+# num_groups, whole-batch counts) -> the scalar average.
+AggregationFn = Callable[[jax.Array, jax.Array, jax.Array, int, Counts], jax.Array]
+_AGGREGATIONS: dict[str, AggregationFn] = {}
+
+
+def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
+  """Decorator registering an aggregation under `name` (`config.rl.aggregation`)."""
+  def register(fn: AggregationFn) -> AggregationFn:
+    if name in _AGGREGATIONS:
+      raise ValueError(f"aggregation {name!r} is already registered")
+    _AGGREGATIONS[name] = fn
+    return fn
+  return register
+
+
+def registered_aggregations() -> tuple[str, ...]:
+  """Names of all registered aggregations, sorted."""
+  return tuple(sorted(_AGGREGATIONS))
+
+
+def get_aggregation(name: str) -> AggregationFn:
+  """The aggregation registered under `name`; ValueError naming the choices if none."""
+  if name not in _AGGREGATIONS:
+    raise ValueError(f"rl.aggregation: {name!r} is not one of {registered_aggregations()}")
+  return _AGGREGATIONS[name]
+
+
+@register_aggregation("token")
+def _token_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
+  """Mean over all tokens of the batch."""
+  del mask_BxS, group_B, num_groups
+  return jnp.sum(sum_B) / jnp.maximum(counts.tokens, 1.0)
+
+
+@register_aggregation("sample")
+def _sample_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
+  """Mean over each completion's tokens, then over completions."""
+  del group_B, num_groups
+  # A completion is never split between microbatches: its own length is here.
+  len_B = jnp.sum(mask_BxS, axis=1).astype(sum_B.dtype)
+  mean_B = sum_B / jnp.maximum(len_B, 1.0)
+  return jnp.sum(mean_B) / jnp.maximum(counts.samples, 1)
+
+
+@register_aggregation("prompt")
+def _prompt_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
+  """Mean over all tokens of each prompt's completions, then over prompts."""
+  del mask_BxS
+  sum_P = jax.ops.segment_sum(sum_B, group_B, num_segments=num_groups)
+  mean_P = sum_P / jnp.maximum(counts.len_P, 1.0)
+  return jnp.sum(mean_P) / jnp.maximum(counts.prompts, 1)
+
+
 def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
               aggregation: str, counts: Optional[Counts] = None) -> jax.Array:
   """Averages a per-token objective over the batch (PAPER.md §4).
 
-  `sample`: mean over the tokens of each completion, then over completions;
-  `prompt`: mean over all tokens of each prompt's completions, then over
-  prompts; `token`: mean over all tokens of the batch. Completions and prompts
-  without unmasked tokens (e.g. zero-variance groups the trainer dropped) are
-  left out of the outer means; with no unmasked token at all the result is 0.
+  Completions and prompts without unmasked tokens (e.g. zero-variance groups
+  the trainer dropped) are left out of the outer means; with no unmasked
+  token at all the result is 0.
 
   Args:
     obj_BxS: per-token values.
     mask_BxS: True (or 1) on tokens that count.
     group_B: int prompt index in [0, num_groups) of every completion.
     num_groups: P, static.
-    aggregation: one of `AGGREGATIONS`.
+    aggregation: a registered aggregation (`registered_aggregations()`).
     counts: the denominators, when these rows are a microbatch of a larger
       batch (`batch_counts` of the whole batch); None counts them here.
 
   Returns:
     Scalar average; over a microbatch, its share of the batch's average.
   """
+  aggregation_fn = get_aggregation(aggregation)
   mask_BxS = mask_BxS.astype(bool)
   if counts is None:
     counts = batch_counts(mask_BxS, group_B, num_groups)
   sum_B = jnp.sum(jnp.where(mask_BxS, obj_BxS, 0.0), axis=1)
-  if aggregation == "token":
-    return jnp.sum(sum_B) / jnp.maximum(counts.tokens, 1.0)
-  if aggregation == "sample":
-    # A completion is never split between microbatches: its own length is here.
-    len_B = jnp.sum(mask_BxS, axis=1).astype(sum_B.dtype)
-    mean_B = sum_B / jnp.maximum(len_B, 1.0)
-    return jnp.sum(mean_B) / jnp.maximum(counts.samples, 1)
-  if aggregation == "prompt":
-    sum_P = jax.ops.segment_sum(sum_B, group_B, num_segments=num_groups)
-    mean_P = sum_P / jnp.maximum(counts.len_P, 1.0)
-    return jnp.sum(mean_P) / jnp.maximum(counts.prompts, 1)
-  raise ValueError(f"rl.aggregation: {aggregation!r} is not one of {AGGREGATIONS}")
+  return aggregation_fn(sum_B, mask_BxS, group_B, num_groups, counts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +374,7 @@ class LossParams:
   with `functools.partial(compute_loss, params)`.
   """
   loss: str  # Registered loss name.
-  aggregation: str  # One of AGGREGATIONS.
+  aggregation: str  # A registered aggregation.
   hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
   tis_cap: float = 0.0  # C: TIS scales each token by sg(min(1, C / rho)); 0 disables.
 
@@ -351,8 +390,7 @@ class LossParams:
       fields of the same names.
     """
     get_loss(rl.loss)  # Raises for an unknown loss, naming the registered ones.
-    if rl.aggregation not in AGGREGATIONS:
-      raise ValueError(f"rl.aggregation: {rl.aggregation!r} is not one of {AGGREGATIONS}")
+    get_aggregation(rl.aggregation)  # Raises for an unknown one, naming the registered ones.
     hparams = tuple((name, float(rl[name])) for name in _LOSSES[rl.loss].hparams)
     return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))
 
