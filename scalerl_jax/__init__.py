@@ -11,11 +11,13 @@ Shape letters. An array's name ends in its shape (`logp_BxS`, `scores_PxG`,
      slot's (and its KV cache's) positions
   T  positions in one model call: S - 1 predicted positions in the train
      step, the prompt in a prefill, 1 in a decode step
+  N  sampler slots (the rows of one sampler call)
+  F  finished rows harvested from the sampler
+  M  microbatches of a train step
   V  vocabulary;  D  embedding width;  E  head dimension
   H  query heads;  K  key/value heads;  Q = H // K query heads per kv head
 
-Any other letter is local: the module's docstring defines it ("Shape letters:
-the package key, and N slots, ..."), and it means nothing outside that module.
-Counts in names spell what they count: `prompt_lens_G` and `completion_lens_G`
-are token counts of the prompt and of the completion, `seq_len` of both.
+Any other letter is local: the module's docstring defines it, and it means
+nothing outside that module. Counts in names spell what they count:
+`prompt_lens_G` and `completion_lens_G` are token counts, `seq_len` of both.
 """

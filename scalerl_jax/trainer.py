@@ -1,35 +1,18 @@
-"""train_and_evaluate(config, workdir): the loop that alternates generate and train phases.
+"""train_and_evaluate(config, workdir): the loop that alternates generate and train.
 
 One mesh holds the policy; the sampler and the jitted train step share its
-parameters. Each step:
-  1. generate: the schedule named by `buffer.schedule` (`rl/schedules.py`)
-     decides how many prompts the sampler's slots may start and how long they
-     decode with the current weights (`Rollouts`); finished groups enter the
-     buffer, their verification overlapping the next decode call wherever
-     that call is decided without their scores (`rl/rollouts.py`); it goes on
-     at least until the buffer can hand out the next P groups in start order.
-     The wall time and the FLOPs of everything generated go into the compute
-     meter here;
-  2. train: collate those P groups, one optimizer step (`rl/train_step.py`),
-     the policy version advances;
-  3. metrics (one JSON line + TensorBoard), validation mean@k every
-     `trainer.eval_every` steps, a checkpoint every `trainer.checkpoint_every`.
+parameters. Each step: (1) generate as the schedule allows
+(`rl/rollouts.generate_phase`) until the buffer can hand out the next P
+groups; (2) one optimizer step on those P groups (`rl/train_step.py`), the
+policy version advances; (3) metrics, validation every `trainer.eval_every`
+steps, a checkpoint every `trainer.checkpoint_every`. Multi-controller runs
+take the same host decisions on every process; process 0 alone writes
+metrics, the recorded config and `DONE`. Design: docs/design/rl.md.
 
-Multi-controller runs (`mesh.distributed`, tests/multi_controller_test.py):
-every process runs this loop on the same host data (prompts, curriculum,
-buffer, the whole batch) and so takes the same decisions, while the mesh
-splits the device work (sampler slots and batch rows over data x fsdp). Each
-completion is verified once, by one process, and the scores are shared
-(`rewards/shared.py`). orbax writes checkpoints from every process; process 0
-alone writes metrics, the recorded config and the DONE file.
-
-Resume order (checkpoint.py saves all of it together): step and train state
-(params, optimizer) -> sampler slots (sequences in flight, their KV caches
-and PRNG keys) -> data iterator position and prompt queue -> curriculum ->
-rollout buffer (finished groups and the start index of the next to consume)
-and partial groups -> generation work counts, compute meter and counters ->
-monitor state -> metrics.jsonl truncated to the checkpoint step. The schedule keeps no state
-of its own: it decides from those counts.
+Resume order (one checkpoint holds all of it): step and train state -> sampler
+slots (sequences in flight, KV caches, PRNG keys) -> data iterator and prompt
+queue -> curriculum -> buffer and partial groups -> work counts, compute meter
+and counters -> monitor state -> metrics.jsonl truncated to the step.
 """
 
 from __future__ import annotations

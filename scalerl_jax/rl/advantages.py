@@ -1,28 +1,15 @@
-"""Group-relative advantages (PAPER.md §2) and zero-variance groups (§5).
+"""Group-relative advantages (PAPER.md §2) and zero-variance groups (§5), pure.
+
+`group_advantages(rewards_PxG, norm)` centres each group's rewards,
+A_i = r_i - mean_group(r), and divides them by the std of the normalisation
+registered as `norm` (`config.rl.adv_norm`: `prompt`, `batch`, `none`).
+Zero-variance groups (all G rewards equal) get advantage exactly 0 and are
+flagged in `zero_var_P`; `drop_groups` zeroes their tokens' mask so the loss
+neither counts nor averages them. No reward pattern yields NaN. The batch is
+prompt-major: `adv_PxG.reshape(-1)` is the losses' `adv_B`.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
-
-The batch is laid out prompt-major: completion b belongs to prompt b // G, so
-`adv_PxG.reshape(-1)` is the `adv_B` the losses take and `group_ids(P, G)` is
-their `group_B`.
-
-Advantages are group-centred, A_i = r_i - mean_group(r), then divided by a
-standard deviation (`config.rl.adv_norm`): `prompt` by the std of the prompt's
-own G rewards, `batch` (ScaleRL's choice) by the std of the centred advantages
-A over the whole batch, `none` not at all.
-
-A zero-variance group (all G rewards equal) carries no learning signal: its
-advantages are exactly 0 and it is flagged in `zero_var_P`. With
-`config.rl.zero_variance_filter` the trainer removes such groups from the loss
-by zeroing their tokens' mask, `mask_BxS = drop_groups(mask_BxS, zero_var_P)`.
-The aggregations in `losses.py` count only unmasked tokens, completions and
-groups, so a dropped group enters neither a numerator nor a denominator:
-prompt aggregation averages over the remaining prompts only. For the same
-reason the batch std is taken over the groups the loss sees: with the filter
-on, dropped groups are outside it (their zeros would otherwise shrink the std
-and inflate every kept advantage by a factor that depends on how many prompts
-happened to be solved or failed by every completion); with the filter off they
-are part of the batch and count as the zeros they are.
+Design (why the batch std skips dropped groups): docs/design/rl.md.
 """
 
 from typing import Callable, Optional
@@ -52,7 +39,7 @@ def registered_norms() -> tuple[str, ...]:
 
 
 def get_norm(name: str) -> NormFn:
-  """The normalisation registered under `name`; ValueError naming the choices if none."""
+  """The normalisation registered as `name`; ValueError naming the choices."""
   if name not in _NORMS:
     raise ValueError(f"rl.adv_norm: {name!r} is not one of {registered_norms()}")
   return _NORMS[name]
@@ -85,40 +72,17 @@ def _batch_std(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
 
 
 def group_ids(num_prompts: int, num_generations: int) -> jax.Array:
-  """Prompt index of every completion of a prompt-major batch.
-
-  Args:
-    num_prompts: P, prompts in the batch.
-    num_generations: G, completions per prompt.
-
-  Returns:
-    int32 `group_B` = [0] * G + [1] * G + ... + [P - 1] * G.
-  """
+  """int32 `group_B` = [0] * G + [1] * G + ... + [P - 1] * G."""
   return jnp.repeat(jnp.arange(num_prompts, dtype=jnp.int32), num_generations)
 
 
 def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter: bool
                      ) -> tuple[jax.Array, jax.Array]:
-  """A_i = r_i - mean(group), divided by a standard deviation chosen by `norm`.
+  """(adv_PxG, zero_var_P): centred rewards over the std `norm` registers.
 
-  Standard deviations are population ones (ddof = 0), as PAPER.md §2 states
-  them: `prompt` divides by the std of the prompt's own G rewards; `batch`
-  divides by the std of the centred advantages A over the batch the loss sees
-  (zero-variance groups excluded when `zero_variance_filter` drops them from
-  the loss, included otherwise); `none` leaves the centred rewards as they
-  are. A zero std never divides: zero-variance groups get advantage exactly 0
-  under every normalisation, and a batch with no non-zero advantage gets 0
-  everywhere, so no reward pattern yields NaN.
-
-  Args:
-    rewards_PxG: scalar reward of every completion, grouped by prompt.
-    norm: a registered normalisation (`registered_norms()`).
-    zero_variance_filter: `config.rl.zero_variance_filter`, whether the loss
-      drops zero-variance groups; only `batch` depends on it.
-
-  Returns:
-    (adv_PxG, zero_var_P): float32 advantages, and True for every group whose
-    G rewards are all equal.
+  Stds are population ones (ddof = 0, PAPER.md §2); a zero std never divides.
+  `zero_variance_filter` (whether the loss drops zero-variance groups) decides
+  whether `batch` counts those groups.
   """
   norm_fn = get_norm(norm)
   rewards_PxG = jnp.asarray(rewards_PxG, jnp.float32)
@@ -134,16 +98,7 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
 
 
 def drop_groups(mask_BxS: jax.Array, drop_P: jax.Array) -> jax.Array:
-  """Zeroes the token mask of every completion of the flagged groups.
-
-  Args:
-    mask_BxS: token mask of a prompt-major batch (bool or numeric).
-    drop_P: True for every group to remove, e.g. `zero_var_P` from
-      `group_advantages`.
-
-  Returns:
-    The mask, same dtype, with the rows of dropped groups set to zero.
-  """
+  """`mask_BxS` (same dtype) with every completion of a group in `drop_P` zeroed."""
   num_completions, num_groups = mask_BxS.shape[0], drop_P.shape[0]
   if num_completions % num_groups:
     raise ValueError(

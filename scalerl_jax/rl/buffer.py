@@ -1,14 +1,13 @@
-"""Rollout buffer: finished groups, handed out in start order, with per-token policy versions.
+"""Rollout buffer: finished groups, handed out in start order, with per-token versions.
 
 A `Group` is the G scored completions of one prompt, each token tagged with
-the policy version that generated it (-1 for prompt, injected and pad tokens),
-and numbered by the order in which it was started. Groups finish out of order
-(continuous batching); the buffer hands them to the trainer strictly in start
-order, waiting for a group still in flight rather than passing it. That order
-is what lets a schedule bound every token's lag by counting groups
-(`rl/schedules.py`): the generator is held back, finished work is never thrown
-away. A group found more than k versions stale when its turn comes would be a
-scheduling fault; it is evicted and counted (`num_evicted`), never trained on.
+the policy version that generated it (-1 for prompt, injected and pad
+tokens). Groups finish out of order; the buffer hands them to the trainer
+strictly in start order, waiting for a group in flight rather than passing
+it, which is what lets a schedule bound lag by counting groups. A group more
+than k versions stale when its turn comes is a scheduling fault: evicted,
+counted (`num_evicted`), never trained on. `batch_metrics` and `collate` turn
+the P groups of a step into its metrics and its batch.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """
@@ -48,12 +47,7 @@ class Group:
 
 
 class RolloutBuffer:
-  """Finished groups, consumed in start order, with the staleness bound k.
-
-  Args:
-    max_off_policy: k; a group whose oldest token is more than k versions
-      behind the trainer is never consumed.
-  """
+  """Finished groups, consumed in start order; none staler than k is handed out."""
 
   def __init__(self, max_off_policy: int):
     if max_off_policy < 1:
@@ -131,13 +125,11 @@ def staleness_histogram(groups: Sequence[Group], version: int) -> np.ndarray:
 
 def staleness_metrics(groups: Sequence[Group], version: int,
                       max_off_policy: int) -> dict[str, float]:
-  """The lag of the tokens of a batch trained at `version`, unclipped.
+  """`staleness/` lags of a batch's tokens trained at `version`, unclipped.
 
-  `staleness/hist_0..k` count tokens by lag; a token lagging more than k is
-  not folded into hist_k but counted in `staleness/over_k` (a scheduling
-  fault, which `monitors.py` warns about), and `staleness/max` is the true
-  largest lag. `staleness/mixed_version_frac`: completions whose tokens came
-  from more than one policy version (in-flight weight updates).
+  hist_0..k count tokens by lag; lags over k (a scheduling fault) are counted
+  in over_k, not folded into hist_k; max is the true largest lag;
+  mixed_version_frac is the share of completions with several versions.
   """
   hist = staleness_histogram(groups, version)
   lags = np.arange(hist.size)

@@ -1,46 +1,20 @@
 """RL objectives (PAPER.md §3) and their aggregation (§4), as pure functions.
 
-Shape letters: the package key (scalerl_jax/__init__.py). Token arrays are [B, S]
-(prompt and completion; the mask selects the completion's tokens).
+A loss registered with `@register_loss(name)` (chosen by `config.rl.loss`)
+maps `(logp_BxS, ref_logp_BxS, adv_B, mask_BxS, **hparams)` to the per-token
+objective `obj_BxS` the policy ascends (0 on masked tokens) and scalar
+metrics. `logp_BxS` are the trainer's log-probs (differentiated),
+`ref_logp_BxS` the generator's (constant): rho = pi_train / pi_gen. Its
+hyperparameters are its keyword-only arguments, named as the `config.rl`
+fields that hold them. An aggregation registered with
+`@register_aggregation(name)` averages `obj_BxS`; `compute_loss` returns the
+negated average and applies the truncated-IS factor sg(min(1, C / rho)) when
+`rl.tis_cap` C > 0. Every loss reports ratio_mean, ratio_max, clip_frac_low,
+clip_frac_high and capped_frac; TIS adds tis_ratio_*, tis_capped_frac.
 
-A loss maps token log-probs of the trainer (`logp_BxS`, differentiated) and of
-a reference policy (`ref_logp_BxS`, constant), per-completion advantages
-`adv_B` and a bool token mask to the per-token objective `obj_BxS` that the
-policy ascends (zero on masked tokens), plus scalar metrics. `aggregate`
-averages it; `compute_loss` returns the negated average, to minimise.
-
-The reference policy is always the generator: rho = pi_train / pi_gen, so
-the PPO clip and the CISPO cap act on stale tokens as on fresh ones. With
-`tis_cap` C > 0 (truncated importance sampling, TIS) every token's objective
-is also scaled by sg(min(1, C / rho)): where a loss's gradient weight is rho
-(PPO unclipped) it becomes min(rho, C), the weight of vanilla TIS
-(PAPER.md §3), counted once; where the clip removed the gradient it stays 0.
-Vanilla TIS multiplies sg(min(pi_old / pi_gen, C)) into a loss whose ratio
-is taken against pi_old, the trainer's numerics at the generating weights.
-The trainer keeps no earlier weights, so it has pi_old only for tokens of its
-current version (pi_old = pi_train); there both give the same gradient
-wherever rho lies inside the clip. On stale tokens the clip is taken against
-the generator, as without TIS (a departure, noted at `config.rl.tis_cap`).
-CISPO's weight becomes min(rho, cispo_eps_max) * min(1, C / rho).
-
-Losses register by name with `@register_loss(name)` and are chosen by
-`config.rl.loss`. Their hyperparameters are their keyword-only arguments,
-named exactly as the `config.rl` fields that hold them, so
-`LossParams.from_config` hands each loss the fields it needs and no others.
-
-Metrics, every one a mean over unmasked tokens except `ratio_max`:
-  ratio_mean, ratio_max: the ratio the loss clips or caps (GSPO: the sequence
-    ratio s_i, counted once per token of completion i).
-  clip_frac_low, clip_frac_high: tokens whose gradient the PPO clip removes,
-    i.e. rho < 1 - eps_low with A < 0, or rho > 1 + eps_high with A > 0
-    (always 0 for CISPO, which clips no gradient).
-  capped_frac: tokens whose CISPO weight min(rho, eps_max) was capped (always
-    0 for the PPO-style losses, which have no weight).
-  tis_ratio_mean, tis_ratio_max, tis_capped_frac: the token ratio rho that TIS
-    truncates (GSPO's ratio_* are the sequence ratio's), and the tokens with
-    rho > tis_cap; present only when the TIS correction is on.
+Shape letters: the package key (scalerl_jax/__init__.py).
+Design (TIS against the generator, metric definitions): docs/design/rl.md.
 """
-
 import dataclasses
 import inspect
 from typing import Callable, NamedTuple, Optional
@@ -63,14 +37,7 @@ _LOSSES: dict[str, _Entry] = {}
 
 
 def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-  """Decorator registering a loss under `name` (the `config.rl.loss` string).
-
-  Args:
-    name: registry key.
-
-  Returns:
-    A decorator that records the function and returns it unchanged.
-  """
+  """Decorator registering a loss under `name` (`config.rl.loss`)."""
   def register(fn: LossFn) -> LossFn:
     if name in _LOSSES:
       raise ValueError(f"loss {name!r} is already registered")
@@ -87,7 +54,7 @@ def registered_losses() -> tuple[str, ...]:
 
 
 def get_loss(name: str) -> LossFn:
-  """The loss registered under `name`; ValueError naming the choices if none."""
+  """The loss registered as `name`; ValueError naming the choices."""
   if name not in _LOSSES:
     raise ValueError(f"rl.loss: {name!r} is not one of {registered_losses()}")
   return _LOSSES[name].fn
@@ -130,18 +97,7 @@ def _ppo_clip(ratio_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
 @register_loss("grpo")
 def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_clip: float) -> tuple[jax.Array, Metrics]:
-  """GRPO / PPO-clip with a symmetric epsilon.
-
-  Args:
-    logp_BxS: trainer log-probs of the sampled tokens.
-    ref_logp_BxS: log-probs of the policy the ratio is taken against.
-    adv_B: advantage of every completion.
-    mask_BxS: bool, True on completion tokens.
-    eps_clip: rho is clipped to [1 - eps_clip, 1 + eps_clip].
-
-  Returns:
-    (obj_BxS, metrics).
-  """
+  """GRPO / PPO-clip: rho clipped to [1 - eps_clip, 1 + eps_clip]."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_clip, eps_clip)
 
@@ -149,21 +105,10 @@ def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 @register_loss("dapo")
 def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
-  """DAPO: PPO-clip with asymmetric clipping (clip-higher).
+  """DAPO's clip-higher: rho clipped to [1 - eps_low, 1 + eps_high].
 
-  Token-level aggregation and dynamic sampling, the rest of DAPO, are chosen
-  separately (`config.rl.aggregation`, `config.rl.zero_variance_filter`).
-
-  Args:
-    logp_BxS: trainer log-probs of the sampled tokens.
-    ref_logp_BxS: log-probs of the policy the ratio is taken against.
-    adv_B: advantage of every completion.
-    mask_BxS: bool, True on completion tokens.
-    eps_low: lower clip, rho >= 1 - eps_low.
-    eps_high: upper clip, rho <= 1 + eps_high.
-
-  Returns:
-    (obj_BxS, metrics).
+  DAPO's token aggregation and dynamic sampling are `rl.aggregation` and
+  `rl.zero_variance_filter`.
   """
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_low, eps_high)
@@ -183,17 +128,6 @@ def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 
   The sequence objective min(s_i A_i, clip(s_i) A_i) is placed on every token
   of completion i, so `sample` aggregation gives GSPO's per-sequence mean.
-
-  Args:
-    logp_BxS: trainer log-probs of the sampled tokens.
-    ref_logp_BxS: log-probs of the policy the ratio is taken against.
-    adv_B: advantage of every completion.
-    mask_BxS: bool, True on completion tokens.
-    gspo_eps_low: lower clip, s_i >= 1 - gspo_eps_low.
-    gspo_eps_high: upper clip, s_i <= 1 + gspo_eps_high.
-
-  Returns:
-    (obj_BxS, metrics).
   """
   seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   ratio_BxS = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxS.shape)
@@ -209,17 +143,6 @@ def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
   Its value equals `gspo`'s; each token's gradient is its own d log pi scaled
   by s_i, which lets token-level advantages in while matching GSPO when the
   advantage is per sequence.
-
-  Args:
-    logp_BxS: trainer log-probs of the sampled tokens.
-    ref_logp_BxS: log-probs of the policy the ratio is taken against.
-    adv_B: advantage of every completion.
-    mask_BxS: bool, True on completion tokens.
-    gspo_eps_low: lower clip of the ratio.
-    gspo_eps_high: upper clip of the ratio.
-
-  Returns:
-    (obj_BxS, metrics).
   """
   seq_log_ratio_B = jax.lax.stop_gradient(
       _sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
@@ -235,16 +158,6 @@ def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_B
 
   The weight is capped from above only and carries no gradient, so every
   token's gradient is the weighted d log pi; none is clipped away.
-
-  Args:
-    logp_BxS: trainer log-probs of the sampled tokens.
-    ref_logp_BxS: log-probs of the policy the ratio is taken against.
-    adv_B: advantage of every completion.
-    mask_BxS: bool, True on completion tokens.
-    cispo_eps_max: cap on the importance weight.
-
-  Returns:
-    (obj_BxS, metrics).
   """
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   weight_BxS = jax.lax.stop_gradient(jnp.minimum(ratio_BxS, cispo_eps_max))
@@ -265,19 +178,10 @@ class Counts(NamedTuple):
 
 
 def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Counts:
-  """Counts the denominators of `aggregate` on a batch's mask.
+  """The denominators of `aggregate` on a batch's mask.
 
-  A microbatched step counts them on the whole batch and hands them to every
-  microbatch's `aggregate`, so that the microbatches' averages sum to the
-  whole batch's, even when a prompt's completions are split between them.
-
-  Args:
-    mask_BxS: True (or 1) on tokens that count.
-    group_B: int prompt index in [0, num_groups) of every completion.
-    num_groups: P, static.
-
-  Returns:
-    The counts.
+  Counted on the whole batch and handed to every microbatch's `aggregate`,
+  the microbatches' averages sum to the whole batch's.
   """
   len_B = jnp.sum(mask_BxS.astype(bool), axis=1).astype(jnp.float32)
   len_P = jax.ops.segment_sum(len_B, group_B, num_segments=num_groups)
@@ -306,7 +210,7 @@ def registered_aggregations() -> tuple[str, ...]:
 
 
 def get_aggregation(name: str) -> AggregationFn:
-  """The aggregation registered under `name`; ValueError naming the choices if none."""
+  """The aggregation registered as `name`; ValueError naming the choices."""
   if name not in _AGGREGATIONS:
     raise ValueError(f"rl.aggregation: {name!r} is not one of {registered_aggregations()}")
   return _AGGREGATIONS[name]
@@ -340,23 +244,11 @@ def _prompt_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
 
 def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
               aggregation: str, counts: Optional[Counts] = None) -> jax.Array:
-  """Averages a per-token objective over the batch (PAPER.md §4).
+  """The scalar average of `obj_BxS` by `aggregation` (PAPER.md §4).
 
-  Completions and prompts without unmasked tokens (e.g. zero-variance groups
-  the trainer dropped) are left out of the outer means; with no unmasked
-  token at all the result is 0.
-
-  Args:
-    obj_BxS: per-token values.
-    mask_BxS: True (or 1) on tokens that count.
-    group_B: int prompt index in [0, num_groups) of every completion.
-    num_groups: P, static.
-    aggregation: a registered aggregation (`registered_aggregations()`).
-    counts: the denominators, when these rows are a microbatch of a larger
-      batch (`batch_counts` of the whole batch); None counts them here.
-
-  Returns:
-    Scalar average; over a microbatch, its share of the batch's average.
+  Completions and prompts without unmasked tokens are left out of the outer
+  means (0 if none at all). Given the whole batch's `counts`, a microbatch's
+  result is its share of the batch's average.
   """
   aggregation_fn = get_aggregation(aggregation)
   mask_BxS = mask_BxS.astype(bool)
@@ -368,11 +260,7 @@ def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_g
 
 @dataclasses.dataclass(frozen=True)
 class LossParams:
-  """Static choice of loss, aggregation and hyperparameters (hashable).
-
-  Build once with `from_config(config.rl)` and bind into the jitted train step
-  with `functools.partial(compute_loss, params)`.
-  """
+  """Static choice of loss, aggregation and hyperparameters (hashable)."""
   loss: str  # Registered loss name.
   aggregation: str  # A registered aggregation.
   hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
@@ -380,15 +268,7 @@ class LossParams:
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
-    """Reads `config.rl.loss`, `.aggregation`, `.tis_cap` and the loss's fields.
-
-    Args:
-      rl: the `rl` section of the experiment config.
-
-    Returns:
-      The params, with the registered loss's hyperparameters read from the
-      fields of the same names.
-    """
+    """From `config.rl`: the loss, aggregation, tis_cap and the loss's fields."""
     get_loss(rl.loss)  # Raises for an unknown loss, naming the registered ones.
     get_aggregation(rl.aggregation)  # Raises for an unknown one, naming the registered ones.
     hparams = tuple((name, float(rl[name])) for name in _LOSSES[rl.loss].hparams)
@@ -398,23 +278,12 @@ class LossParams:
 def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Array,
                  adv_B: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
                  counts: Optional[Counts] = None) -> tuple[jax.Array, Metrics]:
-  """The scalar RL loss to minimise, and its metrics.
+  """(loss, metrics): -aggregate(objective of `params.loss`), to minimise.
 
-  Args:
-    params: static loss choice (`LossParams.from_config(config.rl)`).
-    logp_BxS: trainer log-probs of the sampled tokens (differentiated).
-    gen_logp_BxS: the generator's log-probs of the same tokens; every ratio is
-      taken against them.
-    adv_B: advantage of every completion.
-    mask_BxS: True (or 1) on completion tokens; zero the rows of dropped groups.
-    group_B: int prompt index in [0, num_groups) of every completion.
-    num_groups: P, static.
-    counts: the whole batch's `batch_counts` when these rows are a microbatch.
-
-  Returns:
-    (loss, metrics): -aggregate(objective) and a dict of scalars. With
-    `params.tis_cap` C > 0 the objective of each token is scaled by
-    sg(min(1, C / rho)), rho = pi_train / pi_gen (the module docstring).
+  `gen_logp_BxS` are the generator's log-probs, which every ratio is taken
+  against; `counts` are the whole batch's `batch_counts` when these rows are
+  a microbatch. With `params.tis_cap` C > 0 each token's objective is scaled
+  by sg(min(1, C / rho)).
   """
   mask_BxS = mask_BxS.astype(bool)
   obj_BxS, metrics = get_loss(params.loss)(

@@ -1,50 +1,19 @@
 """Rollouts: prompts -> sampler slots -> verifiers -> scored groups.
 
-`Rollouts` keeps the continuous-batching sampler's slots busy with whole
-groups (G slots per prompt), numbered in the order they start; it harvests
-finished sequences, and once all G completions of a prompt are in, scores them
-in the reward pool and returns a `buffer.Group`. How many prompts it starts
-and how long it decodes is the caller's (`rl/schedules.py`). The parameters
-passed to each call are the ones the sampler uses for that call, so under
-PipelineRL sequences in flight continue with new weights after every train
-step, and every token keeps the version that chose it.
+`Rollouts` keeps the sampler's slots busy with whole groups (G slots per
+prompt), numbered in start order; it harvests finished sequences and, once a
+prompt's G completions are in, scores them in the reward pool and returns a
+`buffer.Group`. `generate_phase` runs one train step's generation as the
+schedule allows, verifying a call's groups while the next call decodes.
+Every token keeps the policy version that chose it; the work of every prefill
+and decoded token is counted as it happens (`work`), trained on or not.
 
-It counts the work of every prompt it prefills and every token it decodes, as
-it happens (`work`), so compute includes groups that are never trained on
-(zero-variance, evicted, still in flight when the run ends). Its whole state
-(slot arrays, prompt queue, partial groups, counts) is checkpointed, so a
-resumed run continues the very same sequences.
+Invariants: overlapping verification changes no decision, only wall time (the
+same groups enter the buffer in the same order with the same scores); its
+whole state is checkpointed, and `state` refuses while a dispatched call is
+outstanding. Design (why no decision changes): docs/design/rl.md.
 
-Verification off the critical path. Once a decode call's finished sequences
-are harvested, `step` hands the texts of the groups they complete to the reward
-pool (`pool.submit`), which verifies them in its own thread and worker
-processes, and calls back its caller (`on_harvest`) with those groups, their
-scores still to come (NaN). The trainer adds them to the buffer and, where it
-can already decide the next call, starts that call's prompts and returns its
-decode steps (`trainer.Trainer.generate`); `step` dispatches that decode call
-and only then waits for the scores, so the verifiers run while the device
-decodes. The scores are in the groups before `step` returns, and the next
-`step` harvests the call dispatched for it.
-
-Why no decision changes: inside the generate loop, scores reach a decision
-only through the curriculum, which the pipeline consults when the prompt queue
-runs dry (the buffer's hand-out and the train step read them after the loop,
-when all are in). The schedule decides from counts (in flight, in the buffer,
-ready to hand out), and which groups are ready depends on start order and
-policy versions, never on scores. So the early decision is the one the loop
-would take after waiting, unless starting the next prompts needs a new batch
-from the pipeline: then `fill(pull=False)` starts nothing, and the trainer
-decides after the scores are in, as before. The same groups enter the buffer
-in the same order with the same scores at the same decode call; only wall
-time moves. No
-checkpoint can hold scores in flight: `step` collects them before it returns,
-the trainer checkpoints between generate phases, and `state` refuses while a
-decode call dispatched ahead is outstanding. In multi-controller runs the
-pool's `submit` is `SharedRewardPool.submit`, whose all-gather runs when
-`step` collects, at the same point of every process's identical host program.
-
-Shape letters: the package key (scalerl_jax/__init__.py), and F finished rows,
-N slots.
+Shape letters: the package key (scalerl_jax/__init__.py).
 """
 
 from __future__ import annotations
@@ -106,23 +75,11 @@ def _unscored_group(key: int, record: dict, rows: dict[str, np.ndarray]) -> Grou
 
 def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum: Any,
                    params: Any, version: int, overlap: bool) -> int:
-  """One train step's generation, as `schedule` allows; returns the decode steps run.
+  """One train step's generation as `schedule` allows; the decode steps run.
 
-  Starts prompts and decodes until the schedule says stop (never before
-  `buffer` can hand out the next P groups). Finished groups enter `buffer` as
-  they are harvested; their scores update `curriculum` once in. With
-  `overlap`, the next decode call is planned while the verifiers score, when
-  it needs no new prompts from the pipeline (the module doc says why no
-  decision changes).
-
-  Args:
-    rollouts: the slots' owner.
-    schedule: a `schedules.Schedule`.
-    buffer: the `buffer.RolloutBuffer` finished groups enter.
-    curriculum: the curriculum the groups' scores update.
-    params: the sampler's (regrouped) parameters for the whole phase.
-    version: their policy version.
-    overlap: `rewards.overlap`.
+  Finished groups enter `buffer` as harvested, and their scores update
+  `curriculum` once in. With `overlap` (`rewards.overlap`) the next call is
+  planned while the verifiers score, when it needs no new prompts.
   """
   def plan(decoded: int, pull: bool = True) -> Optional[int]:
     """Starts what the schedule allows; the next call's steps (0: stop; None: needs a pull)."""
@@ -152,16 +109,11 @@ def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum:
 class Rollouts:
   """Generates scored groups on the sampler's slots.
 
-  Args:
-    sampler: the continuous-batching sampler.
-    pool: the reward pool (`submit(texts, records)`, whose handle's `result()`
-      is `(scores, stats)`: `RewardPool`, `SharedRewardPool`).
-    tok: the tokenizer (to decode completions).
-    prompts: iterator of `PromptBatch` (the training pipeline).
-    num_slots: sampler slots; a multiple of G.
-    generations: G.
-    reward_range: (reward of a failed completion, reward of a verified one).
-    rng: base PRNG key; each prefill uses fold_in(rng, counter).
+  `pool.submit(texts, records)` returns a handle whose `result()` is
+  `(scores, stats)` (`RewardPool`, `SharedRewardPool`); `prompts` yields
+  `PromptBatch`es; `num_slots` is a multiple of G (`generations`);
+  `reward_range` is (reward of a failure, reward of a success); each
+  prefill's key is fold_in(rng, counter).
   """
 
   def __init__(self, sampler: Sampler, pool: Any, tok: tokenizer_lib.Tokenizer,
@@ -199,18 +151,11 @@ class Rollouts:
     return self._queue.popleft()
 
   def fill(self, params: Any, max_groups: int, pull: bool = True) -> Optional[int]:
-    """Starts up to `max_groups` new prompts in free slots, G slots each.
+    """Starts up to `max_groups` prompts in free slots (G each); the count started.
 
-    Args:
-      params: parameters for the prefill.
-      max_groups: most groups to start.
-      pull: whether it may read the prompt pipeline, whose filter of retired
-        prompts reads the curriculum; if not, and the prompts queued are too
-        few, it starts nothing.
-
-    Returns:
-      The groups started, or None if `pull` is False and it would have read
-      the pipeline.
+    With `pull` False it may not read the prompt pipeline (whose filter reads
+    the curriculum): if the queued prompts are too few it starts nothing and
+    returns None.
     """
     if max_groups <= 0:
       return 0
@@ -242,22 +187,13 @@ class Rollouts:
 
   def step(self, params: Any, version: int, num_steps: int,
            on_harvest: Optional[Callable[[list[Group]], int]] = None) -> list[Group]:
-    """Advances every slot `num_steps` with `params` (tagged `version`); returns finished groups.
+    """Advances every slot `num_steps` with `params` (tagged `version`).
 
-    Args:
-      params: parameters of every token chosen in this call.
-      version: their policy version.
-      num_steps: decode steps. If the previous `step` dispatched this call
-        already, the three must be the ones it was dispatched with.
-      on_harvest: called with the finished groups once harvested, before
-        their scores are in (`scores_G` and `rewards_G` are NaN until `step`
-        returns). It returns the decode steps of the next call if they are
-        decided, else 0: `step` then dispatches that call (same params and
-        version) before it waits for the scores, and the next `step` must be
-        that call.
-
-    Returns:
-      The groups completed in this call, scored, in harvest order.
+    `on_harvest(groups)` is called with the finished groups before their
+    scores are in (NaN until `step` returns); if it returns a step count,
+    that next call is dispatched before waiting for the scores, and the next
+    `step` must ask for exactly it. Returns the groups completed, scored, in
+    harvest order.
     """
     if self._call is None:
       self._dispatch(params, version, num_steps)

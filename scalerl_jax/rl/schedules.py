@@ -1,69 +1,19 @@
 """Off-policy schedules (PAPER.md §5): when the generator starts prompts, how long it decodes.
 
-A schedule is a small object chosen by name (`config.buffer.schedule`) from
-`SCHEDULES`; adding one is one new registered class. It answers two questions
-from counts alone, and `trainer.Trainer.generate` runs the loop that asks them:
+A `Schedule` is chosen by name (`config.buffer.schedule`) from `SCHEDULES`;
+adding one is one registered class. It decides from counts alone, keeping no
+state, and `rollouts.generate_phase` runs the loop that asks it:
+`max_starts(version, backlog)` (new groups the generator may start now) and
+`decode_steps(decoded, ready, in_flight)` (steps of the next sampler call; 0
+ends the step's generation).
 
-  * `max_starts(version, backlog)`: how many new prompts (groups of G) the
-    generator may start now. The backlog is every group started and not yet
-    consumed (in flight or finished in the buffer).
-  * `decode_steps(decoded, ready, in_flight)`: how many decode steps the next
-    sampler call runs, 0 to end the generate phase of this train step.
+Invariants: `pipeline_rl` (PipelineRL-k) starts a prompt only while the
+backlog is below (k + 1) x P, so no token lags more than k and nothing
+finished is thrown away; `ppo_off_policy` (PPO-off-policy-k) starts k x P
+prompts every k steps and the trainer takes them over the next k steps.
 
-Lag. The trainer at version v trains on a batch of P groups and becomes v + 1;
-a token's lag is v minus the version that generated it. The buffer hands out
-groups strictly in the order they were started (`buffer.RolloutBuffer`), and a
-group started earlier is never first decoded later, so a group that enters the
-backlog at position i (0-based, counted before it) while the trainer is at v is
-trained at version v + floor(i / P), and all of its tokens were generated at
-version v or later: its lag is at most floor(i / P).
-
-PipelineRL-k holds the generator back: it starts a prompt only while the
-backlog is below (k + 1) x P, so i <= (k + 1) x P - 1 and no token lags more
-than k. Nothing finished is thrown away; a group older than k in the buffer
-would be a bug, which the buffer evicts and counts (`buffer/evicted_stale`)
-and the `staleness` monitor warns about; lags are logged unclipped
-(`staleness/max`, `staleness/over_k`), so a broken bound shows.
-Weights reach the sampler after every step; sequences in flight continue on
-their KV cache with the new weights, so a completion mixes versions. A group
-started at backlog position >= k x P and decoded in the same step lags exactly
-k: the bound is reached whenever the generator is fast enough to fill the
-backlog.
-
-PPO-off-policy-k starts k x P prompts every k steps, decodes all of them with
-the weights of that step, and the trainer takes them over the next k steps
-(lags 0 .. k - 1, one version per batch).
-
-How one colocated step emulates PipelineRL's concurrency. In PipelineRL the
-generators decode on their own devices while the trainer computes a step. Here
-both share one mesh and alternate, so the generator's speed is a number: during
-one train step it runs `buffer.decode_steps_per_train_step` (D) decode steps
-with the current weights, in calls of at most `sampling.decode_steps_per_call`
-steps (weights can change between calls, never within one). It runs fewer
-when the hold-back leaves nothing in flight (it waits, as PipelineRL's
-generators do), and more when the trainer's next batch is still unfinished
-after D steps (the trainer waits for data). A D that produces more than P
-groups per step lets the generator run ahead until the k bound holds it back;
-what it made ahead is trained on later. Wall time is the sum of the two phases
-here, where PipelineRL's devices overlap them, and the generator's D steps stand
-for however long the real trainer step takes.
-
-The paper's efficiency claim (PipelineRL: same A, higher B than PPO-off-policy,
-§6) in this setting. B is measured against compute, GPU-hours in the paper,
-where PipelineRL's gain is utilisation: its generators wait only for the k
-bound, never for the longest sequence of a batch, and its trainer never waits
-for a whole set, so a GPU-hour holds more useful work; the data is no worse
-(every group trained once, no token older than k), so A stays. Here the
-compute axes count every generated token once (`compute.py`) and both
-schedules train on every group they generate, so on the FLOPs axis the two
-differ only in learning dynamics (PPO's batches lag 0 .. k - 1 as wholes,
-PipelineRL's completions mix versions up to k): a gap in B on that axis is a
-learning effect, not the utilisation the paper measured. On device-seconds,
-continuous batching keeps PipelineRL's slots full where each PPO set ends on a
-tail of long sequences in nearly empty slots: that part of the gain is
-measured. The other part, generation overlapping training on separate
-devices, is not: per step it would count max(`time/generate_s`,
-`time/train_s`) rather than their sum.
+Design (the lag bound's proof, how one mesh emulates PipelineRL's
+concurrency, what the compute axes measure): docs/design/rl.md.
 """
 
 from __future__ import annotations
@@ -99,27 +49,17 @@ class Schedule(abc.ABC):
 
   @abc.abstractmethod
   def max_starts(self, version: int, backlog: int) -> int:
-    """Groups the generator may start now.
+    """Groups (>= 0) the generator may start at policy `version`.
 
-    Args:
-      version: the trainer's policy version (steps done).
-      backlog: groups started and not yet consumed.
-
-    Returns:
-      A count >= 0; the sampler starts at most this many (fewer when slots are busy).
+    `backlog`: groups started and not yet consumed.
     """
 
   @abc.abstractmethod
   def decode_steps(self, decoded: int, ready: int, in_flight: int) -> int:
-    """Decode steps of the next sampler call; 0 ends this step's generation.
+    """Steps (>= 0) of the next sampler call; 0 ends this step's generation.
 
-    Args:
-      decoded: decode steps already run in this train step.
-      ready: groups the buffer could hand the trainer now.
-      in_flight: groups started and not finished.
-
-    Returns:
-      A count >= 0.
+    `decoded`: steps run in this train step; `ready`: groups the buffer could
+    hand out now; `in_flight`: groups started and not finished.
     """
 
 

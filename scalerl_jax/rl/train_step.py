@@ -1,32 +1,18 @@
 """The jitted RL train step: recompute pi_train, advantages, loss, update (pure).
 
-`train_step(state, batch, *, spec) -> (state, metrics)` is a pure function of
-arrays; the static choices (model, optimizer, loss, normalisation) live in a
-hashable `StepSpec` bound with `functools.partial` before `jax.jit`.
+`train_step(state, batch, *, spec) -> (state, metrics)`; the static choices
+live in a hashable `StepSpec` bound with `functools.partial` before `jax.jit`.
+The batch is prompt-major (rows i*G .. i*G+G-1 are prompt i's completions):
+`tokens_BxS` (int32, right-padded), `mask_BxS` (1.0 on sampled tokens),
+`gen_logp_BxS` (the generator's log-probs, 0 elsewhere), `rewards_PxG`.
 
-Batch layout (prompt-major: rows i*G .. i*G+G-1 are the G completions of
-prompt i). Every per-token array is indexed by the position of the token it
-describes, prompt at 0 .. len-1 and the completion right after it:
-  tokens_BxS   int32, prompt + completion, right-padded
-  mask_BxS     1.0 on tokens the generator sampled (loss tokens), else 0
-  gen_logp_BxS generator log-prob of each sampled token, 0 elsewhere
-  rewards_PxG  float32 reward of every completion
+Invariants: with M microbatches (row j goes to microbatch j % M) the
+aggregation's denominators are counted on the whole batch, so the
+microbatches' losses, gradients and metrics sum to the whole batch's; with
+`logprob_chunk` C > 0 no pass holds more than one chunk's [B, C, V] logits.
 
-With `microbatches` M > 1 the gradient is accumulated over M microbatches in
-a `lax.scan`: microbatch j holds rows j, j + M, j + 2M, ..., so a batch
-sharded in contiguous blocks over the data-parallel devices stays where it is
-(every device holds B / (M * devices) rows of each microbatch), and a
-prompt's completions are spread over several microbatches. The aggregation's
-denominators are counted on the whole batch first (`losses.batch_counts`), so
-the microbatches' losses and gradients sum to the whole batch's; the metrics
-are the whole batch's too.
-
-With `logprob_chunk` C > 0 the final norm, LM head and log-softmax run over C
-positions at a time in a rematerialised `lax.scan`, so neither the forward
-nor the backward pass holds more than one chunk's [B, C, V] logits.
-
-Shape letters: the package key (scalerl_jax/__init__.py), and M microbatches,
-C positions per log-prob chunk, N chunks.
+Shape letters: the package key (scalerl_jax/__init__.py), and C positions
+per log-prob chunk, J chunks. Design: docs/design/rl.md.
 """
 
 from __future__ import annotations
@@ -91,8 +77,8 @@ def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
   (b, t, d), c = x_BxTxD.shape, min(chunk, tokens_BxS.shape[1] - 1)
   n = -(-t // c)
   pad = ((0, 0), (0, n * c - t))
-  x_NxBxCxD = jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
-  targets_NxBxC = jnp.pad(targets_BxT, pad).reshape(b, n, c).swapaxes(0, 1)
+  x_JxBxCxD = jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
+  targets_JxBxC = jnp.pad(targets_BxT, pad).reshape(b, n, c).swapaxes(0, 1)
 
   # Rematerialised: the backward pass recomputes one chunk's logits at a time
   # instead of keeping every chunk's.
@@ -101,26 +87,18 @@ def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
     logits_BxCxV = transformer.output_logits(model.cfg, params, x_BxCxD)
     return _logprobs_and_entropy(logits_BxCxV, targets_BxC, temperature)
 
-  _, (logp_NxBxC, entropy_NxBxC) = jax.lax.scan(
-      lambda carry, xs: (carry, one_chunk(params, *xs)), None, (x_NxBxCxD, targets_NxBxC))
-  unchunk = lambda y_NxBxC: y_NxBxC.swapaxes(0, 1).reshape(b, n * c)[:, :t]
-  return unchunk(logp_NxBxC), unchunk(entropy_NxBxC)
+  _, (logp_JxBxC, entropy_JxBxC) = jax.lax.scan(
+      lambda carry, xs: (carry, one_chunk(params, *xs)), None, (x_JxBxCxD, targets_JxBxC))
+  unchunk = lambda y_JxBxC: y_JxBxC.swapaxes(0, 1).reshape(b, n * c)[:, :t]
+  return unchunk(logp_JxBxC), unchunk(entropy_JxBxC)
 
 
 def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax.Array,
                     temperature: float, chunk: int = 0) -> tuple[jax.Array, jax.Array]:
-  """pi_train log-probs and entropies of every token given its prefix.
+  """(logp_BxS, entropy_BxS) of pi_train = softmax(logits / temperature), float32.
 
-  Args:
-    model: the policy network.
-    params: its parameters.
-    tokens_BxS: int token ids.
-    temperature: pi_train is softmax(logits / temperature).
-    chunk: positions whose logits exist at once (`StepSpec.logprob_chunk`);
-      0 = all of them. The results are the same either way.
-
-  Returns:
-    (logp_BxS, entropy_BxS), float32; position 0 (no prefix) holds 0.
+  Position 0 (no prefix) holds 0. `chunk` > 0 computes the logits that many
+  positions at a time, with the same results.
   """
   if chunk:
     logp_BxT, entropy_BxT = _chunked_logprobs(model, params, tokens_BxS, temperature, chunk)
@@ -139,20 +117,11 @@ _SHARES = ("entropy",)
 
 
 def _rows_loss(params, rows, counts, gen_tokens, spec):
-  """The loss of some rows of the batch (all, or one microbatch) and its metrics.
+  """(these rows' share of the batch loss, metrics) for all rows or a microbatch.
 
-  Args:
-    params: the policy's parameters (differentiated).
-    rows: tokens_BxS, gen_logp_BxS, mask_BxS (float, dropped groups zeroed),
-      gen_mask_BxS (every generated token, dropped groups included), adv_B
-      and group_B of these rows.
-    counts: the whole batch's `losses.batch_counts`.
-    gen_tokens: the whole batch's generated tokens (at least 1).
-    spec: the StepSpec.
-
-  Returns:
-    (this rows' share of the batch loss, metrics: token means over these rows'
-    loss tokens, maxima, and the `_SHARES`).
+  `rows`: tokens_BxS, gen_logp_BxS, mask_BxS (dropped groups zeroed),
+  gen_mask_BxS (every generated token), adv_B, group_B. `counts` and
+  `gen_tokens` are the whole batch's.
   """
   logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, rows["tokens_BxS"],
                                           spec.temperature, spec.logprob_chunk)
@@ -189,11 +158,9 @@ def _combine_metrics(metrics_M, tokens_M):
 
 
 def _accumulate(grad_fn, params, rows, m):
-  """Sums `grad_fn` over M strided microbatches of `rows` in a `lax.scan`.
+  """The whole batch's (loss, metrics, grads) over M strided microbatches.
 
-  Returns:
-    (loss, metrics, grads) of the whole batch; the gradients are summed in
-    float32 and returned in the parameters' dtypes.
+  Gradients are summed in float32 and returned in the parameters' dtypes.
   """
   split = lambda x: x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
 
@@ -215,16 +182,7 @@ def _tree_norm(tree):
 
 def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
                    ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
-  """The batch's loss, its metrics and its gradient, over `spec.microbatches`.
-
-  Args:
-    params: the policy's parameters.
-    batch: the arrays described in the module docstring.
-    spec: static choices.
-
-  Returns:
-    (loss, dict of scalar metrics, gradient), the whole batch's for any M.
-  """
+  """(loss, scalar metrics, gradient) of the whole batch, for any M."""
   p, g = spec.num_prompts, spec.num_generations
   mask_BxS = gen_mask_BxS = batch["mask_BxS"].astype(jnp.float32)
   adv_PxG, zero_var_P = advantages.group_advantages(
@@ -251,20 +209,11 @@ def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                spec: StepSpec) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer step on a batch of scored completions.
+  """One optimizer step on a batch of scored completions: (state, metrics).
 
-  A non-finite loss or gradient leaves params and optimizer state unchanged
-  (the step counter still advances) and reports `nonfinite` = 1; so does a
-  batch without a loss token (every group dropped by zero-variance
-  filtering), reported as `no_signal` = 1.
-
-  Args:
-    state: the current TrainState.
-    batch: the arrays described in the module docstring.
-    spec: static choices (bound with functools.partial before jit).
-
-  Returns:
-    (new state, dict of scalar metrics).
+  A non-finite loss or gradient (`nonfinite` = 1), or a batch without a loss
+  token (`no_signal` = 1), leaves params and optimizer state unchanged; the
+  step counter still advances.
   """
   loss, metrics, grads = loss_and_grads(state.params, batch, spec)
   grad_norm = _tree_norm(grads)
