@@ -1,4 +1,4 @@
-"""train_and_evaluate(config, workdir): the loop that alternates generate and train.
+"""train_and_evaluate(config, workdir): the loop of generate and train phases.
 
 One mesh holds the policy; the sampler and the jitted train step share its
 parameters. Each step: (1) generate as the schedule allows
@@ -49,7 +49,7 @@ from scalerl_jax.sampling import selection
 
 def train_state_shardings(optimizer, params: Any, param_shardings: Any,
                           mesh: jax.sharding.Mesh) -> train_step_lib.TrainState:
-  """Where the TrainState of `params` (arrays or their shapes) lives on the mesh.
+  """Where the TrainState of `params` (arrays or shapes) lives on the mesh.
 
   The optimizer's moments are sharded like their parameters and its step
   counts replicated (`sharding.opt_state_shardings`), so FSDP shards the
@@ -63,7 +63,7 @@ def train_state_shardings(optimizer, params: Any, param_shardings: Any,
 
 def init_train_state(optimizer, params: Any, param_shardings: Any,
                      mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
-  """A fresh TrainState on the mesh, and its shardings (`train_state_shardings`)."""
+  """A fresh TrainState on the mesh, and its shardings."""
   shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
   init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=optimizer),
                  out_shardings=shardings)
@@ -103,7 +103,7 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
   divisor = sharding.batch_divisor(exp.mesh, exp.rules)
 
   def run(state, host_batch):
-    """Places the host batch (the same on every process) in the step's shardings."""
+    """Places the host batch (same on every process) in the shardings."""
     rows = host_batch["tokens_BxS"].shape[0]
     if rows % divisor:
       raise ValueError(
@@ -119,7 +119,7 @@ class Trainer:
   """The RL loop's state and its steps; `train_and_evaluate` drives it."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
-    """Builds the experiment and restores the latest checkpoint in `workdir`, if any."""
+    """Builds the experiment; restores the latest checkpoint, if any."""
     self.config, self.workdir = config, workdir
     sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
     self.checkpointer = checkpoint_lib.for_workdir(
@@ -155,7 +155,7 @@ class Trainer:
       self._restore(restore_step)
 
   def close(self) -> None:
-    """Waits for pending checkpoint writes; stops the reward pool and writers."""
+    """Waits for checkpoint writes; stops the reward pool and writers."""
     self.checkpointer.wait()
     self.writer.close()
     self.pool.close()
@@ -196,7 +196,7 @@ class Trainer:
   # Phases.
 
   def generate(self) -> dict[str, float]:
-    """The generator's share of one step, as the schedule allows; returns its metrics.
+    """The generator's share of one step, as the schedule allows; its metrics.
 
     Ends once the schedule stops it, which is never before the buffer can hand
     out the next P groups. Its wall time and the FLOPs of every prompt it
@@ -214,12 +214,13 @@ class Trainer:
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
 
   def train(self, groups) -> tuple[dict[str, float], int]:
-    """One optimizer step on `groups`; returns its metrics and sequence length."""
+    """One optimizer step on `groups`; (metrics, sequence length)."""
     host_batch = buffer_lib.collate(groups)
     self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
-    # Steps whose update was skipped: no loss token (absent in older checkpoints).
+    # Steps whose update was skipped: no loss token (absent in older
+    # checkpoints).
     self.counters["no_signal_steps"] = (self.counters.get("no_signal_steps", 0)
                                        + int(step_metrics["no_signal"]))
     if step_metrics["nonfinite"]:
@@ -267,7 +268,7 @@ class Trainer:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-  """Runs (or resumes) the experiment in `workdir`; returns the last metrics written."""
+  """Runs (or resumes) the run in `workdir`; the last metrics written."""
   sharding.maybe_initialize_distributed(config.mesh)
   lock = workdir_lib.lock_workdir(workdir) if jax.process_index() == 0 else None
   try:

@@ -71,7 +71,7 @@ def _tuples(value: Any) -> Any:
 
 
 def config_leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
-  """Dotted field name -> value of every leaf of a config (or its plain dict)."""
+  """Dotted field name -> value of every leaf of a config (or plain dict)."""
   out = {}
   for key, value in tree.items():
     if isinstance(value, (dict, ml_collections.ConfigDict)):
@@ -111,7 +111,7 @@ def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collection
 
 def config_differences(recorded: ml_collections.ConfigDict,
                        config: ml_collections.ConfigDict) -> list[str]:
-  """'field: recorded -> new' for every dotted field whose value differs, sorted."""
+  """Sorted 'field: recorded -> new' of every field whose value differs."""
   old, new = config_leaves(_plain(recorded)), config_leaves(_plain(config))
   show = lambda leaves, k: repr(leaves[k]) if k in leaves else "(absent)"
   return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in sorted(old.keys() | new.keys())

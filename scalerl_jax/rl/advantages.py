@@ -24,7 +24,7 @@ _NORMS: dict[str, NormFn] = {}
 
 
 def register_norm(name: str) -> Callable[[NormFn], NormFn]:
-  """Decorator registering a normalisation under `name` (`config.rl.adv_norm`)."""
+  """Registers a normalisation as `name` (`config.rl.adv_norm`)."""
   def register(fn: NormFn) -> NormFn:
     if name in _NORMS:
       raise ValueError(f"advantage normalisation {name!r} is already registered")
@@ -98,7 +98,7 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
 
 
 def drop_groups(mask_BxS: jax.Array, drop_P: jax.Array) -> jax.Array:
-  """`mask_BxS` (same dtype) with every completion of a group in `drop_P` zeroed."""
+  """`mask_BxS` with every completion of a group in `drop_P` zeroed."""
   num_completions, num_groups = mask_BxS.shape[0], drop_P.shape[0]
   if num_completions % num_groups:
     raise ValueError(

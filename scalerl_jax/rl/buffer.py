@@ -1,4 +1,4 @@
-"""Rollout buffer: finished groups, handed out in start order, with per-token versions.
+"""Rollout buffer: finished groups handed out in start order, token versions.
 
 A `Group` is the G scored completions of one prompt, each token tagged with
 the policy version that generated it (-1 for prompt, injected and pad
@@ -41,13 +41,13 @@ class Group:
              "prompt_lens_G", "completion_lens_G", "truncated_G", "interrupted_G")
 
   def oldest_version(self) -> int:
-    """Smallest policy version of any sampled token (the group's staleness anchor)."""
+    """Smallest policy version of any sampled token (its staleness anchor)."""
     tagged = self.version_GxS[self.version_GxS >= 0]
     return int(tagged.min()) if tagged.size else 0
 
 
 class RolloutBuffer:
-  """Finished groups, consumed in start order; none staler than k is handed out."""
+  """Finished groups, consumed in start order; none staler than k."""
 
   def __init__(self, max_off_policy: int):
     if max_off_policy < 1:
@@ -69,7 +69,7 @@ class RolloutBuffer:
     return version - group.oldest_version() > self.max_off_policy
 
   def num_ready(self, version: int) -> int:
-    """Groups `take` could hand out at `version`: finished ones up to the first in flight."""
+    """Groups `take` could hand out at `version` (up to the first in flight)."""
     count, index = 0, self._next
     while index in self._groups:
       count += not self._stale(self._groups[index], version)
@@ -77,7 +77,7 @@ class RolloutBuffer:
     return count
 
   def take(self, num_groups: int, version: int) -> Optional[list[Group]]:
-    """The next `num_groups` groups in start order, or None if some are still in flight.
+    """The next `num_groups` groups in start order; None if some are in flight.
 
     Stale groups met on the way are evicted and counted.
     """
@@ -94,7 +94,7 @@ class RolloutBuffer:
     return taken
 
   def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(host arrays, JSON metadata) that `restore` turns back into this buffer."""
+    """(host arrays, JSON metadata) that `restore` reads back."""
     groups = list(self._groups.values())
     arrays = {f"{i}/{name}": getattr(g, name) for i, g in enumerate(groups)
               for name in Group._ARRAYS}
@@ -114,7 +114,7 @@ class RolloutBuffer:
 
 
 def staleness_histogram(groups: Sequence[Group], version: int) -> np.ndarray:
-  """Counts of sampled tokens by their true lag 0, 1, ..., max (version - token version)."""
+  """Counts of sampled tokens by their true lag (version - token version)."""
   lags = [version - g.version_GxS[g.mask_GxS > 0] for g in groups]
   lags = np.concatenate(lags) if lags else np.zeros(0, np.int64)
   if lags.size and lags.min() < 0:
@@ -146,7 +146,7 @@ def staleness_metrics(groups: Sequence[Group], version: int,
 
 def batch_metrics(groups: Sequence[Group], version: int,
                   max_off_policy: int) -> dict[str, float]:
-  """`train/` rewards, lengths, truncation and interruption of a batch, and its staleness."""
+  """The `train/` rewards, lengths, truncations and staleness of a batch."""
   rewards = np.stack([g.rewards_G for g in groups])
   lengths = np.concatenate([g.completion_lens_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])

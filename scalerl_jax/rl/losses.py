@@ -116,7 +116,7 @@ def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 
 def _sequence_log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array,
                         mask_BxS: jax.Array) -> jax.Array:
-  """log s_i = mean over the completion's tokens of log rho; 0 if it has none."""
+  """log s_i: the mean of log rho over completion i's tokens (0 if none)."""
   total_B = jnp.sum(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS), axis=1)
   return total_B / jnp.maximum(jnp.sum(mask_BxS, axis=1), 1)
 
@@ -195,7 +195,7 @@ _AGGREGATIONS: dict[str, AggregationFn] = {}
 
 
 def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-  """Decorator registering an aggregation under `name` (`config.rl.aggregation`)."""
+  """Registers an aggregation as `name` (`config.rl.aggregation`)."""
   def register(fn: AggregationFn) -> AggregationFn:
     if name in _AGGREGATIONS:
       raise ValueError(f"aggregation {name!r} is already registered")
@@ -268,7 +268,7 @@ class LossParams:
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
-    """From `config.rl`: the loss, aggregation, tis_cap and the loss's fields."""
+    """From `config.rl`: loss, aggregation, tis_cap, the loss's fields."""
     get_loss(rl.loss)  # Raises for an unknown loss, naming the registered ones.
     get_aggregation(rl.aggregation)  # Raises for an unknown one, naming the registered ones.
     hparams = tuple((name, float(rl[name])) for name in _LOSSES[rl.loss].hparams)

@@ -39,7 +39,7 @@ _ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "seq_len", "tr
 
 @dataclasses.dataclass
 class _Call:
-  """A decode call dispatched and not yet harvested, and where the slots stood before it."""
+  """A decode call dispatched, not harvested; where the slots stood before."""
   params: Any
   version: int
   num_steps: int
@@ -61,7 +61,7 @@ def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarr
 
 
 def _unscored_group(key: int, record: dict, rows: dict[str, np.ndarray]) -> Group:
-  """The group of `rows` (each field stacked over G), its scores and rewards NaN until known."""
+  """The group of `rows` (stacked over G); scores, rewards NaN until known."""
   unscored_G = np.full(rows["tokens"].shape[0], np.nan, np.float32)
   return Group(
       record=record, index=key, tokens_GxS=rows["tokens"].astype(np.int32),
@@ -82,7 +82,7 @@ def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum:
   planned while the verifiers score, when it needs no new prompts.
   """
   def plan(decoded: int, pull: bool = True) -> Optional[int]:
-    """Starts what the schedule allows; the next call's steps (0: stop; None: needs a pull)."""
+    """Starts what is allowed; next call's steps (0: stop, None: must pull)."""
     backlog = rollouts.in_flight + len(buffer)
     if rollouts.fill(params, schedule.max_starts(version, backlog), pull=pull) is None:
       return None
@@ -134,8 +134,8 @@ class Rollouts:
     self._starts = 0
     self._call: Optional[_Call] = None  # Dispatched by `step` for the next `step`.
     self.verify_stats: collections.Counter = collections.Counter()
-    # Counted as it happens, over the run: prompt_tokens prefilled, tokens_generated
-    # (decoded, injected ones included) and the flops of both.
+    # Counted as it happens, over the run: prompt_tokens prefilled,
+    # tokens_generated (decoded, injected ones included) and the flops of both.
     self.work: collections.Counter = collections.Counter()
 
   @property
@@ -151,7 +151,7 @@ class Rollouts:
     return self._queue.popleft()
 
   def fill(self, params: Any, max_groups: int, pull: bool = True) -> Optional[int]:
-    """Starts up to `max_groups` prompts in free slots (G each); the count started.
+    """Starts up to `max_groups` prompts, G free slots each; the count started.
 
     With `pull` False it may not read the prompt pipeline (whose filter reads
     the curriculum): if the queued prompts are too few it starts nothing and
@@ -211,13 +211,13 @@ class Rollouts:
     return groups
 
   def _dispatch(self, params: Any, version: int, num_steps: int) -> None:
-    """Dispatches a decode call (asynchronously) and notes where the slots stand."""
+    """Dispatches a decode call (async.) and notes where the slots stand."""
     prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
     self._call = _Call(params, version, num_steps, prompt_len_N, before_N, running_N)
 
   def _harvest(self) -> tuple[list[Group], Any]:
-    """Counts the call's work and harvests it; the groups it completes, and their scoring."""
+    """Counts the call's work, harvests it: (groups completed, scoring)."""
     call, self._call = self._call, None
     _, after_N, _ = self.sampler.progress(self.slots)
     running_N = call.running_N
@@ -235,7 +235,7 @@ class Rollouts:
     return self._submit(finished)
 
   def _submit(self, keys: list[int]) -> tuple[list[Group], Any]:
-    """Groups `keys`, unscored, and the pool's handle of their scoring (None if no keys)."""
+    """(groups `keys` unscored, the pool's handle of their scoring or None)."""
     if not keys:
       return [], None
     rows = [self._partial.pop(k) for k in keys]

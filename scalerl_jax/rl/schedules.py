@@ -1,4 +1,4 @@
-"""Off-policy schedules (PAPER.md §5): when the generator starts prompts, how long it decodes.
+"""Off-policy schedules (PAPER.md §5): what to start, how long to decode.
 
 A `Schedule` is chosen by name (`config.buffer.schedule`) from `SCHEDULES`;
 adding one is one registered class. It decides from counts alone, keeping no
@@ -28,7 +28,7 @@ SCHEDULES: dict[str, type["Schedule"]] = {}
 
 
 def register(name: str):
-  """Class decorator: registers a `Schedule` under `name` (the config string)."""
+  """Class decorator registering a `Schedule` as `name`."""
   def wrap(cls: type["Schedule"]) -> type["Schedule"]:
     if name in SCHEDULES:
       raise ValueError(f"schedule {name!r} is registered twice")
@@ -39,7 +39,7 @@ def register(name: str):
 
 @dataclasses.dataclass(frozen=True)
 class Schedule(abc.ABC):
-  """What the generator may do, as a function of counts (no arrays, no state)."""
+  """What the generator may do, from counts (no arrays, no state)."""
   max_off_policy: int  # k.
   prompts_per_step: int  # P: groups the trainer takes per step.
   decode_steps_per_call: int  # Steps of one sampler call; weights change between calls only.
@@ -65,7 +65,7 @@ class Schedule(abc.ABC):
 
 @register("pipeline_rl")
 class PipelineRL(Schedule):
-  """PipelineRL-k: in-flight weight updates; k bounds lag by holding the generator back."""
+  """PipelineRL-k: in-flight updates; k bounds lag by holding generation."""
 
   slot_batches = 2  # A second batch in flight while the first finishes.
 
@@ -83,7 +83,7 @@ class PipelineRL(Schedule):
 
 @register("ppo_off_policy")
 class PPOOffPolicy(Schedule):
-  """PPO-off-policy-k: every k steps, k batches generated with one set of weights."""
+  """PPO-off-policy-k: every k steps, k batches generated with one weights."""
 
   slot_batches = 1
 
@@ -98,7 +98,7 @@ class PPOOffPolicy(Schedule):
 
 
 def make(config: ml_collections.ConfigDict) -> Schedule:
-  """The schedule named by `config.buffer.schedule`, bound to the config's counts."""
+  """The schedule `config.buffer.schedule`, bound to the config's counts."""
   return SCHEDULES[config.buffer.schedule](
       max_off_policy=config.buffer.max_off_policy,
       prompts_per_step=config.data.prompts_per_step,
@@ -107,6 +107,6 @@ def make(config: ml_collections.ConfigDict) -> Schedule:
 
 
 def num_slots(config: ml_collections.ConfigDict) -> int:
-  """Sampler slots of a run: `sampling.num_slots`, or the schedule's default when 0."""
+  """Sampler slots: `sampling.num_slots`, or the schedule's default if 0."""
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   return config.sampling.num_slots or SCHEDULES[config.buffer.schedule].slot_batches * p * g

@@ -1,4 +1,4 @@
-"""The jitted RL train step: recompute pi_train, advantages, loss, update (pure).
+"""The jitted RL train step: pi_train, advantages, loss, update (pure).
 
 `train_step(state, batch, *, spec) -> (state, metrics)`; the static choices
 live in a hashable `StepSpec` bound with `functools.partial` before `jax.jit`.
@@ -71,7 +71,7 @@ def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
 
 
 def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
-  """`_logprobs_and_entropy` of the head's logits, `chunk` positions at a time."""
+  """`_logprobs_and_entropy`, the logits `chunk` positions at a time."""
   x_BxTxD = model.apply({"params": params}, tokens_BxS[:, :-1], return_hidden=True)
   targets_BxT = tokens_BxS[:, 1:]
   (b, t, d), c = x_BxTxD.shape, min(chunk, tokens_BxS.shape[1] - 1)
@@ -95,7 +95,7 @@ def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
 
 def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax.Array,
                     temperature: float, chunk: int = 0) -> tuple[jax.Array, jax.Array]:
-  """(logp_BxS, entropy_BxS) of pi_train = softmax(logits / temperature), float32.
+  """float32 (logp_BxS, entropy_BxS) of pi_train = softmax(logits / temp).
 
   Position 0 (no prefix) holds 0. `chunk` > 0 computes the logits that many
   positions at a time, with the same results.
@@ -117,7 +117,7 @@ _SHARES = ("entropy",)
 
 
 def _rows_loss(params, rows, counts, gen_tokens, spec):
-  """(these rows' share of the batch loss, metrics) for all rows or a microbatch.
+  """(these rows' share of the batch loss, metrics): all rows or a microbatch.
 
   `rows`: tokens_BxS, gen_logp_BxS, mask_BxS (dropped groups zeroed),
   gen_mask_BxS (every generated token), adv_B, group_B. `counts` and
