@@ -45,7 +45,6 @@ from scalerl_jax import trainer
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, losses
 from scalerl_jax.rl import train_step as train_step_lib
-from scalerl_jax.sampling import selection
 
 _SHAPES = flags.DEFINE_list(
     "shapes", ["tiny_cpu", "small_cpu",
@@ -83,17 +82,6 @@ def matmul(n: int) -> Callable[[], jax.Array]:
   b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
   product = jax.jit(jnp.matmul)
   return lambda: product(a, b)
-
-
-def step_spec(config, model: transformer.Transformer, optimizer) -> train_step_lib.StepSpec:
-  """The StepSpec `trainer.make_train_step` reads from the config."""
-  return train_step_lib.StepSpec(
-      model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
-      adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
-      num_prompts=config.data.prompts_per_step,
-      num_generations=config.data.generations_per_prompt,
-      temperature=selection.logprob_temperature(config.sampling.temperature),
-      microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
 
 
 def synthetic_batch(spec: train_step_lib.StepSpec, params, seq_len: int,
@@ -211,7 +199,7 @@ def main(argv):
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)
     optimizer = optim.make_optimizer(config.optim)
-    spec = step_spec(config, model, optimizer)
+    spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
     params, param_sh = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
     with sharding.activate(mesh, rules):
       for seq_len in map(int, _SEQ_LENS.value):

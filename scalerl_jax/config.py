@@ -138,9 +138,9 @@ RULES: dict[str, Rule] = {
     "optim.weight_decay": _NONNEG,
     "optim.grad_clip_norm": _NONNEG,
     # rl
-    "rl.loss": _one_of(losses.registered_losses),
-    "rl.aggregation": _one_of(losses.registered_aggregations),
-    "rl.adv_norm": _one_of(advantages.registered_norms),
+    "rl.loss": _one_of(losses.LOSSES.names),
+    "rl.aggregation": _one_of(losses.AGGREGATIONS.names),
+    "rl.adv_norm": _one_of(advantages.NORMS.names),
     "rl.eps_clip": _UNIT,
     "rl.eps_low": _UNIT,
     "rl.eps_high": _POS,
@@ -149,7 +149,7 @@ RULES: dict[str, Rule] = {
     "rl.cispo_eps_max": _POS,
     "rl.tis_cap": _NONNEG,
     # buffer
-    "buffer.schedule": _one_of(schedules.SCHEDULES),
+    "buffer.schedule": _one_of(schedules.SCHEDULES.names),
     "buffer.max_off_policy": _POS_INT,
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
     # sampling

@@ -20,13 +20,12 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 from absl import logging
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
-import numpy as np
 
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.metrics import compute
@@ -41,11 +40,9 @@ from scalerl_jax.data import mixture as mixture_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.rl import buffer as buffer_lib
-from scalerl_jax.rl import losses
 from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
-from scalerl_jax.sampling import selection
 
 def train_state_shardings(optimizer, params: Any, param_shardings: Any,
                           mesh: jax.sharding.Mesh) -> train_step_lib.TrainState:
@@ -79,13 +76,7 @@ def jit_train_step(config: ml_collections.ConfigDict, model, mesh: jax.sharding.
     inside `sharding.activate(mesh, rules)`, and the sharding of each batch
     array. `launch/compile.py` lowers this same function for a TPU slice.
   """
-  spec = train_step_lib.StepSpec(
-      model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
-      adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
-      num_prompts=config.data.prompts_per_step,
-      num_generations=config.data.generations_per_prompt,
-      temperature=selection.logprob_temperature(config.sampling.temperature),
-      microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
+  spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
   batch_sh = {k: sharding.batch_sharding(mesh, rules, 2)
               for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
   batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))

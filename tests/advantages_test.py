@@ -74,7 +74,7 @@ def test_filtered_groups_do_not_change_the_kept_advantages(constant):
 
 
 def test_norms_are_the_config_choices():
-  for norm in advantages.registered_norms():
+  for norm in advantages.NORMS.names():
     config = scalerl.get_config()
     config.rl.adv_norm = norm
     config_lib.validate(config)
@@ -85,7 +85,7 @@ def test_norms_are_the_config_choices():
     advantages.group_advantages(_REWARDS_PxG, "group", zero_variance_filter=True)
 
 
-@pytest.mark.parametrize("norm", advantages.registered_norms())
+@pytest.mark.parametrize("norm", advantages.NORMS.names())
 @pytest.mark.parametrize("zero_variance_filter", [True, False])
 @pytest.mark.parametrize("low,high", [(0.0, 1.0), (-1.0, 1.0)])
 def test_every_reward_pattern_is_finite_and_zero_variance_is_flagged(

@@ -126,9 +126,9 @@ def _hand_loss(params, logp_BxS=_LOGP_BxS, mask_BxS=_MASK_BxS, **kwargs):
 
 
 def test_the_config_accepts_exactly_the_registered_losses_and_aggregations():
-  assert losses.registered_losses() == tuple(sorted(LOSSES))
-  for field, names in (("loss", losses.registered_losses()),
-                       ("aggregation", losses.registered_aggregations())):
+  assert losses.LOSSES.names() == tuple(sorted(LOSSES))
+  for field, names in (("loss", losses.LOSSES.names()),
+                       ("aggregation", losses.AGGREGATIONS.names())):
     for name in names:
       config = scalerl.get_config()
       config.rl[field] = name
@@ -148,14 +148,14 @@ def test_params_read_each_loss_hyperparameters_from_config():
 
 def test_unknown_names_and_duplicate_registration_raise():
   with pytest.raises(ValueError, match="rl.loss: 'ppo'"):
-    losses.get_loss("ppo")
+    losses.LOSSES.get("ppo")
   with pytest.raises(ValueError, match="already registered"):
-    losses.register_loss("cispo")(losses.cispo)
+    losses.LOSSES.register("cispo")(losses.cispo)
   with pytest.raises(ValueError, match="rl.aggregation: 'seq'"):
     losses.aggregate(jnp.ones((1, 1)), jnp.ones((1, 1)), jnp.zeros(1, jnp.int32), 1, "seq")
 
 
-@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
+@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
 @pytest.mark.parametrize("loss", LOSSES)
 def test_hand_worked_loss(loss, aggregation):
   # Numbers worked out in the EXPECTED_LOSS comment above.
@@ -219,7 +219,7 @@ def test_dropped_group_leaves_numerators_and_denominators(aggregation, expected)
   np.testing.assert_allclose(value, expected, rtol=2e-6)
 
 
-@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
+@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
 @pytest.mark.parametrize("loss", LOSSES)
 def test_everything_masked_gives_zero_loss_and_gradient(loss, aggregation):
   mask_BxS = np.zeros_like(_MASK_BxS)
@@ -289,7 +289,7 @@ def _reference_denominator_BxS(mask_BxS, group_B, aggregation):
   return denom_BxS
 
 
-@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
+@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
 def test_cispo_gradient_is_capped_weight_times_reinforce(aggregation):
   # Through a softmax policy: log pi = log_softmax(logits)[token], so
   # d loss / d logits = -sg(min(rho, 4)) A / N * (onehot(token) - softmax).
@@ -320,7 +320,7 @@ def test_cispo_gradient_is_capped_weight_times_reinforce(aggregation):
                              rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
+@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
 @pytest.mark.parametrize("loss", LOSSES)
 def test_on_policy_gradient_is_reinforce(loss, aggregation):
   # With rho = 1 nothing is clipped or capped, so every loss's gradient must be
@@ -342,7 +342,7 @@ def test_jit_gives_the_hand_worked_values(loss):
   def every_aggregation(logp_BxS):
     # One compilation per loss covers all three aggregations.
     return {aggregation: _hand_loss(_params(loss, aggregation), logp_BxS)[0]
-            for aggregation in losses.registered_aggregations()}
+            for aggregation in losses.AGGREGATIONS.names()}
 
   chex.assert_trees_all_close(every_aggregation(_LOGP_BxS), EXPECTED_LOSS[loss],
                               rtol=2e-6, atol=1e-7)

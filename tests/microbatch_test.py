@@ -94,8 +94,8 @@ def _bigram_results():
 
   def run_all(params, batch):
     results = {}
-    for loss in losses.registered_losses():
-      for aggregation in losses.registered_aggregations():
+    for loss in losses.LOSSES.names():
+      for aggregation in losses.AGGREGATIONS.names():
         config.rl.loss, config.rl.aggregation = loss, aggregation
         for m in (1, 4):
           results[loss, aggregation, m] = _loss_and_grads(config, model, microbatches=m)(
@@ -105,8 +105,8 @@ def _bigram_results():
   return jax.device_get(jax.jit(run_all)(params, _batch()))
 
 
-@pytest.mark.parametrize("aggregation", losses.registered_aggregations())
-@pytest.mark.parametrize("loss", losses.registered_losses())
+@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
+@pytest.mark.parametrize("loss", losses.LOSSES.names())
 def test_microbatches_give_the_whole_batch_gradient_and_metrics(loss, aggregation):
   want, got = (_bigram_results()[loss, aggregation, m] for m in (1, 4))
   assert _max_diff(want[2], got[2]) < TOL

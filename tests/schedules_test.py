@@ -8,7 +8,7 @@ from scalerl_jax.rl import schedules
 
 
 def _schedule(name, k, p=4, call=16, per_train_step=40):
-  return schedules.SCHEDULES[name](max_off_policy=k, prompts_per_step=p,
+  return schedules.SCHEDULES.get(name)(max_off_policy=k, prompts_per_step=p,
                                    decode_steps_per_call=call,
                                    decode_steps_per_train_step=per_train_step)
 
@@ -79,7 +79,7 @@ def test_a_new_schedule_is_one_registered_class_and_config_accepts_its_name():
   with pytest.raises(config_lib.ConfigError, match="buffer.schedule: 'on_policy' is not one of"):
     config_lib.validate(config)
 
-  @schedules.register("on_policy")
+  @schedules.SCHEDULES.register("on_policy")
   class OnPolicy(schedules.Schedule):  # pylint: disable=unused-variable
     slot_batches = 1
 
@@ -92,7 +92,7 @@ def test_a_new_schedule_is_one_registered_class_and_config_accepts_its_name():
   try:
     config_lib.validate(config)
     assert schedules.make(config).max_starts(0, 0) == config.data.prompts_per_step
-    with pytest.raises(ValueError, match="'on_policy' is registered twice"):
-      schedules.register("on_policy")(OnPolicy)
+    with pytest.raises(ValueError, match="'on_policy' is already registered"):
+      schedules.SCHEDULES.register("on_policy")(OnPolicy)
   finally:
-    del schedules.SCHEDULES["on_policy"]
+    schedules.SCHEDULES.unregister("on_policy")

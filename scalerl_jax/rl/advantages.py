@@ -17,48 +17,28 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from scalerl_jax.rl import registry
+
 # (rewards_PxG, centred adv_PxG, zero_var_P, zero_variance_filter) -> the std
 # to divide by ([P, 1] or []), or None to leave the advantages as they are.
 NormFn = Callable[[jax.Array, jax.Array, jax.Array, bool], Optional[jax.Array]]
-_NORMS: dict[str, NormFn] = {}
+NORMS: registry.Registry[NormFn] = registry.Registry("rl.adv_norm")
 
 
-def register_norm(name: str) -> Callable[[NormFn], NormFn]:
-  """Registers a normalisation as `name` (`config.rl.adv_norm`)."""
-  def register(fn: NormFn) -> NormFn:
-    if name in _NORMS:
-      raise ValueError(f"advantage normalisation {name!r} is already registered")
-    _NORMS[name] = fn
-    return fn
-  return register
-
-
-def registered_norms() -> tuple[str, ...]:
-  """Names of all registered normalisations, sorted."""
-  return tuple(sorted(_NORMS))
-
-
-def get_norm(name: str) -> NormFn:
-  """The normalisation registered as `name`; ValueError naming the choices."""
-  if name not in _NORMS:
-    raise ValueError(f"rl.adv_norm: {name!r} is not one of {registered_norms()}")
-  return _NORMS[name]
-
-
-@register_norm("none")
+@NORMS.register("none")
 def _no_norm(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
   del rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter
   return None
 
 
-@register_norm("prompt")
+@NORMS.register("prompt")
 def _prompt_std(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
   """The std of the prompt's own G rewards, [P, 1]."""
   del adv_PxG, zero_var_P, zero_variance_filter
   return jnp.std(rewards_PxG, axis=1, keepdims=True)
 
 
-@register_norm("batch")
+@NORMS.register("batch")
 def _batch_std(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter):
   """The std of the centred advantages over the groups the loss sees, []."""
   # Every group's centred advantages sum to 0, so their batch mean is 0 and
@@ -84,7 +64,7 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
   `zero_variance_filter` (whether the loss drops zero-variance groups) decides
   whether `batch` counts those groups.
   """
-  norm_fn = get_norm(norm)
+  norm_fn = NORMS.get(norm)
   rewards_PxG = jnp.asarray(rewards_PxG, jnp.float32)
   # Exact equality rather than std == 0: a float mean of equal rewards need not
   # reproduce them bit for bit, so the centred values could be a tiny non-zero.

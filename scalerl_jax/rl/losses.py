@@ -1,13 +1,13 @@
 """RL objectives (PAPER.md §3) and their aggregation (§4), as pure functions.
 
-A loss registered with `@register_loss(name)` (chosen by `config.rl.loss`)
+A loss registered with `@LOSSES.register(name)` (chosen by `config.rl.loss`)
 maps `(logp_BxS, ref_logp_BxS, adv_B, mask_BxS, **hparams)` to the per-token
 objective `obj_BxS` the policy ascends (0 on masked tokens) and scalar
 metrics. `logp_BxS` are the trainer's log-probs (differentiated),
 `ref_logp_BxS` the generator's (constant): rho = pi_train / pi_gen. Its
 hyperparameters are its keyword-only arguments, named as the `config.rl`
 fields that hold them. An aggregation registered with
-`@register_aggregation(name)` averages `obj_BxS`; `compute_loss` returns the
+`@AGGREGATIONS.register(name)` averages `obj_BxS`; `compute_loss` returns the
 negated average and applies the truncated-IS factor sg(min(1, C / rho)) when
 `rl.tis_cap` C > 0. Every loss reports ratio_mean, ratio_max, clip_frac_low,
 clip_frac_high and capped_frac; TIS adds tis_ratio_*, tis_capped_frac.
@@ -23,41 +23,19 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from scalerl_jax.rl import registry
+
 Metrics = dict[str, jax.Array]
 LossFn = Callable[..., tuple[jax.Array, Metrics]]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-  fn: LossFn
-  hparams: tuple[str, ...]  # Keyword-only argument names = config.rl fields.
+LOSSES: registry.Registry[LossFn] = registry.Registry("rl.loss")
 
 
-_LOSSES: dict[str, _Entry] = {}
-
-
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-  """Decorator registering a loss under `name` (`config.rl.loss`)."""
-  def register(fn: LossFn) -> LossFn:
-    if name in _LOSSES:
-      raise ValueError(f"loss {name!r} is already registered")
-    params = inspect.signature(fn).parameters.values()
-    hparams = tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-    _LOSSES[name] = _Entry(fn, hparams)
-    return fn
-  return register
-
-
-def registered_losses() -> tuple[str, ...]:
-  """Names of all registered losses, sorted."""
-  return tuple(sorted(_LOSSES))
-
-
-def get_loss(name: str) -> LossFn:
-  """The loss registered as `name`; ValueError naming the choices."""
-  if name not in _LOSSES:
-    raise ValueError(f"rl.loss: {name!r} is not one of {registered_losses()}")
-  return _LOSSES[name].fn
+def _hparams(loss: LossFn) -> tuple[str, ...]:
+  """A loss's keyword-only argument names: the `config.rl` fields it reads."""
+  params = inspect.signature(loss).parameters.values()
+  return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def _token_mean(x_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
@@ -94,7 +72,7 @@ def _ppo_clip(ratio_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
   return jnp.where(mask_BxS, obj_BxS, 0.0), metrics
 
 
-@register_loss("grpo")
+@LOSSES.register("grpo")
 def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_clip: float) -> tuple[jax.Array, Metrics]:
   """GRPO / PPO-clip: rho clipped to [1 - eps_clip, 1 + eps_clip]."""
@@ -102,7 +80,7 @@ def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_clip, eps_clip)
 
 
-@register_loss("dapo")
+@LOSSES.register("dapo")
 def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
   """DAPO's clip-higher: rho clipped to [1 - eps_low, 1 + eps_high].
@@ -121,7 +99,7 @@ def _sequence_log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array,
   return total_B / jnp.maximum(jnp.sum(mask_BxS, axis=1), 1)
 
 
-@register_loss("gspo")
+@LOSSES.register("gspo")
 def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, gspo_eps_low: float, gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
   """GSPO: PPO-clip of the sequence ratio s_i = exp(mean_t log rho_{i,t}).
@@ -134,7 +112,7 @@ def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
 
 
-@register_loss("gspo_token")
+@LOSSES.register("gspo_token")
 def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
                mask_BxS: jax.Array, *, gspo_eps_low: float,
                gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
@@ -151,7 +129,7 @@ def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
 
 
-@register_loss("cispo")
+@LOSSES.register("cispo")
 def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
           *, cispo_eps_max: float) -> tuple[jax.Array, Metrics]:
   """CISPO: sg(min(rho, eps_max)) * A * log pi_train (truncated-IS REINFORCE).
@@ -191,39 +169,18 @@ def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Co
 # (sum_B of each completion's unmasked objective, mask_BxS, group_B,
 # num_groups, whole-batch counts) -> the scalar average.
 AggregationFn = Callable[[jax.Array, jax.Array, jax.Array, int, Counts], jax.Array]
-_AGGREGATIONS: dict[str, AggregationFn] = {}
+AGGREGATIONS: registry.Registry[AggregationFn] = registry.Registry(
+    "rl.aggregation")
 
 
-def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-  """Registers an aggregation as `name` (`config.rl.aggregation`)."""
-  def register(fn: AggregationFn) -> AggregationFn:
-    if name in _AGGREGATIONS:
-      raise ValueError(f"aggregation {name!r} is already registered")
-    _AGGREGATIONS[name] = fn
-    return fn
-  return register
-
-
-def registered_aggregations() -> tuple[str, ...]:
-  """Names of all registered aggregations, sorted."""
-  return tuple(sorted(_AGGREGATIONS))
-
-
-def get_aggregation(name: str) -> AggregationFn:
-  """The aggregation registered as `name`; ValueError naming the choices."""
-  if name not in _AGGREGATIONS:
-    raise ValueError(f"rl.aggregation: {name!r} is not one of {registered_aggregations()}")
-  return _AGGREGATIONS[name]
-
-
-@register_aggregation("token")
+@AGGREGATIONS.register("token")
 def _token_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
   """Mean over all tokens of the batch."""
   del mask_BxS, group_B, num_groups
   return jnp.sum(sum_B) / jnp.maximum(counts.tokens, 1.0)
 
 
-@register_aggregation("sample")
+@AGGREGATIONS.register("sample")
 def _sample_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
   """Mean over each completion's tokens, then over completions."""
   del group_B, num_groups
@@ -233,7 +190,7 @@ def _sample_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
   return jnp.sum(mean_B) / jnp.maximum(counts.samples, 1)
 
 
-@register_aggregation("prompt")
+@AGGREGATIONS.register("prompt")
 def _prompt_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
   """Mean over all tokens of each prompt's completions, then over prompts."""
   del mask_BxS
@@ -250,7 +207,7 @@ def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_g
   means (0 if none at all). Given the whole batch's `counts`, a microbatch's
   result is its share of the batch's average.
   """
-  aggregation_fn = get_aggregation(aggregation)
+  aggregation_fn = AGGREGATIONS.get(aggregation)
   mask_BxS = mask_BxS.astype(bool)
   if counts is None:
     counts = batch_counts(mask_BxS, group_B, num_groups)
@@ -269,9 +226,9 @@ class LossParams:
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
     """From `config.rl`: loss, aggregation, tis_cap, the loss's fields."""
-    get_loss(rl.loss)  # Raises for an unknown loss, naming the registered ones.
-    get_aggregation(rl.aggregation)  # Raises for an unknown one, naming the registered ones.
-    hparams = tuple((name, float(rl[name])) for name in _LOSSES[rl.loss].hparams)
+    loss = LOSSES.get(rl.loss)  # Raises for an unknown loss, naming the choices.
+    AGGREGATIONS.get(rl.aggregation)  # Likewise.
+    hparams = tuple((name, float(rl[name])) for name in _hparams(loss))
     return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))
 
 
@@ -286,7 +243,7 @@ def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Arra
   by sg(min(1, C / rho)).
   """
   mask_BxS = mask_BxS.astype(bool)
-  obj_BxS, metrics = get_loss(params.loss)(
+  obj_BxS, metrics = LOSSES.get(params.loss)(
       logp_BxS, gen_logp_BxS, adv_B, mask_BxS, **dict(params.hparams))
   if params.tis_cap > 0:
     log_ratio_BxS = _log_ratio(logp_BxS, gen_logp_BxS, mask_BxS)

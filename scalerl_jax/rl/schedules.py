@@ -24,17 +24,10 @@ from typing import ClassVar
 
 import ml_collections
 
-SCHEDULES: dict[str, type["Schedule"]] = {}
+from scalerl_jax.rl import registry
 
-
-def register(name: str):
-  """Class decorator registering a `Schedule` as `name`."""
-  def wrap(cls: type["Schedule"]) -> type["Schedule"]:
-    if name in SCHEDULES:
-      raise ValueError(f"schedule {name!r} is registered twice")
-    SCHEDULES[name] = cls
-    return cls
-  return wrap
+SCHEDULES: registry.Registry[type["Schedule"]] = registry.Registry(
+    "buffer.schedule")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +56,7 @@ class Schedule(abc.ABC):
     """
 
 
-@register("pipeline_rl")
+@SCHEDULES.register("pipeline_rl")
 class PipelineRL(Schedule):
   """PipelineRL-k: in-flight updates; k bounds lag by holding generation."""
 
@@ -81,7 +74,7 @@ class PipelineRL(Schedule):
     return self.decode_steps_per_call if ready < self.prompts_per_step else 0
 
 
-@register("ppo_off_policy")
+@SCHEDULES.register("ppo_off_policy")
 class PPOOffPolicy(Schedule):
   """PPO-off-policy-k: every k steps, k batches generated with one weights."""
 
@@ -99,7 +92,7 @@ class PPOOffPolicy(Schedule):
 
 def make(config: ml_collections.ConfigDict) -> Schedule:
   """The schedule `config.buffer.schedule`, bound to the config's counts."""
-  return SCHEDULES[config.buffer.schedule](
+  return SCHEDULES.get(config.buffer.schedule)(
       max_off_policy=config.buffer.max_off_policy,
       prompts_per_step=config.data.prompts_per_step,
       decode_steps_per_call=config.sampling.decode_steps_per_call,
@@ -109,4 +102,4 @@ def make(config: ml_collections.ConfigDict) -> Schedule:
 def num_slots(config: ml_collections.ConfigDict) -> int:
   """Sampler slots: `sampling.num_slots`, or the schedule's default if 0."""
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
-  return config.sampling.num_slots or SCHEDULES[config.buffer.schedule].slot_batches * p * g
+  return config.sampling.num_slots or SCHEDULES.get(config.buffer.schedule).slot_batches * p * g

@@ -24,10 +24,12 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, losses
+from scalerl_jax.sampling import selection
 
 
 @flax.struct.dataclass
@@ -51,6 +53,19 @@ class StepSpec:
   temperature: float  # Sampling temperature; pi_train is taken at the same one.
   microbatches: int = 1  # M: gradient accumulation steps; divides P*G.
   logprob_chunk: int = 0  # C: positions per log-prob chunk; 0 = all at once.
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict,
+                  model: transformer.Transformer,
+                  optimizer: optax.GradientTransformation) -> "StepSpec":
+    """The step a run's config describes, for `model` and `optimizer`."""
+    return cls(
+        model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
+        adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
+        num_prompts=config.data.prompts_per_step,
+        num_generations=config.data.generations_per_prompt,
+        temperature=selection.logprob_temperature(config.sampling.temperature),
+        microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
 
 
 def init_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
