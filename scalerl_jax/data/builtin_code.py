@@ -1,28 +1,11 @@
-"""The built-in code domain: a function body from a spoken recipe, run in the sandbox.
-
-A problem is a chain of operations on an integer x, each one of `add c`,
-`minus c`, `times c` with a single-digit c; its level is the number of
-operations. The policy answers with the body of `f(x)` in a fenced Python
-block, after a short thinking trace that restates the recipe as code:
+"""The built-in code domain: f(x) from a recipe, scored in the sandbox.
 
   prompt:  Code f: add 5, times 3, minus 4
-  target:  <think> x+5 x*3 x-4 </think>
-           ```python
-           def f(x):
-             x=x+5
-             x=x*3
-             return x-4
-           ```
+  target:  <think> x+5 x*3 x-4 </think>, then `def f(x)` in a python fence
 
-The record's `answer` holds Python asserts on three inputs (`assert f(2)==17`),
-so the completion is scored by the `code` verifier: its program runs in the
-sandbox with the asserts appended, and passes when it exits with status 0.
-The point is that the default machinery exercises the code verifier, the
-sandbox and the pool's timeouts in a real RL loop on CPU
-(docs/multitask.md says what it teaches and where its ceiling lies).
-
-Splits are disjoint by a hash of the recipe, as for the arithmetic task, and
-the recipe is a stable, unique prompt id.
+A level is a recipe's length; `answer` holds asserts on three inputs, for the
+`code` verifier. A hash of the recipe picks its split; the recipe is the
+prompt id. Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -67,12 +50,8 @@ def solution_text(steps: Sequence[Step], slip_prob: float = 0.0,
                   rng: Optional[np.random.Generator] = None) -> str:
   """The worked target: the recipe as code in the thinking, then the program.
 
-  Args:
-    steps: the recipe.
-    slip_prob: probability that the program misstates one constant (by one of
-      `builtin_task.SLIP_OFFSETS`) while the thinking stays right, as the
-      arithmetic task's Answer line slips (`trainer.warm_start_answer_slip_prob`).
-    rng: draws the slip; required when `slip_prob` > 0.
+  `slip_prob` misstates one constant of the program (by one of
+  `builtin_task.SLIP_OFFSETS`), drawn by `rng`; the thinking stays right.
   """
   if slip_prob and rng is None:
     raise ValueError("solution_text: slip_prob > 0 needs an rng")
@@ -103,7 +82,7 @@ def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
 
 
 def code_prompts(levels: Sequence[int], num: int, seed: int, split: str) -> list[dict[str, str]]:
-  """`num` distinct records of `split`, spread evenly over `levels`, in random order.
+  """`num` distinct records of `split`, spread evenly over `levels`, shuffled.
 
   Raises:
     ValueError: bad levels, or fewer than `num` recipes in them.

@@ -1,23 +1,12 @@
-"""The built-in task: multi-step integer arithmetic with a short thinking trace.
-
-A problem is an expression of single-digit operands joined by `+`, `-` and
-`*`; its difficulty level is the number of operators. The worked solution
-rewrites the expression one operation at a time (products first, then sums
-and differences from left to right) inside a thinking block, then states the
-value on a final line:
+"""The built-in task: integer arithmetic with a short thinking trace.
 
   prompt:  Compute 7+5*3-4
   target:  <think> 7+5*3-4 = 7+15-4 = 22-4 = 18 </think>
            Answer: 18
 
-Each rewrite is local, so a ~3M-parameter model learns the format and the
-easy levels from a short supervised warm start, while multi-digit products
-and long chains keep the pass rate well below 1 and leave room for RL.
-
-Training and validation problems are disjoint by construction: a hash of the
-expression assigns every expression to exactly one split, whatever the seed
-or the number of problems. Within a split, problems are distinct, so an
-expression is also a stable, unique prompt id.
+Operands are digits 1-9; a level is the number of operators. A hash of the
+expression picks its split; the expression is the prompt id.
+Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -47,9 +36,9 @@ _VAL_BUCKETS = 16
 # levels of up to `_ENUMERATE_MAX` expressions (levels 1-3) allow.
 _SAMPLE_MAX_FRACTION = 0.25
 _ENUMERATE_MAX = 200_000
-# A slipped rewrite or Answer line (warm start with
-# `trainer.warm_start_slip_prob` / `warm_start_answer_slip_prob`) is off by one
-# of these: the carry and sign slips of mental arithmetic.
+# A slipped rewrite or Answer line (trainer.warm_start_slip_prob,
+# warm_start_answer_slip_prob) is off by one of these: the carry and sign
+# slips of mental arithmetic.
 SLIP_OFFSETS = (-10, -2, -1, 1, 2, 10)
 _ANSWER_VALUE = re.compile(r"\s*([+-]?)([0-9]+)\s*")
 
@@ -72,14 +61,8 @@ class Problem:
             rng: Optional[np.random.Generator] = None) -> list[str]:
     """The expression after each rewrite, from the original to the value.
 
-    Args:
-      slip_prob: probability that a rewrite writes a wrong value (see
-        `SLIP_OFFSETS`); the chain then continues from the wrong value, so a
-        slipped solution is consistent with itself and ends in a wrong answer.
-      rng: draws the slips; required when `slip_prob` > 0.
-
-    Returns:
-      The chain of rewritten expressions; the last one is the (slipped) value.
+    With probability `slip_prob` a rewrite is off by one of `SLIP_OFFSETS`
+    and the chain goes on from it; `rng`, which draws it, is then required.
     """
     if slip_prob and rng is None:
       raise ValueError("Problem.steps: slip_prob > 0 needs an rng")
@@ -109,17 +92,7 @@ def _format(operands: Sequence[int], ops: Sequence[str]) -> str:
 
 
 def parse_expression(expression: str) -> Problem:
-  """Parses an expression such as `7+5*3-4` into a Problem.
-
-  Args:
-    expression: single-digit operands (1-9) joined by `+`, `-` or `*`.
-
-  Returns:
-    The Problem.
-
-  Raises:
-    ValueError: the text is not a built-in task expression.
-  """
+  """The Problem of an expression such as `7+5*3-4`; ValueError if not one."""
   if not re.fullmatch(r"[1-9]([-+*][1-9])+", expression):
     raise ValueError(
         f"{expression!r} is not a built-in task expression (digits 1-9 joined by + - *)")
@@ -142,18 +115,9 @@ def solution_text(problem: Problem, slip_prob: float = 0.0,
                   answer_slip_prob: float = 0.0) -> str:
   """The worked target: the `<think>` trace of rewrites, then the Answer line.
 
-  Args:
-    problem: the expression.
-    slip_prob: probability that each rewrite slips (see `Problem.steps`); the
-      Answer line then states the slipped chain's value.
-    rng: draws the slips; required when either probability is > 0.
-    answer_slip_prob: probability that the Answer line misstates the value the
-      thinking reached, by one of `SLIP_OFFSETS`, while the thinking itself
-      stays as it is: a policy trained on such targets computes the answer
-      and then misreports it at this rate.
-
-  Returns:
-    The target text.
+  `slip_prob` slips rewrites (`Problem.steps`); `answer_slip_prob` misstates
+  the Answer line by one of `SLIP_OFFSETS`, the thinking unchanged. `rng`
+  draws the slips; required when either is > 0.
   """
   if answer_slip_prob and rng is None:
     raise ValueError("solution_text: answer_slip_prob > 0 needs an rng")
@@ -167,21 +131,7 @@ def solution_text(problem: Problem, slip_prob: float = 0.0,
 def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
                 rng: Optional[np.random.Generator] = None,
                 answer_slip_prob: float = 0.0) -> str:
-  """The worked target text of a built-in prompt record (supervised warm start).
-
-  Args:
-    record: a prompt record made by `builtin_prompts`.
-    slip_prob: probability of a wrong value at each rewrite (`Problem.steps`).
-    rng: draws the slips; required when a slip probability is > 0.
-    answer_slip_prob: probability that the Answer line misstates the thinking's
-      value (`solution_text`).
-
-  Returns:
-    `solution_text` of the record's problem.
-
-  Raises:
-    ValueError: the record is not a built-in task record.
-  """
+  """`solution_text` of a built-in record; ValueError for any other record."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: target_text needs a built-in task record, got "
@@ -208,25 +158,10 @@ def _canonical_integer(sign: str, digits: str) -> str:
 
 
 def score_builtin(completion: Optional[str], answer: Optional[str]) -> float:
-  """1.0 if the value after the last `Answer:` equals `answer` as an integer.
+  """1.0 if all that follows the last `Answer:` is the integer `answer`.
 
-  The value must be the only thing after the last `Answer:` (surrounding
-  whitespace allowed). Integers are compared as canonical digit strings, so
-  inputs of any size are scored in linear time and nothing is converted with
-  `int()`. Never raises: anything that is not a string scores 0.0.
-
-  The thinking is stripped before this is called, in one place for every
-  verifier (`rewards.registry.verify`, `config.rewards.strip_thinking`): an
-  `Answer:` written only inside `<think>...</think>`, or by a completion that
-  never closed its thinking, does not reach it.
-
-  Args:
-    completion: the decoded completion's answer region (the whole completion
-      when the thinking is not stripped).
-    answer: the reference answer (an integer as text).
-
-  Returns:
-    1.0 or 0.0.
+  Linear in the input; never raises (a non-string scores 0.0). `completion`
+  is the answer region: `rewards.registry.verify` strips the thinking.
   """
   if not isinstance(completion, str) or not isinstance(answer, str):
     return 0.0
@@ -251,7 +186,7 @@ def _random_problem(level: int, rng: np.random.Generator) -> Problem:
 
 
 def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) -> list[Problem]:
-  """Up to `count` distinct problems of one level in `split` (fewer if exhausted)."""
+  """Up to `count` distinct problems of one level in `split`."""
   total = _num_expressions(level)
   in_split = total / _VAL_BUCKETS if split == "val" else total * (1 - 1 / _VAL_BUCKETS)
   if count <= _SAMPLE_MAX_FRACTION * in_split:
@@ -280,19 +215,9 @@ def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) ->
 
 
 def builtin_problems(levels: Sequence[int], num: int, seed: int, split: str) -> list[Problem]:
-  """Distinct problems of one split, spread evenly over `levels`, in random order.
+  """`num` distinct problems of `split`, spread evenly over `levels`, shuffled.
 
-  A level with fewer distinct problems than its share (level 1 has 243 in all)
-  contributes all it has, and the larger levels share the remainder.
-
-  Args:
-    levels: difficulty levels (number of operators), each >= 1.
-    num: number of problems.
-    seed: the same seed, levels and num give the same problems in the same order.
-    split: 'train' or 'val'.
-
-  Returns:
-    `num` problems.
+  Deterministic; a level short of its share gives all it has.
 
   Raises:
     ValueError: bad arguments, or the levels hold fewer than `num` problems.

@@ -1,13 +1,8 @@
 """The built-in task's SentencePiece model: its corpus and its training.
 
-The model splits digits, keeps `<think>` and `</think>` as single pieces,
-normalises nothing (decode(encode(text)) == text) and falls back to bytes for
-characters outside its corpus, so any prompt source can be encoded.
-`config.model.vocab_size` is its upper bound: the arithmetic corpus fills 316
-of 512 entries (256 of them bytes); the model's spare embedding rows are never
-produced by encode, and decode turns them into U+FFFD.
-
-`tokenizer.train_builtin_tokenizer` wraps the written model in a `Tokenizer`.
+It splits digits, keeps `<think>` and `</think>` whole, normalises nothing
+(decode(encode(text)) == text) and falls back to bytes, so any prompt
+encodes. Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -28,12 +23,7 @@ _CORPUS_PROBLEMS = 2000
 
 
 def corpus(code: bool = False) -> list[str]:
-  """The lines the built-in model is trained on: prompts and worked targets.
-
-  Args:
-    code: add the built-in code domain's (`builtin_code`), for runs that
-      train on it; without it the model and its ids are as they always were.
-  """
+  """The training lines: prompts and worked targets (of code too if `code`)."""
   lines = []
   for problem in builtin_task.builtin_problems(_CORPUS_LEVELS, _CORPUS_PROBLEMS, 0, "train"):
     lines += [builtin_task.prompt_text(problem), builtin_task.solution_text(problem)]
@@ -44,22 +34,12 @@ def corpus(code: bool = False) -> list[str]:
 
 
 def write_model(path: str, vocab_size: int, code: bool = False) -> bytes:
-  """Trains the built-in model and writes it to `path`.
+  """Trains the model deterministically, writes it to `path` atomically.
 
-  Training is deterministic: the same `vocab_size` writes the same file.
-
-  Args:
-    path: where to write the model file (written atomically, also when
-      several processes write it at once).
-    vocab_size: upper bound on the vocabulary; at least ~300 (256 byte pieces,
-      the corpus characters and the special pieces).
-    code: train on the code domain's lines too (`corpus`).
-
-  Returns:
-    The serialized model, as written.
+  Returns the serialized model. `vocab_size` is an upper bound.
 
   Raises:
-    ValueError: `vocab_size` is too small for the corpus.
+    ValueError: `vocab_size` is under ~300, too small for the corpus.
   """
   model = io.BytesIO()
   try:

@@ -1,20 +1,8 @@
-"""Chat templates of instruct checkpoints, rendered as transformers renders them.
+"""Chat templates of instruct checkpoints, rendered as in transformers.
 
-An instruct checkpoint ships a Jinja template that turns a list of messages
-into the exact text the model was tuned on: in `chat_template.jinja` (newer
-checkpoints; it wins when both exist) or as `chat_template` in
-tokenizer_config.json (a string, or a list of named templates of which
-"default" is used). `ChatTemplate.render` renders it in the environment of
-transformers' `apply_chat_template`: a sandbox with trim_blocks and
-lstrip_blocks, the loopcontrols extension and `{% generation %}` blocks,
-`raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text, and
-the special-token strings (`bos_token`, `eos_token`, ...) as variables; so a
-rendered prompt is the same text, and tokenizes to the same ids, as
-`tokenizer.apply_chat_template(messages, add_generation_prompt=True)`.
-
-`strftime_now` reads the clock, as in transformers: a template that prints
-today's date (Llama 3.1) renders differently on another day, and a run
-resumed on another day then refuses its saved data position.
+`ChatTemplate.render` gives the text (and so the ids) of transformers'
+`apply_chat_template`; its `strftime_now` reads the clock, as there.
+Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ Message = Mapping[str, Any]
 
 
 def _jinja():
-  """The jinja2 package, imported when a checkpoint ships a template."""
+  """jinja2, imported only when a checkpoint ships a template."""
   try:
     import jinja2  # pylint: disable=g-import-not-at-top
     import jinja2.ext  # pylint: disable=g-import-not-at-top
@@ -50,11 +38,11 @@ def _jinja():
 
 
 def _environment():
-  """The Jinja environment of transformers' chat templates (see module docstring)."""
+  """The Jinja environment of transformers' chat templates."""
   jinja2 = _jinja()
 
   class GenerationBlock(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}`: marks assistant text; renders its body."""
+    """`{% generation %}` block: marks assistant text; renders its body."""
     tags = {"generation"}
 
     def parse(self, parser):
@@ -86,11 +74,8 @@ def _environment():
 class ChatTemplate:
   """A checkpoint's chat template with the special-token strings it may print.
 
-  Attributes:
-    source: the Jinja text.
-    where: the file it was read from (for messages).
-    special_tokens: `SPECIAL_TOKEN_NAMES` -> token text, for those the
-      checkpoint defines.
+  `source` is the Jinja text, `where` its file, `special_tokens` maps those
+  `SPECIAL_TOKEN_NAMES` the checkpoint defines to their text.
   """
 
   def __init__(self, source: str, where: str, special_tokens: Mapping[str, str]):
@@ -104,21 +89,12 @@ class ChatTemplate:
 
   def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
              **kwargs: Any) -> str:
-    """The text of `messages`, as `apply_chat_template(..., tokenize=False)` writes it.
+    """`messages` as `apply_chat_template(..., tokenize=False)` writes them.
 
-    Args:
-      messages: [{"role": ..., "content": ...}, ...].
-      add_generation_prompt: end with the opening of an assistant turn, so the
-        model's next tokens are its reply.
-      **kwargs: template variables, e.g. `enable_thinking=False` (Qwen3);
-        they override special tokens of the same name, as in transformers.
-
-    Returns:
-      The rendered text.
+    `kwargs` (e.g. `enable_thinking`) override same-named special tokens.
 
     Raises:
-      ValueError: the template rejects the messages (its `raise_exception`)
-        or fails while rendering.
+      ValueError: the template rejects the messages or fails to render.
     """
     variables = {**self.special_tokens, **kwargs}
     try:
@@ -130,10 +106,7 @@ class ChatTemplate:
 
 
 def special_token_text(settings: Mapping[str, Any], name: str) -> Optional[str]:
-  """Text of special token `name` in tokenizer_config.json settings, or None.
-
-  The value is a string or an AddedToken dict {"content": ..., ...}.
-  """
+  """Text of special token `name` (a string or AddedToken dict), or None."""
   value = settings.get(name)
   if isinstance(value, dict):
     value = value.get("content")
@@ -158,15 +131,7 @@ def _template_text(value: Any, where: str) -> Optional[str]:
 
 
 def load(directory: epath.PathLike, settings: Mapping[str, Any]) -> Optional[ChatTemplate]:
-  """The chat template shipped in a checkpoint directory, or None.
-
-  Args:
-    directory: the tokenizer's directory.
-    settings: its tokenizer_config.json and special_tokens_map.json, merged
-      (the special-token strings come from here).
-
-  Returns:
-    The template, or None when the directory ships none.
+  """`directory`'s template (chat_template.jinja, else `settings`), or None.
 
   Raises:
     ValueError: the template is malformed.

@@ -1,17 +1,10 @@
 """Per-prompt pass-rate history, No-Positive-Resampling, zero-variance counts.
 
-No-Positive-Resampling (PAPER.md §5): a prompt whose historical pass rate (the
-mean verifier score over every completion ever scored for it, across epochs)
-reaches `config.curriculum.retire_threshold` (0.9) is retired and never
-sampled again. The paper reports that this, like zero-variance filtering,
-improves compute efficiency (B) without moving the ceiling (A).
-
-The data pipeline asks `is_retired` / `filter_records` before it samples; the
-trainer calls `update` with each finished group's scores. `state_dict()` is
-JSON-able (save it with orbax's `ocp.args.JsonSave`) and `from_state_dict`
-restores the curriculum exactly.
+A prompt whose historical pass rate reaches curriculum.retire_threshold is
+retired for good (`is_retired`); `update` takes finished groups' scores.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
+Design: docs/design/curriculum.md.
 """
 
 from __future__ import annotations
@@ -28,14 +21,7 @@ _EPS = 1e-9
 
 
 def zero_variance_mask(scores_PxG: np.ndarray) -> np.ndarray:
-  """Which groups have all G scores equal (no learning signal).
-
-  Args:
-    scores_PxG: scores of P groups of G completions.
-
-  Returns:
-    Boolean mask [P]: True where every completion of the group scored the same.
-  """
+  """Boolean [P]: True where a group's G > 0 scores are all equal."""
   scores_PxG = np.asarray(scores_PxG)
   if scores_PxG.ndim != 2 or scores_PxG.shape[1] == 0:
     raise ValueError(f"scores must be [P, G] with G > 0, got shape {scores_PxG.shape}")
@@ -45,10 +31,8 @@ def zero_variance_mask(scores_PxG: np.ndarray) -> np.ndarray:
 class Curriculum:
   """Pass-rate history of every prompt seen, and the set of retired prompts.
 
-  Args:
-    retire_threshold: historical pass rate in (0, 1] at which a prompt retires.
-    no_positive_resampling: retire prompts at all; when False the history and
-      counters are still kept (for metrics) but every prompt stays in play.
+  A prompt retires at a pass rate >= `retire_threshold` (in (0, 1]); with
+  `no_positive_resampling=False` none does, but the history is kept.
   """
 
   def __init__(self, retire_threshold: float = 0.9, no_positive_resampling: bool = True):
@@ -70,18 +54,12 @@ class Curriculum:
     return cls(curriculum_config.retire_threshold, curriculum_config.no_positive_resampling)
 
   def update(self, prompt_ids: Sequence[str], scores_PxG: np.ndarray) -> list[str]:
-    """Adds finished groups to the history and retires prompts that reach the threshold.
+    """Adds finished groups; returns the ids this retires, in order.
 
-    Args:
-      prompt_ids: the P prompts' ids (a prompt may appear more than once).
-      scores_PxG: their completions' verifier scores, in [0, 1].
-
-    Returns:
-      Ids retired by this update, in order of first appearance.
+    `prompt_ids` may repeat; `scores_PxG` are verifier scores in [0, 1].
 
     Raises:
-      ValueError: shapes disagree, an id is not a string, or a score is
-        outside [0, 1].
+      ValueError: shapes disagree, a non-string id, or a score outside [0, 1].
     """
     scores_PxG = np.asarray(scores_PxG, np.float64)
     if scores_PxG.ndim != 2 or scores_PxG.shape[0] != len(prompt_ids):
@@ -128,12 +106,7 @@ class Curriculum:
     return [r for r in records if r["id"] not in self._retired]
 
   def metrics(self) -> dict[str, float]:
-    """Cumulative counters for the metric writers.
-
-    Returns:
-      prompts_seen, prompts_retired, groups_seen, zero_variance_groups,
-      zero_variance_fraction, all_correct_groups, all_wrong_groups.
-    """
+    """Cumulative counters for the metric writers."""
     return {
         "prompts_seen": len(self._count),
         "prompts_retired": len(self._retired),
@@ -163,17 +136,7 @@ class Curriculum:
 
   @classmethod
   def from_state_dict(cls, state: Mapping[str, Any]) -> Curriculum:
-    """Restores a curriculum saved by `state_dict`.
-
-    Args:
-      state: the saved dict (as JSON-restored by orbax).
-
-    Returns:
-      A curriculum equal to the one saved.
-
-    Raises:
-      ValueError: the state is from another version or is inconsistent.
-    """
+    """Restores a `state_dict`; ValueError if foreign or inconsistent."""
     expected = set(cls().state_dict())
     if set(state) != expected:
       raise ValueError(

@@ -1,22 +1,10 @@
-"""A mixture of named prompt sources (domains): config, records, NPR state, metrics.
+"""A mixture of prompt sources (domains): config, records, curricula, metrics.
 
-`config.data.mixture` maps a domain name to its fields:
-
-  weight                 share of the prompt stream (> 0; normalised)
-  source                 a `data.source` value (builtin, builtin_code, jsonl, ...)
-  verifier               overrides each record's verifier spec; "" keeps it
-  retire_threshold,      this domain's No-Positive-Resampling settings;
-  no_positive_resampling   default `config.curriculum`'s
-  any other data.* field that source reads (jsonl_train, builtin_difficulty, ...)
-
-Empty (the default) means the single `data.source`, exactly as before.
-
-A domain's records get the id `<domain>/<id>` and a `domain` field. The
-pipeline mixes the domains with grain's `MapDataset.mix`, a deterministic
-weighted interleaving: every window of P prompts holds each domain's share to
-within a prompt, so a batch holds a fixed share, not a draw by weight
-(retired prompts are skipped, which shifts the share towards the domain with
-more prompts left). Each domain keeps its own curriculum (`Curricula`).
+`config.data.mixture` maps a domain to `weight` (> 0), `source`, `verifier`
+(overrides the records' unless ""), `retire_threshold`,
+`no_positive_resampling` and data.* fields for its source; empty means the
+single data.source. Records get ids `<domain>/<id>` and a `domain` field.
+Design: docs/design/data.md, docs/design/curriculum.md.
 """
 
 from __future__ import annotations
@@ -38,11 +26,7 @@ def names(config: ml_collections.ConfigDict) -> list[str]:
 
 
 def weights(config: ml_collections.ConfigDict) -> dict[str, float]:
-  """Domain -> weight.
-
-  Raises:
-    ValueError: a weight that is missing or not positive.
-  """
+  """Domain -> weight; ValueError for a weight <= 0 or a name with SEP."""
   out = {}
   for name in names(config):
     weight = config.data.mixture[name].get("weight", None)
@@ -55,10 +39,11 @@ def weights(config: ml_collections.ConfigDict) -> dict[str, float]:
 
 
 def domain_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
-  """The single-source config of domain `name`: data.* overridden by its fields.
+  """The single-source config of domain `name`: data.* overridden by it.
 
   Raises:
-    ValueError: a field that is neither the domain's own nor a data.* field.
+    ValueError: a field that is neither the domain's own nor a data.* field,
+      or no source.
   """
   fields = config.data.mixture[name]
   sub = ml_collections.ConfigDict(config.to_dict())
@@ -76,7 +61,7 @@ def domain_config(config: ml_collections.ConfigDict, name: str) -> ml_collection
 
 
 def tag(records: Iterable[dict], name: str, verifier: str = "") -> list[dict]:
-  """Domain `name`'s records with prefixed ids, the domain field and its verifier."""
+  """Domain `name`'s records: prefixed ids, a domain field, its verifier."""
   out = []
   for record in records:
     record = dict(record, id=f"{name}{SEP}{record['id']}", domain=name)
@@ -92,7 +77,7 @@ def domain_of(record: Mapping[str, Any]) -> str:
 
 
 def head_per_domain(records: Sequence[dict], num: int) -> list[dict]:
-  """The first `num` records of each domain, domains in order of first appearance."""
+  """The first `num` records of each domain, domains in order of appearance."""
   taken: dict[str, list[dict]] = {}
   for record in records:
     bucket = taken.setdefault(domain_of(record), [])
@@ -102,10 +87,9 @@ def head_per_domain(records: Sequence[dict], num: int) -> list[dict]:
 
 
 def train_metrics(groups: Sequence[Any]) -> dict[str, float]:
-  """Per-domain metrics of a batch of scored groups (`buffer.Group`); {} without domains.
+  """train/<domain>/ count, reward_mean, zero_variance_frac, mean_length.
 
-  train/<domain>/count (groups), reward_mean (mean score: the pass rate),
-  zero_variance_frac, mean_length (completion tokens).
+  Of scored groups (`buffer.Group`); {} when no group has a domain.
   """
   by_domain: dict[str, list[Any]] = {}
   for g in groups:
@@ -125,10 +109,9 @@ def train_metrics(groups: Sequence[Any]) -> dict[str, float]:
 
 
 class Curricula:
-  """One `Curriculum` per domain, behind the single curriculum's interface.
+  """One `Curriculum` per domain, routed by id prefix, behind its interface.
 
-  Ids are routed by their `<domain>/` prefix. `metrics` sums the domains'
-  counters (the single-source keys) and adds `curriculum/<domain>/...`.
+  `metrics` sums the domains' counters and adds `curriculum/<domain>/...`.
   """
 
   def __init__(self, curricula: Mapping[str, curriculum_lib.Curriculum]):

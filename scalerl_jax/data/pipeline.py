@@ -1,35 +1,12 @@
-"""The prompt stream: a grain pipeline from prompt records to batches of P prompts.
+"""The prompt stream: prompt records to batches of P prompts, with grain.
 
-  records (sources.load_prompts)
-    -> the text the model reads (`PromptFormat`): the prompt with
-       data.answer_instruction on a new line, rendered through the
-       tokenizer's chat template with data.system_prompt (data.chat_template:
-       'auto' renders when the tokenizer ships a template), else after BOS.
-    -> tokenized once, up front. A prompt longer than
-       sampling.max_prompt_len raises, naming its id and length
-       (data.on_long_prompt='error'), or is left out and counted ('skip'), so
-       a bad prompt stops the run at start-up and not hours into it.
-    -> grain.MapDataset: a seeded shuffle whose order changes every epoch
-       (grain reshuffles epoch e with seed + e), repeated forever. In a
-       mixture of domains (data.mixture), one such stream per domain (seed +
-       its index), mixed by `MapDataset.mix` with the domains' weights
-       (mixture.py says what share a batch holds).
-    -> retired prompts dropped: `is_retired(id)` is consulted as each batch
-       is formed, so No-Positive-Resampling takes effect from the next batch.
-    -> PromptBatch of P = data.prompts_per_step prompts; the sampler draws
-       G = data.generations_per_prompt completions of each (`expand`).
+Prompts are tokenized once, up front. The stream is a seeded shuffle per
+epoch, repeated forever; retired prompts are dropped as each batch is formed;
+every process yields the same global batch. `get_state()`, saved with the
+curriculum's retired set, resumes exactly the remaining stream.
 
-Every process yields the same global batch; the trainer places its slice.
-
-Exact resume: `get_state()` is grain's position in the infinite shuffled
-stream plus a fingerprint of the prompt set (JSON). Which prompts a batch skips
-depends on the retired set when the batch is formed, so the curriculum's
-retired set is saved in the same checkpoint: restoring both yields exactly
-the remaining stream; restoring the position alone yields the same order with
-the then-retired prompts left out.
-
-Shape letters: the package key (scalerl_jax/__init__.py); here L is
-sampling.max_prompt_len and B = P * G rows after `expand`.
+Shape letters: the package key (scalerl_jax/__init__.py).
+Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -56,17 +33,15 @@ _MAX_LOGGED_IDS = 10
 
 @dataclasses.dataclass(frozen=True)
 class PromptFormat:
-  """How a prompt record's text becomes the token ids the model reads.
+  """How a prompt's text becomes the token ids the model reads.
 
-  With a chat template, the prompt is one user message (after a system
-  message when `system_prompt` is set), rendered with the generation prompt
-  and tokenized as it stands: the template prints any BOS itself, as in
-  transformers' `apply_chat_template(..., tokenize=True)`. Without one, the
-  ids are BOS (if the tokenizer has one) + the text.
+  With a template: one user message, rendered with the generation prompt
+  (the template prints any BOS). Without one: BOS (if any), then the text.
   """
   template: Optional[chat_template_lib.ChatTemplate] = None
   system_prompt: str = ""  # data.system_prompt
-  answer_instruction: str = ""  # data.answer_instruction, on a new line after the prompt.
+  # data.answer_instruction, on a new line after the prompt.
+  answer_instruction: str = ""
   enable_thinking: bool = True  # data.enable_thinking, passed to the template.
 
   @classmethod
@@ -75,8 +50,7 @@ class PromptFormat:
     """The format of `config.data` for `tokenizer`.
 
     Raises:
-      ValueError: data.chat_template is 'on' and the tokenizer ships no
-        template, or data.system_prompt is set and no template is used.
+      ValueError: bad data.chat_template, or a system prompt but no template.
     """
     d = config.data
     if d.chat_template not in chat_template_lib.MODES:
@@ -115,25 +89,26 @@ class PromptFormat:
     return [tokenizer.bos_id] + ids
 
 
-RAW = PromptFormat()  # The prompt text after BOS, as the built-in task is trained.
+# The prompt text after BOS, as the built-in task is trained.
+RAW = PromptFormat()
 
 
 def prompt_ids(tokenizer: tokenizer_lib.Tokenizer, prompt: str,
                prompt_format: PromptFormat = RAW) -> list[int]:
-  """Token ids the model reads for a prompt (by default BOS, if any, + text)."""
+  """Token ids the model reads for a prompt (default: BOS, if any, + text)."""
   return prompt_format.ids(tokenizer, prompt)
 
 
 @dataclasses.dataclass(frozen=True)
 class PromptBatch:
-  """P prompts, right-padded, each to be sampled G times."""
+  """P prompts, right-padded to L = max_prompt_len, each sampled G times."""
   tokens_PxL: np.ndarray  # int32 [P, L]: prompt ids, then pad_id.
   lengths_P: np.ndarray  # int32 [P]: number of prompt ids in each row.
   records: tuple[Record, ...]  # [P] the prompt records, in row order.
   generations_per_prompt: int  # G
 
   def expand(self) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens_BxL, lengths_B), B = P*G: rows i*G .. i*G+G-1 repeat prompt i."""
+    """(tokens_BxL, lengths_B), B = P*G: rows i*G .. i*G+G-1 are prompt i."""
     g = self.generations_per_prompt
     return np.repeat(self.tokens_PxL, g, axis=0), np.repeat(self.lengths_P, g)
 
@@ -142,22 +117,10 @@ def tokenize_prompts(records: Sequence[Record], tokenizer: tokenizer_lib.Tokeniz
                      max_prompt_len: int, on_long_prompt: str,
                      prompt_format: PromptFormat = RAW
                      ) -> tuple[list[tuple[Record, np.ndarray]], list[str]]:
-  """Tokenizes prompts and applies the prompt budget.
-
-  Args:
-    records: prompt records.
-    tokenizer: the experiment's tokenizer.
-    max_prompt_len: the prompt budget in tokens, BOS and template included.
-    on_long_prompt: 'error' raises on the first prompt over budget; 'skip'
-      leaves it out.
-    prompt_format: how a record's prompt becomes ids.
-
-  Returns:
-    ([(record, int32 ids)] of the prompts within budget, ids of skipped prompts).
+  """([(record, int32 ids)] within budget (BOS counted), skipped ids).
 
   Raises:
-    ValueError: a prompt is over budget and on_long_prompt is 'error', or
-      on_long_prompt is neither value.
+    ValueError: a prompt over budget under 'error', or an unknown mode.
   """
   if on_long_prompt not in ON_LONG_PROMPT:
     raise ValueError(f"data.on_long_prompt: {on_long_prompt!r} is not one of {ON_LONG_PROMPT}")
@@ -188,10 +151,7 @@ def make_batch(examples: Sequence[tuple[Record, np.ndarray]], max_prompt_len: in
 
 
 class PromptPipeline:
-  """Infinite, checkpointable iterator of training PromptBatches.
-
-  Stops (StopIteration) only when every prompt is retired.
-  """
+  """Infinite, checkpointable iterator of PromptBatches, until all retire."""
 
   def __init__(self, records: Sequence[Record], tokenizer: tokenizer_lib.Tokenizer, *,
                prompts_per_step: int, generations_per_prompt: int, max_prompt_len: int,
@@ -201,24 +161,9 @@ class PromptPipeline:
                weights: Optional[Mapping[str, float]] = None):
     """Tokenizes the prompts and builds the grain stream.
 
-    Args:
-      records: the training prompt records; ids must be unique.
-      tokenizer: the experiment's tokenizer.
-      prompts_per_step: P.
-      generations_per_prompt: G.
-      max_prompt_len: L, the prompt budget in tokens.
-      on_long_prompt: 'error' or 'skip' (see `tokenize_prompts`).
-      seed: shuffle seed (taken modulo 2**32).
-      is_retired: `is_retired(id)` -> True drops the prompt from batches
-        formed from now on; None retires nothing.
-      prompt_format: how a record's prompt becomes ids.
-      weights: domain -> weight of a mixture (records carry `domain`); None
-        for a single source.
-
-    Raises:
-      ValueError: no records, duplicate ids, a prompt over budget with
-        on_long_prompt='error', no prompt within budget, or a domain of
-        `weights` without prompts.
+    `is_retired(id)` is asked as each batch is formed; `weights` (domain ->
+    weight; records carry `domain`) makes the stream a mixture. ValueError:
+    no records, duplicate ids, no prompt in budget, an empty domain.
     """
     if not records:
       raise ValueError("the prompt pipeline got no prompt records")
@@ -281,12 +226,7 @@ class PromptPipeline:
     return {"grain": self._iterator.get_state(), "fingerprint": self._fingerprint}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    """Restores a position saved by `get_state` of an identical pipeline.
-
-    Raises:
-      ValueError: the state is malformed or was saved for other prompts, seed
-        or batch size.
-    """
+    """Restores a `get_state` position; ValueError if malformed or foreign."""
     if not isinstance(state, Mapping) or set(state) != {"grain", "fingerprint"}:
       raise ValueError(f"data iterator state must hold 'grain' and 'fingerprint', got {state!r}")
     if state["fingerprint"] != self._fingerprint:
@@ -324,16 +264,10 @@ def make_pipeline(config: ml_collections.ConfigDict, records: Sequence[Record],
 def eval_batches(config: ml_collections.ConfigDict, records: Sequence[Record],
                  tokenizer: tokenizer_lib.Tokenizer, batch_size: int,
                  generations_per_prompt: int) -> list[PromptBatch]:
-  """Validation prompts in their given order, in batches (the last may be smaller).
+  """Validation prompts in order, in batches of `batch_size` (last smaller).
 
-  Args:
-    config: the experiment config (prompt format, budget and on_long_prompt).
-    records: the validation records, e.g. the first trainer.eval_num_prompts.
-    batch_size: prompts per batch.
-    generations_per_prompt: samples per prompt (k of mean@k).
-
-  Returns:
-    The batches; prompts over budget raise or are skipped as in training.
+  Raises:
+    ValueError: no prompt fits the budget, or as `tokenize_prompts`.
   """
   examples, skipped = tokenize_prompts(records, tokenizer, config.sampling.max_prompt_len,
                                        config.data.on_long_prompt,

@@ -1,34 +1,10 @@
-"""Prompt sources: the built-in tasks, reasoning-gym, TFDS datasets and JSONL files.
+"""Prompt sources: the built-in tasks, reasoning-gym, TFDS and JSONL files.
 
-Every source yields prompt records, plain dicts of strings:
-
-  id        unique within a split and stable: the same config gives the same
-            ids for the same prompts (the curriculum keys its history on it)
-  prompt    the text shown to the model
-  answer    the reference answer ("" where a reasoning-gym task has none)
-  source    builtin | builtin_code | reasoning_gym | tfds | jsonl
-  verifier  how to score a completion: "builtin" (builtin_task.score_builtin),
-            "code" (builtin_code: the sandbox runs the record's asserts),
-            "reasoning_gym:<dataset>" (that dataset's score_answer with the
-            entry stored in metadata), "math" (TFDS and JSONL answers), or the
-            name a JSONL row gives in its own "verifier" field
-  metadata  a JSON object as text: the built-in problem's level and
-            expression; the reasoning-gym entry itself; the extra fields of a
-            JSONL row (e.g. a code task's tests); {} for TFDS
-
-JSONL rows name their prompt and answer fields by `data.jsonl_prompt_field`
-and `data.jsonl_answer_field` (GSM8K: "question", "answer"). Where the answer
-field holds a worked solution that ends in the final answer after a marker
-(GSM8K: "... #### 42"), `data.answer_delimiter` ("####") makes the reference
-answer the text after the marker's last occurrence, for JSONL and TFDS; a row
-without the marker is malformed.
-
-`load_prompts(config, split)` returns the records of split 'train' or 'val'
-for `config.data.source`, or of every domain of `config.data.mixture`
-(`mixture.py`: ids `<domain>/<id>`, a `domain` field). An empty or missing
-source is an error naming the config field. Malformed JSONL rows and TFDS
-examples are skipped, counted and logged with their file and line (or split
-and index); they are never dropped silently.
+`load_prompts(config, split)` returns the records of data.source or of every
+domain of a mixture: dicts of strings `id` (unique, stable), `prompt`,
+`answer`, `source`, `verifier` (a spec, rewards/registry.py) and `metadata`
+(JSON text). Malformed rows are skipped, counted and logged where they are.
+Design: docs/design/prompt_sources.md.
 """
 
 from __future__ import annotations
@@ -48,7 +24,8 @@ from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
 
 SPLITS = builtin_task.SPLITS
-VAL_SEED = 0  # Seed of the built-in validation prompts, whatever config.seed is.
+# Seed of the built-in validation prompts, whatever config.seed is.
+VAL_SEED = 0
 RECORD_FIELDS = ("id", "prompt", "answer", "source", "verifier", "metadata")
 _JSONL_OWN_FIELDS = ("id", "verifier")  # Besides the prompt and answer fields.
 _MAX_LOGGED_ROWS = 20
@@ -89,9 +66,7 @@ def _report(what: str, malformed: list[MalformedRow]) -> None:
 def _final_answer(answer: Any, delimiter: str) -> tuple[Optional[str], Optional[str]]:
   """(reference answer, None), or (None, why not) for a row's answer value.
 
-  Args:
-    answer: the answer field's value.
-    delimiter: `data.answer_delimiter`; "" takes the whole text.
+  The answer is the text after `delimiter`'s last occurrence ("": all of it).
   """
   if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
     return None, "is missing or not a string or number"
@@ -122,21 +97,9 @@ def _check_row(row: Any, prompt_field: str) -> Optional[str]:
 
 def read_jsonl(path: str, prompt_field: str = "prompt", answer_field: str = "answer",
                answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
-  """Prompt records of a JSONL file of {"prompt", "answer"} rows.
+  """Prompt records of a JSONL file, and its malformed rows with their lines.
 
-  Optional row fields: "id" (default: a hash of the prompt), "verifier"
-  (default "math"); any other fields go to the record's metadata. Blank lines
-  are ignored. A row that is not valid UTF-8 or JSON, lacks a prompt or an
-  answer, or repeats an earlier id is malformed.
-
-  Args:
-    path: the file.
-    prompt_field: the row field holding the prompt (`data.jsonl_prompt_field`).
-    answer_field: the row field holding the answer (`data.jsonl_answer_field`).
-    answer_delimiter: `data.answer_delimiter` (see `_final_answer`).
-
-  Returns:
-    (records, malformed rows with their line numbers).
+  Rows may set "id" and "verifier"; other fields go to the metadata.
 
   Raises:
     FileNotFoundError: `path` does not exist.
@@ -185,29 +148,17 @@ def _tfds_value(example: dict[str, Any], field: str) -> Any:
     value = value[key]
   if isinstance(value, bytes):
     value = value.decode("utf-8")
-  if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # NumPy scalar.
+  # A NumPy scalar becomes a Python one.
+  if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
     value = value.item()
   return value
 
 
 def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer_field: str,
                  answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
-  """Prompt records of one split of a TFDS dataset, read with `tfds.data_source`.
+  """Prompt records of a TFDS split (array_record format), and malformed ones.
 
-  The dataset must be available in the array_record format (TFDS prepares it
-  so by default on first use).
-
-  Args:
-    name: builder name, optionally with ":version".
-    split: TFDS split expression, e.g. "train" or "test[:500]".
-    data_dir: TFDS data_dir; "" for the default.
-    prompt_field: feature holding the prompt ("a/b" for a nested feature).
-    answer_field: feature holding the reference answer.
-    answer_delimiter: `data.answer_delimiter` (see `_final_answer`).
-
-  Returns:
-    (records, malformed examples: a field that is not text or a number, an
-    empty prompt, or an answer without the delimiter).
+  Fields "a/b" name nested features; `data_dir` "" is TFDS's default.
 
   Raises:
     ValueError: a field is not a feature of the dataset.
@@ -241,23 +192,9 @@ def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer
 
 def reasoning_gym_prompts(name: str, split: str, size: int, val_size: int,
                           seed: int) -> list[dict[str, str]]:
-  """Prompt records of a reasoning-gym dataset, scored by its own score_answer.
+  """Prompt records of a reasoning-gym dataset; metadata holds each entry.
 
-  The validation split is generated with seed 2*seed+1, the training split
-  with 2*seed; training drops any question that is also a validation question
-  or repeats an earlier one, so the splits are disjoint and ids (hashes of the
-  question) are unique.
-
-  Args:
-    name: reasoning-gym dataset name, e.g. "basic_arithmetic".
-    split: 'train' or 'val'.
-    size: number of training entries generated.
-    val_size: number of validation entries generated.
-    seed: the experiment seed.
-
-  Returns:
-    The records; metadata holds the entry as JSON (arc_agi and rearc compare
-    tuples, which JSON turns into lists).
+  Training drops questions repeated or shared with validation.
 
   Raises:
     ImportError: reasoning-gym is not installed.
@@ -306,9 +243,8 @@ _Loaded = tuple[list[dict[str, str]], list[MalformedRow], str, str]
 
 def _builtin_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   d = config.data
-  # The validation prompts do not depend on config.seed: runs that differ
-  # only in seed are measured on the same held-out set (as the paper's fixed
-  # 1,000 prompts), so their curves differ by training alone.
+  # Validation ignores config.seed, so runs that differ only in seed are
+  # measured on the same held-out set (as the paper's fixed 1,000 prompts).
   seed = config.seed if split == "train" else VAL_SEED
   field = f"builtin_num_{split}"
   records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], seed, split)
@@ -361,18 +297,10 @@ SOURCES = tuple(_LOADERS)  # The values `data.source` allows.
 
 
 def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str, str]]:
-  """The prompt records of `split` for `config.data.source`.
-
-  Args:
-    config: the experiment config.
-    split: 'train' or 'val'.
-
-  Returns:
-    A non-empty list of records.
+  """The non-empty prompt records of `split` ('train' or 'val').
 
   Raises:
-    ValueError: unknown split or source, an unset source field, or a source
-      with no usable prompts.
+    ValueError: unknown split or source, an unset field, or no usable prompt.
     FileNotFoundError: a JSONL file does not exist.
   """
   if split not in SPLITS:

@@ -1,34 +1,9 @@
-"""Tokenizers: one trained for the built-in task, or one shipped with a checkpoint.
+"""Tokenizers: the built-in task's, or one shipped with a checkpoint.
 
-`get_tokenizer(config, workdir)` chooses, in this order:
-  1. `config.data.tokenizer_path`: a SentencePiece `.model` file, a
-     `tokenizer.json`, or a directory holding either;
-  2. `config.model.hf_path`: the tokenizer in that Hugging Face checkpoint
-     directory (`tokenizer.model` through sentencepiece, else `tokenizer.json`
-     through the `tokenizers` package, extra `[hf]`), read offline;
-  3. otherwise `<workdir>/tokenizer.model`: a SentencePiece BPE model trained
-     on the built-in task's corpus on first use (well under a second) and
-     reused on every later call, so a resumed run keeps its token ids.
-
-Beside a checkpoint's tokenizer file it reads what the checkpoint says about
-using it: the special tokens (tokenizer_config.json, special_tokens_map.json),
-the chat template (`chat_template.load`), and the ids that end a reply:
-`stop_ids` is the EOS token followed by every `eos_token_id` of
-generation_config.json (an int or a list; Qwen3 instruct stops at both
-`<|im_end|>` and `<|endoftext|>`). The sampler stops at all of them.
-
-Completions are handed to verifiers through `completion_text`, which makes
-the thinking explicit: when a chat template opens the thinking in the prompt
-(the generation prompt ends in `<think>` and whitespace, as in DeepSeek-R1 and
-Qwen3 thinking-only templates), the model's reply starts inside the thinking,
-so the prompt's `<think>` and what follows it are put in front of the reply.
-A verifier then sees every thinking trace opened where it is, and the one
-stripping rule (`rewards.extract.answer_region`) holds for every template:
-a reply that never closes the thinking has no answer, whether the prompt or
-the model opened it. `<think>` and `</think>` are kept by `decode` even where a
-tokenizer marks them special.
-
-The built-in model and its corpus are described in `builtin_tokenizer`.
+`get_tokenizer` reads data.tokenizer_path, else model.hf_path's, else
+`<workdir>/tokenizer.model` (trained on first use). `completion_text`, which
+verifiers score, puts a `<think>` the prompt left open before the reply, so
+one stripping rule holds for every template. Design: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -52,22 +27,16 @@ GENERATION_CONFIG = "generation_config.json"
 # Files beside a tokenizer that name its special tokens (later ones win).
 _SETTINGS_FILES = ("special_tokens_map.json", "tokenizer_config.json")
 THINK_TOKENS = (builtin_task.THINK_OPEN, builtin_task.THINK_CLOSE)
-UNKNOWN_TEXT = "\ufffd"  # What decode writes for an id outside the vocabulary.
+# What decode writes for an id outside the vocabulary.
+UNKNOWN_TEXT = "\ufffd"
 
 
 class Tokenizer:
-  """Text <-> token ids, with the ids of the special tokens the RL loop needs.
+  """Text <-> ids in [0, vocab_size), with the special ids the RL loop needs.
 
-  Attributes:
-    path: the file the tokenizer was read from.
-    vocab_size: number of ids; encode returns ids in [0, vocab_size).
-    bos_id: begin-of-sequence id, or None when the tokenizer has none (Qwen).
-    eos_id: end-of-sequence id.
-    stop_ids: ids that end generation: eos_id first, then the
-      generation_config.json ones (see the module docstring).
-    pad_id: padding id (the eos id when the tokenizer defines no pad).
-    think_id, end_think_id: ids of `<think>` and `</think>`, or None.
-    chat_template: the checkpoint's chat template, or None.
+  `bos_id`, `think_id`, `end_think_id` and `chat_template` may be None;
+  `pad_id` falls back to `eos_id`; `stop_ids` is `eos_id`, then the
+  `eos_token_id`s of generation_config.json.
   """
 
   def __init__(self, backend: Any, *, path: str, vocab_size: int, bos_id: Optional[int],
@@ -75,7 +44,8 @@ class Tokenizer:
                end_think_id: Optional[int], stop_ids: Sequence[int] = (),
                chat_template: Optional[chat_template_lib.ChatTemplate] = None,
                special_pieces: Optional[Mapping[str, int]] = None):
-    self._backend = backend  # spm.SentencePieceProcessor or tokenizers.Tokenizer.
+    # spm.SentencePieceProcessor or tokenizers.Tokenizer.
+    self._backend = backend
     self.path = path
     self.vocab_size = vocab_size
     self.bos_id = bos_id
@@ -99,7 +69,7 @@ class Tokenizer:
           if t.special and i not in (think_id, end_think_id))
 
   def encode(self, text: str) -> list[int]:
-    """Token ids of `text`, without BOS or EOS; special-token text becomes its id."""
+    """Ids of `text`, without BOS or EOS; special-token text becomes its id."""
     if not isinstance(self._backend, spm.SentencePieceProcessor):
       return self._backend.encode(text, add_special_tokens=False).ids
     if not self._special_pieces:
@@ -112,15 +82,9 @@ class Tokenizer:
     return ids + self._backend.encode(text[start:])
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of `ids`; special tokens but the thinking tags are dropped, unknown ids become U+FFFD.
+    """Text of `ids`, without special tokens but the thinking tags.
 
-    Args:
-      ids: token ids, e.g. a row of sampled completion tokens. Ids outside
-        [0, vocab_size) are possible when the model's vocabulary is larger
-        than the tokenizer's.
-
-    Returns:
-      The decoded text.
+    Ids outside [0, vocab_size) (a larger model vocabulary) become U+FFFD.
     """
     pieces, run = [], []
     for i in ids:
@@ -142,19 +106,7 @@ class Tokenizer:
     return self._backend.decode(ids, skip_special_tokens=False)
 
   def open_thinking(self, prompt_ids: Sequence[int]) -> int:
-    """Where the thinking the prompt leaves open starts, or -1.
-
-    The prompt leaves the thinking open when it ends in `<think>` followed
-    by nothing but whitespace: the generation prompt of a template that makes
-    the model think. A `<think>` quoted inside a user message is followed by
-    the rest of the conversation and does not count.
-
-    Args:
-      prompt_ids: the prompt's token ids.
-
-    Returns:
-      The index of that `<think>` in `prompt_ids`, or -1.
-    """
+    """Index of the last `<think>` if only whitespace follows it, else -1."""
     if self.think_id is None:
       return -1
     at = np.flatnonzero(np.asarray(prompt_ids) == self.think_id)
@@ -163,18 +115,9 @@ class Tokenizer:
     return int(at[-1])
 
   def completion_text(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> str:
-    """The text of a completion that verifiers score.
+    """The text verifiers score, after the prompt's open `<think>` if any.
 
-    A final stop id is dropped. When the prompt left the thinking open
-    (`open_thinking`), the prompt's `<think>` and the whitespace after it come
-    first, so the text shows the thinking the reply is inside of.
-
-    Args:
-      prompt_ids: the prompt's token ids.
-      completion_ids: the generated ids (injected phrases included).
-
-    Returns:
-      The text.
+    A final stop id is dropped.
     """
     ids = [int(i) for i in completion_ids]
     if ids and ids[-1] in self.stop_ids:
@@ -193,7 +136,7 @@ def _read_json(path: epath.Path) -> Any:
 
 
 def _settings(directory: epath.Path) -> dict[str, Any]:
-  """tokenizer_config.json over special_tokens_map.json, as far as they exist."""
+  """tokenizer_config.json over special_tokens_map.json, where they exist."""
   settings = {}
   for name in _SETTINGS_FILES:
     if (directory / name).exists():
@@ -205,7 +148,7 @@ def _settings(directory: epath.Path) -> dict[str, Any]:
 
 
 def _generation_stop_ids(directory: epath.Path, vocab_size: int) -> list[int]:
-  """The `eos_token_id`s of generation_config.json (an int or a list), if any."""
+  """The `eos_token_id`s of generation_config.json (int or list), if any."""
   path = directory / GENERATION_CONFIG
   if not path.exists():
     return []
@@ -264,7 +207,8 @@ def _from_tokenizer_json(path: epath.Path, settings: Mapping[str, Any]) -> dict[
         "(pip install 'scalerl_jax[hf]')") from None
   try:
     tok = tokenizers.Tokenizer.from_str(path.read_text())
-  except Exception as e:  # tokenizers raises its own Exception type on bad JSON.
+  except Exception as e:
+    # tokenizers raises its own Exception type on bad JSON.
     raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
 
   # Which tokens are BOS/EOS/PAD is stated beside tokenizer.json, not in it.
@@ -290,20 +234,13 @@ def _from_tokenizer_json(path: epath.Path, settings: Mapping[str, Any]) -> dict[
 
 
 def load_tokenizer(path: str) -> Tokenizer:
-  """Reads a tokenizer, its chat template and its stop ids, offline.
+  """Reads a tokenizer and the files beside it, offline.
 
-  Args:
-    path: a SentencePiece model file, a `tokenizer.json`, or a directory
-      holding `tokenizer.model` (preferred) or `tokenizer.json`. The files
-      beside it (see the module docstring) are read too.
-
-  Returns:
-    The tokenizer.
+  `path`: a tokenizer file, or a directory's tokenizer.model (else .json).
 
   Raises:
     FileNotFoundError: nothing to read at `path`.
-    ValueError: the file is not a tokenizer of a known kind, or a file beside
-      it is malformed.
+    ValueError: not a known tokenizer, or a malformed file beside it.
   """
   p = epath.Path(path)
   if p.is_dir():
@@ -325,32 +262,13 @@ def load_tokenizer(path: str) -> Tokenizer:
 
 
 def train_builtin_tokenizer(path: str, vocab_size: int, code: bool = False) -> Tokenizer:
-  """Trains the built-in task's model, writes it to `path` and reads it.
-
-  Args:
-    path: where to write the model file (see `builtin_tokenizer.write_model`).
-    vocab_size: upper bound on the vocabulary; at least ~300.
-    code: train on the built-in code domain's lines too.
-
-  Returns:
-    The trained tokenizer.
-
-  Raises:
-    ValueError: `vocab_size` is too small for the corpus.
-  """
+  """Trains the built-in model (builtin_tokenizer.write_model) and reads it."""
   model = builtin_tokenizer.write_model(path, vocab_size, code)
   return Tokenizer(**_from_sentencepiece(model, str(epath.Path(path)), {}))
 
 
 def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
-  """The tokenizer of an experiment (see the module docstring for the order).
-
-  Args:
-    config: the experiment config.
-    workdir: the run's directory; holds the built-in tokenizer.
-
-  Returns:
-    The tokenizer.
+  """The tokenizer of an experiment (the module docstring says which).
 
   Raises:
     ValueError: the tokenizer has more ids than `config.model.vocab_size`.

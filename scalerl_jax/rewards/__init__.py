@@ -1,13 +1,8 @@
 """Verifiable rewards: verifiers registered by name, run in a killable pool.
 
-- `registry`: the registry, `VerifyContext`, `resolve_spec` and in-process
-  `verify`.
-- `extract`: final-answer and code-block extraction.
-- `math_answer` (`math`), `task` (`builtin`, `reasoning_gym:<name>`) and
-  `code_sandbox` (`code`): the verifiers; importing this package registers
-  them. Their heavy dependencies are imported lazily.
-- `pool.RewardPool`: worker processes with a per-call timeout and hard kill;
-  what the trainer uses.
+Importing the package registers the verifiers (`math`, `builtin`,
+`reasoning_gym:<name>`, `code`); the trainer scores through
+`pool.RewardPool`. Design: docs/design/rewards.md.
 """
 
 from scalerl_jax.rewards import code_sandbox

@@ -1,34 +1,9 @@
-"""Code verifier: run the completion's program against the record's tests.
+"""Code verifier: the completion's program run against the record's tests.
 
-The program is the last fenced Python block of the completion's answer region,
-the text after its thinking (see `registry.verify`): code drafted while
-thinking is a draft, not the submission, just as a math answer written only
-inside the thinking is not the answer; and a completion cut off mid-thought
-would otherwise have its unfinished draft run. The record's
-`answer` holds its tests in one of two forms:
-
-- stdin/stdout cases as JSON: `{"inputs": [...], "outputs": [...]}` or
-  `[{"input": ..., "output": ...}, ...]`; each case runs the program once and
-  compares its output line by line, ignoring trailing whitespace;
-- anything else is Python test code (asserts) appended to the program; it
-  passes when the process exits with status 0.
-
-The score is 1.0 when every case passes, else 0.0.
-
-Each run is a fresh `python -I -S -B` (standard library only) in its own
-session, inside a temporary directory that is removed afterwards, with
-- rlimits: CPU time (`code_cpu_s`, whole seconds), address space
-  (`code_memory_mb`), file size, no new processes or threads (RLIMIT_NPROC=0;
-  root is exempt from it, which the audit hook covers), open files, no core;
-- the audit hook of `sandbox_boot.py`: no sockets, no process creation, no
-  writes outside the temporary directory;
-- the lower layer `isolation.py` chooses (`code_isolation`): bubblewrap, a
-  fresh root without the user's files, in its own namespaces; else, on
-  Linux, a private network namespace when the kernel grants one (as root,
-  or through an unprivileged user namespace); SIGKILL if its parent dies;
-- a wall-clock deadline (`VerifyContext.deadline`), after which the whole
-  process group is killed; it is killed after every run anyway, so nothing the
-  program left behind survives it.
+Tests are stdin/stdout cases (JSON) or asserts appended to the program; the
+score is 1.0 when all pass. `run_program` runs a fresh `python -I -S -B`
+under rlimits, sandbox_boot.py's audit hook and isolation.py's lower layer,
+and kills its process group after every run. Design: docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -54,10 +29,11 @@ from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import sandbox_boot
 
 _BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
-TEMP_PREFIX = "scalerl_sandbox_"  # Prefix of every sandbox's temporary directory.
-MAX_OUTPUT_BYTES = 8 << 20  # RLIMIT_FSIZE: largest file (stdout included) a program writes.
+TEMP_PREFIX = "scalerl_sandbox_"  # Of every sandbox's temporary directory.
+# RLIMIT_FSIZE: the largest file (stdout included) a program may write.
+MAX_OUTPUT_BYTES = 8 << 20
 _MAX_OPEN_FILES = 64
-_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit once its program is killed.
+_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its program.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -102,7 +78,7 @@ def _set_limit(which: int, soft: int, hard: int) -> None:
 
 
 def _confine_child(cpu_s: float, memory_mb: int, own_netns: bool) -> None:
-  """preexec_fn: runs in the forked child before it executes Python (or bwrap)."""
+  """preexec_fn: runs in the forked child before it executes Python or bwrap."""
   cpu = max(1, math.ceil(cpu_s))
   # SIGXCPU at the soft limit; SIGKILL a second later if the program catches it.
   _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
@@ -133,10 +109,8 @@ def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
             ) -> tuple[subprocess.Popen, Optional[int]]:
   """Starts the confined interpreter on `program`.
 
-  Returns:
-    The process, and under bubblewrap its program's pid; the read end of
-    bwrap's info pipe is appended to `info`, for the caller to close once
-    bwrap is gone.
+  Returns the process and, under bubblewrap, its program's pid; appends the
+  read end of bwrap's info pipe to `info`, to close once bwrap is gone.
   """
   bwrap = isolation.use_bwrap(ctx.code_isolation)
   if bwrap:
@@ -165,15 +139,10 @@ def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
 
 
 def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> ProgramResult:
-  """Runs `source` as a sandboxed Python program (see module docstring).
+  """Runs `source` as a sandboxed Python program, fed `stdin`.
 
-  Args:
-    source: program text.
-    stdin: the program's standard input.
-    ctx: deadline, CPU and memory limits, and the spawn/reap hooks.
-
-  Returns:
-    Its exit status, standard output and whether it hit the deadline.
+  `ctx` gives the deadline, the CPU and memory limits and the spawn/reap
+  hooks. The process group is killed and the temp dir removed on return.
   """
   _libc()  # Load libc before forking, not inside the child.
   tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
@@ -208,7 +177,8 @@ def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> Program
       stdout = f.read(MAX_OUTPUT_BYTES)
     returncode = proc.returncode
     if child is not None and returncode > 128:
-      returncode = 128 - returncode  # bwrap exits 128 + the signal that killed its program.
+      # bwrap exits 128 + the signal that killed its program.
+      returncode = 128 - returncode
     return ProgramResult(returncode, stdout, timed_out)
   finally:
     for fd in info:
@@ -226,13 +196,10 @@ def _text(value: Any, what: str) -> str:
 
 
 def parse_tests(answer: str) -> Union[str, list[tuple[str, str]]]:
-  """Reads a code record's tests (see module docstring for the forms).
+  """A code record's tests: [(stdin, expected stdout)], or Python test code.
 
-  Args:
-    answer: the record's `answer` field.
-
-  Returns:
-    A list of (stdin, expected stdout) cases, or Python test code.
+  JSON cases are `{"inputs": [...], "outputs": [...]}` or
+  `[{"input": ..., "output": ...}, ...]`; anything else is test code.
 
   Raises:
     ValueError: no tests, or JSON that is not one of the case forms.
@@ -269,7 +236,7 @@ def _lines(text: str) -> list[str]:
 @registry.register_verifier("code", kind="code")
 def verify_code(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
                 option: str) -> float:
-  """1.0 if the completion's program passes every test of the record, else 0.0."""
+  """1.0 if the completion's program passes every test of the record."""
   del option
   tests = parse_tests(record["answer"])
   program = extract.extract_code(completion)

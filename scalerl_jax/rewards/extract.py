@@ -1,8 +1,7 @@
 """Answer-region, final-answer and code extraction from completions.
 
-Every function here is linear in the length of its input, whatever the input
-(a completion may be a megabyte of unbalanced braces), and returns None rather
-than raising when nothing usable is there.
+Every function is linear in its input's length, whatever the input, and
+returns None rather than raising. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -22,33 +21,10 @@ _CODE_LANGS = ("", "python", "py", "python3")
 
 
 def answer_region(text: str) -> Optional[str]:
-  """The part of a completion that states its answer: what follows the thinking.
+  """The answer region: the text after the last `</think>`, else all of it.
 
-  PAPER.md §5 checks the final answer after stripping the thinking trace
-  `<think>...</think>`; an answer written only while thinking is a draft, not
-  an answer. The region is the text after the last `</think>`. A completion
-  that opened `<think>` and never closed it (no `</think>` after its last
-  `<think>`) has no answer region. One without any `<think>` is all answer.
-  A `</think>` with no `<think>` before it still ends the thinking: chat
-  templates that open the thinking in the prompt leave only the close in the
-  completion.
-
-  A truncated completion therefore scores as follows. Cut off while thinking,
-  it never closed its `<think>` and scores 0: it gave no answer, and a draft
-  answer in the thinking must not be rewarded (the interruption phrase, which
-  ends in `</think>`, is how a run lets a long thinking trace still answer).
-  Cut off after `</think>`, it is scored on what it stated before the cut:
-  an unclosed `\\boxed{`, `<answer>` tag or code fence states nothing, but an
-  `Answer:` line is read as far as it got (`Answer: 1` cut from `Answer: 18`
-  reads 1). Verifiers see the text only, with EOS already dropped, so the cut
-  cannot be told apart from a short answer here.
-
-  Args:
-    text: the completion.
-
-  Returns:
-    The answer region (possibly empty), or None if the completion is still
-    thinking at its end or is not a string.
+  None when a `<think>` follows the last `</think>` (still thinking). A lone
+  `</think>` counts: some templates open the thinking in the prompt.
   """
   if not isinstance(text, str):
     return None
@@ -85,14 +61,7 @@ def _boxed_spans(text: str) -> list[tuple[int, int]]:
 
 
 def last_boxed(text: str) -> Optional[str]:
-  """Contents of the `\\boxed{...}` that closes last, or None.
-
-  Args:
-    text: any string.
-
-  Returns:
-    The stripped contents; None when no `\\boxed{` is closed.
-  """
+  """Stripped contents of the `\\boxed{...}` that closes last, or None."""
   spans = _boxed_spans(text)
   if not spans:
     return None
@@ -101,19 +70,10 @@ def last_boxed(text: str) -> Optional[str]:
 
 
 def extract_final_answer(text: str) -> Optional[str]:
-  """The final answer a completion states, or None.
+  """The final answer a completion states (stripped), or None if none/empty.
 
-  Three forms count: `\\boxed{...}`, `<answer>...</answer>` and an
-  `Answer: ...` line. When several appear, the one that ends last wins (a
-  model that corrects itself states its final answer last); a boxed answer
-  inside the winning tag or line is unwrapped.
-
-  Args:
-    text: the completion.
-
-  Returns:
-    The stripped answer text, or None if the completion states none or the
-    stated answer is empty.
+  `\\boxed{...}`, `<answer>...</answer>` or an `Answer: ...` line, whichever
+  ends last; a boxed answer inside the winning tag or line is unwrapped.
   """
   if not isinstance(text, str):
     return None
@@ -141,14 +101,9 @@ def extract_final_answer(text: str) -> Optional[str]:
 
 
 def extract_code(text: str) -> Optional[str]:
-  """The last fenced Python (or untagged) code block of a completion, or None.
+  """Source of the last closed fenced code block, or None.
 
-  Args:
-    text: the completion.
-
-  Returns:
-    The block's source without the fence and language tag; None if the
-    completion holds no closed block tagged python/py/python3 or untagged.
+  Only untagged blocks and those tagged python, py or python3 count.
   """
   if not isinstance(text, str):
     return None

@@ -1,21 +1,8 @@
 """The sandbox's lower layer: bubblewrap (Debian's `bubblewrap` package).
 
-`config.rewards.code_isolation` chooses what confines a candidate program
-beneath the audit hook of `sandbox_boot.py` (which a program that reaches C
-code can go around):
-
-- `auto`: bubblewrap when it runs here, else the audit hook alone, with a
-  warning at start-up (`check`);
-- `bwrap`: bubblewrap, or the run stops at start-up;
-- `python`: the audit hook and rlimits alone.
-
-Under bubblewrap the program sees a fresh root holding only the system's
-read-only `/usr` (and its `/bin`, `/lib` links), the interpreter's own prefix,
-read-only, and `SANDBOX_ROOT`, a size-capped tmpfs holding its source, its
-input and the boot script; no workdir, checkpoint, home directory or other
-process. It runs in new user, PID, network, IPC, UTS and cgroup namespaces
-with every capability dropped, and dies with its parent. docs/reliability.md
-tabulates which layer stops which attack.
+rewards.code_isolation: `auto` uses bubblewrap where it runs, else warns at
+start-up (`check`); `bwrap` requires it; `python` keeps the audit hook and
+rlimits alone. Design: docs/design/sandbox.md; attacks: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -30,7 +17,8 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-MODES = ("auto", "bwrap", "python")  # What `config.rewards.code_isolation` allows.
+# What `config.rewards.code_isolation` allows.
+MODES = ("auto", "bwrap", "python")
 SANDBOX_ROOT = "/sandbox"  # The program's directory inside bubblewrap.
 TMPFS_BYTES = 64 << 20  # Size of SANDBOX_ROOT: all a program may write.
 _CHILD_PID = re.compile(rb'"child-pid":\s*([0-9]+)')
@@ -52,25 +40,17 @@ def _system_binds() -> list[str]:
 
 
 def interpreter() -> str:
-  """The Python the sandbox runs: the base interpreter, without the virtualenv."""
+  """The Python the sandbox runs: the base interpreter, not the virtualenv."""
   return os.path.realpath(sys.executable)
 
 
 def command(files: Sequence[tuple[str, str]], argv: Sequence[str],
             info_fd: Optional[int] = None) -> list[str]:
-  """The bubblewrap command line that runs `argv` confined.
+  """The bubblewrap argv that runs `argv` confined, as PID 1 of its namespace.
 
-  The program is PID 1 of its namespace (`--as-pid-1`): bwrap waits for it
-  itself, so no intermediate process outlives a run as a zombie.
-
-  Args:
-    files: (path outside, path inside SANDBOX_ROOT) of each file the program
-      needs, bound read-only.
-    argv: the command to run inside, with paths as the program sees them.
-    info_fd: a descriptor bwrap writes the program's pid to (`read_child_pid`).
-
-  Returns:
-    The argument list for `subprocess.Popen`.
+  `files` are (path outside, path inside SANDBOX_ROOT), bound read-only;
+  `argv` names paths as the program sees them; bwrap writes the program's
+  pid to `info_fd` (`read_child_pid`).
   """
   args = ["bwrap", "--unshare-all", "--as-pid-1", "--die-with-parent", "--cap-drop", "ALL",
           *_system_binds(), "--proc", "/proc", "--dev", "/dev",
@@ -85,9 +65,8 @@ def command(files: Sequence[tuple[str, str]], argv: Sequence[str],
 def read_child_pid(info_r: int) -> Optional[int]:
   """The program's pid (outside its namespace) from bwrap's `--info-fd`.
 
-  bwrap writes `{"child-pid": N` in one write once the program starts, and
-  the closing brace only as it exits; keep `info_r` open until then (a closed
-  pipe would SIGPIPE bwrap). None when bwrap exited before starting it.
+  None when bwrap exited first. Keep `info_r` open until bwrap exits: a
+  closed pipe would SIGPIPE it.
   """
   text = b""
   while (match := _CHILD_PID.search(text)) is None:
@@ -122,7 +101,7 @@ def use_bwrap(mode: str) -> bool:
 
 
 def check(mode: str) -> None:
-  """Start-up check: raises or warns when the lower layer is not there.
+  """Start-up check: raises, or under `auto` warns, without bubblewrap.
 
   Raises:
     ValueError: an unknown mode.

@@ -1,11 +1,7 @@
-"""Math verifier: the completion's final answer checked with math-verify.
+"""Math verifier: the final answer compared with the record's by math-verify.
 
-The final answer is extracted by `extract.extract_final_answer` (`\\boxed{}`,
-`<answer>` tag or `Answer:` line) from the text after the thinking trace (see
-`registry.verify`), and compared with the record's `answer` by
-math-verify (symbolic and numeric equivalence: `0.5` == `\\frac{1}{2}`,
-`1+x^2` == `x^2+1`). math-verify's own signal-based timeouts are switched
-off: the reward pool's hard kill bounds every call instead.
+math-verify's own timeouts are off: the pool's kill bounds every call.
+Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -17,9 +13,8 @@ from typing import Any, Mapping
 from scalerl_jax.rewards import extract
 from scalerl_jax.rewards import registry
 
-# Extracted answers longer than this are scored wrong without parsing. No math
-# gold answer comes close, and sympy's parsing is super-linear in the length,
-# so a 10^5-digit "answer" would otherwise cost a worker restart on timeout.
+# Longer answers score 0 unparsed: no gold answer comes close, and sympy's
+# parsing is super-linear, so a 10^5-digit one would cost a timeout.
 MAX_ANSWER_CHARS = 2048
 
 
@@ -52,18 +47,10 @@ def _parse_gold(answer: str) -> list:
 
 
 def is_equivalent(predicted: str, gold: str) -> bool:
-  """Whether two math answers are equivalent according to math-verify.
-
-  Args:
-    predicted: an extracted answer (LaTeX or plain).
-    gold: the reference answer.
-
-  Returns:
-    True when math-verify finds them equal.
+  """Whether math-verify finds two answers (LaTeX or plain) equivalent.
 
   Raises:
-    ValueError: the gold answer does not parse (a data error, not a wrong
-      completion).
+    ValueError: the gold answer does not parse (a data error).
   """
   mv = _math_verify()
   gold_parsed = _parse_gold(gold)
@@ -76,7 +63,7 @@ def is_equivalent(predicted: str, gold: str) -> bool:
 @registry.register_verifier("math", kind="math")
 def verify_math(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
                 option: str) -> float:
-  """1.0 if the completion's final answer equals `record["answer"]`, else 0.0."""
+  """1.0 if the completion's final answer equals `record["answer"]`."""
   del ctx, option  # Pure computation; the pool's timeout bounds it.
   answer = extract.extract_final_answer(completion)
   if answer is None:

@@ -1,30 +1,12 @@
 """`RewardPool`: verifiers in killable worker processes with a per-call timeout.
 
-No completion can hang, crash or slow the run: each verification runs in one
-of `config.rewards.num_workers` persistent worker processes and gets
-`config.rewards.timeout_s` of wall-clock time from the moment it is handed
-over. A worker that overruns is SIGKILLed together with every sandboxed
-process group it reported, their temporary directories are removed, and a
-fresh worker takes its place. A timed-out, crashed or failed verification
-scores 0 and is counted in the returned stats.
+Each verification runs in a worker forked by the pool's fork server
+(zygote.py) and gets rewards.timeout_s; an overrunning worker is SIGKILLed
+with its sandboxed process groups and replaced. Timed-out, crashed and
+failed verifications score 0 and are counted. Calls run one at a time.
 
-Workers are forked by the pool's own fork server (`zygote.py`), which imports
-the verifiers' dependencies once: replacing a killed worker costs a fork, not
-a re-import of sympy, and nothing is ever forked from the JAX process. A fork
-server that dies (its workers die with it) is started again, once per `score`
-call; a second failure in the same call raises a RuntimeError.
-
-Usage:
-
-  with RewardPool(config.rewards) as pool:
-    scores_N, stats = pool.score(completions, records)
-    scoring = pool.submit(completions, records)  # Returns at once.
-    ...  # Dispatch device work while the workers verify.
-    scores_N, stats = scoring.result()
-
-`submit` runs `score` in the pool's own thread, which lives as long as the
-pool (a fork server dies with the thread that started it, PR_SET_PDEATHSIG);
-calls from any thread run one at a time, in the order they take the lock.
+Shape letters: the package key (scalerl_jax/__init__.py), and C completions
+of one `score` call. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -65,37 +47,34 @@ class _Slot:
   conn: mp_connection.Connection
   started: float
   ready: bool = False
-  task: Optional[int] = None  # Index, in the current batch, of the completion it scores.
+  # Index, in the current batch, of the completion it scores.
+  task: Optional[int] = None
   sent: float = 0.0  # time.monotonic() when that completion was handed over.
-  groups: dict[int, str] = dataclasses.field(default_factory=dict)  # pgid -> temp dir.
+  # pgid -> temp dir of the sandboxed process groups it reported.
+  groups: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class _Batch:
   """Results and counters of one `score` call."""
-  scores_N: np.ndarray
-  seconds_N: np.ndarray
+  scores_C: np.ndarray
+  seconds_C: np.ndarray
   timeouts: int = 0
   errors: int = 0
   crashes: int = 0
   first_error: str = ""
-  server_restarted: bool = False  # The fork server was replaced during this call.
+  server_restarted: bool = False  # The fork server was replaced in this call.
 
 
 def _code_duplicates(texts: Sequence[Any], records: Sequence[Mapping[str, Any]],
-                     specs: Sequence[str], valid_N: np.ndarray) -> dict[int, int]:
-  """Index -> index of its first copy, for programs sent again for the same tests.
-
-  A code verification's score is a function of the program and the record's
-  tests, and a sandbox run is the most expensive verification there is: a
-  group whose policy has sharpened sends the same program many times. Its
-  copies take the first one's score (a program that draws random numbers
-  gets one draw for all its copies). Other kinds are scored one by one.
-  """
+                     specs: Sequence[str], valid_C: np.ndarray) -> dict[int, int]:
+  """Index -> its first copy's index, for code sent again for the same tests."""
+  # A sandbox run is the costliest verification, and a group whose policy has
+  # sharpened sends the same program many times: copies share one run.
   first: dict[tuple, int] = {}
   copy_of = {}
   for i, (text, record, spec) in enumerate(zip(texts, records, specs)):
-    if not valid_N[i] or registry.kind_of(spec) != "code":
+    if not valid_C[i] or registry.kind_of(spec) != "code":
       continue
     key = (spec, text, record.get("answer"), record.get("metadata"))
     copy_of[i] = first.setdefault(key, i)
@@ -105,21 +84,17 @@ def _code_duplicates(texts: Sequence[Any], records: Sequence[Mapping[str, Any]],
 
 
 class RewardPool:
-  """Scores completions against prompt records in a pool of worker processes.
-
-  Args:
-    rewards_config: `config.rewards` (verifier, strip_thinking, timeout_s,
-      num_workers, code_cpu_s, code_memory_mb, code_isolation, worker_memory_mb).
+  """Scores completions against prompt records in worker processes.
 
   Raises:
-    ValueError: an unknown `rewards_config.verifier` or kind in
-      `rewards_config.strip_thinking`.
-    RuntimeError: the fork server or a worker could not start, or
-      `code_isolation='bwrap'` and bubblewrap does not run here.
+    ValueError: an unknown rewards.verifier or kind in strip_thinking.
+    RuntimeError: a process could not start, or code_isolation='bwrap' and
+      bubblewrap does not run here.
   """
 
   def __init__(self, rewards_config: Any):
-    isolation.check(rewards_config.code_isolation)  # Warns when the lower layer is missing.
+    # Warns when the lower layer is missing.
+    isolation.check(rewards_config.code_isolation)
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
       raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
@@ -135,6 +110,8 @@ class RewardPool:
         memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
     self._restarts = 0
     self._lock = threading.Lock()  # One call at a time, from whichever thread.
+    # `submit`'s thread lives as long as the pool: a fork server dies with the
+    # thread that started it (PR_SET_PDEATHSIG).
     self._thread = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward_pool")
     self._slots: list[_Slot] = []
     self._control: Optional[mp_connection.Connection] = None
@@ -173,10 +150,7 @@ class RewardPool:
     self._reply("ready")
 
   def _restart_server(self, batch: _Batch) -> None:
-    """Replaces a fork server that died or stopped answering; its workers die with it.
-
-    Once per `score` call: a second failure in the same call raises.
-    """
+    """Replaces a dead or hung fork server; raises the second time in a call."""
     status = self._zygote.poll()
     if status is None:
       self._zygote.kill()
@@ -232,7 +206,7 @@ class RewardPool:
     return _Slot(pid, conn, time.monotonic())
 
   def _cleanup(self, slot: _Slot) -> None:
-    """After its worker is dead: kills the groups it left, removes their temp dirs."""
+    """For a dead worker: kills the groups it left, removes their temp dirs."""
     for pgid, tmpdir in slot.groups.items():
       try:
         os.killpg(pgid, signal.SIGKILL)
@@ -242,7 +216,7 @@ class RewardPool:
     slot.conn.close()
 
   def _replace(self, index: int, batch: _Batch) -> None:
-    """Kills worker `index` if alive and forks a new one; restarts a failed fork server."""
+    """Kills worker `index` if alive and forks a new one."""
     slot = self._slots[index]
     try:
       self._control.send(("kill", slot.pid))
@@ -258,7 +232,7 @@ class RewardPool:
     self._restarts += 1
 
   def _receive(self, index: int, batch: _Batch, now: float) -> None:
-    """Handles every message waiting from worker `index`; replaces it if it died."""
+    """Handles the messages waiting from worker `index`; replaces it if dead."""
     slot = self._slots[index]
     try:
       while slot.conn.poll():
@@ -272,8 +246,8 @@ class RewardPool:
           slot.groups.pop(message[1], None)
         elif kind == "done":
           _, task, score, error = message
-          batch.scores_N[task] = score
-          batch.seconds_N[task] = now - slot.sent
+          batch.scores_C[task] = score
+          batch.seconds_C[task] = now - slot.sent
           if error:
             batch.errors += 1
             batch.first_error = batch.first_error or error
@@ -281,7 +255,7 @@ class RewardPool:
     except (EOFError, OSError):
       if slot.task is not None:
         batch.crashes += 1
-        batch.seconds_N[slot.task] = now - slot.sent
+        batch.seconds_C[slot.task] = now - slot.sent
       elif not slot.ready:
         raise RuntimeError(
             "A reward worker died while starting; its traceback is on stderr") from None
@@ -289,26 +263,17 @@ class RewardPool:
 
   def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
             ) -> tuple[np.ndarray, dict[str, float]]:
-    """Scores each completion against its prompt record.
-
-    Args:
-      completions: generated texts. Anything that is not a string (None, a
-        number) scores 0 and is counted as invalid; bytes are decoded as UTF-8
-        with replacement.
-      records: one prompt record per completion.
+    """Scores each completion (str, or UTF-8 bytes) against its record.
 
     Returns:
-      scores_N: float32 scores in [0, 1].
-      stats: num_completions, num_timeouts, num_errors (the verifier raised),
-        num_crashes (the worker died), num_invalid, num_worker_restarts
-        (since the pool started), slowest_s and mean_s (per verification,
-        from hand-over to result or kill), wall_s (the whole call).
+      float32 scores_C in [0, 1] (0 for a non-string), and stats:
+      num_completions, num_timeouts, num_errors (the verifier raised),
+      num_crashes, num_invalid, num_worker_restarts (since the start),
+      slowest_s and mean_s (per verification), wall_s.
 
     Raises:
-      ValueError: lengths differ, or a record is malformed or names an
-        unknown verifier.
-      RuntimeError: a worker could not start, or the fork server failed twice
-        during this call.
+      ValueError: lengths differ, a malformed record or an unknown verifier.
+      RuntimeError: closed, or processes failed to start or failed twice.
     """
     if len(completions) != len(records):
       raise ValueError(
@@ -320,7 +285,7 @@ class RewardPool:
 
   def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
              ) -> futures.Future:
-    """`score` in the pool's own thread; returns at once a future of its result (or error).
+    """A future of `score`, run in the pool's own thread; returns at once.
 
     Raises:
       RuntimeError: the pool is closed.
@@ -335,21 +300,21 @@ class RewardPool:
     specs = [registry.resolve_spec(record, self._mode) for record in records]
     start = time.monotonic()
     batch = _Batch(np.zeros(len(completions), np.float32), np.zeros(len(completions)))
-    valid_N = np.array([isinstance(c, (str, bytes)) for c in completions], bool)
+    valid_C = np.array([isinstance(c, (str, bytes)) for c in completions], bool)
     texts = [c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c
              for c in completions]
-    copy_of = _code_duplicates(texts, records, specs, valid_N)
+    copy_of = _code_duplicates(texts, records, specs, valid_C)
     pending = collections.deque(
-        (i, texts[i]) for i in range(len(texts)) if valid_N[i] and i not in copy_of)
+        (i, texts[i]) for i in range(len(texts)) if valid_C[i] and i not in copy_of)
     while pending or any(slot.task is not None for slot in self._slots):
       self._dispatch(pending, records, specs, batch)
       self._wait(batch)
     for i, first in copy_of.items():
-      batch.scores_N[i], batch.seconds_N[i] = batch.scores_N[first], batch.seconds_N[first]
-    timed = batch.seconds_N[valid_N]
+      batch.scores_C[i], batch.seconds_C[i] = batch.scores_C[first], batch.seconds_C[first]
+    timed = batch.seconds_C[valid_C]
     stats = {"num_completions": len(completions), "num_timeouts": batch.timeouts,
              "num_errors": batch.errors, "num_crashes": batch.crashes,
-             "num_invalid": int((~valid_N).sum()), "num_worker_restarts": self._restarts,
+             "num_invalid": int((~valid_C).sum()), "num_worker_restarts": self._restarts,
              "slowest_s": float(timed.max()) if timed.size else 0.0,
              "mean_s": float(timed.mean()) if timed.size else 0.0,
              "wall_s": time.monotonic() - start}
@@ -358,7 +323,7 @@ class RewardPool:
           "Rewards: %d timeouts, %d errors, %d worker crashes among %d completions "
           "(all scored 0). First error: %s", batch.timeouts, batch.errors, batch.crashes,
           len(completions), batch.first_error or "-")
-    return batch.scores_N, stats
+    return batch.scores_C, stats
 
   def _dispatch(self, pending: collections.deque, records: Sequence[Mapping[str, Any]],
                 specs: Sequence[str], batch: _Batch) -> None:
@@ -370,7 +335,8 @@ class RewardPool:
       try:
         slot.conn.send((i, completion, records[i], specs[i]))
       except (BrokenPipeError, OSError):
-        pending.appendleft((i, completion))  # The worker died idle; not this input's fault.
+        # The worker died idle: not this input's fault.
+        pending.appendleft((i, completion))
         self._replace(index, batch)
         continue
       slot.task, slot.sent = i, time.monotonic()
@@ -392,16 +358,16 @@ class RewardPool:
       slot = self._slots[index]
       if slot.task is not None and now >= slot.sent + self._timeout_s:
         batch.timeouts += 1
-        batch.seconds_N[slot.task] = now - slot.sent
+        batch.seconds_C[slot.task] = now - slot.sent
         self._replace(index, batch)
       elif not slot.ready and now >= slot.started + _START_TIMEOUT_S:
         raise RuntimeError(
             f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s")
 
   def close(self) -> None:
-    """Stops the fork server, which kills every worker; then what they left. Idempotent.
+    """Stops the fork server, its workers and what they left. Idempotent.
 
-    A submitted call still running finishes first; those not started are cancelled.
+    A running submitted call finishes first; those not started are cancelled.
     """
     self._thread.shutdown(wait=True, cancel_futures=True)
     if self._control is not None:

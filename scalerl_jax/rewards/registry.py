@@ -1,20 +1,9 @@
 """Verifiers registered by name, and the one place a record is scored.
 
-A prompt record is a plain dict
-`{"id", "prompt", "answer", "source", "verifier", optional "metadata"}`. Its
-`verifier` field is a spec: a registered name (`builtin`, `math`, `code`),
-optionally followed by `:option` (`reasoning_gym:basic_arithmetic`).
-`config.rewards.verifier` can override the record's choice (`math`, `code`) or
-require it to be a task scorer (`task`); `resolve_spec` applies that rule.
-
-A verifier is `fn(completion, record, ctx, option) -> float`. It runs inside a
-reward worker process (see `pool.py`), may raise on pathological input (the
-pool counts the error and scores 0) and returns a score that `verify` clips to
-[0, 1]. For the kinds in `config.rewards.strip_thinking` (all by default),
-`verify` hands it only the completion's answer region, the text after its
-thinking (`extract.answer_region`), and scores 0 without calling it when the
-thinking is never closed. Verifier modules import their heavy optional
-dependencies lazily, so registering them costs nothing in the trainer process.
+A record's `verifier` is a spec, `name` or `name:option`. A verifier is
+`fn(completion, record, ctx, option) -> float`; `verify` gives it only the
+answer region for the kinds in config.rewards.strip_thinking and clips its
+score to [0, 1]. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -35,23 +24,14 @@ MODES = ("auto",) + KINDS
 
 @dataclasses.dataclass(frozen=True)
 class VerifyContext:
-  """Limits and hooks a verifier may need; built per call by the worker.
-
-  Attributes:
-    deadline: `time.monotonic()` by which any subprocess a verifier starts
-      must have been killed and reaped.
-    code_cpu_s: CPU-time limit of one candidate program run (seconds).
-    code_memory_mb: address-space limit of a candidate program (MiB).
-    code_isolation: the sandbox's lower layer (`isolation.MODES`).
-    on_spawn: called with (process group id, temp dir) right after a
-      verifier starts a sandboxed process, so that the pool can kill the group
-      and remove the directory if it has to kill the worker.
-    on_reap: called with the process group id once it is gone.
-  """
+  """Limits and hooks a verifier may need; built per call by the worker."""
+  # time.monotonic() by which any subprocess a verifier starts is reaped.
   deadline: float = dataclasses.field(default_factory=lambda: time.monotonic() + 10.0)
-  code_cpu_s: float = 2.0
-  code_memory_mb: int = 512
-  code_isolation: str = "auto"
+  code_cpu_s: float = 2.0  # CPU-time limit of one candidate program run.
+  code_memory_mb: int = 512  # Address-space limit of a candidate program.
+  code_isolation: str = "auto"  # The sandbox's lower layer (isolation.MODES).
+  # Called with (pgid, temp dir) when a verifier starts a sandboxed process,
+  # and with the pgid once it is gone, so the pool can clean up after a kill.
   on_spawn: Callable[[int, str], None] = lambda pgid, tmpdir: None
   on_reap: Callable[[int], None] = lambda pgid: None
 
@@ -73,17 +53,10 @@ _VERIFIERS: dict[str, _Entry] = {}
 def register_verifier(name: str, *, kind: str, takes_option: bool = False,
                       required_fields: tuple[str, ...] = ("answer",)
                       ) -> Callable[[Verifier], Verifier]:
-  """Decorator registering a verifier under `name`.
+  """Decorator registering a verifier under `name`, the spec's prefix.
 
-  Args:
-    name: the spec prefix records use (`math`, `reasoning_gym`, ...).
-    kind: `math`, `task` or `code`; `config.rewards.verifier=task` accepts
-      only records whose verifier is of kind `task`.
-    takes_option: whether the spec carries `:option` (e.g. a dataset name).
-    required_fields: string fields a record must hold for this verifier.
-
-  Returns:
-    The decorator, which returns the function unchanged.
+  `takes_option`: the spec carries `:option` (e.g. a dataset name).
+  `required_fields`: the string fields a record must hold for it.
   """
   if kind not in KINDS:
     raise ValueError(f"register_verifier({name!r}): kind {kind!r} is not one of {KINDS}")
@@ -123,19 +96,11 @@ def kind_of(spec: str) -> str:
 def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:
   """The verifier spec that scores `record` under `config.rewards.verifier`.
 
-  Also checks that the record holds what that verifier needs, so that a bad
-  data row fails here with its id and not later inside a worker.
-
-  Args:
-    record: a prompt record (plain dict).
-    mode: `auto` (the record's own verifier), `math` or `code` (force that
-      verifier), or `task` (the record's verifier, which must be a task scorer).
-
-  Returns:
-    A spec accepted by `verify`.
+  `mode`: `auto` (the record's verifier), `math` or `code` (that one), or
+  `task` (the record's, which must be of kind `task`).
 
   Raises:
-    ValueError: unknown mode or verifier, or a record missing a field.
+    ValueError: unknown mode or verifier, or a field the verifier needs.
   """
   if mode not in MODES:
     raise ValueError(f"rewards.verifier: {mode!r} is not one of {MODES}")
@@ -162,23 +127,12 @@ def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:
 def verify(completion: str, record: Mapping[str, Any], spec: str,
            ctx: Optional[VerifyContext] = None, *,
            strip_thinking: Collection[str] = KINDS) -> float:
-  """Scores one completion in this process (no timeout: see `RewardPool`).
+  """Scores one completion in this process, in [0, 1] (no timeout).
 
-  Args:
-    completion: the generated text.
-    record: the prompt record it answers.
-    spec: verifier spec from `resolve_spec`.
-    ctx: limits and hooks; defaults to a 10 s deadline and default limits.
-    strip_thinking: `config.rewards.strip_thinking`, the verifier kinds that
-      see only `extract.answer_region(completion)`; a completion with no
-      answer region (thinking never closed) scores 0 under them.
-
-  Returns:
-    The score clipped to [0, 1].
+  `strip_thinking`: the kinds that see only the answer region.
 
   Raises:
-    ValueError: unknown spec or a non-finite score; anything the verifier
-      raises on pathological input.
+    ValueError: unknown spec or non-finite score; or what the verifier raises.
   """
   entry, option = _split(spec)
   if entry.kind in strip_thinking:

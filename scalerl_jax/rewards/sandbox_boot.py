@@ -1,26 +1,10 @@
-"""Runs a candidate program under an audit hook that confines it.
+"""Runs a program under an audit hook: `sandbox_boot.py <root_dir> <program>`.
 
-Executed as a script, never imported for its side effects:
-
-  python -I -S -B sandbox_boot.py <root_dir> <program.py>
-
-Before the program's first line runs, a `sys.addaudithook` hook is installed
-that ends the process at once with `VIOLATION_EXIT_CODE` (so the program cannot
-catch it and carry on) when the program
-
-- creates a socket or resolves a host name (any `socket.*` event),
-- starts a process or signals one (fork, exec, spawn, system, Popen, kill),
-- changes its resource limits (which root could raise),
-- loads native code through ctypes,
-- opens a file for writing, or creates, removes, renames, links or changes
-  the mode of a path, outside `root_dir`.
-
-Reading is allowed (the program must import the standard library). Audit
-hooks are a guard against accidents and naive misbehaviour of generated code,
-not a security boundary against code written to escape: the caller adds
-resource limits, a process group that is killed as a whole, and bubblewrap
-beneath (`isolation.py`) where it runs. This file uses only the
-standard library: it runs under `-I -S`, without site-packages.
+Run by `python -I -S -B` (standard library only). Before the program starts,
+a hook is installed that exits at once with VIOLATION_EXIT_CODE on sockets,
+process creation or signals, rlimit changes, ctypes, and writes or path
+changes outside root_dir; reads pass. A guard against accidents, not a
+security boundary. Design: docs/design/sandbox.md.
 """
 
 import os
@@ -49,14 +33,7 @@ def _violation(event):
 
 
 def make_hook(root):
-  """Returns the audit hook confining writes to `root` (see module docstring).
-
-  Args:
-    root: the only directory the program may change.
-
-  Returns:
-    A function for `sys.addaudithook`.
-  """
+  """The audit hook (for `sys.addaudithook`) confining changes to `root`."""
   root = os.path.realpath(root)
 
   def inside(path):
@@ -84,7 +61,7 @@ def make_hook(root):
 
 
 def main(argv):
-  """Reads the program, confines the process, then runs the program as __main__."""
+  """Reads the program, installs the hook, runs the program as __main__."""
   root, program = argv[1], argv[2]
   with open(program, encoding="utf-8", errors="replace") as f:
     source = f.read()

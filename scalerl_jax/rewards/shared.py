@@ -1,22 +1,8 @@
-"""Scoring in a multi-controller run: every completion verified once, the scores shared.
+"""Scoring in a multi-controller run: each completion verified once, shared.
 
-Every process of a multi-controller run holds the same completions (the
-sampler's harvest is replicated) and must take the same decisions from their
-scores: which groups are zero-variance, which prompts the curriculum retires,
-what the buffer hands out, the validation numbers. Scoring every completion on
-every host would repeat the work on each and, worse, let hosts disagree
-wherever a verification is not deterministic (a timeout under load, a crashed
-worker); the hosts' programs would then diverge and their collectives hang.
-
-`SharedRewardPool` splits each `score` call instead: process i verifies the
-i-th contiguous share of the completions in its own `RewardPool`, and the
-scores and counts are all-gathered, so every process returns the same numbers.
-A share that raises (a malformed record) makes every process raise after the
-gather, instead of leaving the others waiting in it.
-
-`submit` starts this process's share in its pool's thread and returns; the
-gather waits for `result()`, which every process calls at the same point of
-its (identical) host program, so the collectives line up as with `score`.
+Process i verifies the i-th contiguous share of the completions in its own
+`RewardPool`; scores and counts are all-gathered, so every process takes the
+same decisions. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -30,21 +16,17 @@ import numpy as np
 
 from scalerl_jax.rewards.pool import RewardPool
 
-# Stats summed over the processes' shares; slowest_s and wall_s take the maximum.
+# Stats summed over the processes' shares; slowest_s and wall_s: the maximum.
 _SUMMED = ("num_completions", "num_timeouts", "num_errors", "num_crashes", "num_invalid",
            "num_worker_restarts")
 _MAXED = ("slowest_s", "wall_s")
 
 
 class SharedRewardPool:
-  """`RewardPool.score` with the work split over the processes and the result shared.
+  """`RewardPool.score` split over the processes, the result shared.
 
-  Every process must call `score`, or `submit` and its handle's `result`, with
-  the same arguments, in the same order (as the trainer's identical host
-  programs do).
-
-  Args:
-    pool: this process's reward pool; closed by `close`.
+  Every process must call `score`, or `submit` and its handle's `result`,
+  with the same arguments in the same order: they are collectives.
   """
 
   def __init__(self, pool: RewardPool):
@@ -52,20 +34,16 @@ class SharedRewardPool:
 
   def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
             ) -> tuple[np.ndarray, dict[str, float]]:
-    """`RewardPool.score` of all completions; the same result on every process.
+    """`RewardPool.score` of all completions; the same on every process.
 
     Raises:
-      ValueError, RuntimeError: as `RewardPool.score`, on every process when
-        any process's share raised (the others name the failing processes).
+      ValueError, RuntimeError: on every process, when any share raised.
     """
     return self.submit(completions, records).result()
 
   def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
              ) -> SharedScoring:
-    """Starts verifying this process's share in the pool's thread; returns at once.
-
-    Every process must call `result()` of the handles it gets, in the order of
-    the `submit` calls (it is a collective).
+    """Starts verifying this process's share; returns at once.
 
     Raises:
       ValueError: the lengths differ.
@@ -94,11 +72,7 @@ class SharedRewardPool:
 class SharedScoring:
   """This process's share of a `SharedRewardPool.submit` call, being verified.
 
-  Args:
-    n: completions in the whole call.
-    share: completions in each process's share (the last ones may hold fewer).
-    mine: the future of this process's share (`RewardPool.submit`); None when
-      its share is empty.
+  `n` completions in all, `share` per process; `mine` is None when empty.
   """
 
   def __init__(self, n: int, share: int, mine: Optional[futures.Future]):
@@ -106,18 +80,15 @@ class SharedScoring:
     self._result: Optional[tuple[np.ndarray, dict[str, float]]] = None
 
   def result(self) -> tuple[np.ndarray, dict[str, float]]:
-    """Waits for this process's share, then all-gathers every share (once: later calls return it).
-
-    Raises:
-      ValueError, RuntimeError: as `SharedRewardPool.score`.
-    """
+    """Waits for this share, then all-gathers them; raises as `score` does."""
     if self._result is None:
       self._result = self._gather() if self._n else self._mine.result()
     return self._result
 
   def _gather(self) -> tuple[np.ndarray, dict[str, float]]:
     scores = np.zeros(self._share, np.float32)
-    # Summed counts, then the maxima, then mean_s x timed verifications, their count, failed.
+    # Summed counts, the maxima, mean_s x timed verifications, their count,
+    # and whether this share failed.
     info = np.zeros(len(_SUMMED) + len(_MAXED) + 3, np.float64)
     error = None
     try:

@@ -1,11 +1,8 @@
 """Task scorers: the built-in task and reasoning-gym datasets.
 
-Both read the text after the thinking trace (see `registry.verify`).
-`builtin` delegates to the built-in task's own checker
-(`scalerl_jax.data.builtin_task.score_builtin`). `reasoning_gym:<name>` extracts
-the final answer (`<answer>` tag, `\\boxed{}` or `Answer:` line) and scores it
-with that dataset's `score_answer`, given the generated entry that the record
-carries as JSON in its `metadata` field.
+`builtin` is `data.builtin_task.score_builtin`; `reasoning_gym:<name>` scores
+the extracted final answer with that dataset's `score_answer`, given the
+entry the record carries in its metadata. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ def _score_answer_fn(name: str) -> Callable[..., float]:
                             required_fields=("metadata",))
 def verify_reasoning_gym(completion: str, record: Mapping[str, Any],
                          ctx: registry.VerifyContext, option: str) -> float:
-  """reasoning-gym's `score_answer` for dataset `option` on the extracted answer."""
+  """reasoning-gym's `score_answer` of dataset `option`, on the final answer."""
   del ctx
   answer = extract.extract_final_answer(completion)
   if answer is None:

@@ -1,17 +1,12 @@
 """The reward worker process: scores one completion at a time for `RewardPool`.
 
-Messages over its `multiprocessing` connection to the pool (a Unix socket):
+Messages over its connection to the pool (design: docs/design/rewards.md):
 
-  worker -> pool  ("ready",)                          once its limits are set
+  worker -> pool  ("ready",)                      once its limits are set
   pool -> worker  (task_id, completion, record, spec)
-  worker -> pool  ("spawned", pgid, tmpdir)            a sandboxed program started
-  worker -> pool  ("reaped", pgid)                     ... and is gone
-  worker -> pool  ("done", task_id, score, error)      error is "" on success
-
-A worker never decides how long it may take: the pool kills it (and every
-process group it reported) when a call overruns. It only bounds sandboxed
-programs a little earlier, so that in the common case it cleans up after them
-itself and survives.
+  worker -> pool  ("spawned", pgid, tmpdir)       a sandboxed program started
+  worker -> pool  ("reaped", pgid)                ... and is gone
+  worker -> pool  ("done", task_id, score, error) error is "" on success
 """
 
 from __future__ import annotations
@@ -46,11 +41,12 @@ class WorkerSettings:
   code_memory_mb: int
   code_isolation: str  # The sandbox's lower layer (`isolation.MODES`).
   memory_mb: int  # Address-space limit of the worker itself; 0 = none.
-  strip_thinking: tuple[str, ...]  # Verifier kinds scored on the answer region only.
+  # Verifier kinds scored on the answer region only.
+  strip_thinking: tuple[str, ...]
 
 
 def warm_up() -> None:
-  """Pays the verifiers' imports, math-verify's parser set-up and the bwrap probe once."""
+  """Pays the verifiers' imports, math-verify's set-up and the bwrap probe."""
   isolation.bwrap_works()
   for name in PRELOAD_MODULES:
     try:
@@ -64,13 +60,9 @@ def warm_up() -> None:
 
 
 def worker_main(conn: Connection, settings: WorkerSettings) -> None:
-  """Entry point of a worker process: serves tasks until the pool hangs up.
-
-  Args:
-    conn: this worker's connection to the pool.
-    settings: limits from `config.rewards`.
-  """
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle.
+  """Entry point of a worker process: serves tasks until the pool hangs up."""
+  # Ctrl-C is the trainer's to handle.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   # The parent is the fork server, which dies with the pool: no orphans.
   code_sandbox.die_with_parent()
   if settings.memory_mb:

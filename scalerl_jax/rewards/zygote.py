@@ -1,22 +1,13 @@
 """Fork server of the reward workers: imports once, forks workers on request.
 
-`RewardPool` starts it as `python -m scalerl_jax.rewards.zygote <socket>`, a
-fresh interpreter: nothing is ever forked from the (multi-threaded) JAX
-process, and unlike multiprocessing's own fork server it never re-imports the
-launcher's `__main__` (which would import JAX into every worker).
+`python -m scalerl_jax.rewards.zygote <socket>` connects to the pool, gets
+the `WorkerSettings`, runs `worker.warm_up`, replies ("ready",) and serves:
 
-It connects to the pool's Unix socket for its control connection, receives
-the `WorkerSettings`, imports the verifiers' dependencies
-(`worker.warm_up`) and then serves requests:
-
-  ("fork",)      connect a new socket to the pool, fork; the child runs
+  ("fork",)      connect a new socket to the pool and fork a child running
                  `worker.worker_main` on it. Reply ("forked", pid).
-  ("kill", pid)  SIGKILL and reap that worker if it is still alive. Reply
-                 ("killed", pid). Only the parent can do this without racing
-                 pid reuse: a dead child stays a zombie until reaped here.
+  ("kill", pid)  SIGKILL and reap that worker if alive. Reply ("killed", pid).
 
-When the pool hangs up it kills its remaining workers and exits; if the pool
-process dies it is killed (PR_SET_PDEATHSIG), and its workers with it.
+It dies with the pool, its workers with it. Design: docs/design/rewards.md.
 """
 
 from __future__ import annotations
@@ -47,6 +38,8 @@ def _reap(children: set[int]) -> None:
 
 
 def _kill(pid: int, children: set[int]) -> None:
+  # Only the parent can kill without racing pid reuse: a dead child stays a
+  # zombie until reaped here.
   if pid in children:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
@@ -54,7 +47,7 @@ def _kill(pid: int, children: set[int]) -> None:
 
 
 def _run_worker(conn: mp_connection.Connection, settings: worker.WorkerSettings) -> None:
-  """Body of a forked child: serve, then exit without running the parent's cleanup."""
+  """A forked child: serves, then exits without the parent's cleanup."""
   status = 0
   try:
     worker.worker_main(conn, settings)
@@ -66,8 +59,9 @@ def _run_worker(conn: mp_connection.Connection, settings: worker.WorkerSettings)
 
 
 def main(argv: list[str]) -> None:
-  """Serves fork and kill requests until the pool closes the control connection."""
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle.
+  """Serves fork and kill requests until the pool closes the connection."""
+  # Ctrl-C is the trainer's to handle.
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
   code_sandbox.die_with_parent()
   path = argv[1]
   control = connect(path)
