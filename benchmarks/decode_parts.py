@@ -1,7 +1,9 @@
-"""What the decode step's parts cost the sampler: the sampler with parts taken out.
+"""What the decode step's parts cost the sampler: the sampler
+with parts taken out.
 
   python -m benchmarks.decode_parts --batch_sizes=64 --repeats=7
-  python -m benchmarks.decode_parts --variants=small_cpu --batch_sizes=64 --new_tokens=64
+  python -m benchmarks.decode_parts --variants=small_cpu --batch_sizes=64 \
+      --new_tokens=64
 
 For each model, batch size and completion length (the flags of
 benchmarks/sampler.py: --variants, --batch_sizes, --new_tokens, --prompt_len,
@@ -23,7 +25,8 @@ that they differ from the sampler's, i.e. that the substitution took effect).
 They bound what any change to the parts they remove can buy: a sampler whose
 decode attention costs nothing, with XLA's code for the rest of the step, is
 no faster than "no decode attention". Each ablated sampler is its own
-`Sampler`, compiled while the part is substituted in `scalerl_jax.models.decode`.
+`Sampler`, compiled while the part is substituted in
+`scalerl_jax.models.decode`.
 """
 
 import contextlib

@@ -1,9 +1,13 @@
-"""Whole-loop overhead: the share of the RL loop's wall time spent outside model compute.
+"""Whole-loop overhead: the share of the RL loop's wall time spent
+outside model compute.
 
   python -m benchmarks.loop
-  python -m benchmarks.loop --steps=20 --config.trainer.warm_start_dir=/tmp/base_policy
-  python -m benchmarks.loop --quick  # tiny settings: checks that it runs, times nothing useful
-  python -m benchmarks.loop --config.rewards.overlap=False  # verifiers on the critical path
+  python -m benchmarks.loop --steps=20 \
+      --config.trainer.warm_start_dir=/tmp/base_policy
+  # tiny settings: checks that it runs, times nothing useful
+  python -m benchmarks.loop --quick
+  # verifiers on the critical path
+  python -m benchmarks.loop --config.rewards.overlap=False
 
 Runs the real loop, `trainer.train_and_evaluate`, on the default config
 (configs/scalerl.py, tiny_cpu; any `--config.*` field may be overridden) for
@@ -91,7 +95,8 @@ _TRAINER_PARTS = {("run_step",): "step", ("generate",): "generate", ("train",): 
                   ("checkpointer", "wait"): "checkpoint wait"}
 _COMPUTE = ("decode weights", "prefill", "decode", "train step")
 _NOT_COUNTED = ("setup", "close")
-# What each part's own time is spent on (for a part holding others, what is left).
+# What each part's own time is spent on (for a part holding
+# others, what is left).
 _WHAT = {"loop": "monitors, progress line, run config",
          "step": "buffer take, batch metrics, compute meter",
          "generate": "scheduling, sampler host checks, detokenizing, grouping, buffer",
@@ -109,7 +114,8 @@ _WHAT = {"loop": "monitors, progress line, run config",
 
 
 class Timers:
-  """Wall time of nested parts: each part's own, less its children and compilation."""
+  """Wall time of nested parts: each part's own, less its
+  children and compilation."""
 
   def __init__(self):
     self._thread = threading.get_ident()  # The loop's thread: the only one timed.
@@ -143,7 +149,8 @@ class Timers:
       self._path, self._children = outer, outer_children
 
   def wrap(self, name: str, fn: Callable[..., Any], block: bool = False) -> Callable[..., Any]:
-    """`fn` timed as part `name`; with `block`, up to `jax.block_until_ready` of its result."""
+    """`fn` timed as part `name`; with `block`, up to
+    `jax.block_until_ready` of its result."""
     def timed(*args, **kwargs):
       with self.part(name):
         out = fn(*args, **kwargs)
@@ -152,7 +159,8 @@ class Timers:
 
 
 class _TimedIterator:
-  """An iterator whose `next` is timed (StopIteration passes through, as the trainer needs)."""
+  """An iterator whose `next` is timed (StopIteration passes through,
+  as the trainer needs)."""
 
   def __init__(self, timers: Timers, name: str, iterator: Iterator[Any]):
     self._timers, self._name, self._iterator = timers, name, iterator
@@ -166,7 +174,8 @@ class _TimedIterator:
 
 
 def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
-  """Times the trainer's phases, the sampler's programs and the helpers (module docstring)."""
+  """Times the trainer's phases, the sampler's programs and the
+  helpers (module docstring)."""
   sampler = trainer.exp.sampler
   for attr, name in _SAMPLER_PROGRAMS.items():
     setattr(sampler, attr, timers.wrap(name, getattr(sampler, attr), block=True))
@@ -186,7 +195,8 @@ def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
 
 
 def run_loop(config, workdir: str, timers: Timers) -> None:
-  """`trainer.train_and_evaluate` with every part timed in `timers` under 'loop'."""
+  """`trainer.train_and_evaluate` with every part timed in
+  `timers` under 'loop'."""
   trainer_class = trainer_lib.Trainer
 
   def make_trainer(*args, **kwargs):

@@ -1,8 +1,11 @@
-"""Sampler throughput on CPU against a naive loop, Hugging Face `generate` and Tunix.
+"""Sampler throughput on CPU against a naive loop, Hugging Face
+`generate` and Tunix.
 
   python -m benchmarks.sampler
-  python -m benchmarks.sampler --variants=tiny_cpu --batch_sizes=64 --new_tokens=64
-  python -m benchmarks.sampler --variants='tiny_cpu:family=qwen3;qk_norm=True;rope_theta=1e6'
+  python -m benchmarks.sampler --variants=tiny_cpu --batch_sizes=64 \
+      --new_tokens=64
+  python -m benchmarks.sampler \
+      --variants='tiny_cpu:family=qwen3;qk_norm=True;rope_theta=1e6'
 
 For each model (`tiny_cpu` and the ~50M `small_cpu` of configs/scalerl.py, with
 random weights; a variant may change model fields, benchmarks/shapes.py) and
@@ -112,13 +115,15 @@ _MESH_SHAPE = flags.DEFINE_list(
 
 
 def bench_prompts(cfg: ModelConfig, batch: int, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
-  """The benchmarks' prompts: `batch` rows of `prompt_len` random ids (seeded by the batch)."""
+  """The benchmarks' prompts: `batch` rows of `prompt_len` random ids
+  (seeded by the batch)."""
   prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
   return prompts, np.full((batch,), prompt_len)
 
 
 def _best_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-  """Best wall time of each function over `repeats` rounds that run them in turn.
+  """Best wall time of each function over `repeats` rounds
+  that run them in turn.
 
   Timed in alternation, the programs whose ratios the table reports see the
   same state of a shared machine, whose speed drifts by 10-30% over minutes.
@@ -193,14 +198,16 @@ def decode_positions_attended(prompt_len: int, new: int) -> float:
 
 
 def cache_bytes_read(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
-  """Bytes of keys and values the decode steps attend to (filled positions only)."""
+  """Bytes of keys and values the decode steps attend to
+  (filled positions only)."""
   itemsize = jnp.dtype(cfg.dtype).itemsize
   per_position = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * itemsize
   return batch * per_position * decode_positions_attended(prompt_len, new)
 
 
 def generate_flops(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
-  """Useful FLOPs of prefill + decode for `batch` rows (see module docstring)."""
+  """Useful FLOPs of prefill + decode for `batch` rows
+  (see module docstring)."""
   d, h, k, e, f = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim
   per_token = cfg.num_layers * 2 * (d * e * (2 * h + 2 * k) + 3 * d * f)
   attn_per_position = cfg.num_layers * 4 * h * e
@@ -239,7 +246,8 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
 
 def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new: int,
                              rows_sharding=None) -> dict[str, Callable[[], object]]:
-  """The decode's and the prefill's weight matmuls alone, compiled (see module docstring).
+  """The decode's and the prefill's weight matmuls alone,
+  compiled (see module docstring).
 
   With `rows_sharding` (the sampler's slot sharding), the rows are split over
   its devices like the sampler's slots, and every device holds all weights.
@@ -279,7 +287,8 @@ def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new:
 
 
 def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float, int]:
-  """Best tokens/s of transformers generate over `--torch_threads`, and its thread count."""
+  """Best tokens/s of transformers generate over `--torch_threads`,
+  and its thread count."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
@@ -334,7 +343,8 @@ def main(argv):
                          f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so "
                          f"every batch size must be a multiple of {split}")
       rows_sharding = sharding.batch_sharding(mesh, rules, 2)
-      # The same sampler on one device, timed in the same rounds (see the module docstring).
+      # The same sampler on one device, timed in the same rounds
+      # (see the module docstring).
       config_one = copy.deepcopy(config)
       config_one.mesh.shape = (1, 1, 1)
       mesh_one = sharding.make_mesh(config_one.mesh, jax.devices()[:1])

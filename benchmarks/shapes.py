@@ -1,4 +1,5 @@
-"""Model shapes the benchmarks take: a config variant, optionally with model fields changed.
+"""Model shapes the benchmarks take: a config variant,
+optionally with model fields changed.
 
 `tiny_cpu:embed_dim=256;mlp_dim=768` is configs/scalerl.py's tiny_cpu with a
 wider residual stream and MLP; `tiny_cpu:family=qwen3;qk_norm=True` adds
@@ -11,7 +12,8 @@ from configs import scalerl
 
 
 def _parse(value: str, like):
-  """`value` as the type of the field's current value `like` ('False' is False)."""
+  """`value` as the type of the field's current value
+  `like` ('False' is False)."""
   if isinstance(like, bool):
     if value not in ("True", "False"):
       raise ValueError(f"expected True or False, got {value!r}")
@@ -20,7 +22,8 @@ def _parse(value: str, like):
 
 
 def shape_config(shape: str, prompts_per_step: int = 0) -> ml_collections.ConfigDict:
-  """The config of `variant[:field=value;...]`, model fields (and P if > 0) as given."""
+  """The config of `variant[:field=value;...]`, model fields
+  (and P if > 0) as given."""
   variant, _, fields = shape.partition(":")
   config = scalerl.get_config(variant)
   with config.unlocked():

@@ -1,7 +1,8 @@
 """Train-step throughput on CPU as a fraction of the machine's matmul rate.
 
   python -m benchmarks.train_step
-  python -m benchmarks.train_step --shapes=small_cpu --prompts_per_step=8 --seq_lens=64
+  python -m benchmarks.train_step --shapes=small_cpu --prompts_per_step=8 \
+      --seq_lens=64
 
 For each model shape and sequence length S, on random weights and a synthetic
 batch of P x G rows (random tokens; the loss mask over a random-length
@@ -57,12 +58,14 @@ _MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul."
 
 
 def best_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, float]]:
-  """Shortest wall time and process CPU time of each function over `repeats` rounds.
+  """Shortest wall time and process CPU time of each function
+  over `repeats` rounds.
 
   Every function is called once per round, in turn, after one warm-up call
   each, so load from other processes that comes and goes affects all alike.
   CPU time (all of this process's threads) counts the work done whether or not
-  other processes held the cores meanwhile, so its ratios hold on a busy machine.
+  other processes held the cores meanwhile, so its ratios
+  hold on a busy machine.
   """
   for fn in fns.values():
     jax.block_until_ready(fn())
@@ -106,7 +109,8 @@ def synthetic_batch(spec: train_step_lib.StepSpec, params, seq_len: int,
 
 
 def _head_and_loss(params, x_BxTxD, batch, spec):
-  """(loss, mean entropy) from the last block's output: final norm, LM head, log-softmax."""
+  """(loss, mean entropy) from the last block's output: final norm,
+  LM head, log-softmax."""
   logits_BxTxV = transformer.output_logits(spec.model.cfg, params, x_BxTxD) / spec.temperature
   logp_all = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
   targets_BxT = batch["tokens_BxS"][:, 1:]
@@ -123,7 +127,8 @@ def _head_and_loss(params, x_BxTxD, batch, spec):
 
 
 def time_parts(spec, state, mesh, rules, host_batch, repeats) -> dict[str, tuple[float, float]]:
-  """`best_times` of the step, its parts (see module docstring) and the matmul."""
+  """`best_times` of the step, its parts
+  (see module docstring) and the matmul."""
   batch_sh = {k: sharding.batch_sharding(mesh, rules, v.ndim) for k, v in host_batch.items()}
   batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
   place = lambda: {k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()}
@@ -163,7 +168,8 @@ def time_parts(spec, state, mesh, rules, host_batch, repeats) -> dict[str, tuple
 
 
 def table_row(label: str, flops: float, times: dict[str, tuple[float, float]]) -> str:
-  """One markdown row: the step's rate against the matmul's, and its parts' shares.
+  """One markdown row: the step's rate against the matmul's,
+  and its parts' shares.
 
   Rates are FLOPs over the wall time and over half the CPU time (two cores);
   shares are of the step's CPU time.
@@ -203,7 +209,8 @@ def main(argv):
     params, param_sh = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
     with sharding.activate(mesh, rules):
       for seq_len in map(int, _SEQ_LENS.value):
-        # A copy: the step donates its state, and jit passes unchanged inputs through.
+        # A copy: the step donates its state, and jit passes
+        # unchanged inputs through.
         state, _ = trainer.init_train_state(
             optimizer, jax.tree_util.tree_map(jnp.copy, params), param_sh, mesh)
         host_batch = synthetic_batch(spec, params, seq_len)

@@ -1,4 +1,5 @@
-"""Tunix's native JAX sampler on our weights, the Tunix column of benchmarks/sampler.py.
+"""Tunix's native JAX sampler on our weights, the Tunix column of
+benchmarks/sampler.py.
 
 Tunix (PyPI `google-tunix`, in the `bench` extra) is optional. Its 0.1.7
 pins `safetensors<0.8` and pulls older `transformers`, `tokenizers` and
@@ -42,7 +43,8 @@ def unavailable() -> Optional[str]:
 
 
 class _IdTokenizer:
-  """Text is the token ids in decimal, space-separated; -1 (never sampled) is the EOS."""
+  """Text is the token ids in decimal, space-separated;
+  -1 (never sampled) is the EOS."""
 
   def encode(self, text: str, **kwargs) -> list[int]:
     del kwargs
@@ -63,7 +65,8 @@ class _IdTokenizer:
 
 
 def _tunix_checkpoint(hf_dir: str, cfg: ModelConfig) -> str:
-  """`hf_dir`'s tensors plus q/k norm scales of one where it has none; returns the new dir."""
+  """`hf_dir`'s tensors plus q/k norm scales of one where it has none;
+  returns the new dir."""
   tensors = load_file(os.path.join(hf_dir, "model.safetensors"))
   for i in range(cfg.num_layers):
     for name in ("q_norm", "k_norm"):
@@ -76,10 +79,12 @@ def _tunix_checkpoint(hf_dir: str, cfg: ModelConfig) -> str:
 
 
 class TunixSampler:
-  """Tunix's `Sampler` over Tunix's Qwen3 holding our weights (module docstring).
+  """Tunix's `Sampler` over Tunix's Qwen3 holding our
+  weights (module docstring).
 
   Args:
-    hf_dir: our parameters as a Hugging Face checkpoint (`hf_io.save_checkpoint`).
+    hf_dir: our parameters as a Hugging Face checkpoint
+      (`hf_io.save_checkpoint`).
     cfg: their shape.
     cache_size: prompt length + new tokens (Tunix's KV cache length).
   """
@@ -104,7 +109,8 @@ class TunixSampler:
 
   def generate(self, prompts_BxL: np.ndarray, new: int, seed: int,
                temperature: float = 1.0) -> list[np.ndarray]:
-    """`new` tokens after every prompt, at `temperature` without top-k/top-p (0: greedy)."""
+    """`new` tokens after every prompt, at `temperature` without
+    top-k/top-p (0: greedy)."""
     sampling = dict(temperature=temperature, top_p=1.0) if temperature else {}
     out = self._sampler([" ".join(map(str, row)) for row in prompts_BxL],
                         max_generation_steps=new, max_prompt_length=prompts_BxL.shape[1],

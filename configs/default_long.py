@@ -11,17 +11,20 @@ again in the second half, 0.07 above what its first half predicted
 (docs/prediction.md). Everything else, the warm-started base policy
 included, is the default experiment's (configs/scalerl.py).
 
-  python -m launch.train --config=configs/default_long.py --workdir=/tmp/long_seed0
+  python -m launch.train --config=configs/default_long.py \
+      --workdir=/tmp/long_seed0
   python -m launch.train --config=configs/default_long.py --config.seed=1 \
       --workdir=/tmp/long_seed1
-  python -m launch.fit --workdirs=/tmp/long_seed0,/tmp/long_seed1 --fit_fraction=0.5
+  python -m launch.fit --workdirs=/tmp/long_seed0,/tmp/long_seed1 \
+      --fit_fraction=0.5
 """
 
 from configs import scalerl
 
 
 def get_config(arg=None):
-  """configs/scalerl.py's config for `arg`: 120 steps validated every 5, constant LR."""
+  """configs/scalerl.py's config for `arg`: 120 steps validated
+  every 5, constant LR."""
   c = scalerl.get_config(arg)
   c.trainer.num_steps = 120
   c.trainer.eval_every = 5

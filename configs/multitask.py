@@ -1,4 +1,5 @@
-"""Math and code in one run (PAPER.md §1, the math+code run): two built-in domains.
+"""Math and code in one run (PAPER.md §1, the math+code run):
+two built-in domains.
 
 The policy trains on a 50/50 mixture of the arithmetic task (`math`) and the
 built-in code domain (`code`: a function body from a spoken recipe, scored by

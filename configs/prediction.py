@@ -14,7 +14,8 @@ For the issue "Predict and rank at small scale" (docs/prediction.md, README
   warmup), so the first N steps of this run are the same whatever num_steps
   is: a run stopped at step 240 is the 240-step run of the same recipe.
 
-  python -m launch.train --config=configs/prediction.py --workdir=/tmp/pred/seed=0
+  python -m launch.train --config=configs/prediction.py \
+      --workdir=/tmp/pred/seed=0
   python -m launch.train --config=configs/prediction.py --config.seed=1 \
       --workdir=/tmp/pred/seed=1
   python -m launch.fit --workdirs=/tmp/pred --fit_fraction=0.5 --x=compute/flops
@@ -24,7 +25,8 @@ from configs import scalerl
 
 
 def get_config(arg=None):
-  """configs/scalerl.py's config for `arg`: 480 steps, constant LR, base seed 0."""
+  """configs/scalerl.py's config for `arg`: 480 steps,
+  constant LR, base seed 0."""
   c = scalerl.get_config(arg)
   c.trainer.num_steps = 480
   c.trainer.eval_every = 10

@@ -173,11 +173,12 @@ def get_config(arg=None):
   c.rl.gspo_eps_low = 3e-4  # gspo: lower clip of the sequence ratio.
   c.rl.gspo_eps_high = 4e-4  # gspo: upper clip of the sequence ratio.
   c.rl.cispo_eps_max = 4.0  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
-  # Truncated IS (§3): C > 0 scales each token's objective by sg(min(1, C / rho)),
-  # rho = pi_train / pi_gen, so an unclipped PPO token's weight is min(rho, C).
-  # Departure: the paper's factor is pi_old / pi_gen with the loss's ratio taken
-  # against pi_old; without old weights here every ratio is taken against the
-  # generator, so PPO clipping acts on stale tokens (rl/losses.py). 0 disables.
+  # Truncated IS (§3): C > 0 scales each token's objective by
+  # sg(min(1, C / rho)), rho = pi_train / pi_gen, so an unclipped PPO token's
+  # weight is min(rho, C). Departure: the paper's factor is pi_old / pi_gen with
+  # the loss's ratio taken against pi_old; without old weights here every ratio
+  # is taken against the generator, so PPO clipping acts on stale tokens
+  # (rl/losses.py). 0 disables.
   c.rl.tis_cap = 0.0
   c.rl.zero_variance_filter = True  # Drop groups whose rewards are all equal.
   c.rl.reward_correct = 1.0  # Reward of a verified completion.
@@ -189,12 +190,13 @@ def get_config(arg=None):
   # pipeline_rl: decode steps the generator runs per train step, its speed
   # relative to the trainer in this colocated emulation of PipelineRL's
   # concurrency (rl/schedules.py): the stand-in for the paper's ratio of
-  # generator speed to trainer speed (64 generating, 16 training GPUs). More than
-  # it takes to finish P groups per step lets it run ahead until k holds it back;
-  # it decodes further only while the trainer's next batch is unfinished. At 16
-  # (CPU: 96-token completions on 2 x P x G slots) the generator is the slower
-  # side and lags stay at 0-3, so k >= 4 never binds; the off-policy ablation
-  # sets 4 x sampling.max_new_tokens, where the lag reaches k (docs/ablations.md).
+  # generator speed to trainer speed (64 generating, 16 training GPUs). More
+  # than it takes to finish P groups per step lets it run ahead until k holds it
+  # back; it decodes further only while the trainer's next batch is unfinished.
+  # At 16 (CPU: 96-token completions on 2 x P x G slots) the generator is the
+  # slower side and lags stay at 0-3, so k >= 4 never binds; the off-policy
+  # ablation sets 4 x sampling.max_new_tokens, where the lag reaches k
+  # (docs/ablations.md).
   c.buffer.decode_steps_per_train_step = 16
 
   c.sampling = ml_collections.ConfigDict()
@@ -203,8 +205,8 @@ def get_config(arg=None):
   c.sampling.top_p = 1.0  # 1.0 disables.
   c.sampling.max_prompt_len = 64 if cpu else 2048  # Prompt budget in tokens.
   c.sampling.max_new_tokens = 96 if cpu else 14_336  # Generation budget.
-  # Continuous-batching slots; 0 = the schedule's default (`slot_batches` x P x G
-  # in rl/schedules.py).
+  # Continuous-batching slots; 0 = the schedule's default
+  # (`slot_batches` x P x G in rl/schedules.py).
   c.sampling.num_slots = 0
   c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
   # Dtype of the sampler's KV cache: float32 | bfloat16. Accelerators keep it in
@@ -221,15 +223,17 @@ def get_config(arg=None):
   c.data = ml_collections.ConfigDict()
   c.data.source = "builtin"  # builtin | builtin_code | reasoning_gym | tfds | jsonl.
   # Named domains mixed in one run, name -> {weight, source, verifier, data.*
-  # overrides} (data/mixture.py; configs/multitask.py); empty = data.source alone.
+  # overrides} (data/mixture.py; configs/multitask.py);
+  # empty = data.source alone.
   c.data.mixture = ml_collections.ConfigDict()
   c.data.prompts_per_step = 16 if cpu else 48  # P prompts per step (paper: 48).
   c.data.generations_per_prompt = 16  # G completions per prompt (paper: 16).
   c.data.on_long_prompt = "error"  # error | skip (counted) for prompts over budget.
-  # Built-in task levels (operators per expression) mixed in training; with (1, 2)
-  # the warm-started tiny_cpu policy's thinking reaches the right value in ~56%
-  # of validation samples, and with trainer.warm_start_answer_slip_prob = 0.7
-  # its Answer line is right in ~19% (docs/default_run.md).
+  # Built-in task levels (operators per expression) mixed in training; with
+  # (1, 2) the warm-started tiny_cpu policy's thinking reaches the right value
+  # in ~56% of validation samples, and with
+  # trainer.warm_start_answer_slip_prob = 0.7 its Answer line is right in ~19%
+  # (docs/default_run.md).
   c.data.builtin_difficulty = (1, 2)
   c.data.builtin_num_train = 6_000  # Built-in task: training prompts (levels 1-2 hold 6,370).
   c.data.builtin_num_val = 200  # Built-in task: held-out validation prompts.
@@ -262,15 +266,17 @@ def get_config(arg=None):
   # Passed to the chat template as `enable_thinking`; False makes Qwen3
   # answer without thinking. Templates that do not read it ignore it.
   c.data.enable_thinking = True
-  # SentencePiece .model, tokenizer.json or a directory of either; "" = the one in
-  # model.hf_path, else one trained for the built-in task (at most model.vocab_size) in the workdir.
+  # SentencePiece .model, tokenizer.json or a directory of either; "" = the one
+  # in model.hf_path, else one trained for the built-in task (at most
+  # model.vocab_size) in the workdir.
   c.data.tokenizer_path = ""
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.verifier = "auto"  # auto (per source) | math | task | code.
   # Verifier kinds (math | task | code) that score only the text after the
   # last </think>, and score 0 when the thinking is never closed (§5: answers
-  # are checked after stripping the thinking trace); () scores whole completions.
+  # are checked after stripping the thinking trace);
+  # () scores whole completions.
   c.rewards.strip_thinking = ("math", "task", "code")
   c.rewards.timeout_s = 5.0  # Wall-clock limit per verification; then score 0.
   c.rewards.num_workers = 2  # Verifier worker processes.
@@ -322,13 +328,15 @@ def get_config(arg=None):
   # Where warm-started base policies are cached, one subdirectory per settings
   # fingerprint; "" = <workdir>/base_policy. Sweeps share one across points.
   c.trainer.warm_start_dir = ""
-  # Seed of the base policy (its initialisation and warm start); -1 = config.seed.
-  # A fixed value gives runs that differ only in config.seed one shared base, as
-  # the paper's repeated runs share one pretrained model (warm_start.base_seed).
+  # Seed of the base policy (its initialisation and warm start);
+  # -1 = config.seed. A fixed value gives runs that differ only in config.seed
+  # one shared base, as the paper's repeated runs share one pretrained model
+  # (warm_start.base_seed).
   c.trainer.warm_start_seed = -1
 
-  # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a warning and
-  # sets alert/<name> = 1 in the step's metrics; a threshold of 0 turns it off.
+  # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a
+  # warning and sets alert/<name> = 1 in the step's metrics; a threshold of 0
+  # turns it off.
   c.monitor = ml_collections.ConfigDict()
   # entropy_collapse: train/entropy below this fraction of its first value.
   c.monitor.entropy_min_fraction = 0.1

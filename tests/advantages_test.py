@@ -1,4 +1,5 @@
-"""Group-relative advantages: hand-worked normalisations and zero-variance groups.
+"""Group-relative advantages: hand-worked normalisations and
+zero-variance groups.
 
 Shapes: P prompts, G completions per prompt, B = P * G, T tokens.
 """
@@ -16,18 +17,21 @@ from scalerl_jax.rl import advantages
 
 # Three prompts x four completions; rewards in {0, 1}.
 #   prompt 0: [1, 0, 0, 0]  mean 0.25  centred [0.75, -0.25, -0.25, -0.25]
-#             std sqrt(0.25 * 0.75) = 0.4330127, sum of squares 0.5625 + 3 * 0.0625 = 0.75
+#             std sqrt(0.25 * 0.75) = 0.4330127,
+#             sum of squares 0.5625 + 3 * 0.0625 = 0.75
 #   prompt 1: [1, 1, 0, 0]  mean 0.5   centred [0.5, 0.5, -0.5, -0.5]   std 0.5,
 #             sum of squares 4 * 0.25 = 1
 #   prompt 2: [1, 1, 1, 1]  zero variance: advantage 0 under every norm
 #   batch std of the centred advantages (their mean is 0, sum of squares 1.75):
 #     filter off, all 12 completions: sqrt(1.75 / 12) = sqrt(7 / 48) = 0.3818813
-#     filter on, the 8 of prompts 0 and 1: sqrt(1.75 / 8) = sqrt(7 / 32) = 0.4677072
+#     filter on, the 8 of prompts 0 and 1:
+#       sqrt(1.75 / 8) = sqrt(7 / 32) = 0.4677072
 _REWARDS_PxG = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], np.float32)
 
 
 # prompt: centred / own std, whatever the filter
-#   0.75 / 0.4330127 = 1.7320508, -0.25 / 0.4330127 = -0.5773503; +-0.5 / 0.5 = +-1
+#   0.75 / 0.4330127 = 1.7320508, -0.25 / 0.4330127 = -0.5773503;
+#   +-0.5 / 0.5 = +-1
 _PROMPT_NORM_PxG = [[1.7320508, -0.5773503, -0.5773503, -0.5773503],
                     [1.0, 1.0, -1.0, -1.0],
                     [0.0, 0.0, 0.0, 0.0]]

@@ -1,4 +1,5 @@
-"""scalerl_jax.jobs.aot / launch/compile.py: the run's programs compiled by the TPU compiler.
+"""scalerl_jax.jobs.aot / launch/compile.py: the run's programs compiled
+by the TPU compiler.
 
 libtpu compiles for a TPU slice on this CPU machine (no TPU): these tests build
 tiny_cpu's and small_cpu's train step and decode step for a v5e 2x2 slice and

@@ -102,7 +102,8 @@ def test_splash_compiles_for_a_tpu_slice_under_auto():
   # forward and backward must not hold [T, T] scores.
   pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]')")
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  # Other processes on this host may hold libtpu's lock; compiling needs no chip.
+  # Other processes on this host may hold libtpu's lock;
+  # compiling needs no chip.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
   mesh = topologies.make_mesh(topology, (1, 4, 1), ("data", "fsdp", "tensor"))

@@ -1,4 +1,5 @@
-"""Rollout buffer: start-order consumption, staleness faults, histogram, checkpoints, collate."""
+"""Rollout buffer: start-order consumption, staleness faults, histogram,
+checkpoints, collate."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,8 @@ from scalerl_jax.rl import buffer as buffer_lib
 
 
 def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
-  """Group number `index` whose completions hold the given per-token versions."""
+  """Group number `index` whose completions hold the
+  given per-token versions."""
   g = len(versions_GxC)
   version = np.full((g, seq), -1, np.int32)
   mask = np.zeros((g, seq), np.float32)

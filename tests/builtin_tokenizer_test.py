@@ -1,4 +1,5 @@
-"""Tests of the built-in task's SentencePiece model: its corpus and its written file."""
+"""Tests of the built-in task's SentencePiece model:
+its corpus and its written file."""
 
 import sentencepiece as spm
 

@@ -35,7 +35,8 @@ _TEMPLATES = {"qwen3": instruct_checkpoint.QWEN3_TEMPLATE,
 
 @pytest.fixture(scope="module", params=[False, True], ids=["in_config", "jinja_file"])
 def checkpoints(request, tmp_path_factory):
-  """template name -> (our tokenizer, transformers' tokenizer) of one directory."""
+  """template name -> (our tokenizer, transformers' tokenizer)
+  of one directory."""
   out = {}
   for name, template in _TEMPLATES.items():
     directory = tmp_path_factory.mktemp(name)

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.checkpoint.checkpointer: round trips, retention, resume safety, errors."""
+"""Tests of scalerl_jax.checkpoint.checkpointer: round trips, retention,
+resume safety, errors."""
 
 import os
 
@@ -29,7 +30,8 @@ def _assert_trees_equal(got, want):
 
 
 def _abstract_params(config, mesh, rules):
-  """Abstract, sharded parameters of the config's model, without allocating them."""
+  """Abstract, sharded parameters of the config's model,
+  without allocating them."""
   model = Transformer(ModelConfig.from_config(config.model))
   shardings = sharding.param_shardings(model, mesh, rules)
   boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))["params"])
@@ -39,11 +41,13 @@ def _abstract_params(config, mesh, rules):
 
 @pytest.fixture(scope="module")
 def model_state():
-  """A sharded {params, opt_state, rng, step} of a tiny model on a 1-device mesh."""
+  """A sharded {params, opt_state, rng, step} of a tiny
+  model on a 1-device mesh."""
   config = tiny_config()
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.logical_rules(config.mesh)
-  # Random values placed into the model's shardings (cheaper than compiling its init).
+  # Random values placed into the model's shardings
+  # (cheaper than compiling its init).
   rng = np.random.default_rng(0)
   params = jax.tree.map(
       lambda a: jax.device_put(rng.standard_normal(a.shape).astype(a.dtype), a.sharding),
@@ -211,7 +215,8 @@ def test_partial_restore_reads_only_the_named_part(tmp_path, model_state):
     ckpt.save(2, saved, {"step": 2}, host_state={"buffer": np.arange(3)})
   want = {"train": {"params": _abstract(state["params"])}}
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
-    # The slots are not read, so a run with 256 slots can read these parameters...
+    # The slots are not read, so a run with 256 slots can
+    # read these parameters...
     part, extra, host = ckpt.restore(None, want, partial=True)
     _assert_trees_equal(part["train"]["params"], state["params"])
     assert set(part) == {"train"} and set(part["train"]) == {"params"}

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.jobs.cluster and launch/cluster.py: what each target emits, parsed back.
+"""Tests of scalerl_jax.jobs.cluster and launch/cluster.py: what each
+target emits, parsed back.
 
 The emitted train commands are parsed with ml_collections' config flags, as
 `launch.train` parses them, so a forwarded override that does not survive the
@@ -20,14 +21,16 @@ from scalerl_jax.jobs import cluster
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_ARG = "configs/scalerl.py:variant=llama3_8b"
-# Overrides whose values need quoting: a space, a quote, "$" (shells, Kubernetes).
+# Overrides whose values need quoting: a space, a quote,
+# "$" (shells, Kubernetes).
 OVERRIDES = ["--config.rl.loss=dapo", "--config.data.jsonl_train=/data/a b/it's.jsonl",
              "--config.model.hf_path=/ckpts/$$x$(SCALERL_PROCESS_ID)",
              "--noconfig.rl.zero_variance_filter"]
 
 
 def parse(argv):
-  """Parses `argv` (program name first) as launch.train would: (config, overrides, flags)."""
+  """Parses `argv` (program name first) as launch.train would:
+  (config, overrides, flags)."""
   values = flags.FlagValues()
   holder = config_flags.DEFINE_config_file("config", None, "", flag_values=values,
                                            lock_config=True, sys_argv=argv)
@@ -37,14 +40,16 @@ def parse(argv):
 
 
 def build(target, extra=(), **options):
-  """cluster.build for llama3_8b with OVERRIDES plus `extra`, parsed like launch.cluster."""
+  """cluster.build for llama3_8b with OVERRIDES plus `extra`,
+  parsed like launch.cluster."""
   config, overrides, _ = parse(["launch.cluster", f"--config={CONFIG_ARG}", *OVERRIDES, *extra])
   return cluster.build(target, config, CONFIG_ARG, overrides, "/shared/run",
                        cluster.Options(name="scalerl-8b", **{"repo_dir": REPO, **options}))
 
 
 def train_flags(argv):
-  """The config and workdir a `python -m launch.train ...` argv gives launch.train."""
+  """The config and workdir a `python -m launch.train ...`
+  argv gives launch.train."""
   assert argv[:3] == ["python", "-m", "launch.train"]
   config, _, values = parse(["launch.train"] + argv[3:])
   return config, values["workdir"].value
@@ -129,7 +134,8 @@ def test_slurm_script():
   lines = job.text.splitlines()
   assert lines[0] == "#!/bin/bash" and job.argv == ["sbatch"] and job.stdin == job.text
   sbatch = options_of(line.split(None, 1)[1] for line in lines if line.startswith("#SBATCH"))
-  # One task per GPU: JAX gives each SLURM task the GPU numbered by SLURM_LOCALID.
+  # One task per GPU: JAX gives each SLURM task the GPU
+  # numbered by SLURM_LOCALID.
   assert sbatch == {"--job-name": "scalerl-8b", "--nodes": "2", "--ntasks-per-node": "8",
                     "--gpus-per-node": "8", "--partition": "gpu", "--time": "1-00:00:00"}
   assert shlex.split(lines[-2]) == ["cd", "/home/me/scale rl"]
@@ -175,7 +181,8 @@ def test_jobset_manifest():
   check_forwarded(config)
   assert workdir == "/shared/run"
   name = manifest["metadata"]["name"]
-  # JobSet names pod 0 of job 0 <jobset>-<replicated job>-0-0 under subdomain <jobset>.
+  # JobSet names pod 0 of job 0 <jobset>-<replicated job>-0-0
+  # under subdomain <jobset>.
   assert config.mesh.coordinator_address == (
       f"{name}-{workers['name']}-0-0.{name}:{container['ports'][0]['containerPort']}")
   assert (config.mesh.num_processes, config.mesh.process_id) == (4, 3)

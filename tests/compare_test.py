@@ -1,4 +1,5 @@
-"""Tests of the comparison rule, the paper's claims on the grids and the power-law baseline."""
+"""Tests of the comparison rule, the paper's claims on the grids and
+the power-law baseline."""
 
 import os
 
@@ -69,7 +70,8 @@ def test_compare_is_inconclusive_when_b_differs_within_the_noise():
 
 def test_compare_is_inconclusive_when_a_differs_within_the_noise():
   # A run that stops at 3.2 C_mid under noise 0.02 leaves A loose: the fits'
-  # ceilings differ by 0.079 (more than 0.02), their bootstrap stds combine to 0.098.
+  # ceilings differ by 0.079 (more than 0.02), their bootstrap
+  # stds combine to 0.098.
   compute = np.linspace(500, 8000, 25)
   low = _curve(0.60, 1.9, 2500, 8, compute, noise=0.02)
   high = _curve(0.63, 1.9, 2500, 9, compute, noise=0.02)
@@ -98,16 +100,19 @@ def test_a_noise_threshold_is_configurable():
     (("higher", "A"), _estimate(a=0.64, a_std=0.006), _estimate(a=0.60, a_std=0.008), "agrees"),
     (("higher", "A"), _estimate(a=0.60, a_std=0.006), _estimate(a=0.64, a_std=0.008),
      "disagrees"),
-    # d = 0.015 is beyond u = 0.003 but under the floor; d = 0.03 is within u = 0.04.
+    # d = 0.015 is beyond u = 0.003 but under the floor;
+    # d = 0.03 is within u = 0.04.
     (("higher", "A"), _estimate(a=0.615, a_std=0.003), _estimate(a=0.60), "inconclusive"),
     (("higher", "A"), _estimate(a=0.63, a_std=0.04), _estimate(a=0.60), "inconclusive"),
-    # B has no floor: d = 0.3 and -0.2 beyond u = sqrt(0.06^2 + 0.08^2) = 0.1, 0.05 within it.
+    # B has no floor: d = 0.3 and -0.2 beyond
+    # u = sqrt(0.06^2 + 0.08^2) = 0.1, 0.05 within it.
     (("higher", "B"), _estimate(b=2.3, b_std=0.06), _estimate(b=2.0, b_std=0.08), "agrees"),
     (("higher", "B"), _estimate(b=1.8, b_std=0.06), _estimate(b=2.0, b_std=0.08), "disagrees"),
     (("higher", "B"), _estimate(b=2.05, b_std=0.06), _estimate(b=2.0, b_std=0.08),
      "inconclusive"),
-    # Same A: |d| + u = 0.005 + sqrt(0.003^2 + 0.004^2) = 0.01 under the floor agrees;
-    # 0.012 + 0.01 reaches it (inconclusive); d = 0.03 beyond u = 0.005 disagrees.
+    # Same A: |d| + u = 0.005 + sqrt(0.003^2 + 0.004^2) = 0.01 under the floor
+    # agrees; 0.012 + 0.01 reaches it (inconclusive);
+    # d = 0.03 beyond u = 0.005 disagrees.
     (("same", "A"), _estimate(a=0.605, a_std=0.003), _estimate(a=0.60, a_std=0.004), "agrees"),
     (("same", "A"), _estimate(a=0.612, a_std=0.006), _estimate(a=0.60, a_std=0.008),
      "inconclusive"),

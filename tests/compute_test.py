@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.metrics.compute: FLOPs counted by hand, the cumulative meter."""
+"""Tests of scalerl_jax.metrics.compute: FLOPs counted by hand,
+the cumulative meter."""
 
 import json
 
@@ -42,7 +43,8 @@ def test_forward_flops_hand_worked():
 
 def test_generation_flops_hand_worked():
   # Sequence 1: prompt 2, 3 sampled -> tokens at positions 0..3 go through the
-  #   model: prefill 2 * 248 + 16 * (1 + 2) = 544, decode 2 * 248 + 16 * (3 + 4) = 608.
+  #   model: prefill 2 * 248 + 16 * (1 + 2) = 544,
+  #   decode 2 * 248 + 16 * (3 + 4) = 608.
   # Sequence 2: prompt 1, 1 sampled -> only the prompt: 248 + 16 * 1 = 264.
   assert compute.generation_flops(_CFG, [2], [3]) == 544 + 608
   assert compute.generation_flops(_CFG, np.array([2, 1]), np.array([3, 1])) == 1152 + 264

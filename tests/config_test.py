@@ -113,7 +113,8 @@ def test_a_missing_field_with_a_rule_is_named():
     config_lib.validate(config)
 
 
-# (fields set together, devices, start of the message): each fails on a relation.
+# (fields set together, devices, start of the message):
+# each fails on a relation.
 _INCONSISTENT = [
     ({"model.num_heads": 5}, None, "model.num_kv_heads: 2 does not divide model.num_heads=5"),
     ({"mesh.shape": (1, 1, 4)}, 4, "model.num_kv_heads: 2 is not divisible by 4"),
@@ -169,7 +170,8 @@ def test_a_plain_dict_config_is_walked_too():
 
 
 def test_the_trainer_refuses_every_invalid_config_before_compiling(tmp_path):
-  """train_and_evaluate, the entry point, fails on each config with its field named."""
+  """train_and_evaluate, the entry point, fails on each config
+  with its field named."""
   configs = [(_with(path, value), message) for path, value, message in _BAD_FIELDS]
   configs += [(_with_all(updates), message)
               for updates, num_devices, message in _INCONSISTENT if num_devices is None]

@@ -1,4 +1,5 @@
-"""Shared test settings: CPU only, and fail loudly on silent broadcasting mistakes."""
+"""Shared test settings: CPU only, and fail loudly on silent
+broadcasting mistakes."""
 
 import os
 

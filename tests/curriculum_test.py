@@ -1,4 +1,5 @@
-"""Tests of the curriculum: No-Positive-Resampling, zero-variance counts, checkpointing."""
+"""Tests of the curriculum: No-Positive-Resampling,
+zero-variance counts, checkpointing."""
 
 import json
 import math
@@ -29,7 +30,8 @@ def test_retires_exactly_when_the_history_reaches_the_threshold():
 def test_reaching_the_threshold_exactly_retires():
   c = curriculum_lib.Curriculum(retire_threshold=0.9)
   assert c.update(["a", "b"], [[1] * 9 + [0], [1] * 8 + [0, 0]]) == ["a"]  # 0.9 and 0.8.
-  # b: 18 / 20 = 0.9 after the first of these rows; the second adds history only.
+  # b: 18 / 20 = 0.9 after the first of these rows;
+  # the second adds history only.
   assert c.update(["b"] * 2, [[1] * 10, [1] * 10]) == ["b"]
   assert c.num_samples("b") == 30
 

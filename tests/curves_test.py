@@ -1,4 +1,5 @@
-"""Tests of fitting runs and seed groups by the paper's procedure, on synthetic workdirs.
+"""Tests of fitting runs and seed groups by the paper's procedure,
+on synthetic workdirs.
 
 Every run below validates at steps 0, 5, ..., 200 and spends 36 device-seconds
 a step unless said otherwise, so step s sits at s / 100 device-hours and the

@@ -1,4 +1,5 @@
-"""Faults around a run: every verifier process killed, a full disk, an unwritable workdir.
+"""Faults around a run: every verifier process killed, a full disk,
+an unwritable workdir.
 
 Each must end in recovery or a clear error, never a hang (every wait here has
 a deadline) and never a damaged checkpoint.
@@ -37,12 +38,14 @@ _RUNNER = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
 
 def _in_thread(fn, *args):
-  """fn(*args) on `_RUNNER`; fails the test if it runs past the deadline (a hang)."""
+  """fn(*args) on `_RUNNER`; fails the test if it runs past
+  the deadline (a hang)."""
   return _RUNNER.submit(fn, *args).result(timeout=_DEADLINE_S)
 
 
 def _reward_processes():
-  """This process's fork server of the reward pool and every worker it forked."""
+  """This process's fork server of the reward pool and
+  every worker it forked."""
   servers = [p for p in psutil.Process().children()
              if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())]
   return servers + [w for s in servers for w in s.children()]
@@ -123,7 +126,8 @@ def _file_size_limit(max_bytes):
 
 @contextlib.contextmanager
 def _unwritable(directory):
-  """`directory` read-only; as root, this process also drops to nobody (root ignores modes)."""
+  """`directory` read-only; as root, this process also drops to nobody
+  (root ignores modes)."""
   os.chmod(directory, 0o555)
   as_root = os.geteuid() == 0
   if as_root:

@@ -1,4 +1,5 @@
-"""Tests of reading runs' metrics.jsonl, of the text report and of the launch/fit.py launcher.
+"""Tests of reading runs' metrics.jsonl, of the text report and of the
+launch/fit.py launcher.
 
 The fabricated runs (`scaling_helpers.write_workdir`) validate at steps 0, 5,
 ..., 200 and spend 36 device-seconds a step: step s sits at s / 100
@@ -95,7 +96,8 @@ def test_report_states_settings_points_and_failures(tmp_path):
   e = groups[0].fits[0].extrapolation
   assert row.split()[-4:] == [f"{e.final_prediction:.3f}", f"{e.final_score:.3f}",
                               f"{e.final_error:+.4f}", f"{e.mean_abs_error:.4f}"]
-  # No val/mean_at_k_stderr given: the hidden-half check falls back to the fit's RMSE.
+  # No val/mean_at_k_stderr given: the hidden-half check falls
+  # back to the fit's RMSE.
   f = groups[0].fits[0].fit
   assert (f"good: 20 held-out points, mean |err| {e.mean_abs_error:.4f}, final err "
           f"{e.final_error:+.4f}; noise {f.rmse:.4f} (RMSE of the fit on its 19 fitted points; "
@@ -145,8 +147,9 @@ def test_fit_launcher_groups_seeds_and_writes_report_and_png(tmp_path):
   assert f"{sweep / 'cispo_seed0' / 'metrics.jsonl'}:202: not valid JSON" in proc.stderr
   assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert (tmp_path / "plots" / "grid.txt").read_text() in proc.stdout
-  # The hidden-half check: stderr 0.005 logged on every evaluation, 0.005 / sqrt(3)
-  # = 0.0029 for the mean of three seeds; the seeds' final scores' sample std.
+  # The hidden-half check: stderr 0.005 logged on every evaluation,
+  # 0.005 / sqrt(3) = 0.0029 for the mean of three seeds; the seeds' final
+  # scores' sample std.
   groups = curves.fit_groups([runs.read_run(str(sweep / n), name=n)
                               for n in ("cispo_seed0", "cispo_seed1", "cispo_seed2", "dapo")],
                              fit_fraction=0.5)
@@ -187,7 +190,8 @@ def test_fit_launcher_fails_clearly(tmp_path, args, message):
 
 
 def test_fit_launcher_fits_each_metric_and_prints_them_side_by_side(tmp_path):
-  # Two domains in one run's metrics: math along CURVE, code along another A and B.
+  # Two domains in one run's metrics: math along CURVE,
+  # code along another A and B.
   for s in range(2):
     math = _write(tmp_path / "m" / f"seed={s}", seed=s)
     code = _write(tmp_path / "c" / f"seed={s}", seed=10 + s, a=0.45, b=1.2)

@@ -1,4 +1,5 @@
-"""Small configs for tests, made from the real `configs/scalerl.py`, and a multi-device runner."""
+"""Small configs for tests, made from the real `configs/scalerl.py`,
+and a multi-device runner."""
 
 import json
 import os
@@ -20,7 +21,8 @@ def tiny_config(**model_overrides):
 
 
 def rl_test_config(schedule="pipeline_rl", num_steps=4):
-  """A whole RL experiment small enough for a test: 2-layer model, 4 x 4 rollouts."""
+  """A whole RL experiment small enough for a test:
+  2-layer model, 4 x 4 rollouts."""
   config = tiny_config(vocab_size=384, max_seq_len=128)
   s, d, t = config.sampling, config.data, config.trainer
   s.max_prompt_len, s.max_new_tokens, s.decode_steps_per_call = 16, 48, 16
@@ -37,7 +39,8 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
 
 
 def run_on_8_devices(module: str) -> dict:
-  """Runs `python -m <module>` with 8 simulated CPU devices; its JSON rows by shape.
+  """Runs `python -m <module>` with 8 simulated CPU devices;
+  its JSON rows by shape.
 
   The device count is fixed when JAX starts, hence the separate process. The
   script prints one JSON object per line with a "shape" key.

@@ -182,7 +182,8 @@ def test_pickle_named_model_safetensors_is_never_unpickled(ckpt, tmp_path, write
 
 
 def _shard(ckpt, names):
-  """Splits model.safetensors into two shards plus an index; returns its path."""
+  """Splits model.safetensors into two shards plus an
+  index; returns its path."""
   tensors = load_file(str(ckpt / "model.safetensors"))
   os.remove(ckpt / "model.safetensors")
   first = sorted(tensors)[:3]

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoint parity: logits vs `transformers`, export round trip, errors."""
+"""Hugging Face checkpoint parity: logits vs `transformers`,
+export round trip, errors."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""A tiny Qwen3-style instruct checkpoint written offline, for the chat-template tests.
+"""A tiny Qwen3-style instruct checkpoint written offline, for the
+chat-template tests.
 
 `write_tokenizer` trains a small byte-level BPE with the `tokenizers` library
 and writes it as Qwen3 ships its tokenizer: `<|endoftext|>`, `<|im_start|>`

@@ -1,4 +1,5 @@
-"""End to end: RL on GSM8K-format rows from a Qwen3 instruct checkpoint as users have it.
+"""End to end: RL on GSM8K-format rows from a Qwen3 instruct
+checkpoint as users have it.
 
 The checkpoint is written offline here: config.json and model.safetensors by
 transformers' `save_pretrained`, a real BPE tokenizer.json, a chat template

@@ -1,4 +1,5 @@
-"""Thinking-budget interruptions: the phrase lands exactly at the drawn budget."""
+"""Thinking-budget interruptions: the phrase lands exactly
+at the drawn budget."""
 
 import dataclasses
 

@@ -1,4 +1,5 @@
-"""Losses and aggregations pinned by hand-worked numbers, gradients and properties.
+"""Losses and aggregations pinned by hand-worked numbers,
+gradients and properties.
 
 Shapes: B completions, T tokens, P prompt groups, V vocabulary.
 
@@ -56,33 +57,39 @@ _GROUP_B = np.array([0, 0, 1, 1], np.int32)
 #   c3 [min(-1.0, -0.6) = -1.0]       sum -1.0  mean -1.0
 #   token  -(3.3 - 0.8 + 1.05 - 1.0) / 7              = -2.55 / 7 = -0.3642857
 #   sample -(1.1 - 0.8 + 0.525 - 1.0) / 4             = 0.175 / 4 = 0.0437500
-#   prompt -((3.3 - 0.8) / 4 + (1.05 - 1.0) / 3) / 2  = -(0.625 + 0.0166667) / 2 = -0.3208333
+#   prompt -((3.3 - 0.8) / 4 + (1.05 - 1.0) / 3) / 2
+#          = -(0.625 + 0.0166667) / 2                 = -0.3208333
 #
 # dapo, clip [0.8, 1.28]: as grpo but rho = 1.25 is no longer clipped.
 #   c0 [1, 1.28, 1.1]  sum 3.38  mean 1.1266667
 #   c1 [-0.8]; c2 [0.625, 0.45] sum 1.075 mean 0.5375; c3 [-1.0]
-#   token  -(3.38 - 0.8 + 1.075 - 1.0) / 7            = -2.655 / 7 = -0.3792857
-#   sample -(1.1266667 - 0.8 + 0.5375 - 1.0) / 4      = 0.1358333 / 4 = 0.0339583
-#   prompt -((3.38 - 0.8) / 4 + (1.075 - 1.0) / 3) / 2 = -(0.645 + 0.025) / 2 = -0.335
+#   token  -(3.38 - 0.8 + 1.075 - 1.0) / 7       = -2.655 / 7 = -0.3792857
+#   sample -(1.1266667 - 0.8 + 0.5375 - 1.0) / 4 = 0.1358333 / 4 = 0.0339583
+#   prompt -((3.38 - 0.8) / 4 + (1.075 - 1.0) / 3) / 2
+#          = -(0.645 + 0.025) / 2                = -0.335
 #
 # gspo and gspo_token, clip [0.9997, 1.0004] on s = exp(mean log rho):
 #   s0 = 5.5^(1/3) = 1.7651742 -> min(1.765, 1.0004) = 1.0004 on 3 tokens
 #   s1 = 0.5                   -> min(-0.5, -0.9997) = -0.9997 on 1 token
 #   s2 = sqrt(1.125) = 1.06066 -> min(0.53033, 0.5002) = 0.5002 on 2 tokens
 #   s3 = 2.0                   -> min(-1.0, -0.5002) = -1.0 on 1 token
-#   token  -(3 * 1.0004 - 0.9997 + 2 * 0.5002 - 1.0) / 7 = -2.0019 / 7 = -0.2859857
-#   sample -(1.0004 - 0.9997 + 0.5002 - 1.0) / 4         = 0.4991 / 4 = 0.1247750
+#   token  -(3 * 1.0004 - 0.9997 + 2 * 0.5002 - 1.0) / 7
+#          = -2.0019 / 7                         = -0.2859857
+#   sample -(1.0004 - 0.9997 + 0.5002 - 1.0) / 4 = 0.4991 / 4 = 0.1247750
 #   prompt -((3.0012 - 0.9997) / 4 + (1.0004 - 1.0) / 3) / 2
-#          = -(0.500375 + 0.0001333) / 2                  = -0.2502542
+#          = -(0.500375 + 0.0001333) / 2         = -0.2502542
 #
 # cispo, eps_max 4: J = min(rho, 4) A log pi
-#   c0 [1 * -1, 4 * -2, 1.1 * -0.5] = [-1, -8, -0.55]   sum -9.55  mean -3.1833333
-#   c1 [0.5 * -1 * -1.5 = 0.75]                          sum 0.75
-#   c2 [1.25 * 0.5 * -1, 0.9 * 0.5 * -0.5] = [-.625, -.225]  sum -0.85  mean -0.425
-#   c3 [2 * -0.5 * -2 = 2.0]                             sum 2.0
-#   token  -(-9.55 + 0.75 - 0.85 + 2.0) / 7               = 7.65 / 7 = 1.0928571
-#   sample -(-3.1833333 + 0.75 - 0.425 + 2.0) / 4         = 0.8583333 / 4 = 0.2145833
-#   prompt -((-9.55 + 0.75) / 4 + (-0.85 + 2.0) / 3) / 2  = -(-2.2 + 0.3833333) / 2 = 0.9083333
+#   c0 [1 * -1, 4 * -2, 1.1 * -0.5] = [-1, -8, -0.55]
+#                                     sum -9.55  mean -3.1833333
+#   c1 [0.5 * -1 * -1.5 = 0.75]       sum 0.75
+#   c2 [1.25 * 0.5 * -1, 0.9 * 0.5 * -0.5] = [-.625, -.225]
+#                                     sum -0.85  mean -0.425
+#   c3 [2 * -0.5 * -2 = 2.0]          sum 2.0
+#   token  -(-9.55 + 0.75 - 0.85 + 2.0) / 7       = 7.65 / 7 = 1.0928571
+#   sample -(-3.1833333 + 0.75 - 0.425 + 2.0) / 4 = 0.8583333 / 4 = 0.2145833
+#   prompt -((-9.55 + 0.75) / 4 + (-0.85 + 2.0) / 3) / 2
+#          = -(-2.2 + 0.3833333) / 2              = 0.9083333
 EXPECTED_LOSS = {
     "grpo": {"token": -0.3642857, "sample": 0.0437500, "prompt": -0.3208333},
     "dapo": {"token": -0.3792857, "sample": 0.0339583, "prompt": -0.3350000},
@@ -94,7 +101,8 @@ EXPECTED_LOSS = {
 # Metrics over the 7 tokens. Token ratios sum to 1 + 5 + 1.1 + 0.5 + 1.25 + 0.9
 # + 2 = 11.75, mean 1.6785714; GSPO counts s_i once per token:
 # (3 * 1.7651742 + 0.5 + 2 * 1.0606602 + 2) / 7 = 1.4166918, max s3 = 2.
-#   grpo: clipped high c0 rho 5, c2 rho 1.25 (A > 0) = 2/7; low c1 rho 0.5 = 1/7.
+#   grpo: clipped high c0 rho 5, c2 rho 1.25 (A > 0) = 2/7;
+#         low c1 rho 0.5 = 1/7.
 #   dapo: high only rho 5 = 1/7; low 1/7.
 #   gspo: high c0 (3 tokens) + c2 (2 tokens) = 5/7; low c1 = 1/7.
 #   cispo: nothing clipped; rho 5 > 4 capped = 1/7.
@@ -172,13 +180,16 @@ def test_hand_worked_loss(loss, aggregation):
     # grpo: c0 [1, 1.2 * 0.6 = 0.72, 1.1], c1 [-0.8], c2 [0.6, 0.45], c3 [-1.0]
     #   token -(2.82 - 0.8 + 1.05 - 1.0) / 7 = -2.07 / 7 = -0.2957143
     ("grpo", -0.2957143),
-    # dapo: c0 [1, 1.28 * 0.6 = 0.768, 1.1], c1 [-0.8], c2 [0.625, 0.45], c3 [-1.0]
+    # dapo: c0 [1, 1.28 * 0.6 = 0.768, 1.1], c1 [-0.8],
+    #       c2 [0.625, 0.45], c3 [-1.0]
     #   token -(2.868 - 0.8 + 1.075 - 1.0) / 7 = -2.143 / 7 = -0.3061429
     ("dapo", -0.3061429),
-    # gspo(_token): c0 1.0004 x [1, 0.6, 1] = 2.60104, c1 -0.9997, c2 1.0004, c3 -1.0
+    # gspo(_token): c0 1.0004 x [1, 0.6, 1] = 2.60104,
+    #               c1 -0.9997, c2 1.0004, c3 -1.0
     #   token -(2.60104 - 0.9997 + 1.0004 - 1.0) / 7 = -1.60174 / 7 = -0.2288200
     ("gspo", -0.2288200), ("gspo_token", -0.2288200),
-    # cispo: c0 [-1, -8 * 0.6 = -4.8, -0.55], c1 [0.75], c2 [-0.625, -0.225], c3 [2.0]
+    # cispo: c0 [-1, -8 * 0.6 = -4.8, -0.55], c1 [0.75],
+    #        c2 [-0.625, -0.225], c3 [2.0]
     #   token -(-6.35 + 0.75 - 0.85 + 2.0) / 7 = 4.45 / 7 = 0.6357143
     ("cispo", 0.6357143),
 ])
@@ -196,11 +207,13 @@ def test_tis_clips_against_the_generator_and_truncates_the_weight():
   # DAPO with tis_cap 1.5, token aggregation: d(-sum J / 7) / d log pi is
   #   -min(rho, 1.5) A / 7 where the clip (taken against the generator) lets
   #   the gradient through, 0 where it binds:
-  #   c0: rho 1 -> -1/7; rho 5 > 1.28 with A > 0: clipped -> 0 (not -1.5/7, what a
-  #       ratio against the trainer's own log-probs gave); rho 1.1 -> -1.1/7
+  #   c0: rho 1 -> -1/7; rho 5 > 1.28 with A > 0: clipped -> 0 (not -1.5/7,
+  #       what a ratio against the trainer's own log-probs gave);
+  #       rho 1.1 -> -1.1/7
   #   c1: rho 0.5 < 0.8 with A < 0: clipped -> 0
   #   c2: rho 1.25 -> -0.625/7; rho 0.9 -> -0.45/7
-  #   c3: rho 2, A -0.5, unclipped: -min(2, 1.5) * -0.5 / 7 = 0.75/7 (1/7 without TIS)
+  #   c3: rho 2, A -0.5, unclipped: -min(2, 1.5) * -0.5 / 7 = 0.75/7
+  #       (1/7 without TIS)
   grad_BxS = jax.grad(lambda lp: _hand_loss(_params("dapo", tis_cap=1.5), lp)[0])(_LOGP_BxS)
   expected = np.array([[-1.0, 0.0, -1.1], [0.0, 0.0, 0.0], [-0.625, -0.45, 0.0],
                        [0.75, 0.0, 0.0]]) / 7
@@ -239,8 +252,9 @@ def test_padding_log_probs_never_leak():
 
 
 @pytest.mark.parametrize("loss,expected_grad", [
-    # d(-sum J / 7) / d log pi = -rho A / 7 on unclipped tokens (d rho = rho d log pi),
-    # exactly 0 where the clip binds in the direction of the advantage.
+    # d(-sum J / 7) / d log pi = -rho A / 7 on unclipped tokens
+    # (d rho = rho d log pi), exactly 0 where the clip binds in the direction of
+    # the advantage.
     ("grpo", [[-1.0 / 7, 0.0, -1.1 / 7],  # rho 5 > 1.2, A > 0: clipped
               [0.0, 0.0, 0.0],  # rho 0.5 < 0.8, A < 0: clipped
               [0.0, -0.45 / 7, 0.0],  # rho 1.25 > 1.2, A > 0: clipped
@@ -274,7 +288,8 @@ def _random_batch(seed, num_prompts=3, generations=3, length=6, max_log_ratio=2.
 
 
 def _reference_denominator_BxS(mask_BxS, group_B, aggregation):
-  """N of each token: the factor 1 / N it gets in each aggregation (numpy loops)."""
+  """N of each token: the factor 1 / N it gets in each
+  aggregation (numpy loops)."""
   denom_BxS = np.zeros(mask_BxS.shape)
   lengths = mask_BxS.sum(axis=1)
   for b in range(mask_BxS.shape[0]):

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.metrics.writer: metrics.jsonl and TensorBoard writers."""
+"""Tests of scalerl_jax.metrics.writer: metrics.jsonl and
+TensorBoard writers."""
 
 import glob
 import json
@@ -14,7 +15,8 @@ from scalerl_jax.metrics import writer as metrics_writer
 
 
 def _read_events(tb_dir):
-  """Every Event in the TFRecord files of `tb_dir`, file by file in name order."""
+  """Every Event in the TFRecord files of `tb_dir`,
+  file by file in name order."""
   files = []
   for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
     events = []

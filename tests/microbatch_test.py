@@ -1,4 +1,5 @@
-"""Gradient accumulation and chunked log-probs in the train step (rl/train_step.py).
+"""Gradient accumulation and chunked log-probs in the train
+step (rl/train_step.py).
 
 Both must leave the numbers alone: M microbatches give the whole batch's loss,
 metrics and gradient, and log-probs recomputed C positions at a time equal
@@ -44,7 +45,8 @@ def _model(**overrides):
 
 
 class _Bigram(nn.Module):
-  """A policy whose logits [B, T, V] are a learned function of the last token."""
+  """A policy whose logits [B, T, V] are a learned
+  function of the last token."""
 
   @nn.compact
   def __call__(self, tokens_BxT):
@@ -52,7 +54,8 @@ class _Bigram(nn.Module):
 
 
 def _batch():
-  """Off-policy rows of uneven lengths (one empty); prompt 2's rewards are all equal."""
+  """Off-policy rows of uneven lengths (one empty); prompt 2's
+  rewards are all equal."""
   rng = np.random.RandomState(0)
   tokens = rng.randint(0, 64, (P * G, S)).astype(np.int32)
   mask = np.zeros((P * G, S), np.float32)
@@ -69,7 +72,8 @@ def _batch():
 
 
 def _max_diff(a, b):
-  """Largest |a - b| over the leaves, each divided by max(1, max |a|) of its leaf."""
+  """Largest |a - b| over the leaves, each divided by
+  max(1, max |a|) of its leaf."""
   diffs = []
   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
@@ -87,7 +91,8 @@ def _loss_and_grads(config, model, **spec_fields):
 
 @functools.lru_cache(maxsize=None)
 def _bigram_results():
-  """(loss, metrics, grads) of every loss x aggregation, whole batch and M = 4."""
+  """(loss, metrics, grads) of every loss x aggregation,
+  whole batch and M = 4."""
   config, _, _ = _model()
   model = _Bigram()
   params = model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
@@ -139,7 +144,8 @@ def test_accumulated_gradient_keeps_the_parameter_dtype():
 
 def test_chunked_logprobs_equal_the_whole_sequence():
   # T = S - 1 = 11 positions: chunks of 3 (4 chunks, 1 padded position), 7 (2
-  # chunks, 3 padded) and 64 (one chunk of 11). The untied head is in the test above.
+  # chunks, 3 padded) and 64 (one chunk of 11). The untied head
+  # is in the test above.
   _, model, params = _model()
   tokens = jnp.asarray(_batch()["tokens_BxS"])
   weights = jnp.asarray(np.random.RandomState(1).randn(P * G, S), jnp.float32)

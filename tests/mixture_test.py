@@ -1,4 +1,5 @@
-"""Tests of data.mixture: config, records, shares, per-domain curricula and metrics."""
+"""Tests of data.mixture: config, records, shares,
+per-domain curricula and metrics."""
 
 import collections
 import json
@@ -68,7 +69,8 @@ def test_bad_domains_fail_naming_the_field(config):
 
 
 def test_every_batch_holds_each_domains_share(config, tok):
-  # Weights 0.5/0.5 and P=16: grain's mix interleaves, so every batch holds 8 of each.
+  # Weights 0.5/0.5 and P=16: grain's mix interleaves, so every
+  # batch holds 8 of each.
   stream = pipeline.make_pipeline(config, sources.load_prompts(config, "train"), tok)
   for _ in range(20):
     counts = collections.Counter(r["domain"] for r in next(stream).records)
@@ -105,7 +107,8 @@ def test_train_metrics_per_domain():
   groups = [_group("math", [1, 0], [4, 6]), _group("math", [1, 1], [2, 2]),
             _group("code", [0, 0], [10, 20])]
   m = mixture.train_metrics(groups)
-  # math: scores 1,0,1,1 -> 0.75; one of two groups zero-variance; lengths 4,6,2,2 -> 3.5.
+  # math: scores 1,0,1,1 -> 0.75; one of two groups zero-variance;
+  # lengths 4,6,2,2 -> 3.5.
   assert m == {"train/code/count": 1.0, "train/code/reward_mean": 0.0,
                "train/code/zero_variance_frac": 1.0, "train/code/mean_length": 15.0,
                "train/math/count": 2.0, "train/math/reward_mean": 0.75,

@@ -1,4 +1,5 @@
-"""Training monitors on synthetic metric streams, and stop-on-alert in a tiny run."""
+"""Training monitors on synthetic metric streams, and
+stop-on-alert in a tiny run."""
 
 import json
 import os

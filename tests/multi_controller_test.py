@@ -1,4 +1,5 @@
-"""Two controllers on CPU: one RL run in 2 processes of 4 devices == 1 process of 8.
+"""Two controllers on CPU: one RL run in
+2 processes of 4 devices == 1 process of 8.
 
 Two processes on localhost each call `jax.distributed.initialize` (through
 `config.mesh.distributed`) and hold 4 simulated CPU devices; they reduce over
@@ -112,7 +113,8 @@ def _load(out: str, tag: str) -> tuple[dict, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """The two-process run and the one-process reference; their logs and parameters."""
+  """The two-process run and the one-process reference;
+  their logs and parameters."""
   root = tmp_path_factory.mktemp("multi_controller")
   out, base = str(root / "out"), str(root / "base_policy")
   start = time.monotonic()
@@ -144,12 +146,14 @@ def _metrics(workdir) -> list[dict]:
 
 
 def _decisions(log: dict) -> list:
-  """The decision events, without the parameter snapshots (which differ by run split)."""
+  """The decision events, without the parameter snapshots
+  (which differ by run split)."""
   return [e for e in log["events"] if e[0] not in ("init", "final")]
 
 
 def _assert_close(a, b, where="events"):
-  """Equal JSON trees, floats within 1e-5 relative (reductions ordered differently)."""
+  """Equal JSON trees, floats within 1e-5 relative
+  (reductions ordered differently)."""
   if isinstance(a, float) or isinstance(b, float):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=where)
   elif isinstance(a, dict):
@@ -186,7 +190,8 @@ def test_processes_take_identical_host_decisions(runs):
 
 def test_each_completion_is_verified_once_by_one_of_the_processes(runs):
   here = [runs[f"p{i}"][0]["verified_here"] for i in range(2)]
-  # Every batch (G = 4 completions per group, 16 per validation batch) splits evenly.
+  # Every batch (G = 4 completions per group, 16 per validation
+  # batch) splits evenly.
   assert here[0] == here[1] == runs["ref"][0]["verified_here"] // 2 > 0
 
 

@@ -1,4 +1,5 @@
-"""End-to-end runs on a mixture of the arithmetic and code domains: metrics, exact resume.
+"""End-to-end runs on a mixture of the arithmetic and code domains:
+metrics, exact resume.
 
 The code domain's completions are scored by the sandbox in the reward pool,
 so these runs exercise the code verifier inside the RL loop.

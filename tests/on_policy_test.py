@@ -1,4 +1,5 @@
-"""Numbers that would be wrong without any error, pinned on a real generated batch.
+"""Numbers that would be wrong without any error,
+pinned on a real generated batch.
 
 The trainer's sampler generates a batch at temperature 0.7 (top-k and top-p
 off); the rollouts score it and the buffer collates it exactly as in a run.
@@ -34,7 +35,8 @@ def run(tmp_path_factory):
   config = helpers.rl_test_config("pipeline_rl")
   config.sampling.temperature, config.sampling.top_k, config.sampling.top_p = TEMPERATURE, 0, 1.0
   # An untrained policy: its completions are diverse (a sharp test of the
-  # ratios) and all score 0, so the filter is off to keep every token in the loss.
+  # ratios) and all score 0, so the filter is off to keep
+  # every token in the loss.
   config.trainer.warm_start_steps = 0
   config.rl.zero_variance_filter = False
   trainer = trainer_lib.Trainer(config, str(tmp_path_factory.mktemp("on_policy")))
@@ -72,7 +74,8 @@ def test_recomputed_logprobs_equal_the_generators_so_every_ratio_is_one(run):
   gen, logp = batch["gen_logp_BxS"][mask], run["logp"][mask]
   np.testing.assert_allclose(logp, gen, atol=1e-5, rtol=0)
   np.testing.assert_allclose(np.exp(logp - gen), 1.0, atol=1e-5, rtol=0)
-  # The check can see a missing temperature: at T = 1 the same tokens are far off.
+  # The check can see a missing temperature: at T = 1 the
+  # same tokens are far off.
   assert np.abs(run["logp_t1"][mask] - gen).max() > 0.1
 
 

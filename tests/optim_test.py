@@ -1,4 +1,5 @@
-"""The optimizer factory: exact learning rates, eps, weight-decay mask, clipping."""
+"""The optimizer factory: exact learning rates, eps,
+weight-decay mask, clipping."""
 
 import jax
 import jax.numpy as jnp
@@ -37,13 +38,15 @@ def _optim_config(**overrides):
   # tiny_cpu: 10 warmup steps, eps 1e-15; constant after warmup unless the test
   # names a schedule (tiny_cpu's own default is cosine).
   config = scalerl.get_config()
-  # Peak 1e-5, pinned here so the hand-worked numbers below do not follow the preset.
+  # Peak 1e-5, pinned here so the hand-worked numbers below do
+  # not follow the preset.
   config.optim.update(dict(dict(learning_rate=1e-5, schedule="constant"), **overrides))
   return config.optim
 
 
 def test_warmup_learning_rates_are_exact():
-  # lr(step) = 1e-5 * min(1, (step + 1) / 10): 1e-6, 2e-6, ..., 1e-5 at step 9, then flat.
+  # lr(step) = 1e-5 * min(1, (step + 1) / 10): 1e-6, 2e-6, ...,
+  # 1e-5 at step 9, then flat.
   schedule = optim.make_schedule(_optim_config())
   expected = [1e-6 * (s + 1) for s in range(10)] + [1e-5] * 3
   np.testing.assert_allclose([schedule(s) for s in range(13)], expected, rtol=1e-6)
@@ -55,8 +58,9 @@ def test_warmup_learning_rates_are_exact():
 
 def test_cosine_schedule_after_warmup():
   # warmup 2, then cos from peak to 0.1 * peak over 4 steps:
-  #   step 0: 1/2; 1: 1; 2 (t=0): 1; 3 (t=1/4): 0.1 + 0.45 (1 + cos(pi/4)) = 0.8681981;
-  #   4 (t=1/2): 0.55; 5 (t=3/4): 0.1 + 0.45 (1 - cos(pi/4)) = 0.2318019; 6, 7: 0.1.
+  #   step 0: 1/2; 1: 1; 2 (t=0): 1;
+  #   3 (t=1/4): 0.1 + 0.45 (1 + cos(pi/4)) = 0.8681981; 4 (t=1/2): 0.55;
+  #   5 (t=3/4): 0.1 + 0.45 (1 - cos(pi/4)) = 0.2318019; 6, 7: 0.1.
   schedule = optim.make_schedule(_optim_config(
       schedule="cosine", warmup_steps=2, decay_steps=4, final_lr_fraction=0.1,
       learning_rate=1.0))
@@ -72,8 +76,8 @@ def test_no_warmup_and_bad_schedules():
 
 
 def test_optimizer_steps_follow_the_warmup():
-  # Gradient 1 on a bias (no decay) with b1 = b2 = 0: m_hat = 1, v_hat = 1 with no
-  # bias-correction rounding, so the update of step s is exactly -lr(s).
+  # Gradient 1 on a bias (no decay) with b1 = b2 = 0: m_hat = 1, v_hat = 1 with
+  # no bias-correction rounding, so the update of step s is exactly -lr(s).
   tx = optim.make_optimizer(_optim_config(b1=0.0, b2=0.0))
   params = {"bias": jnp.zeros(())}
   state = tx.init(params)
@@ -86,7 +90,8 @@ def test_optimizer_steps_follow_the_warmup():
 
 
 @pytest.mark.parametrize("eps,expected", [
-    # First step: update = -lr(0) * g / (|g| + eps) with lr(0) = 1e-6, g = 1e-15.
+    # First step: update = -lr(0) * g / (|g| + eps) with
+    # lr(0) = 1e-6, g = 1e-15.
     (1e-15, -1e-6 * 0.5),  # The config's eps: g / (g + g) = 1/2.
     (1e-8, -1e-6 * 1e-15 / (1e-15 + 1e-8)),  # optax's default eps would swamp g.
 ])
@@ -102,7 +107,8 @@ def test_weight_decay_mask_spares_norms_and_biases():
   assert optim.decays(("layers", "mlp", "down", "kernel"))
   assert not optim.decays(("layers", "attn", "k_norm", "scale"))
   assert not optim.decays(("layers", "attn", "v", "bias"))
-  # Zero gradients leave only decoupled decay: -lr(0) * 0.01 * p = -1e-8 where decayed.
+  # Zero gradients leave only decoupled decay:
+  # -lr(0) * 0.01 * p = -1e-8 where decayed.
   tx = optim.make_optimizer(_optim_config())
   zeros = jax.tree_util.tree_map(jnp.zeros_like, _PARAMS)
   update, _ = tx.update(zeros, tx.init(_PARAMS), _PARAMS)

@@ -1,4 +1,5 @@
-"""Tests of the packaging: what an install puts on the path, and the pinned versions."""
+"""Tests of the packaging: what an install puts on the path,
+and the pinned versions."""
 
 import ast
 import importlib.metadata
@@ -15,7 +16,8 @@ JAX_LIBRARIES = ("jax", "flax", "optax", "orbax-checkpoint", "grain")
 
 
 def _runtime_requirements():
-  """setup.py's `_RUNTIME` list, read from the file (running it would install)."""
+  """setup.py's `_RUNTIME` list, read from the file
+  (running it would install)."""
   with open(os.path.join(REPO, "setup.py")) as f:
     tree = ast.parse(f.read())
   (node,) = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_RUNTIME"]
@@ -29,7 +31,8 @@ def _constraints():
 
 
 def _imports_outside_the_checkout(module, tmp_path):
-  """Whether `import module` works in a fresh interpreter started away from the repository."""
+  """Whether `import module` works in a fresh interpreter started away
+  from the repository."""
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=120, check=False)
@@ -42,7 +45,8 @@ def test_checkout_folders_are_not_installed(module, tmp_path):
 
 
 def test_library_and_sweep_import_without_the_checkout(tmp_path):
-  # scalerl_jax.jobs.sweep is handed the base config; it must not import configs/.
+  # scalerl_jax.jobs.sweep is handed the base config;
+  # it must not import configs/.
   assert _imports_outside_the_checkout("scalerl_jax.jobs.sweep", tmp_path)
 
 

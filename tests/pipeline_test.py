@@ -1,4 +1,5 @@
-"""Tests of the grain prompt pipeline: batches, epochs, retirement, exact resume."""
+"""Tests of the grain prompt pipeline: batches, epochs,
+retirement, exact resume."""
 
 import json
 import re
@@ -70,7 +71,8 @@ def test_every_epoch_is_a_new_permutation_and_seeds_repeat(records, tok):
 
 
 class _Curriculum:
-  """Retires a batch's first prompt every third step; the set is checkpointed."""
+  """Retires a batch's first prompt every third step;
+  the set is checkpointed."""
 
   def __init__(self, retired=()):
     self.retired = set(retired)
@@ -85,7 +87,8 @@ class _Curriculum:
 
 @pytest.fixture(scope="module")
 def two_sources(records):
-  """37 arithmetic and 23 code prompts as data.mixture tags them, and the weights."""
+  """37 arithmetic and 23 code prompts as data.mixture tags
+  them, and the weights."""
   code = builtin_code.code_prompts((1, 2), 23, 0, "train")
   return (mixture.tag(records, "math") + mixture.tag(code, "code"),
           {"math": 0.6, "code": 0.4})
@@ -196,7 +199,8 @@ def _data_config(**data):
 
 @pytest.fixture(scope="module")
 def instruct(tmp_path_factory):
-  """(our tokenizer, transformers' tokenizer) of a Qwen3-style checkpoint directory."""
+  """(our tokenizer, transformers' tokenizer) of a Qwen3-style
+  checkpoint directory."""
   transformers = pytest.importorskip("transformers")
   directory = tmp_path_factory.mktemp("qwen3")
   instruct_checkpoint.write_tokenizer(directory)

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.jobs.plan (memory and FLOPs per device) and launch/plan.py.
+"""Tests of scalerl_jax.jobs.plan (memory and FLOPs per
+device) and launch/plan.py.
 
 The numbers are worked out by hand below for `tiny_cpu`'s settings with a
 wider model (`_SHAPE`, ~3.3M parameters, the shape tiny_cpu had until its
@@ -50,7 +51,8 @@ _SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=7
 
 
 def _plan(config, num_devices):
-  """The plan with CPU layouts: the hand counts below take no TPU tile padding."""
+  """The plan with CPU layouts: the hand counts below take
+  no TPU tile padding."""
   return plan.make_plan(config, num_devices, platform="cpu")
 
 
@@ -168,7 +170,8 @@ def test_microbatches_and_logprob_chunks_shrink_activations():
 
 
 def test_activations_split_heads_mlp_and_vocab_over_tensor():
-  # (2, 2, 2): 128 / 4 = 32 rows per device, 5,088 tokens; tensor halves H, K, F, V.
+  # (2, 2, 2): 128 / 4 = 32 rows per device, 5,088 tokens;
+  # tensor halves H, K, F, V.
   p = _plan(_config(shape=(2, 2, 2)), 8)
   # Per token per layer: 4 x 256 + 2 x 4*32 + 2 x 2*32 + 3 x 384 + 4 x 159
   # = 1,024 + 256 + 128 + 1,152 + 636 = 3,196 entries = 12,784 B.

@@ -1,4 +1,5 @@
-"""Mixed precision: the accelerator variants' dtype policy learns at the recipe's lr.
+"""Mixed precision: the accelerator variants' dtype policy
+learns at the recipe's lr.
 
 AdamW at lr 5e-7 moves a weight by ~5e-7 per step, far below one bfloat16 ulp
 of a weight of 0.02 (2^-14 ~ 6e-5): bfloat16 parameters round every update
@@ -28,7 +29,8 @@ _SHAPE = dict(vocab_size=256, embed_dim=128, num_layers=2, num_heads=4, num_kv_h
 
 
 def _summed_updates(cfg, params0, optimizer, tokens_BxS):
-  """Every entry's total displacement after _STEPS AdamW steps on the LM loss."""
+  """Every entry's total displacement after _STEPS AdamW
+  steps on the LM loss."""
   model = transformer.Transformer(cfg)
 
   def loss(params):
@@ -64,7 +66,8 @@ def runs():
 
 
 def _agreement(moved, reference):
-  """(relative error of the summed update, of its norm, cosine) against the reference."""
+  """(relative error of the summed update, of its norm, cosine)
+  against the reference."""
   sum_err = abs(moved.sum() - reference.sum()) / abs(reference.sum())
   norm_err = abs(jnp.linalg.norm(moved) / jnp.linalg.norm(reference) - 1)
   cosine = moved @ reference / (jnp.linalg.norm(moved) * jnp.linalg.norm(reference))

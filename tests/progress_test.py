@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.metrics.progress: plain lines off a terminal, one redrawn line on it."""
+"""Tests of scalerl_jax.metrics.progress: plain lines off a terminal,
+one redrawn line on it."""
 
 import io
 

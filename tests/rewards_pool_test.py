@@ -1,4 +1,5 @@
-"""Tests of RewardPool: agreement with in-process scoring, timeouts, crashes, cleanup."""
+"""Tests of RewardPool: agreement with in-process scoring,
+timeouts, crashes, cleanup."""
 
 import json
 import os
@@ -29,7 +30,8 @@ def _rewards_config(**overrides):
 
 @pytest.fixture(scope="module")
 def sandbox_root(tmp_path_factory):
-  """A private TMPDIR for the pool's workers, so their sandboxes are told apart."""
+  """A private TMPDIR for the pool's workers, so their
+  sandboxes are told apart."""
   root = tmp_path_factory.mktemp("sandboxes")
   with pytest.MonkeyPatch.context() as patch:
     patch.setenv("TMPDIR", str(root))
@@ -44,7 +46,8 @@ def pool(sandbox_root):
 
 
 def _mixed_batch():
-  """(completions, records) over every verifier, with right and wrong answers."""
+  """(completions, records) over every verifier,
+  with right and wrong answers."""
   completions, records = [], []
   for record in builtin_task.builtin_prompts((1, 2), 3, 0, "train"):
     target = builtin_task.target_text(record)

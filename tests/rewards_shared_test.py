@@ -1,4 +1,5 @@
-"""SharedRewardPool in one process: the pool's own scores and counts, its errors raised.
+"""SharedRewardPool in one process: the pool's own scores and
+counts, its errors raised.
 
 The split over processes is exercised by tests/multi_controller_test.py, where
 each of two processes verifies half of every batch.

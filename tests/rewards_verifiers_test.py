@@ -1,4 +1,5 @@
-"""Tests of the verifiers run in-process: math, built-in task, reasoning-gym, code."""
+"""Tests of the verifiers run in-process: math, built-in task,
+reasoning-gym, code."""
 
 import json
 
@@ -148,7 +149,8 @@ def test_malformed_code_tests_are_errors(answer, message):
 
 
 def _thinking_cases():
-  """(record, spec, its kind, a correct answer as that verifier reads it) per verifier."""
+  """(record, spec, its kind, a correct answer as that verifier
+  reads it) per verifier."""
   builtin = builtin_task.builtin_prompts((2,), 1, 0, "train")[0]
   entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=3)[0]
   gym = {"id": "rg", "answer": str(entry["answer"]), "verifier": "reasoning_gym:basic_arithmetic",

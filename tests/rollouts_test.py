@@ -1,4 +1,5 @@
-"""Rollouts: verification overlapped with the next decode call changes nothing but wall time.
+"""Rollouts: verification overlapped with the next decode call changes
+nothing but wall time.
 
 A real sampler (tiny random model, several stop ids so completions end at
 different steps) and a real reward pool; the tokenizer is a stand-in whose
@@ -36,7 +37,8 @@ _HANG = r"\boxed{5^{5^{5^{5^5}}}}"  # sympy tries to evaluate the tower: a timeo
 
 @dataclasses.dataclass
 class _LengthTokenizer:
-  """Completion text: the answer 1 after an odd number of tokens, else 0; or a hang."""
+  """Completion text: the answer 1 after an odd number of
+  tokens, else 0; or a hang."""
   hang_every: int = 0  # Completions whose length is a multiple of this hang (0: none).
   pad_id: int = 0
   hangs: int = 0  # Hanging texts handed out.
@@ -90,7 +92,8 @@ def _rollouts(setup, tok, scores_seen=()):
 
 
 def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
-  """`calls` decode calls, the next planned in `on_harvest` when `overlap`; what happened."""
+  """`calls` decode calls, the next planned in `on_harvest` when
+  `overlap`; what happened."""
   scores_seen = []  # Read by the prompt source, as the trainer's curriculum is.
   r = _rollouts(setup, tok or _LengthTokenizer(), scores_seen)
   params, out = setup["params"], {"groups": [], "ahead": 0, "deferred": 0, "unscored": True}
@@ -174,7 +177,8 @@ def test_step_refuses_a_call_other_than_the_one_dispatched_ahead(setup):
 
 
 class _ParityPool:
-  """The trainer's pool, shown the worked solution instead of completions of odd length."""
+  """The trainer's pool, shown the worked solution instead of
+  completions of odd length."""
 
   def __init__(self, pool):
     self.pool = pool
@@ -185,7 +189,8 @@ class _ParityPool:
 
 
 def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
-  """A short RL run: what it decided and counted; and the steps `on_harvest` returned.
+  """A short RL run: what it decided and counted; and the steps
+  `on_harvest` returned.
 
   Scores are mixed (`_ParityPool`), and 12 training prompts with a low
   retirement threshold make the curriculum drop prompts from the second
@@ -213,7 +218,8 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     return groups
 
   def checked(batches):
-    """The pipeline; notes for each draw whether the curriculum has seen every harvested group."""
+    """The pipeline; notes for each draw whether the curriculum has seen
+    every harvested group."""
     while True:
       draws.append(trainer.curriculum.metrics()["groups_seen"] == harvested[0])
       try:

@@ -28,7 +28,8 @@ def test_sharded_sampling_equals_single_device(sharded_results):
 
 
 def test_kv_cache_is_sharded_over_slots(sharded_results):
-  # One layer's keys [N=8, K=2, E=16, S=128]: slots over data x fsdp, kv heads over tensor.
+  # One layer's keys [N=8, K=2, E=16, S=128]: slots over data x fsdp,
+  # kv heads over tensor.
   assert sharded_results[(1, 8, 1)]["cache_shard_shape"] == [1, 2, 16, 128]
   assert sharded_results[(2, 2, 2)]["cache_shard_shape"] == [2, 1, 16, 128]
 

@@ -1,4 +1,5 @@
-"""Sampler: greedy == argmax of full forwards, log-probs == trainer's, slots, errors."""
+"""Sampler: greedy == argmax of full forwards,
+log-probs == trainer's, slots, errors."""
 
 import dataclasses
 
@@ -35,7 +36,8 @@ def setup():
   samplers = {}
 
   def make(**overrides):
-    """One sampler per settings, shared across tests (its programs compile once)."""
+    """One sampler per settings, shared across tests
+    (its programs compile once)."""
     settings = dataclasses.replace(base, **overrides)
     if settings not in samplers:
       samplers[settings] = Sampler(cfg, settings, mesh, rules)
@@ -266,7 +268,8 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
 
 
 def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
-  """With a long budget, generate runs its first steps on the first part of the cache only."""
+  """With a long budget, generate runs its first steps on the first
+  part of the cache only."""
   sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128.
   assert sampler._windows() == [64, 96]
   windows_used = []

@@ -1,4 +1,5 @@
-"""Hostile programs through the real verifier path (RewardPool -> worker -> sandbox).
+"""Hostile programs through the real verifier path
+(RewardPool -> worker -> sandbox).
 
 Each program prints PWNED only if its attack worked, and its record expects
 exactly PWNED: a score of 1 is a breach. Every program must score 0 (or be
@@ -164,7 +165,8 @@ def _snapshot(root):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-  """A fake run's workdir, a TMPDIR for the sandboxes, a server, the canary env var."""
+  """A fake run's workdir, a TMPDIR for the sandboxes,
+  a server, the canary env var."""
   workdir = tmp_path_factory.mktemp("workdir")
   (workdir / "secret.txt").write_text("SECRET")
   (workdir / "checkpoints" / "10").mkdir(parents=True)

@@ -38,7 +38,8 @@ FLOPS_PER_STEP = 1e14
 
 
 def table1_run(index, seed):
-  """(compute in GPU-hours, score) of Table 1 curve `index`, noise drawn from `seed`."""
+  """(compute in GPU-hours, score) of Table 1 curve `index`,
+  noise drawn from `seed`."""
   _, c_mid, b, a = TABLE1[index]
   compute = np.linspace(c_mid / 5, 20 * c_mid, 100)
   noise = np.random.default_rng([index, seed]).normal(0.0, NOISE, compute.size)

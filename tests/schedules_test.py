@@ -1,4 +1,5 @@
-"""Off-policy schedules as functions of counts: the hold-back rule, decode budgets, the registry."""
+"""Off-policy schedules as functions of counts: the hold-back rule,
+decode budgets, the registry."""
 
 import pytest
 
@@ -19,8 +20,9 @@ def test_pipeline_rl_starts_exactly_what_can_be_trained_within_k_versions(k):
   s = _schedule("pipeline_rl", k, p)
   for backlog in range((k + 3) * p):
     n = s.max_starts(version=7, backlog=backlog)
-    # Started behind `backlog` others, group j is trained floor((backlog + j) / p)
-    # versions from now, and its tokens come from now or later.
+    # Started behind `backlog` others, group j is trained
+    # floor((backlog + j) / p) versions from now, and its tokens come from
+    # now or later.
     lags = [(backlog + j) // p for j in range(n)]
     assert all(lag <= k for lag in lags)
     # Held back only when the next group could lag more than k.
@@ -45,7 +47,8 @@ def test_ppo_off_policy_starts_k_batches_every_k_steps_and_finishes_them():
   s = _schedule("ppo_off_policy", k=3, p=4)
   assert [s.max_starts(v, backlog=0) for v in range(7)] == [12, 0, 0, 12, 0, 0, 12]
   assert s.max_starts(3, backlog=5) == 7  # 5 of the set already started.
-  # Every started sequence finishes with the weights of the step that started it.
+  # Every started sequence finishes with the weights of the
+  # step that started it.
   assert s.decode_steps(1000, ready=12, in_flight=1) == 16
   assert s.decode_steps(0, ready=0, in_flight=0) == 0
 

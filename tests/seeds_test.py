@@ -1,4 +1,5 @@
-"""Tests of grouping runs by seed, the mean curve over seeds and the spread of their fits."""
+"""Tests of grouping runs by seed, the mean curve over seeds and the
+spread of their fits."""
 
 import numpy as np
 import pytest
@@ -70,7 +71,8 @@ def test_mean_curve_needs_two_runs_sharing_a_step():
 
 
 def test_spread_by_hand():
-  # A 0.60, 0.62, 0.61: mean 0.61, sample std sqrt((0.01^2 + 0.01^2) / 2) = 0.01;
+  # A 0.60, 0.62, 0.61: mean 0.61,
+  # sample std sqrt((0.01^2 + 0.01^2) / 2) = 0.01;
   # likewise B 1.9 +- 0.1 and C_mid 200 +- 100.
   s = seeds.spread([_fit(0.60, 1.8, 100.0), _fit(0.62, 2.0, 300.0), _fit(0.61, 1.9, 200.0)])
   assert (s.a_mean, s.a_std) == pytest.approx((0.61, 0.01))

@@ -1,4 +1,5 @@
-"""Token selection: draw frequencies and log-probs of the (truncated) distribution."""
+"""Token selection: draw frequencies and log-probs of the
+(truncated) distribution."""
 
 import jax
 import jax.numpy as jnp
@@ -15,12 +16,14 @@ def _renormalised(keep):
   return p / p.sum()
 
 
-# Sorted: token 1 (0.3), 3 (0.25), 4 (0.15), 5 (0.1), 6 (0.08), 0 and 7 (0.05), 2.
+# Sorted: token 1 (0.3), 3 (0.25), 4 (0.15), 5 (0.1),
+# 6 (0.08), 0 and 7 (0.05), 2.
 CASES = {
     (0, 1.0): PROBS,
     # Top 3 of 8.
     (3, 1.0): _renormalised([1, 3, 4]),
-    # Cumulative 0.3, 0.55, 0.7, 0.8: the first prefix reaching 0.75 has 4 tokens.
+    # Cumulative 0.3, 0.55, 0.7, 0.8: the first prefix
+    # reaching 0.75 has 4 tokens.
     (0, 0.75): _renormalised([1, 3, 4, 5]),
     # Top 4 renormalised: 0.375, 0.3125, 0.1875, 0.125 -> cumulative reaches
     # 0.8 at the third.
@@ -85,11 +88,13 @@ def test_logp_is_taken_at_the_logprob_temperature(temperature):
 
 def test_draw_falls_back_to_the_last_entry_with_weight():
   # A target on the total (uniform 1.0, which rounding can reach) counts every
-  # entry; the draw then takes the last one with weight, never a zero-weight one.
+  # entry; the draw then takes the last one with weight,
+  # never a zero-weight one.
   weights = jnp.array([[0.25, 0.75, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.5, 0.0],
                        [0.0, 0.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 4.0, 0.0]])
   np.testing.assert_array_equal(selection._draw(weights, jnp.ones(4)), [1, 3, 4, 3])
-  # Otherwise it inverts the cdf: [0.1, 0.3, 0.6, 1.0] of row 3 at 0.0, 0.15, 0.45, 0.95.
+  # Otherwise it inverts the cdf: [0.1, 0.3, 0.6, 1.0] of row 3 at
+  # 0.0, 0.15, 0.45, 0.95.
   np.testing.assert_array_equal(
       selection._draw(jnp.broadcast_to(weights[3], (4, 5)), jnp.array([0.0, 0.15, 0.45, 0.95])),
       [0, 1, 2, 3])
@@ -109,7 +114,8 @@ def test_draw_inverts_the_cdf_in_one_or_two_levels(vocab):
   target = uniform * cdf[:, -1]
   want = np.array([np.searchsorted(c, t, side="right") for c, t in zip(cdf, target)])
   differ = got != want
-  # Float32 sums may decide differently only where the target sits on a boundary.
+  # Float32 sums may decide differently only where the
+  # target sits on a boundary.
   assert differ.sum() <= 2
   assert (np.abs(cdf[differ, want[differ]] - target[differ]) < 1e-4 * cdf[differ, -1]).all()
   assert (weights[np.arange(500), got] > 0).all()

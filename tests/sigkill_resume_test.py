@@ -1,4 +1,5 @@
-"""SIGKILL at arbitrary moments, inside checkpoint writes too: resume stays bit-identical.
+"""SIGKILL at arbitrary moments, inside checkpoint writes too:
+resume stays bit-identical.
 
 A reference run trains uninterrupted in one process. A second run in another
 workdir is killed with SIGKILL five times and restarted after each kill; both
@@ -124,7 +125,8 @@ def _finish(workdir, cache_dir, log_path):
 
 
 def _kill_once(workdir, cache_dir, log_path, kind, parameter):
-  """Starts a life, SIGKILLs it at the planned moment; whether a write was cut."""
+  """Starts a life, SIGKILLs it at the planned moment;
+  whether a write was cut."""
   with open(log_path, "a") as log:
     process = _start(workdir, cache_dir, log)
     trigger = _Trigger(workdir, kind, parameter)

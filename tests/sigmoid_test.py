@@ -1,4 +1,5 @@
-"""Tests of the compute-performance curve fitter on synthetic runs (`scaling_helpers`)."""
+"""Tests of the compute-performance curve fitter on synthetic runs
+(`scaling_helpers`)."""
 
 import numpy as np
 import pytest
@@ -22,8 +23,9 @@ def test_whole_run_recovers_a_and_b(index):
 
 
 def test_sigmoid_values_by_hand():
-  # At C_mid half the gain is reached: 0.3 + (0.7 - 0.3) / 2 = 0.5; at C = 0 it is R_0;
-  # at C = 2 C_mid with B = 1: 0.3 + 0.4 / (1 + 1/2) = 0.56666...
+  # At C_mid half the gain is reached: 0.3 + (0.7 - 0.3) / 2 = 0.5;
+  # at C = 0 it is R_0; at C = 2 C_mid with B = 1:
+  # 0.3 + 0.4 / (1 + 1/2) = 0.56666...
   np.testing.assert_allclose(sigmoid.sigmoid([0.0, 10.0, 20.0], 0.7, 1.0, 10.0, 0.3),
                              [0.3, 0.5, 0.3 + 0.4 / 1.5])
 
@@ -47,8 +49,9 @@ def test_paper_grids_and_threshold():
 
 
 def test_default_grids_follow_small_runs():
-  # A CPU-scale run: pass rates 0.02 -> 0.08 over a device-hour, C_mid 3 minutes;
-  # the paper's grid (A >= 0.45, C_mid >= 100 GPU-hours) holds none of this.
+  # A CPU-scale run: pass rates 0.02 -> 0.08 over a device-hour,
+  # C_mid 3 minutes; the paper's grid (A >= 0.45, C_mid >= 100 GPU-hours)
+  # holds none of this.
   compute = np.linspace(0.01, 1.0, 40)
   score = sigmoid.sigmoid(compute, 0.08, 1.5, 0.05, 0.02)
   score = score + np.random.default_rng(0).normal(0.0, 0.002, compute.size)

@@ -1,4 +1,5 @@
-"""Tests of the prompt sources: built-in, JSONL, TFDS (mock data) and reasoning-gym."""
+"""Tests of the prompt sources: built-in, JSONL,
+TFDS (mock data) and reasoning-gym."""
 
 import json
 import logging
@@ -192,7 +193,8 @@ def test_gsm8k_rows_through_field_mapping_and_answer_delimiter(tmp_path):
                     "(data.answer_delimiter)"),
       (f"{path}:4", "field 'answer' is empty"),
       (f"{path}:6", "field 'question' is missing or not a non-empty string")]
-  # Without the delimiter the whole worked solution would be the reference answer.
+  # Without the delimiter the whole worked solution would be
+  # the reference answer.
   whole, _ = sources.read_jsonl(str(path), "question")
   assert whole[0]["answer"] == "6 * 7 = <<6*7=42>>42\n#### 42"
   same = _config(jsonl_prompt_field="answer")

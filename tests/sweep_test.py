@@ -1,4 +1,5 @@
-"""Tests of the ablation grids (configs/ablations/*.py), the sweep runner and launch/sweep.py."""
+"""Tests of the ablation grids (configs/ablations/*.py), the sweep runner
+and launch/sweep.py."""
 
 import glob
 import importlib.util
@@ -70,7 +71,8 @@ def test_overrides_name_real_fields_and_validate(path):
 
 
 def _parse_train_flags(argv):
-  """The config launch/train.py would build from `argv` (its flags, no program)."""
+  """The config launch/train.py would build from `argv`
+  (its flags, no program)."""
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, flag_values=flag_values, lock_config=True,
                                   sys_argv=["train"] + argv)

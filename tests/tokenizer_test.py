@@ -1,4 +1,5 @@
-"""Tests of the tokenizers: the built-in SentencePiece model and checkpoint tokenizers."""
+"""Tests of the tokenizers: the built-in SentencePiece model and
+checkpoint tokenizers."""
 
 import json
 import os
@@ -64,7 +65,8 @@ def test_decode_drops_specials_and_marks_unknown_ids(builtin):
 
 
 def test_builtin_tokenizer_is_reused_not_retrained(tmp_path):
-  # A model of another size already in the workdir is what get_tokenizer returns.
+  # A model of another size already in the workdir is what
+  # get_tokenizer returns.
   path = tmp_path / tokenizer_lib.BUILTIN_FILENAME
   small = tokenizer_lib.train_builtin_tokenizer(str(path), 300)
   before = path.read_bytes()

@@ -1,4 +1,5 @@
-"""The jitted train step: learning signal, zero-variance filtering, NaN guard."""
+"""The jitted train step: learning signal,
+zero-variance filtering, NaN guard."""
 
 import functools
 

@@ -1,4 +1,5 @@
-"""End-to-end RL runs on the built-in task: metrics, checkpoints, resume, export.
+"""End-to-end RL runs on the built-in task: metrics,
+checkpoints, resume, export.
 
 One warm start is trained per session (module fixture) and copied into each
 run's workdir, where the trainer finds and reuses it.
@@ -51,7 +52,8 @@ def _metrics(workdir):
 
 
 def _assert_lag_within_bound(rows, k):
-  """The off-policy bound held at every step: no token over k, no group evicted."""
+  """The off-policy bound held at every step: no token over k,
+  no group evicted."""
   for r in rows:
     assert r["staleness/max"] <= k and r["staleness/over_k"] == 0, (r["step"], r)
     assert r["buffer/evicted_stale"] == 0, r
@@ -150,7 +152,8 @@ def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(base_
   _assert_lag_within_bound([dict(r, step=i) for i, r in enumerate(rows)], k)
   # It ran as far ahead as k allows: after each step's take, k batches wait.
   assert [r["buffer/size"] + r["buffer/in_flight"] for r in rows] == [k * p] * (k + 2)
-  # The batch of step i was generated i versions earlier until the lag reached k.
+  # The batch of step i was generated i versions earlier
+  # until the lag reached k.
   assert [r["staleness/max"] for r in rows] == [min(i, k) for i in range(k + 2)]
 
 
@@ -208,7 +211,8 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     expected = compute.generation_flops(trainer.exp.model_cfg, prompt_lens, lengths)
     assert trainer.meter.flops == trainer.rollouts.work["flops"] == expected
     assert trainer.rollouts.work["tokens_generated"] == sum(lengths)
-    # Most of it is not in the next batch, and some of it never teaches anything.
+    # Most of it is not in the next batch, and some of it
+    # never teaches anything.
     rewards = [buffer_arrays[f"{i}/rewards_G"] for i in range(len(buffer_meta["records"]))]
     assert any(r.min() == r.max() for r in rewards)
 

@@ -1,4 +1,5 @@
-"""Properties of the policy transformer: causality, KV-cache decode == full forward, dtypes."""
+"""Properties of the policy transformer: causality, KV-cache
+decode == full forward, dtypes."""
 
 import flax.linen as nn
 import jax
@@ -85,7 +86,8 @@ def test_kv_cache_decode_equals_full_forward(overrides):
 
 
 def test_kv_cache_layout():
-  """Keys [B, K, E, S] and values [B, K, S, E], one buffer per layer, at the written positions."""
+  """Keys [B, K, E, S] and values [B, K, S, E], one buffer per layer,
+  at the written positions."""
   cfg, _, params = _model()
   tokens = _tokens((2, 3), cfg.vocab_size, seed=4)
   cache = decode.init_cache(cfg, batch=2, length=8)
@@ -102,7 +104,8 @@ def test_kv_cache_layout():
 
 
 def test_kv_cache_rows_at_different_positions():
-  """Each row writes and attends at its own position (what sampler slots need)."""
+  """Each row writes and attends at its own position
+  (what sampler slots need)."""
   cfg, model, params = _model()
   short, long = _tokens((1, 4), cfg.vocab_size, 2), _tokens((1, 9), cfg.vocab_size, 3)
   ref_short = model.apply({"params": params}, short)
@@ -140,7 +143,8 @@ def test_fp32_lm_head_returns_float32_under_bfloat16():
   cfg16, model16, _ = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=False)
   logits16 = model16.apply({"params": params}, tokens)
   assert logits16.dtype == jnp.bfloat16
-  # Same network; only the head's precision differs, so the two agree to bf16 resolution.
+  # Same network; only the head's precision differs, so the two
+  # agree to bf16 resolution.
   np.testing.assert_allclose(np.asarray(logits16, np.float32), logits, atol=0.1)
 
 

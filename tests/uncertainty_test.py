@@ -13,7 +13,8 @@ TABLE1 = scaling_helpers.TABLE1
 
 @pytest.fixture(scope="module")
 def first_half_fits():
-  """(true A, extrapolation, bootstrap) per Table 1 curve and seed, fitted on the first half."""
+  """(true A, extrapolation, bootstrap) per Table 1 curve and seed,
+  fitted on the first half."""
   out = []
   for i in range(len(TABLE1)):
     for seed in SEEDS:
@@ -42,7 +43,8 @@ def test_first_half_uncertainty_covers_true_a(first_half_fits):
 
 def test_final_error_by_hand():
   # Exact points up to the split pin the curve (R_0 given), so the prediction
-  # at the end is the true value 0.3 + 0.31 / (1 + (2542 / 50840)^1.92) = 0.60879...
+  # at the end is the true value
+  # 0.3 + 0.31 / (1 + (2542 / 50840)^1.92) = 0.60879...
   # and a final measurement raised by 0.05 is missed by -0.05.
   compute = np.linspace(2542 / 5, 20 * 2542, 100)
   score = sigmoid.sigmoid(compute, 0.61, 1.92, 2542, 0.3)

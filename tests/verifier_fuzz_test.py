@@ -1,4 +1,5 @@
-"""Verifier fuzz: adversarial completions never hang, crash, raise or leak processes.
+"""Verifier fuzz: adversarial completions never hang, crash,
+raise or leak processes.
 
 Every adversarial completion is scored through `RewardPool` against records of
 every verifier. Each call (one completion per worker) must return scores in
@@ -50,7 +51,8 @@ def _text_cases():
       f"\\boxed{{{digits}}}", f"Answer: {digits}", f"<answer>{digits}</answer>",
       f"\\boxed{{-{digits}.5}}", "\\boxed{1e100000}", "\\boxed{10^{100000}}",
       "\\boxed{" + "9" * 2000 + "}", "Answer: " + "1" * 4301,
-      # Towers and other expressions that are cheap to write and costly to evaluate.
+      # Towers and other expressions that are cheap to write
+      # and costly to evaluate.
       f"\\boxed{{{tower}}}", f"Answer: {tower}", f"<answer>{tower}</answer>",
       f"Answer: $${tower}$$", "\\boxed{9^{9^{9^{9}}}}", "\\boxed{9^{9^{9}}}",
       "\\boxed{2^{2^{2^{2^{2^{2}}}}}}", "\\boxed{(10^{10^{10}})!}", "\\boxed{100000!}",
@@ -70,7 +72,8 @@ def _text_cases():
       # Undefined or degenerate values.
       "\\boxed{\\infty}", "\\boxed{nan}", "\\boxed{\\frac{1}{0}}", "\\boxed{0^0}",
       "\\boxed{\\log(0)}", "\\boxed{\\sqrt{-1}}", "\\boxed{\\text{" + "a" * 1000 + "}}",
-      # Invalid Unicode: lone surrogates, NULs, noncharacters, direction overrides.
+      # Invalid Unicode: lone surrogates, NULs, noncharacters,
+      # direction overrides.
       "\ud800", "\\boxed{\udfff}", "Answer: \ud83d", "\x00" * 1000, "\\boxed{\x00}",
       "\ufffe\uffff", "\u202e\u202d \\boxed{42}", "a\u0301" * 10_000, "\U0010ffff" * 100,
       "\\boxed{4\u200d2}", "Answer: \udcff\udcfe",

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax/warm_start.py: which settings share a cached base policy."""
+"""Tests of scalerl_jax/warm_start.py: which settings share
+a cached base policy."""
 
 import jax
 import numpy as np
@@ -29,7 +30,8 @@ def test_fixed_base_seed_shares_one_cached_base_across_seeds():
 
 
 def test_fixed_base_seed_gives_seeds_the_same_initial_policy(tmp_path):
-  """Without a warm start the base is the initialisation: the same for seeds 0 and 1."""
+  """Without a warm start the base is the initialisation:
+  the same for seeds 0 and 1."""
   params = []
   for seed in (0, 1):
     config = _config(seed, 0)

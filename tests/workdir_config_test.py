@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax.workdir's recorded config: the config a run records, and changed resumes."""
+"""Tests of scalerl_jax.workdir's recorded config: the config a run records,
+and changed resumes."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""Advantage normalisation (PAPER.md §2, §6): prompt-level, batch-level (ScaleRL), none.
+"""Advantage normalisation (PAPER.md §2, §6): prompt-level,
+batch-level (ScaleRL), none.
 
 The normalisation moved only the efficiency B / C_mid. Run, then fit:
 

@@ -1,4 +1,5 @@
-"""Loss aggregation (PAPER.md §4, §6): sample, prompt (ScaleRL) and token average.
+"""Loss aggregation (PAPER.md §4, §6): sample,
+prompt (ScaleRL) and token average.
 
 The aggregation moved only the efficiency B / C_mid. Run, then fit:
 

@@ -1,4 +1,5 @@
-"""Batch size (PAPER.md §1, §6): 512, 768 (ScaleRL) and 2048 completions per step.
+"""Batch size (PAPER.md §1, §6): 512, 768 (ScaleRL) and 2048
+completions per step.
 
 A larger batch raised A (0.605 at 512, 0.610 at 768, 0.645 at 2048) at a larger
 C_mid. The paper's batches are 2/3, 1 and 8/3 of ScaleRL's 48 prompts at 16

@@ -1,4 +1,5 @@
-"""FP32 LM head on/off (PAPER.md §5, §6): the precision fix moved A from 0.52 to 0.61.
+"""FP32 LM head on/off (PAPER.md §5, §6): the precision fix moved
+A from 0.52 to 0.61.
 
 The switch only bites where the model computes in bfloat16; the CPU variants
 compute in float32 throughout, so at tiny_cpu both points train alike. Run a

@@ -8,9 +8,11 @@ budget, keeping the answer budget. Run, then fit:
 
   python -m launch.sweep --sweep=configs/ablations/generation_length.py \
       --workdir=/tmp/sweeps/generation_length --parallel=2
-  python -m launch.fit --workdirs=/tmp/sweeps/generation_length --fit_fraction=0.5
+  python -m launch.fit --workdirs=/tmp/sweeps/generation_length \
+      --fit_fraction=0.5
 
-`generation_length.py:variant=<name>` picks the model size of configs/scalerl.py.
+`generation_length.py:variant=<name>` picks the model size
+of configs/scalerl.py.
 """
 
 from configs import scalerl

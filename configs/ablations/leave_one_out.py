@@ -1,4 +1,5 @@
-"""Leave-one-out (PAPER.md §5, §6): ScaleRL with one of its choices reverted at a time.
+"""Leave-one-out (PAPER.md §5, §6): ScaleRL with one of its
+choices reverted at a time.
 
 Each point reverts one choice to the DAPO-style baseline it replaced: the loss
 to DAPO, the FP32 head off, prompt to token aggregation, batch to prompt-level

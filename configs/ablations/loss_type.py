@@ -1,4 +1,5 @@
-"""Loss type (PAPER.md §3, §6): GRPO, DAPO, GSPO and CISPO on the ScaleRL recipe.
+"""Loss type (PAPER.md §3, §6): GRPO, DAPO, GSPO and CISPO
+on the ScaleRL recipe.
 
 The loss moved the ceiling A (CISPO and GSPO above DAPO). Run, then fit:
 

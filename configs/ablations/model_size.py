@@ -1,4 +1,5 @@
-"""Model size (PAPER.md §1, §6): a larger model raised A (8B dense 0.610, 17Bx16 MoE 0.710).
+"""Model size (PAPER.md §1, §6): a larger model raised A
+(8B dense 0.610, 17Bx16 MoE 0.710).
 
 The points are the variants of configs/scalerl.py in the base's family: the
 CPU sizes (tiny_cpu, small_cpu) by default, the checkpoint-shaped sizes when the

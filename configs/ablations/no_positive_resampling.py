@@ -1,12 +1,15 @@
-"""No-Positive-Resampling on/off (PAPER.md §5, §6): retire prompts whose pass rate reaches 0.9.
+"""No-Positive-Resampling on/off (PAPER.md §5, §6): retire prompts whose
+pass rate reaches 0.9.
 
 The curriculum moved only the efficiency B / C_mid. Run, then fit:
 
   python -m launch.sweep --sweep=configs/ablations/no_positive_resampling.py \
       --workdir=/tmp/sweeps/no_positive_resampling --parallel=2
-  python -m launch.fit --workdirs=/tmp/sweeps/no_positive_resampling --fit_fraction=0.5
+  python -m launch.fit --workdirs=/tmp/sweeps/no_positive_resampling \
+      --fit_fraction=0.5
 
-`no_positive_resampling.py:variant=<name>` picks the model size of configs/scalerl.py.
+`no_positive_resampling.py:variant=<name>` picks the model size
+of configs/scalerl.py.
 """
 
 from configs import scalerl

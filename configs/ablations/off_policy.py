@@ -1,4 +1,5 @@
-"""Off-policy schedule (PAPER.md §5, §6): PPO-off-policy-k vs PipelineRL-k for several k.
+"""Off-policy schedule (PAPER.md §5, §6): PPO-off-policy-k vs
+PipelineRL-k for several k.
 
 PipelineRL reached the same A as PPO-off-policy with a higher B; k = 8 is
 ScaleRL's choice and k = 4 was as good. Both schedules run on the same number

@@ -1,7 +1,9 @@
-"""One controller of tests/multi_controller_test.py: a short RL run, its host decisions dumped.
+"""One controller of tests/multi_controller_test.py: a short RL run,
+its host decisions dumped.
 
-  python -m tests.scripts.multi_controller --workdir=W --out=O --tag=p0 --warm_start_dir=B \
-      --num_steps=1,2 --num_processes=2 --process_id=0 --coordinator=localhost:PORT
+  python -m tests.scripts.multi_controller --workdir=W --out=O --tag=p0 \
+      --warm_start_dir=B --num_steps=1,2 --num_processes=2 --process_id=0 \
+      --coordinator=localhost:PORT
 
 runs `trainer.train_and_evaluate` once per entry of --num_steps in `W`: with
 `1,2` it trains one step, then resumes from that step's checkpoint for the
@@ -40,7 +42,8 @@ from tests import helpers
 
 def make_config(num_steps: int, warm_start_dir: str, num_processes: int = 1, process_id: int = 0,
                 coordinator: str = ""):
-  """The run: helpers.rl_test_config on a (2, 2, 2) mesh, validated and checkpointed every step.
+  """The run: helpers.rl_test_config on a (2, 2, 2) mesh, validated and
+  checkpointed every step.
 
   The learning rate is 10x the helper's, so that 2 steps move the parameters
   far beyond the 1e-5 the test compares them to.
@@ -79,7 +82,8 @@ class Recorder:
     setattr(cls, name, wrapped)
 
   def install(self) -> None:
-    """Patches Rollouts, RolloutBuffer, RewardPool and Trainer methods to log what they do."""
+    """Patches Rollouts, RolloutBuffer, RewardPool and Trainer methods
+    to log what they do."""
     self._wrap(rollouts_lib.Rollouts, "_next_prompt",
                lambda r, out: self.events.append(["start", out[0]["id"]]))
     self._wrap(rollouts_lib.Rollouts, "step", lambda r, groups, *_: self.events.append(
@@ -105,9 +109,11 @@ class Recorder:
     self.verified_here += len(completions)
 
   def _gather(self, trainer, when: str) -> None:
-    """The parameters as every process sees them (a collective: all call it together)."""
+    """The parameters as every process sees them
+    (a collective: all call it together)."""
     params = trainer.state.params
-    # One process: device_get; process_allgather would stack a leading axis of 1.
+    # One process: device_get; process_allgather would stack
+    # a leading axis of 1.
     params = (jax.device_get(params) if jax.process_count() == 1
               else multihost_utils.process_allgather(params, tiled=True))
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:

@@ -25,7 +25,8 @@ TEMPERATURE = {"greedy": 0.0, "sampled": 1.0}
 
 
 def _outputs(config, devices, prompts, modes):
-  """Completions of `prompts` on a mesh over `devices`, per mode (greedy / sampled)."""
+  """Completions of `prompts` on a mesh over `devices`,
+  per mode (greedy / sampled)."""
   mesh = sharding.make_mesh(config.mesh, devices=devices)
   rules = sharding.logical_rules(config.mesh)
   cfg = ModelConfig.from_config(config.model)
@@ -46,7 +47,8 @@ def _outputs(config, devices, prompts, modes):
                                    window=window).compile().as_text()
     ops = re.findall(_COLLECTIVE, hlo)
     results["advance_collectives"][window] = {op: ops.count(op) for op in sorted(set(ops))}
-  # The prefill of every slot in order (generate's), and of slots in another order.
+  # The prefill of every slot in order (generate's),
+  # and of slots in another order.
   results["start_collectives"] = {}
   n = len(LENS)
   for name, slot_ids in (("in_order", np.arange(n)), ("reversed", np.arange(n)[::-1])):
