@@ -35,8 +35,8 @@ from scalerl_jax.models.transformer import ModelConfig
 def unavailable() -> Optional[str]:
   """Why Tunix cannot run here, or None when it can."""
   try:
-    import tunix.generate.sampler  # pylint: disable=g-import-not-at-top,unused-import
-    import tunix.models.qwen3.params  # pylint: disable=g-import-not-at-top,unused-import
+    import tunix.generate.sampler  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+    import tunix.models.qwen3.params  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError as e:
     return f"n/a (google-tunix: {e.msg}; see benchmarks/tunix_sampler.py)"
   return None

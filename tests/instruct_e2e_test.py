@@ -86,7 +86,7 @@ def _write_checkpoint(directory):
 
 
 def _write_gsm8k(path, questions):
-  rows = [{"question": q, "answer": f"Work it out: <<6*7=42>>42.\n#### 42"} for q in questions]
+  rows = [{"question": q, "answer": "Work it out: <<6*7=42>>42.\n#### 42"} for q in questions]
   path.write_text("".join(json.dumps(row) + "\n" for row in rows))
   return str(path)
 

@@ -8,7 +8,7 @@ bfloat16 variant, then fit:
   python -m launch.sweep --sweep=configs/ablations/fp32_head.py:variant=qwen3_0.6b \
       --workdir=/tmp/sweeps/fp32_head --parallel=2
   python -m launch.fit --workdirs=/tmp/sweeps/fp32_head --fit_fraction=0.5
-"""
+"""  # noqa: W505 (a runnable command whose path cannot break)
 
 from configs import scalerl
 
