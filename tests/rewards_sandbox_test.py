@@ -3,6 +3,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -153,3 +155,18 @@ def test_output_is_capped():
 def test_stdin_reaches_the_program():
   result = code_sandbox.run_program("import sys\nprint(sys.stdin.read()[::-1])", "abc", _ctx())
   assert result.ok and result.stdout == b"cba\n"
+
+
+def test_wait_reaps_an_exited_process_and_leaves_a_running_one():
+  # `_wait` watches a pidfd instead of polling: an exited process is reaped
+  # (returncode set) and a running one is still running when it times out.
+  quick = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+  assert code_sandbox._wait(quick, 10.0)
+  assert quick.returncode == 3
+  slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+  try:
+    assert not code_sandbox._wait(slow, 0.2)
+    assert slow.poll() is None
+  finally:
+    slow.kill()
+    slow.wait()
