@@ -1,16 +1,13 @@
 """Checks of an experiment config that a locked ConfigDict cannot make.
 
-A config from `configs/*.py` is a locked `ml_collections.ConfigDict`: it
-already refuses a field it does not hold and a value of another type than the
-field's (`--config.model.num_heads=x` fails while the flags are parsed).
-`validate(config)` checks the rest before anything is built or compiled: the
-values a field allows (`RULES`: ranges, and choices read from the registries
-that give the names meaning) and the relations between fields (heads divide
-the mesh's tensor axis, budgets fit the model's context, ...). Every error is a
-`ConfigError` whose message starts with the dotted name of the offending field.
+`validate(config)` runs before anything is built or compiled. It checks the
+values each field allows (`RULES`: ranges, and choices read from the
+registries that give the names meaning) and the relations between fields.
+Every error is a `ConfigError` whose message starts with the dotted name of
+the offending field. A new field needs a `RULES` entry only if some values of
+its type are invalid.
 
-A new config field needs an entry in `RULES` only if some values of its type
-are invalid; a new choice is registered where it is implemented.
+Design: docs/design/config.md.
 """
 
 from __future__ import annotations
@@ -36,23 +33,19 @@ from scalerl_jax.rl import schedules
 
 
 class ConfigError(ValueError):
-  """A config field holds a value it does not allow, or fields are inconsistent."""
+  """A field holds a value it does not allow, or fields are inconsistent."""
 
 
 # A field's value -> what is wrong with it, or None.
 Rule = Callable[[Any], Optional[str]]
 
-# Python types a rule's kind accepts: floats take ints, sequences tuples or lists.
+# Python types a rule's kind accepts: floats take ints, tuples take lists.
 _KINDS = {int: (int,), float: (int, float), str: (str,), tuple: (tuple, list)}
 _KIND_NAMES = {int: "int", float: "float", str: "str", tuple: "tuple or list"}
 
 
 def _rule(kind: type, ok: Callable[[Any], bool], says: str) -> Rule:
-  """Values of `kind` for which `ok` holds; `says` completes the message otherwise.
-
-  ml_collections lets a bool into an int or float field (bool is an int), and
-  a config built from a dict has no types to keep; so the kind is checked too.
-  """
+  """Values of `kind` (never bool) for which `ok` holds; else `says` why."""
   def check(value: Any) -> Optional[str]:
     if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
       return f"expected {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}"
@@ -61,7 +54,7 @@ def _rule(kind: type, ok: Callable[[Any], bool], says: str) -> Rule:
 
 
 def _one_of(names: Union[Collection[str], Callable[[], Collection[str]]]) -> Rule:
-  """One of `names`, read when the config is checked: a registry's, as it is then."""
+  """One of `names`, read when the config is checked (a registry's, then)."""
   def check(value: Any) -> Optional[str]:
     allowed = tuple(names() if callable(names) else names)
     return None if value in allowed else f"{value!r} is not one of {allowed}"
@@ -260,7 +253,7 @@ def _rule_axes(config, logical):
 
 
 def _logical_ways(config, logical, num_devices):
-  """How many ways a logical axis is split over the mesh; None if not yet known."""
+  """Ways a logical axis is split over the mesh; None if not yet known."""
   size = 1
   for axis in _rule_axes(config, logical):
     axis_size = _mesh_axis_size(config, axis, num_devices)
@@ -359,10 +352,9 @@ def _check_relations(config, num_devices):
 def validate(config: ml_collections.ConfigDict, num_devices: Optional[int] = None) -> None:
   """Raises ConfigError naming the first bad field of `config`.
 
-  Args:
-    config: the experiment config (as returned by `configs/*.py:get_config`).
-    num_devices: when given, the mesh shape is checked against it and sharded
-      dimensions are checked for divisibility with `-1` resolved.
+  With `num_devices`, the mesh shape is checked against it and sharded
+  dimensions for divisibility with `-1` resolved. Warns `PrecisionWarning`
+  for bfloat16 parameters.
   """
   _check_fields(config)
   _check_relations(config, num_devices)
@@ -374,7 +366,10 @@ class PrecisionWarning(UserWarning):
 
 
 def _warn_bfloat16_master(config: ml_collections.ConfigDict) -> None:
-  """bfloat16 parameters under AdamW: updates below one ulp are lost (tests/precision_test.py)."""
+  """bfloat16 parameters under AdamW lose updates below one ulp.
+
+  See docs/design/precision.md and tests/precision_test.py.
+  """
   if config.model.param_dtype != "bfloat16":
     return
   warnings.warn(

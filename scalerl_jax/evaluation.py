@@ -1,11 +1,10 @@
 """Validation: mean@k and pass@k of a policy on held-out prompts.
 
-The y-axis of every compute-performance curve (PAPER.md §1: mean@16 over
-1,000 prompts) is `val/mean_at_k` from here, written by the trainer every
-`trainer.eval_every` steps and by `launch/evaluate.py` for a checkpoint; in a
-mixture of domains also `val/<domain>/mean_at_k`, `pass_at_k`, ... per domain.
+`val/mean_at_k`, the y-axis of every compute-performance curve, comes from
+here (the trainer every `trainer.eval_every` steps, `launch/evaluate.py` for
+a checkpoint), with `val/<domain>/...` per domain of a mixture.
 
-Shape letters: the package key (scalerl_jax/__init__.py).
+Design: docs/design/evaluation.md.
 """
 
 from __future__ import annotations
@@ -25,18 +24,18 @@ from scalerl_jax.sampling.sampler import Sampler
 
 
 def validation_key(config: ml_collections.ConfigDict) -> jax.Array:
-  """The PRNG key of every validation of a run (the trainer's and a checkpoint's)."""
+  """The PRNG key of every validation of a run (trainer's and checkpoint's)."""
   return jax.random.key(config.seed + 2)
 
 
 def prompts_per_batch(config: ml_collections.ConfigDict, samples: int) -> int:
-  """Validation prompts generated at once: as many rows as a train step's batch."""
+  """Validation prompts per batch: as many rows as a train step's batch."""
   rows = config.data.prompts_per_step * config.data.generations_per_prompt
   return max(1, rows // samples)
 
 
 def num_slots(config: ml_collections.ConfigDict, batch_divisor: int) -> int:
-  """Sampler slots of one validation batch on a `batch_divisor`-way batch sharding."""
+  """Sampler slots of one validation batch (`batch_divisor`-way sharding)."""
   samples = config.trainer.eval_samples
   return sampler_lib.generate_slots(prompts_per_batch(config, samples) * samples, batch_divisor)
 
@@ -44,21 +43,12 @@ def num_slots(config: ml_collections.ConfigDict, batch_divisor: int) -> int:
 def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.PromptBatch],
              tok: tokenizer_lib.Tokenizer, pool: Any, rng: jax.Array,
              version: int = 0) -> dict[str, float]:
-  """Samples G completions per validation prompt and scores them.
+  """`summarize_domains` of G sampled completions per validation prompt.
 
-  Args:
-    sampler: the sampler (its temperature is the evaluation temperature).
-    params: policy parameters.
-    batches: validation batches from `pipeline.eval_batches` (G = their
-      generations_per_prompt).
-    tok: tokenizer, to decode completions.
-    pool: reward pool (`submit`: each batch is verified while the next decodes).
-    rng: PRNG key, `validation_key(config)`: fixed, so that repeated
-      evaluations of the same parameters agree.
-    version: policy version recorded in the sampler's outputs.
-
-  Returns:
-    `summarize` of the scores, lengths and truncation flags.
+  The sampler's temperature is the evaluation's; `batches` come from
+  `pipeline.eval_batches`; each batch is verified by `pool` while the next
+  decodes. Pass `rng = validation_key(config)` so that repeated evaluations
+  of the same parameters agree.
   """
   scores, lengths, truncated, domains, scoring = [], [], [], [], []
   params = sampler.prepare(params)  # Regrouped once for every batch.
@@ -68,7 +58,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
     texts = completion_texts(out.tokens, out.prompt_len, out.seq_len, tok)
     records = [record for record in batch.records for _ in range(k)]
-    # Batch i is verified while batch i + 1 decodes; the scores keep their order.
+    # Batch i is verified while batch i + 1 decodes; scores keep their order.
     scoring.append((pool.submit(texts, records), k))
     lengths.append(out.seq_len - out.prompt_len)
     truncated.append(out.truncated)
@@ -81,7 +71,7 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
 
 def summarize_domains(scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B: np.ndarray,
                       domains_P: Sequence[str]) -> dict[str, float]:
-  """`summarize` of all prompts, and as val/<domain>/... of each domain of a mixture."""
+  """`summarize` of all prompts, and as val/<domain>/... of each domain."""
   out = summarize(scores_PxG, lengths_B, truncated_B)
   domains_P = np.asarray(domains_P)
   k = scores_PxG.shape[1]
@@ -95,21 +85,13 @@ def summarize_domains(scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B
 
 def summarize(scores_PxG: np.ndarray, lengths_B: np.ndarray,
               truncated_B: np.ndarray) -> dict[str, float]:
-  """The validation metrics of N prompts' k scored samples each.
+  """The validation metrics of P prompts' G = k scored samples each.
 
-  Args:
-    scores_PxG: verifier scores, one row per prompt (G = k samples).
-    lengths_B: completion tokens of every sample.
-    truncated_B: whether each sample hit the token budget.
-
-  Returns:
-    val/mean_at_k (mean score over all samples), val/pass_at_k (fraction of
-    prompts with at least one verified sample), val/mean_length (completion
-    tokens), val/truncation_rate, val/num_prompts, and val/mean_at_k_stderr:
-    the standard error of mean@k from sampling alone (prompts held fixed),
-    sqrt(sum_i s_i^2 / k) / N, s_i^2 the unbiased variance of prompt i's k
-    scores. The std of mean@k across evaluations with different keys
-    (`launch.evaluate --repeats`) estimates the same quantity.
+  Returns val/mean_at_k, val/pass_at_k (prompts with a sample scoring > 0.5),
+  val/mean_length (completion tokens), val/truncation_rate, val/num_prompts
+  and val/mean_at_k_stderr, the standard error of mean@k from sampling alone
+  (prompts held fixed): sqrt(sum_p s_p^2 / k) / P, s_p^2 the unbiased
+  variance of prompt p's scores.
   """
   n, k = scores_PxG.shape
   var_P = scores_PxG.astype(np.float64).var(axis=1, ddof=1) if k > 1 else np.zeros(n)

@@ -1,10 +1,10 @@
-"""Builds the pieces of an experiment from its config: the one place that wires them.
+"""Builds an experiment's pieces from its config: the one place that wires them.
 
-`Experiment.build(config, workdir)` validates the config, joins the multi-host
-runtime if asked, makes the mesh, the tokenizer, the policy (imported from
-`model.hf_path` or warm-started on the built-in task), the sampler on the same
-mesh, the reward pool and the prompt sources. The trainer, `launch/evaluate.py`
-and `launch/export.py` all start here, so they see the same model and data.
+`Experiment.build` validates the config, joins the multi-host runtime if
+asked, and makes the mesh, tokenizer, policy (imported from `model.hf_path`
+or warm-started), sampler, reward pool and prompt sources. The trainer,
+`launch/evaluate.py` and `launch/export.py` all start here, so they see the
+same model and data.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _sync_model_config(config: ml_collections.ConfigDict, cfg: transformer.Model
 
 @dataclasses.dataclass
 class Experiment:
-  """Everything built from one config (see module docstring)."""
+  """Everything built from one config."""
   config: ml_collections.ConfigDict
   workdir: str
   mesh: jax.sharding.Mesh
@@ -57,13 +57,10 @@ class Experiment:
             base_params: bool = True) -> "Experiment":
     """Validates `config` and builds the mesh, tokenizer, model and sampler.
 
-    Args:
-      config: experiment config; `model` fields are overwritten from
-        `model.hf_path`'s config.json when set.
-      workdir: experiment directory (tokenizer and base policy are cached here).
-      base_params: build the base policy (import or warm start). Pass False
-        when the parameters will be restored from a checkpoint anyway; the
-        returned params are then freshly initialised.
+    `config.model` is overwritten from `model.hf_path`'s config.json when
+    set. `workdir` caches the tokenizer and base policy. `base_params=False`
+    (parameters restored from a checkpoint anyway) returns freshly
+    initialised params instead of importing or warm-starting them.
     """
     config_lib.validate(config)
     sharding.maybe_initialize_distributed(config.mesh)
@@ -80,7 +77,8 @@ class Experiment:
       config_lib.validate(config, num_devices=jax.device_count())
     else:
       model_cfg = transformer.ModelConfig.from_config(config.model)
-    tok = tokenizer_lib.get_tokenizer(config, workdir)  # Checks model.vocab_size too.
+    # Checks model.vocab_size too.
+    tok = tokenizer_lib.get_tokenizer(config, workdir)
     model = transformer.Transformer(model_cfg)
     shardings = sharding.param_shardings(model, mesh, rules)
     if config.model.hf_path and base_params:
@@ -99,31 +97,34 @@ class Experiment:
     return cls(config, workdir, mesh, rules, tok, model_cfg, model, params, shardings, sampler)
 
   def reward_pool(self) -> RewardPool | SharedRewardPool:
-    """A reward pool for `config.rewards` (close it, or use it as a context manager).
+    """A reward pool for `config.rewards`; close it (or use it in `with`).
 
-    In a multi-controller run each process verifies a share of every call's
-    completions and all of them get every score (`rewards/shared.py`).
+    Across processes each verifies a share and all get every score.
     """
     pool = RewardPool(self.config.rewards)
     return pool if jax.process_count() == 1 else SharedRewardPool(pool)
 
   def prompts(self, split: str) -> list[dict]:
-    """Prompt records of `split` ('train' or 'val') from `config.data.source`."""
+    """Prompt records of `split` ('train' or 'val') of `config.data.source`."""
     return sources.load_prompts(self.config, split)
 
   def eval_batches(self, num_prompts: Optional[int] = None,
                    samples: Optional[int] = None) -> list[pipeline_lib.PromptBatch]:
-    """Validation batches: the first `trainer.eval_num_prompts` prompts of each domain, K each."""
+    """Val batches: each domain's first `num_prompts` prompts, `samples` each.
+
+    Both default to the `trainer.eval_*` fields.
+    """
     t = self.config.trainer
     num_prompts = num_prompts or t.eval_num_prompts
     samples = samples or t.eval_samples
-    records = mixture.head_per_domain(self.prompts("val"), num_prompts)  # Per domain.
+    # num_prompts per domain.
+    records = mixture.head_per_domain(self.prompts("val"), num_prompts)
     return pipeline_lib.eval_batches(self.config, records, self.tok,
                                      evaluation.prompts_per_batch(self.config, samples), samples)
 
 
 class _LibraryInfoFilter(pylogging.Filter):
-  """Drops INFO lines of orbax (several per checkpoint); keeps its warnings."""
+  """Drops orbax's INFO lines (several per checkpoint); keeps its warnings."""
 
   def filter(self, record: pylogging.LogRecord) -> bool:
     return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname

@@ -1,25 +1,9 @@
-"""The optimizer: an optax chain built from `config.optim` (PAPER.md §5).
+"""The optimizer: an optax chain built from `config.optim`.
 
-    clip_by_global_norm(grad_clip_norm)   (left out when grad_clip_norm == 0)
-    -> AdamW(schedule, b1, b2, eps, weight_decay, mask=weight_decay_mask)
+Optional global-norm clipping, then AdamW on `make_schedule`'s learning rate
+with weight decay masked by `decays`.
 
-The paper's recipe is AdamW with eps = 1e-15 (a larger eps swamps the tiny
-second moments of RL gradients), weight decay 0.01 and a learning rate that
-is constant after 100 linear warmup steps.
-
-Learning rate after `step` updates have been applied (optax's count):
-
-    lr(step) = peak * min(1, (step + 1) / warmup_steps) * decay(step)
-
-so the first update already moves the weights (peak / warmup_steps): in RL an
-update at lr 0 would waste a whole generation round. `decay` is 1 for the
-constant schedule; for cosine it falls from 1 at the end of warmup to
-`final_lr_fraction` over `decay_steps` steps and stays there.
-
-Weight decay applies to every parameter except norm scales and biases: a
-parameter is decayed unless some key on its path contains "norm" (RMSNorm
-modules are named `attn_norm`, `mlp_norm`, `final_norm`, `q_norm`, ...) or is
-exactly "bias". See `decays`.
+Design: docs/design/precision.md.
 """
 
 import math
@@ -35,13 +19,12 @@ SCHEDULES = ("constant", "cosine")
 
 
 def make_schedule(optim: ml_collections.ConfigDict) -> optax.Schedule:
-  """Learning rate as a function of the number of updates already applied.
+  """Jittable learning rate after `step` updates (optax's count).
 
-  Args:
-    optim: the `optim` section of the experiment config.
-
-  Returns:
-    A jittable `step -> float32 learning rate`.
+  lr(step) = peak * min(1, (step + 1) / warmup_steps) * decay(step): the
+  first update already moves the weights. `decay` is 1 (constant) or falls
+  by a cosine from 1 at the end of warmup to `final_lr_fraction` over
+  `decay_steps` steps, then stays.
   """
   if optim.schedule not in SCHEDULES:
     raise ValueError(f"optim.schedule: {optim.schedule!r} is not one of {SCHEDULES}")
@@ -67,13 +50,9 @@ def make_schedule(optim: ml_collections.ConfigDict) -> optax.Schedule:
 
 
 def decays(path: Sequence[str]) -> bool:
-  """Whether the parameter at `path` (its dict keys, outermost first) is decayed.
+  """Whether the parameter at `path` (dict keys, outermost first) is decayed.
 
-  Args:
-    path: e.g. ("layers", "attn", "q", "kernel").
-
-  Returns:
-    False if a key contains "norm" (case-insensitive) or equals "bias".
+  False if a key contains "norm" (case-insensitive) or equals "bias".
   """
   return not any("norm" in key.lower() or key == "bias" for key in path)
 
@@ -89,28 +68,13 @@ def _key_name(key: Any) -> str:
 
 
 def weight_decay_mask(params: Any) -> Any:
-  """Pytree of bools shaped like `params`: True where weight decay applies.
-
-  Args:
-    params: nested dict of parameters (flax linen `params`).
-
-  Returns:
-    `decays(path)` for every leaf.
-  """
+  """`decays(path)` for every leaf of `params` (a nested dict)."""
   return jax.tree_util.tree_map_with_path(
       lambda path, _: decays(tuple(_key_name(k) for k in path)), params)
 
 
 def make_optimizer(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Global-norm clipping (optional) followed by masked AdamW on the schedule.
-
-  Args:
-    optim: the `optim` section of the experiment config.
-
-  Returns:
-    The optax transformation; its updates are added to the params with
-    `optax.apply_updates`.
-  """
+  """Global-norm clipping (none at 0) then masked AdamW on the schedule."""
   adamw = optax.adamw(
       learning_rate=make_schedule(optim), b1=optim.b1, b2=optim.b2, eps=optim.eps,
       weight_decay=optim.weight_decay, mask=weight_decay_mask)

@@ -1,14 +1,11 @@
-"""Device mesh, logical-axis rules and shardings, all derived from config.
+"""Device mesh, logical-axis rules and shardings, derived from `config.mesh`.
 
-The model names logical axes only; `config.mesh.logical_axis_rules` maps them
-to mesh axes. Parameters are created directly in their shardings:
-`jax.eval_shape(init)` gives the boxed logical names, the rules turn them into
-`NamedSharding`s, and `jax.jit(init, out_shardings=...)` materialises each
-shard on its device, so no host ever holds a full replica it does not need.
+The model names logical axes only; `mesh.logical_axis_rules` maps them to
+mesh axes. Parameters are created directly in their shardings, so no host
+holds a full replica it does not need. Multi-host runs use JAX's
+multi-controller runtime (`maybe_initialize_distributed`).
 
-Multi-host runs use JAX's own multi-controller runtime: every host runs the
-same program, `maybe_initialize_distributed` calls `jax.distributed.initialize`
-and `jax.devices()` then spans all hosts.
+Design: docs/design/sharding.md.
 """
 
 from __future__ import annotations
@@ -30,14 +27,9 @@ Rules = tuple[tuple[str, Any], ...]
 def maybe_initialize_distributed(mesh_cfg: Any) -> None:
   """Joins the multi-host runtime when `mesh.distributed` is set.
 
-  Empty / zero / -1 fields are left to JAX's cluster auto-detection (TPU pods,
-  SLURM, Open MPI, ...). Must run before anything touches a device (orbax's
-  CheckpointManager and `jax.process_index` do); a second call does nothing,
-  so every entry point calls it first.
-
-  CPU hosts (tests, CPU clusters) reduce across processes with gloo over TCP,
-  JAX's default, which is set here should the option have been cleared; a
-  user's choice of another (`jax_cpu_collectives_implementation=mpi`) stands.
+  Empty / zero / -1 fields are left to JAX's cluster auto-detection. Must run
+  before anything touches a device; a second call does nothing. CPU
+  collectives default to gloo unless the user chose another.
   """
   if not mesh_cfg.distributed or jax.distributed.is_initialized():
     return
@@ -81,17 +73,14 @@ def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> 
 
 
 def logical_rules(mesh_cfg: Any) -> Rules:
-  """The logical-axis rules as a hashable tuple."""
+  """`mesh.logical_axis_rules` as a hashable tuple."""
   return tuple((name, tuple(t) if isinstance(t, list) else t)
                for name, t in mesh_cfg.logical_axis_rules)
 
 
 @contextlib.contextmanager
 def activate(mesh: Mesh, rules: Rules):
-  """Context in which the model's logical activation constraints take effect.
-
-  Trace (or first call) jitted model code inside it.
-  """
+  """Context in which to trace model code: its logical constraints apply."""
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     yield
 
@@ -108,16 +97,9 @@ def named_sharding(mesh: Mesh, rules: Rules, logical_axes: Sequence[Optional[str
 
 def init_sharded(init_fn: Callable[[jax.Array], Any], rng: jax.Array, mesh: Mesh,
                  rules: Rules) -> tuple[Any, Any]:
-  """Initialises a boxed (logically partitioned) tree directly into its shardings.
+  """Runs `init_fn` (rng -> boxed, logically named tree) into its shardings.
 
-  Args:
-    init_fn: rng -> tree of `nn.LogicallyPartitioned` leaves (e.g. a flax init).
-    rng: the PRNG key.
-    mesh: device mesh.
-    rules: logical-axis rules.
-
-  Returns:
-    (tree of plain sharded arrays, matching tree of NamedShardings).
+  Returns (tree of plain sharded arrays, matching tree of NamedShardings).
   """
   abstract = jax.eval_shape(init_fn, rng)
   shardings = logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
@@ -144,18 +126,8 @@ def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, repli
   """Shardings (or specs) of `optimizer.init(params)`, without allocating it.
 
   Parameter-shaped leaves (Adam's moments) take their parameter's entry of
-  `param_shardings`; every other leaf (step counts) takes `replicated`. Left
-  to itself, jit would replicate the moments on every device: optax makes
-  them with zeros_like, which carries no sharding.
-
-  Args:
-    optimizer: an optax GradientTransformation.
-    params: parameters or their abstract shapes.
-    param_shardings: a tree like `params` of NamedSharding or PartitionSpec.
-    replicated: the entry for leaves that are not parameter-shaped.
-
-  Returns:
-    A tree like the optimizer state.
+  `param_shardings` (NamedShardings or PartitionSpecs); every other leaf
+  (step counts) takes `replicated`.
   """
   return optax.tree_map_params(
       optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), param_shardings,
@@ -164,18 +136,18 @@ def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, repli
 
 
 def abstract(shapes: Any, shardings: Any) -> Any:
-  """A tree of ShapeDtypeStructs (`jax.eval_shape`'s) placed in a matching tree of shardings."""
+  """`jax.eval_shape`'s ShapeDtypeStructs, each given its sharding."""
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       shapes, shardings)
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
-  """Sharding of a batch-major array: dim 0 over `act_batch`, the rest replicated."""
+  """A batch-major array's: dim 0 over `act_batch`, the rest replicated."""
   return named_sharding(mesh, rules, ("act_batch",) + (None,) * (ndim - 1))
 
 
 def batch_divisor(mesh: Mesh, rules: Rules) -> int:
-  """How many ways the batch dimension is split; global batches must divide by it."""
+  """Ways the batch dimension is split; global batches must divide by it."""
   spec = nn.logical_to_mesh_axes(("act_batch",), rules)[0]
   axes = () if spec is None else ((spec,) if isinstance(spec, str) else tuple(spec))
   return math.prod(mesh.shape[a] for a in axes)
@@ -184,8 +156,7 @@ def batch_divisor(mesh: Mesh, rules: Rules) -> int:
 def place_global(array: np.ndarray, target: jax.sharding.Sharding) -> jax.Array:
   """Places a host array that every process holds in full onto `target`.
 
-  Each device receives only its own slice, so this works on one host and on
-  many (where a plain device_put of a global numpy array does not).
+  Each device receives only its slice, so it works across hosts too.
   """
   array = np.asarray(array)
   return jax.make_array_from_callback(array.shape, target, lambda index: array[index])

@@ -1,15 +1,13 @@
 """Supervised warm start: the base policy of the built-in experiment.
 
-Without `model.hf_path`, RL would start from a random network that never
-solves anything (every group zero-variance, no signal). A short supervised
-phase on the built-in task's worked solutions gives a base policy with a
-modest pass rate, which RL then improves. The result is cached (orbax) in
-`<trainer.warm_start_dir or workdir/base_policy>/<fingerprint>/`, keyed by a
-hash of every config field that shapes it, and reused by later runs, resumes
-and, when sweeps point `trainer.warm_start_dir` at one place, by every point
-of a grid that shares those settings.
+Without `model.hf_path`, a short supervised phase on the built-in sources'
+worked solutions gives the base policy for RL. The result is cached (orbax)
+in `cache_dir`, keyed by a hash of every config field that shapes it, and
+reused by later runs, resumes and sweep points sharing those settings.
 
-Shape letters: the package key (scalerl_jax/__init__.py), and N examples.
+Design: docs/design/warm_start.md.
+
+Shape letters: the package key (scalerl_jax/__init__.py), and X examples.
 """
 
 from __future__ import annotations
@@ -33,23 +31,22 @@ from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import transformer
 
-# Sources with worked solutions -> their training records (levels, num, seed, split).
+# Sources with worked solutions -> their training records
+# (levels, num, seed, split).
 _WORKED = {builtin_task.SOURCE: builtin_task.builtin_prompts,
            builtin_code.SOURCE: builtin_code.code_prompts}
 
 
 def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) -> str:
-  """Directory of the cached base policy for these settings."""
+  """`<trainer.warm_start_dir or workdir/BASE_POLICY_DIR>/<fingerprint>`."""
   root = config.trainer.warm_start_dir or os.path.join(workdir, workdir_lib.BASE_POLICY_DIR)
   return os.path.join(os.path.abspath(root), fingerprint(config, vocab_size))
 
 
 def base_seed(config: ml_collections.ConfigDict) -> int:
-  """Seed of the base policy: its initialisation, warm-start data order and slips.
+  """Seed of the base policy's init, warm-start data order and slips.
 
-  `trainer.warm_start_seed`, or `config.seed` when that is -1. A fixed value
-  lets runs that differ only in `config.seed` start from one base policy, as
-  the paper's repeated runs start from one pretrained model.
+  `trainer.warm_start_seed`, or `config.seed` when that is -1.
   """
   seed = config.trainer.warm_start_seed
   return config.seed if seed < 0 else seed
@@ -65,7 +62,8 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
               "slip_prob": config.trainer.warm_start_slip_prob,
               "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
               "max_len": config.sampling.max_prompt_len + config.sampling.max_new_tokens}
-  if mixture.names(config):  # Absent for one source, so that its caches stay valid.
+  # Absent for one source, so that its caches stay valid.
+  if mixture.names(config):
     relevant["mixture"] = config.data.mixture.to_dict()
   return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -73,28 +71,20 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
 def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
                         slip_prob: float = 0.0, rng: Optional[np.random.Generator] = None,
                         answer_slip_prob: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-  """Prompt + worked solution + EOS per record; the mask covers the solution.
+  """Prompt + worked solution + EOS per record, cut to `seq_len`.
 
-  Args:
-    records: built-in prompt records, one example each (repeat a record to
-      see it with other slips).
-    tok: the experiment tokenizer.
-    seq_len: row length (longer examples are cut).
-    slip_prob: probability of a wrong value at each rewrite of a solution
-      (`builtin_task.Problem.steps`); 0 gives the exact worked solutions.
-    rng: draws the slips; required when a slip probability is > 0.
-    answer_slip_prob: probability that a solution's Answer line misstates the
-      value its thinking reached (`builtin_task.solution_text`).
-
-  Returns:
-    tokens_NxS int32 (right-padded with pad_id) and mask_NxS float32, where
-    mask[t] = 1 when token t is part of the solution (predicted from t - 1).
+  `slip_prob` is the chance of a wrong value at each rewrite of a solution
+  (`builtin_task.Problem.steps`), `answer_slip_prob` that its Answer line
+  misstates the value reached; `rng` draws the slips (needed when either is
+  > 0). Returns tokens_XxS int32 (right-padded with pad_id) and mask_XxS
+  float32, 1 where token t is part of the solution (predicted from t - 1).
   """
   tokens = np.full((len(records), seq_len), tok.pad_id, np.int32)
   mask = np.zeros((len(records), seq_len), np.float32)
   for i, record in enumerate(records):
     prompt = pipeline.prompt_ids(tok, record["prompt"])
-    if record["source"] == builtin_code.SOURCE:  # Its program slips as an Answer line does.
+    # A program slips as an Answer line does.
+    if record["source"] == builtin_code.SOURCE:
       text = builtin_code.target_text(record, answer_slip_prob, rng)
     else:
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
@@ -121,8 +111,7 @@ def _domain_configs(config: ml_collections.ConfigDict, steps: int
                     ) -> list[ml_collections.ConfigDict]:
   """The single-source configs to warm-start on: the run's, or each domain's.
 
-  Raises:
-    ValueError: a source without worked solutions.
+  Raises ValueError for a source without worked solutions.
   """
   configs = ([mixture.domain_config(config, name) for name in mixture.names(config)]
              or [config])
@@ -140,16 +129,8 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
                params: Any, shardings: Any, tok: tokenizer_lib.Tokenizer) -> Any:
   """The cached warm-started parameters, training them first if needed.
 
-  Args:
-    config: experiment config (built-in sources only: `_WORKED`).
-    workdir: experiment directory; the result lives in `<workdir>/base_policy`.
-    model: the policy network.
-    params: freshly initialised, sharded parameters (the starting point).
-    shardings: their shardings (the result is placed the same way).
-    tok: the experiment tokenizer.
-
-  Returns:
-    The warm-started parameters.
+  `params` are the freshly initialised, sharded starting point; the result
+  is placed in `shardings` too. Built-in sources only (`_WORKED`).
   """
   steps = config.trainer.warm_start_steps
   if steps == 0:

@@ -1,30 +1,17 @@
 """KV-cache inference path of the policy transformer: prefill and decode.
 
-The same network as `transformer.Transformer` (and the same math: `rms_norm`,
-`apply_rope`, `attention`, `lm_head`), arranged for token-by-token decoding,
-where every step is a handful of small matmuls and a read of the whole cache:
+The same network and math as `transformer.Transformer`, on weights that
+`prepare` regroups once per parameter version: per layer, q, k and v as one
+kernel [D, K, Q + 2, E], gate and up as one [D, 2, I], o as [H * E, D], all
+in the compute dtype. The cache is one buffer per layer, keys [B, K, E, S]
+and values [B, K, S, E]. `forward` writes T tokens per row at explicit
+positions and attends to every cached position not after the query's, so
+each row (sampler slot) can be at its own position: prefill is T = prompt
+length on a fresh cache (through `config.model.attention`), decode T = 1.
 
-* `prepare` regroups the trained parameters once (`Sampler.prepare`): one weight
-  tree per layer (no slicing of stacked weights inside the decode loop), q, k
-  and v as one kernel [D, K, Q + 2, E] grouped by kv head (so it shards over
-  kv heads like the cache), gate and up as one kernel [D, 2, F], o as one
-  matrix [H * E, D], all in the compute dtype.
-* The cache is one buffer per layer (a step reads its layer's buffer in place
-  instead of slicing a stacked one), keys stored [B, K, E, S] and values
-  [B, K, S, E]: both attention products are then plain matmuls over (B, K)
-  batches on the buffers as stored, with no per-step transpose.
-* Layers are unrolled.
+Design: docs/design/models.md.
 
-On the 2-core CPU this is 2-3x faster per decode step than running the scanned
-training module over a stacked cache (benchmarks/sampler.py).
-
-`forward` writes T tokens per row at explicit positions and attends to every
-cached position not after the query's, so each row (sampler slot) can be at its
-own position; prefill is T = prompt length on a fresh cache, decode T = 1.
-Prefill attends through `config.model.attention` (models/attention.py), decode
-through `attention` over the cache.
-
-Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim,
+Shape letters: the package key (scalerl_jax/__init__.py), and I mlp_dim,
 J = Q + 2 (the q, k and v of one kv head).
 """
 
@@ -40,7 +27,8 @@ from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models.transformer import (ModelConfig, apply_rope, attention, lm_head,
                                             rms_norm, rope_frequencies)
 
-Cache = dict[str, tuple[jax.Array, ...]]  # {"k": L x [B, K, E, S], "v": L x [B, K, S, E]}
+# {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E]}
+Cache = dict[str, tuple[jax.Array, ...]]
 
 KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
 VALUE_AXES = ("act_batch", "act_kv_heads", "act_len", "head_dim")
@@ -74,10 +62,9 @@ def cache_prefix(cache: Cache, length: int) -> Cache:
 
 
 def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
-  """Writes `part` over the first positions of `rows` (row ids out of range are dropped).
+  """Writes `part` (one row per entry of `rows`) over their first positions.
 
-  `part` is a `cache_prefix` of this cache or a fresh cache (a prefill), with
-  one row per entry of `rows`.
+  Row ids out of range are dropped.
   """
   p = cache_length(part)
   return {"k": tuple(old.at[rows, ..., :p].set(new, mode="drop")
@@ -88,15 +75,10 @@ def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
 
 def _write_rows(cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array,
                 axis: int) -> jax.Array:
-  """Writes update[b] into cache[b] from position start[b] along the cache's `axis`.
+  """Writes update[b] into cache[b] from start[b] along the cache's `axis`.
 
-  One dynamic-update-slice per row (batched): the rows stay independent, so a
-  batch-sharded cache is written where it lies, where a scatter indexed by
-  global row numbers made XLA's partitioner all-gather its indices in every
-  layer of every step (two CPU devices ran the decode no faster than one).
-  On one device the sampler runs as fast as with the scatter (A/B: 0.998x
-  tiny_cpu, 1.000x small_cpu). A start so late that the update would not fit
-  is moved back until it does (`dynamic_update_slice`).
+  A start too late for the update to fit is moved back until it does. One
+  dynamic-update-slice per row, not a scatter: docs/design/models.md.
   """
   def write(row_X, update_X, start):
     starts = [jnp.zeros((), start.dtype)] * row_X.ndim
@@ -107,7 +89,7 @@ def _write_rows(cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array,
 
 
 def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
-  """Regroups `Transformer` parameters for `forward` (see the module docstring)."""
+  """Regroups `Transformer` parameters for `forward` (module docstring)."""
   dtype = cfg.dtype
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   stacked = params["layers"]
@@ -125,7 +107,7 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
         "qkv": jnp.concatenate([kernel(attn["q"]).reshape(d, k, h // k, e),
                                 kernel(attn["k"])[:, :, None], kernel(attn["v"])[:, :, None]],
                                axis=2),
-        # [H * E, D]: as [H, E, D], XLA:CPU transposed the whole kernel on every step.
+        # [H * E, D]: as [H, E, D], XLA:CPU transposed it on every step.
         "o": kernel(attn["o"]).reshape(h * e, d),
         "gate_up": jnp.stack([kernel(mlp["gate"]), kernel(mlp["up"])], axis=1),
         "down": kernel(mlp["down"]),
@@ -146,21 +128,13 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
 
 def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
             pos_BxT: jax.Array, cache: Cache) -> tuple[jax.Array, Cache]:
-  """Writes T tokens per row into the cache and returns their next-token logits.
+  """Writes T tokens per row into the cache; returns their next-token logits.
 
-  Args:
-    cfg: the network.
-    prepared: `prepare(cfg, params)`.
-    tokens_BxT: int token ids.
-    pos_BxT: their positions; consecutive within a row, < the cache length.
-      (A row whose tokens would end past the cache writes them at its last
-      positions instead: the sampler decodes its finished slots, never read
-      again, on in windows shorter than they are.)
-    cache: from `init_cache`; entries at positions after a row's tokens are
-      never read by them, so stale entries there are harmless.
-
-  Returns:
-    logits [B, T, V] (float32 when `fp32_lm_head`) and the updated cache.
+  `pos_BxT` is consecutive within a row and below S; a row whose tokens would
+  end past the cache writes them at its last positions instead (the sampler
+  decodes finished slots, never read again, in windows shorter than they
+  are). Cache entries after a row's tokens are never read. Returns logits
+  [B, T, V] (float32 when `fp32_lm_head`) and the new cache.
   """
   dtype = cfg.dtype
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -204,9 +178,9 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
       out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
-    gate_up_BxTx2xF = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
-    hidden_BxTxF = nn.silu(gate_up_BxTx2xF[:, :, 0]) * gate_up_BxTx2xF[:, :, 1]
+    gate_up_BxTx2xI = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
+    hidden_BxTxI = nn.silu(gate_up_BxTx2xI[:, :, 0]) * gate_up_BxTx2xI[:, :, 1]
     x_BxTxD = nn.with_logical_constraint(
-        x_BxTxD + jnp.dot(hidden_BxTxF, layer["down"]), ("act_batch", "act_len", "act_embed"))
+        x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]), ("act_batch", "act_len", "act_embed"))
   x_BxTxD = rms_norm(x_BxTxD, prepared["final_norm"], cfg.norm_eps, dtype)
   return lm_head(cfg, x_BxTxD, prepared["head"]), {"k": tuple(keys), "v": tuple(values)}

@@ -1,18 +1,14 @@
-"""Hugging Face safetensors checkpoints in and out (Llama, Qwen2, Qwen3 layouts).
+"""Hugging Face safetensors checkpoints in and out (Llama, Qwen2, Qwen3).
 
-`load_checkpoint(path, mesh, rules)` reads a local directory holding
-`config.json` and either `model.safetensors` or shards listed in
-`model.safetensors.index.json`, and returns our `ModelConfig` and parameters
-placed on the mesh. `save_checkpoint(params, cfg, path)` writes the same
-layout back so that `transformers` loads it. Nothing here touches the network.
+`load_checkpoint` reads a local directory (`config.json` plus
+`model.safetensors` or shards listed in `model.safetensors.index.json`) into
+our `ModelConfig` and parameters, placed shard by shard; `save_checkpoint`
+writes the same layout back for `transformers`. `_layer_tensors` is the one
+table mapping our stacked [layers, ...] parameters to HF's per-layer
+[out, in] tensors, used in both directions. The files are untrusted input,
+checked by `safetensors_reader.py`; every error names the file.
 
-Our layers are stacked along a leading `layers` axis (the model scans over
-them); HF stores one tensor per layer in PyTorch's [out, in] layout. The table
-`_layer_tensors` is the single description of that correspondence, used in
-both directions.
-
-The safetensors files are untrusted input, read and checked by
-`safetensors_reader.py`; every error names the file.
+Design: docs/design/models.md.
 """
 
 from __future__ import annotations
@@ -100,10 +96,7 @@ def read_config(path: str, **overrides: Any) -> ModelConfig:
 
 
 def _layer_tensors(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[str, Callable, Callable]]:
-  """Our per-layer param path -> (HF name pattern, hf->ours, ours->hf).
-
-  Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim.
-  """
+  """Our per-layer param path -> (HF name pattern, hf->ours, ours->hf)."""
   d, h, k, e = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
 
   def proj_in(n):  # [n*E, D] -> [D, n, E]
@@ -178,16 +171,9 @@ def load_checkpoint(path: str, shardings: Any = None, cfg: Optional[ModelConfig]
                     **overrides: Any) -> tuple[ModelConfig, dict]:
   """Loads a Llama / Qwen2 / Qwen3 checkpoint directory.
 
-  Args:
-    path: local directory with config.json and safetensors file(s).
-    shardings: optional tree of shardings matching our params (e.g. from
-      `sharding.param_shardings`); each array is placed shard by shard.
-      Without it arrays land on the default device.
-    cfg: our ModelConfig; read from config.json when omitted.
-    **overrides: ModelConfig fields that override config.json (dtypes, ...).
-
-  Returns:
-    (ModelConfig, params) with params in `cfg.param_dtype`.
+  `shardings` (like `sharding.param_shardings`) places each array shard by
+  shard; without it, on the default device. `cfg` defaults to config.json
+  with `overrides`. Returns (ModelConfig, params in `cfg.param_dtype`).
 
   Raises:
     CheckpointError: naming the file, for a missing or malformed file, a
@@ -282,12 +268,9 @@ def save_checkpoint(params: dict, cfg: ModelConfig, path: str,
                     max_shard_bytes: int = 4 << 30) -> list[str]:
   """Writes params as a Hugging Face checkpoint directory.
 
-  Tensors go into `model.safetensors`, or into numbered shards plus
-  `model.safetensors.index.json` when they exceed `max_shard_bytes`. Every
-  process gathers; only process 0 writes.
-
-  Returns:
-    The safetensors file names written (relative to `path`).
+  Shards (plus `model.safetensors.index.json`) past `max_shard_bytes`. Every
+  process gathers; only process 0 writes. Returns the safetensors file names
+  (relative to `path`).
   """
   _check_family(cfg)
   shards: list[dict[str, np.ndarray]] = [{}]

@@ -1,15 +1,12 @@
-"""Reading the safetensors files of a Hugging Face checkpoint, as untrusted input.
+"""Reading a Hugging Face checkpoint's safetensors files as untrusted input.
 
-Checkpoints from the Hub are untrusted input. Only safetensors files are read,
-never pickles (`pytorch_model.bin`: unpickling runs code). Every header is
-checked against its file before a tensor is read, so a crafted header cannot
-claim gigabytes, reach outside its file or smuggle an unsupported dtype past
-us, and shard names in the index must be plain names in the directory. A
-tensor holding NaN or Inf is an error rather than a warning: through it every
-forward pass, loss and gradient would be NaN, the trainer would discard step
-after step until `trainer.max_nonfinite_steps` stopped the run far from the
-cause, and no trained checkpoint needs such a weight. Each error names the
-file. `hf_io.py` maps the tensors to the model's parameters.
+Only safetensors files are read, never pickles. Every header is checked
+against its file before a tensor is read (size, offsets, dtype), shard names
+in the index must be plain names in the directory, and a tensor holding NaN
+or Inf is an error. Each error is a `CheckpointError` naming the file.
+`hf_io.py` maps the tensors to the model's parameters.
+
+Design: docs/design/models.md.
 """
 
 from __future__ import annotations
@@ -62,10 +59,7 @@ def _check_entry(fn: str, name: str, entry: Any, data_bytes: int) -> None:
 
 
 def _read_header(fn: str) -> dict[str, Any]:
-  """A safetensors file's tensor entries, each checked against the file.
-
-  Only the header is read, so a header claiming gigabytes costs nothing.
-  """
+  """A safetensors file's tensor entries, each checked against the file."""
   size = os.path.getsize(fn)
   with open(fn, "rb") as f:
     head = f.read(8)
@@ -92,7 +86,7 @@ def _read_header(fn: str) -> dict[str, Any]:
 
 
 def _shard_path(path: str, index_path: str, tensor: str, shard: Any) -> str:
-  """`<path>/<shard>` for a weight_map entry that names a safetensors file in `path`."""
+  """`<path>/<shard>` for a weight_map entry naming a safetensors file there."""
   if not isinstance(shard, str) or os.path.basename(shard) != shard or shard in ("", ".", ".."):
     raise CheckpointError(
         f"{index_path}: tensor {tensor} maps to {shard!r}, outside the checkpoint directory; "
@@ -140,7 +134,7 @@ class TensorIndex:
     self.used = set()
 
   def get(self, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
-    """Tensor `name`, checked for its shape and for NaN or Inf; recorded in `used`."""
+    """Tensor `name`, checked for shape and NaN or Inf; recorded in `used`."""
     if name not in self.files:
       raise CheckpointError(f"tensor {name}: missing from the checkpoint")
     fn = self.files[name]

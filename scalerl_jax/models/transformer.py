@@ -1,19 +1,18 @@
 """Decoder-only transformer of the Llama / Qwen2 / Qwen3 family (flax linen).
 
-One module covers the three layouts: RMSNorm, rotary embeddings (optionally
-with Llama 3.1 frequency scaling), grouped-query attention, SwiGLU MLP, tied or
-untied embeddings, Qwen2's q/k/v biases and Qwen3's per-head q/k RMSNorm.
+Owns the training and evaluation forward pass over whole sequences, layers
+scanned over a stacked `layers` axis: RMSNorm, rotary embeddings (optionally
+Llama 3.1-scaled), grouped-query attention, SwiGLU, tied or untied embeddings,
+Qwen2's q/k/v biases, Qwen3's q/k norms. Every parameter carries logical axis
+names (`vocab`, `embed`, `mlp`, `heads`, `kv_heads`, `head_dim`, `layers`,
+`norm`) and activations `act_*` names, which `scalerl_jax.sharding` maps to
+the mesh. The KV-cache path (models/decode.py) shares `rms_norm`,
+`apply_rope`, `attention` and `lm_head`.
 
-Every parameter carries logical axis names (`vocab`, `embed`, `mlp`, `heads`,
-`kv_heads`, `head_dim`, `layers`, `norm`) and the main activations are
-constrained with `act_*` names; `scalerl_jax.sharding` maps them to the mesh.
+Design: docs/design/models.md.
 
-This module is the training and evaluation forward pass (a whole sequence,
-layers scanned). Token-by-token inference with a KV cache lives in
-`scalerl_jax.models.decode`, which runs the same network on regrouped weights
-and shares the math below (`rms_norm`, `apply_rope`, `attention`).
-
-Shape letters: the package key (scalerl_jax/__init__.py), and F mlp_dim.
+Shape letters: the package key (scalerl_jax/__init__.py), and I mlp_dim, A
+heads of either kind (H or K), R = T * Q query rows per kv head.
 """
 
 from __future__ import annotations
@@ -47,12 +46,7 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Static description of the network (hashable, so it can be a jit static).
-
-  The fields are `config.model`'s, under the same names (configs/scalerl.py
-  says what each means); `model.hf_path`, where the weights come from, is not
-  part of the network.
-  """
+  """`config.model`'s fields (configs/scalerl.py) but `hf_path`; hashable."""
   vocab_size: int
   embed_dim: int
   num_layers: int
@@ -76,7 +70,6 @@ class ModelConfig:
 
   @classmethod
   def from_config(cls, m: Any) -> "ModelConfig":
-    """Builds the model description from the `config.model` ConfigDict."""
     names = [f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"]
     return cls(**{name: m[name] for name in names}, rope_scaling=RopeScaling(**m.rope_scaling))
 
@@ -106,7 +99,7 @@ def _logical_init(init, names):
 
 
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
-  """Inverse frequencies [E/2] of the rotary embedding, with optional scaling."""
+  """Inverse frequencies [E/2] of the rotary embedding, optionally scaled."""
   exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
   inv_freq = 1.0 / (cfg.rope_theta ** exponents)
   scaling = cfg.rope_scaling
@@ -127,19 +120,19 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
   return inv_freq.astype(np.float32)
 
 
-def apply_rope(x_BxTxNxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+def apply_rope(x_BxTxAxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
   """Rotates pairs (i, i + E/2) of each head by position * frequency."""
   angles_BxTxE2 = pos_BxT.astype(jnp.float32)[:, :, None] * inv_freq[None, None, :]
   angles_BxTxE = jnp.concatenate([angles_BxTxE2, angles_BxTxE2], axis=-1)
-  cos = jnp.cos(angles_BxTxE)[:, :, None, :].astype(x_BxTxNxE.dtype)
-  sin = jnp.sin(angles_BxTxE)[:, :, None, :].astype(x_BxTxNxE.dtype)
-  half = x_BxTxNxE.shape[-1] // 2
-  rotated = jnp.concatenate([-x_BxTxNxE[..., half:], x_BxTxNxE[..., :half]], axis=-1)
-  return x_BxTxNxE * cos + rotated * sin
+  cos = jnp.cos(angles_BxTxE)[:, :, None, :].astype(x_BxTxAxE.dtype)
+  sin = jnp.sin(angles_BxTxE)[:, :, None, :].astype(x_BxTxAxE.dtype)
+  half = x_BxTxAxE.shape[-1] // 2
+  rotated = jnp.concatenate([-x_BxTxAxE[..., half:], x_BxTxAxE[..., :half]], axis=-1)
+  return x_BxTxAxE * cos + rotated * sin
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype) -> jax.Array:
-  """x / rms(x) * scale over the last axis; statistics in float32, result in `dtype`."""
+  """x / rms(x) * scale over the last axis; statistics in float32."""
   x32 = x.astype(jnp.float32)
   normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
   return normed.astype(dtype) * scale.astype(dtype).reshape((1,) * (x.ndim - 1) + (-1,))
@@ -147,34 +140,31 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype) -> jax.Array:
 
 def attention(q_BxTxKxQxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: jax.Array,
               visible_BxTxS: jax.Array, dtype) -> jax.Array:
-  """Grouped-query softmax attention -> [B, T, K, Q, E].
+  """Grouped-query softmax attention -> [B, T, K, Q, E], scores in float32.
 
-  Query head k * Q + q reads kv head k. Keys come as [B, K, E, S] and values
-  as [B, K, S, E] (the decode cache's layout), so both products are plain
-  [M, E] x [E, S] and [M, S] x [S, E] matmuls batched over (B, K), with
-  M = T * Q; XLA's CPU matmul is several times slower on other layouts.
-  Scores and softmax are float32.
+  Query head k * Q + q reads kv head k. Keys come as [B, K, E, S], values as
+  [B, K, S, E]: the decode cache's layout.
   """
   b, t, k, g, e = q_BxTxKxQxE.shape
   s = keys_BxKxExS.shape[-1]
-  q_BxKxMxE = q_BxTxKxQxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
+  q_BxKxRxE = q_BxTxKxQxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
   batch = ((0, 1), (0, 1))
-  scores_BxKxMxS = jax.lax.dot_general(
-      q_BxKxMxE, keys_BxKxExS.astype(dtype), (((3,), (2,)), batch),
+  scores_BxKxRxS = jax.lax.dot_general(
+      q_BxKxRxE, keys_BxKxExS.astype(dtype), (((3,), (2,)), batch),
       preferred_element_type=jnp.float32) * (e ** -0.5)
   visible_Bx1xTx1xS = visible_BxTxS[:, None, :, None, :]
-  scores_BxKxTxQxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxMxS.reshape(b, k, t, g, s),
+  scores_BxKxTxQxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxRxS.reshape(b, k, t, g, s),
                                jnp.finfo(jnp.float32).min)
-  probs_BxKxMxS = jax.nn.softmax(scores_BxKxTxQxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
-  out_BxKxMxE = jax.lax.dot_general(probs_BxKxMxS, values_BxKxSxE.astype(dtype),
+  probs_BxKxRxS = jax.nn.softmax(scores_BxKxTxQxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
+  out_BxKxRxE = jax.lax.dot_general(probs_BxKxRxS, values_BxKxSxE.astype(dtype),
                                     (((3,), (2,)), batch))
-  return out_BxKxMxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
+  return out_BxKxRxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
 
 
 @attention_lib.register_attention("plain")
 def plain_attention(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
                     segment_ids_BxT: Optional[jax.Array] = None, *, dtype) -> jax.Array:
-  """`attention` behind the interface of models/attention.py: [B, T, T] scores."""
+  """`attention` behind models/attention.py's interface: [B, T, T] scores."""
   b, t, h, e = q_BxTxHxE.shape
   k = k_BxTxKxE.shape[2]
   out_BxTxKxQxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
@@ -184,7 +174,6 @@ def plain_attention(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.A
 
 
 class RMSNorm(nn.Module):
-  """Root-mean-square norm, statistics in float32, learned scale."""
   eps: float
   dtype: Any
   param_dtype: Any
@@ -198,11 +187,7 @@ class RMSNorm(nn.Module):
 
 
 class Dense(nn.Module):
-  """x [..., *in_shape] -> [..., *out_shape] with a logically named kernel.
-
-  The kernel is created at its full multi-axis shape (e.g. [D, H, E]) so its
-  logical names apply as-is; flax's DenseGeneral would create it flattened.
-  """
+  """x [..., *in_shape] -> [..., *out_shape]; kernel kept multi-axis, named."""
   in_shape: tuple[int, ...]
   out_shape: tuple[int, ...]
   names: tuple[str, ...]  # Logical names of the kernel's in + out axes.
@@ -216,9 +201,8 @@ class Dense(nn.Module):
                                         out_axis=tuple(range(n_in, n_in + n_out)))
     kernel = self.param("kernel", _logical_init(init, self.names),
                         self.in_shape + self.out_shape, self.cfg.pdtype)
-    # A plain [N, I] x [I, O] matmul: contracting several axes at once (e.g.
-    # B and T in the weight gradient) makes XLA:CPU transpose the activations
-    # first, which cost more than the matmul itself. The reshapes are free.
+    # One 2-D matmul: contracting several axes at once made XLA:CPU transpose
+    # the activations first (docs/design/models.md). The reshapes are free.
     lead = x.shape[:x.ndim - n_in]
     y = jnp.dot(x.astype(self.cfg.dtype).reshape(-1, math.prod(self.in_shape)),
                 kernel.astype(self.cfg.dtype).reshape(math.prod(self.in_shape), -1))
@@ -267,9 +251,9 @@ class Mlp(nn.Module):
     d, f = (cfg.embed_dim,), (cfg.mlp_dim,)
     gate = Dense(d, f, ("embed", "mlp"), cfg, name="gate")(x_BxTxD)
     up = Dense(d, f, ("embed", "mlp"), cfg, name="up")(x_BxTxD)
-    hidden_BxTxF = nn.with_logical_constraint(
+    hidden_BxTxI = nn.with_logical_constraint(
         nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
-    return Dense(f, d, ("mlp", "embed"), cfg, name="down")(hidden_BxTxF)
+    return Dense(f, d, ("mlp", "embed"), cfg, name="down")(hidden_BxTxI)
 
 
 class Block(nn.Module):
@@ -294,19 +278,11 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
                return_hidden: bool = False) -> jax.Array:
-    """Runs the network over whole sequences (causal attention).
+    """Logits [B, T, V] (float32 when `fp32_lm_head`), causal in token order.
 
-    Args:
-      tokens_BxT: int token ids.
-      pos_BxT: position of each token (rotary phase); defaults to 0..T-1.
-        Attention is causal in token order (models/attention.py).
-      return_hidden: stop before the final norm and LM head, which
-        `output_logits` then applies to any slice of the result (chunked
-        log-probs never hold all [B, T, V] logits).
-
-    Returns:
-      logits [B, T, V]: float32 when `fp32_lm_head`, else the compute dtype;
-      with `return_hidden`, the last block's output [B, T, D].
+    `pos_BxT` sets only the rotary phase (default 0..T-1). `return_hidden`
+    returns the last block's output [B, T, D] instead, for `output_logits` to
+    finish on any slice of it.
     """
     cfg = self.cfg
     if pos_BxT is None:
@@ -317,15 +293,12 @@ class Transformer(nn.Module):
     x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(cfg.dtype)
     x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
 
-    # prevent_cse: the scan below is unrolled, so nothing else stops XLA from
-    # merging the backward pass's recomputation with the forward pass and
-    # keeping every layer's residuals. With prevent_cse=False the TPU compiler
-    # kept qwen3_0.6b's full no-remat activations (24.6 GB per chip on a v5p
-    # 4x4x4 slice, the planner's no-remat count 24.8 GB; docs/tpu.md).
+    # prevent_cse: the scan is unrolled, so nothing else stops XLA from
+    # merging remat's recomputation with the forward pass, which keeps every
+    # layer's activations (docs/design/models.md).
     block = nn.remat(Block, prevent_cse=True) if cfg.remat else Block
-    # Unrolled: as a while loop over the layers, the train step on XLA:CPU took
-    # 1.3x as long (tiny_cpu; benchmarks/train_step.py). The parameters keep
-    # their stacked [L, ...] layout either way.
+    # Unrolled: faster than a while loop on XLA:CPU (docs/design/models.md);
+    # the parameters stay stacked either way.
     blocks = nn.scan(
         block, variable_axes={"params": 0}, split_rngs={"params": True},
         in_axes=nn.broadcast, length=cfg.num_layers, unroll=cfg.num_layers,
@@ -345,7 +318,7 @@ class Transformer(nn.Module):
 
 
 def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Array:
-  """The final projection; in float32 when `cfg.fp32_lm_head` (PAPER.md §5)."""
+  """The final projection; in float32 when `cfg.fp32_lm_head`."""
   if cfg.fp32_lm_head:
     logits_BxTxV = jnp.dot(x_BxTxD.astype(jnp.float32), head_DxV.astype(jnp.float32),
                            precision=jax.lax.Precision.HIGHEST)
@@ -355,16 +328,7 @@ def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Ar
 
 
 def output_logits(cfg: ModelConfig, params: Any, x_BxTxD: jax.Array) -> jax.Array:
-  """The final norm and LM head of `Transformer` applied to its hidden states.
-
-  Args:
-    cfg: the model's shape.
-    params: the Transformer's parameter tree.
-    x_BxTxD: `Transformer(..., return_hidden=True)` output, or a slice of it.
-
-  Returns:
-    The logits `Transformer` returns for those positions.
-  """
+  """`Transformer`'s logits from its `return_hidden` output (or a slice)."""
   head_DxV = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
   x_BxTxD = rms_norm(x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype)
   return lm_head(cfg, x_BxTxD, head_DxV)

@@ -1,20 +1,16 @@
-"""Thinking-budget interruptions (PAPER.md §5).
+"""Thinking-budget interruptions (ScaleRL paper, §5).
 
 Each sequence draws a thinking budget b uniformly from
 [thinking_budget_min, thinking_budget_max] when it starts. If it has produced
 b completion tokens without emitting the think-close marker itself, the
-configured phrase ("Okay, time is up. ... </think>") is injected as its next
-tokens, and the sequence may then generate at most `answer_budget` further
-tokens (never more than the sampler's `max_new_tokens` in total).
+configured phrase is injected as its next tokens, one forced token per decode
+step, and it may then generate at most `answer_budget` further tokens (never
+more than `max_new_tokens` in total). Forced tokens get loss mask 0,
+log-probs 0 and policy version -1.
 
-The phrase is injected through the decode loop itself, one forced token per
-step in place of the sampled one: each step already runs the model on the
-previous token to fill its KV-cache entry, so forcing costs exactly the R
-steps it takes to read the phrase, needs no second compiled program, and every
-row of a batch can be at a different point of its own phrase. Forced tokens get
-loss mask 0, log-probs 0 and policy version -1.
+Design: docs/design/sampling.md.
 
-Shape letters: N slots, R phrase tokens.
+Shape letters: the package key (scalerl_jax/__init__.py), and R phrase tokens.
 """
 
 from __future__ import annotations
@@ -31,18 +27,20 @@ NOT_INJECTING = -1
 
 @dataclasses.dataclass(frozen=True)
 class InterruptionSettings:
-  """What triggers an interruption and what is injected (hashable, jit static)."""
+  """What triggers an interruption and what is injected (hashable)."""
   enabled: bool = False
-  thinking_budget_min: int = 1  # Completion tokens of thinking before the phrase,
-  thinking_budget_max: int = 1  # drawn per sequence uniformly in [min, max].
+  # Completion tokens of thinking before the phrase, drawn per sequence
+  # uniformly in [min, max].
+  thinking_budget_min: int = 1
+  thinking_budget_max: int = 1
   answer_budget: int = 1  # Tokens the sequence may generate after the phrase.
   phrase_ids: tuple[int, ...] = ()  # The injected phrase, as token ids.
-  think_close_id: Optional[int] = None  # Marker that ends thinking ("</think>").
+  think_close_id: Optional[int] = None  # Ends thinking ("</think>").
 
   @classmethod
   def from_config(cls, it: Any, phrase_ids: tuple[int, ...] = (),
                   think_close_id: Optional[int] = None) -> "InterruptionSettings":
-    """From `config.sampling.interruption`; the phrase comes as token ids."""
+    """From `config.sampling.interruption`, the phrase as token ids."""
     return cls(enabled=bool(it.enabled), thinking_budget_min=int(it.thinking_budget_min),
                thinking_budget_max=int(it.thinking_budget_max),
                answer_budget=int(it.answer_budget),
@@ -75,15 +73,14 @@ class InterruptionSettings:
 
 @flax.struct.dataclass
 class InterruptionState:
-  """Per-slot interruption bookkeeping."""
   budget: jax.Array  # [N] int32 thinking tokens allowed before the phrase.
-  phrase_pos: jax.Array  # [N] int32 next phrase token to inject; -1 when not injecting.
+  # [N] int32 next phrase token to inject; -1 when not injecting.
+  phrase_pos: jax.Array
   think_closed: jax.Array  # [N] bool the sequence emitted the marker itself.
   interrupted: jax.Array  # [N] bool the phrase was injected.
 
 
 def empty(num_slots: int) -> InterruptionState:
-  """Bookkeeping for `num_slots` empty slots."""
   return InterruptionState(
       budget=jnp.zeros((num_slots,), jnp.int32),
       phrase_pos=jnp.full((num_slots,), NOT_INJECTING, jnp.int32),
@@ -92,7 +89,7 @@ def empty(num_slots: int) -> InterruptionState:
 
 
 def draw(settings: InterruptionSettings, keys_N: jax.Array) -> InterruptionState:
-  """Fresh bookkeeping for new sequences, budgets drawn uniformly (one key each)."""
+  """Bookkeeping for new sequences, budgets drawn uniformly (one key each)."""
   state = empty(keys_N.shape[0])
   if not settings.enabled:
     return state
@@ -107,19 +104,10 @@ def apply(settings: InterruptionSettings, state: InterruptionState, sampled_N: j
           max_new_tokens: int) -> tuple[jax.Array, jax.Array, InterruptionState, jax.Array]:
   """Replaces sampled tokens by phrase tokens where an interruption is due.
 
-  Args:
-    settings: the interruption settings.
-    state: per-slot bookkeeping before this step.
-    sampled_N: the tokens the policy chose at this step.
-    completion_len_N: completion tokens (generated and injected) so far, i.e.
-      the completion index of the token chosen now.
-    limit_N: completion length at which each sequence stops.
-    live_N: rows that produce a token at this step.
-    max_new_tokens: hard cap on the completion length.
-
-  Returns:
-    (tokens_N to append, forced_N marking injected tokens, updated state,
-    updated limit_N).
+  `completion_len_N` counts generated and injected tokens so far (the index
+  of the token chosen now); `limit_N` is where each sequence stops; `live_N`
+  marks rows producing a token this step. Returns (tokens_N to append,
+  forced_N marking injected ones, new state, new limit_N).
   """
   if not settings.enabled:
     return sampled_N, jnp.zeros_like(live_N), state, limit_N

@@ -1,26 +1,17 @@
 """Next-token selection: greedy, temperature, top-k and top-p sampling.
 
-Two log-probabilities are returned for every chosen token:
+Each chosen token comes with `logp`, log softmax(logits / temperature)[token]
+over the whole vocabulary (what the trainer recomputes: the pi_gen of
+pi_train / pi_gen), and `logp_sampling`, its log-probability under the
+top-k / top-p truncated distribution it was drawn from (equal to `logp`
+without truncation, 0 for greedy). Greedy records `logp` at temperature 1
+(`logprob_temperature`). A row's draw is decided by one uniform number.
 
-* `logp`: log softmax(logits / temperature)[token], the model's distribution at
-  the sampling temperature over the whole vocabulary. This is exactly what the
-  trainer recomputes (`transformer.token_logprobs` with the same temperature),
-  so it is the pi_gen of the importance ratio pi_train / pi_gen.
-* `logp_sampling`: the log-probability under the distribution the token was
-  actually drawn from, i.e. after top-k / top-p truncation and renormalisation.
-  It equals `logp` when neither truncation is active, and is 0 for greedy.
+Design: docs/design/sampling.md.
 
-Greedy (temperature 0) has no distribution of its own: it records `logp` at
-temperature 1, and the trainer takes pi_train there too (`logprob_temperature`).
-
-Sampling inverts the cumulative distribution with one uniform number per row:
-Gumbel-max would draw one number per vocabulary entry, which on CPU costs more
-than the rest of a small model's decode step. Top-p without top-k finds the
-nucleus by bisecting on the probability threshold (32 masked sums over the
-vocabulary) instead of sorting it, for the same reason.
-
-Shape letters: the package key (scalerl_jax/__init__.py), and N rows, C candidates
-kept by top-k.
+Shape letters: the package key (scalerl_jax/__init__.py), and X entries
+drawn from (V or C), C candidates kept by top-k, J blocks of A = `_BLOCK`
+entries.
 """
 
 from __future__ import annotations
@@ -30,7 +21,7 @@ import jax.numpy as jnp
 
 from scalerl_jax.models.transformer import token_logprobs
 
-_BLOCK = 128  # Entries per block of the two-level draw (`_draw`).
+_BLOCK = 128  # A: entries per block of the two-level draw (`_draw`).
 
 
 def _pick(logits_NxX: jax.Array, token_N: jax.Array) -> jax.Array:
@@ -38,7 +29,7 @@ def _pick(logits_NxX: jax.Array, token_N: jax.Array) -> jax.Array:
 
 
 def _invert(cdf_NxX: jax.Array, target_N: jax.Array) -> jax.Array:
-  """The entry whose interval of the (inclusive, non-decreasing) cdf holds the target."""
+  """The entry whose interval of the (non-decreasing) cdf holds the target."""
   index_N = jnp.sum(cdf_NxX <= target_N[:, None], axis=-1)
   # Rounding can push the target onto the total; fall back to the last entry
   # with weight, never a zero-weight one. That entry is where the cdf first
@@ -49,36 +40,32 @@ def _invert(cdf_NxX: jax.Array, target_N: jax.Array) -> jax.Array:
 
 
 def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
-  """Index i drawn with probability weights[i] / sum(weights); weights >= 0, uniform in [0, 1).
+  """Index i drawn with probability weights[i] / sum(weights) (never 0).
 
-  Over more than 2 x _BLOCK entries the cdf is inverted in two levels: first
-  the block of _BLOCK entries that holds the target, then the entry within
-  it. XLA:CPU's cumulative sum over a whole [N, V] row costs a fiftieth of a
-  small_cpu decode step (V = 8,192); the two levels sum only [N, V / _BLOCK]
-  and [N, _BLOCK] cumulatively.
+  Weights >= 0, uniform in [0, 1). Over 2 x _BLOCK entries the cdf is
+  inverted in two levels: the block, then the entry.
   """
   n, x = weights_NxX.shape
   if x <= 2 * _BLOCK:
     cdf_NxX = jnp.cumsum(weights_NxX, axis=-1)
     return _invert(cdf_NxX, uniform_N * cdf_NxX[:, -1]).astype(jnp.int32)
   blocks = -(-x // _BLOCK)
-  w_NxCxB = jnp.pad(weights_NxX, ((0, 0), (0, blocks * _BLOCK - x))).reshape(n, blocks, _BLOCK)
-  cdf_NxC = jnp.cumsum(jnp.sum(w_NxCxB, axis=-1), axis=-1)
-  target_N = uniform_N * cdf_NxC[:, -1]
-  block_N = _invert(cdf_NxC, target_N)  # Its weight is > 0, as above.
-  before_NxC = jnp.pad(cdf_NxC[:, :-1], ((0, 0), (1, 0)))  # Mass of the blocks before.
-  before_N = jnp.take_along_axis(before_NxC, block_N[:, None], axis=-1)[:, 0]
-  inner_NxB = jnp.take_along_axis(w_NxCxB, block_N[:, None, None], axis=1)[:, 0]
-  within_N = _invert(jnp.cumsum(inner_NxB, axis=-1), target_N - before_N)
+  w_NxJxA = jnp.pad(weights_NxX, ((0, 0), (0, blocks * _BLOCK - x))).reshape(n, blocks, _BLOCK)
+  cdf_NxJ = jnp.cumsum(jnp.sum(w_NxJxA, axis=-1), axis=-1)
+  target_N = uniform_N * cdf_NxJ[:, -1]
+  block_N = _invert(cdf_NxJ, target_N)  # Its weight is > 0, as above.
+  # Mass of the blocks before.
+  before_NxJ = jnp.pad(cdf_NxJ[:, :-1], ((0, 0), (1, 0)))
+  before_N = jnp.take_along_axis(before_NxJ, block_N[:, None], axis=-1)[:, 0]
+  inner_NxA = jnp.take_along_axis(w_NxJxA, block_N[:, None, None], axis=1)[:, 0]
+  within_N = _invert(jnp.cumsum(inner_NxA, axis=-1), target_N - before_N)
   return (block_N * _BLOCK + within_N).astype(jnp.int32)
 
 
 def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
-  """Largest t with sum(probs[probs >= t]) >= top_p, per row.
+  """Largest t with sum(probs[probs >= t]) >= top_p, per row (exact).
 
-  Non-negative float32 values order like their bit patterns, so bisecting the
-  int32 patterns finds the exact threshold in at most 32 halvings. Keeping
-  probs >= t is the smallest set of most likely tokens reaching top_p.
+  Bisects the int32 bit patterns, which order like non-negative floats.
   """
   def as_float(bits_N):
     return jax.lax.bitcast_convert_type(bits_N, jnp.float32)
@@ -98,34 +85,19 @@ def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
 
 
 def logprob_temperature(temperature: float) -> float:
-  """The temperature of `logp`, and of the trainer's pi_train: the sampling one, 1 for greedy.
-
-  Args:
-    temperature: the sampling temperature, 0 for greedy.
-
-  Returns:
-    The temperature the generator's and the trainer's log-probs are taken at.
-  """
+  """The temperature of `logp` and of the trainer's pi_train: 1 for greedy."""
   return temperature if temperature > 0 else 1.0
 
 
 def select_tokens(logits_NxV: jax.Array, uniform_N: jax.Array, temperature: float,
                   top_k: int, top_p: float) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Chooses one token per row.
+  """Chooses one token per row from logits of any float dtype (in float32).
 
-  Args:
-    logits_NxV: next-token logits (any float dtype; computed in float32).
-    uniform_N: one float32 in [0, 1) per row, which decides its draw (unused
-      for greedy): the token is the one whose interval of the cumulative
-      distribution holds it.
-    temperature: 0 for greedy, else the softmax temperature.
-    top_k: keep the k most likely tokens; 0 keeps all.
-    top_p: keep the smallest set of most likely tokens whose probability
-      (after top-k) reaches top_p; 1.0 keeps all.
-
-  Returns:
-    tokens_N (int32), logp_N (model distribution at the temperature) and
-    logp_sampling_N (truncated sampling distribution), both float32.
+  `uniform_N` in [0, 1) decides each row's draw: the token whose interval of
+  the cumulative distribution holds it (unused at temperature 0, greedy).
+  `top_k` keeps the k most likely tokens (0: all); `top_p` then the smallest
+  set of most likely tokens whose probability reaches it (1.0: all). Returns
+  tokens_N (int32), logp_N and logp_sampling_N (float32).
   """
   logits_NxV = logits_NxV.astype(jnp.float32)
   vocab = logits_NxV.shape[-1]

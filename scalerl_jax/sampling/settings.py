@@ -1,9 +1,8 @@
-"""Static sampler settings: `config.sampling` plus the token ids the sampler needs.
+"""Static sampler settings: `config.sampling` plus the token ids it needs.
 
-The sampler takes token ids, never a tokenizer: end-of-sequence ids, the pad
-id, and for interruptions the think-close marker and the phrase as ids.
-`SamplingSettings` is frozen and hashable, so it is bound into the jitted
-functions as a compile-time constant; changing it means a new `Sampler`.
+The sampler takes token ids, never a tokenizer. `SamplingSettings` is frozen
+and hashable, a compile-time constant of the jitted functions: changing it
+means a new `Sampler`.
 """
 
 from __future__ import annotations
@@ -23,9 +22,11 @@ class SamplingSettings:
   top_p: float = 1.0  # 1.0 disables.
   max_prompt_len: int = 64  # Prompt budget; the KV cache holds this
   max_new_tokens: int = 96  # plus the completion budget.
-  num_slots: int = 0  # Default slot count of `Sampler.init_state`; 0 = must be given.
+  # Default slot count of `Sampler.init_state`; 0 = must be given.
+  num_slots: int = 0
   decode_steps_per_call: int = 16  # Default `num_steps` of `Sampler.advance`.
-  eos_ids: tuple[int, ...] = ()  # Tokens that end a sequence (kept, mask 1); () = none.
+  # Tokens that end a sequence (kept, mask 1); () = none.
+  eos_ids: tuple[int, ...] = ()
   pad_id: int = 0  # Fills positions after a sequence's end.
   kv_cache_dtype: str = "float32"  # A key of transformer.DTYPES.
   interruption: InterruptionSettings = InterruptionSettings()
@@ -34,17 +35,11 @@ class SamplingSettings:
   def from_config(cls, s: Any, *, eos_ids: Sequence[int], pad_id: int,
                   think_close_id: Optional[int] = None,
                   phrase_ids: Sequence[int] = ()) -> "SamplingSettings":
-    """From `config.sampling` and the tokenizer's ids.
+    """From `config.sampling` (`s`) and the tokenizer's ids.
 
-    Args:
-      s: the `config.sampling` ConfigDict.
-      eos_ids: ids that end a sequence (end-of-sequence and any stop tokens).
-      pad_id: id written after a sequence's end.
-      think_close_id: id of the think-close marker (needed for interruptions).
-      phrase_ids: `s.interruption.phrase` tokenized (needed for interruptions).
-
-    Returns:
-      The settings.
+    `eos_ids` are all the ids that end a sequence (stop tokens too);
+    `think_close_id` and `phrase_ids` (`s.interruption.phrase` tokenized) are
+    needed for interruptions.
     """
     return cls(
         temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p),
@@ -61,7 +56,7 @@ class SamplingSettings:
     return self.max_prompt_len + self.max_new_tokens
 
   def validate(self, model_cfg: ModelConfig) -> None:
-    """Raises ValueError naming the first setting that cannot work with the model."""
+    """Raises ValueError naming the first setting the model cannot work with."""
     vocab = model_cfg.vocab_size
     if self.temperature < 0:
       raise ValueError(f"sampling.temperature: {self.temperature} must be >= 0")

@@ -1,25 +1,18 @@
 """The slot state of continuous batching and the pure functions that move it.
 
-A `SlotState` holds a fixed number of slots. Each slot owns one row of the KV
-cache and one row of per-token records laid out like the trainer's input:
-prompt at positions [0, prompt_len), completion after it, `pad_id` after the
-end. Row positions are absolute, so a slot's cache row is indexed by the same
-positions as its token row.
+Each of a `SlotState`'s N slots owns one KV-cache row and one row of
+per-token records in the trainer's layout: prompt at positions
+[0, prompt_len), completion after it, `pad_id` after the end, positions
+absolute in both rows. A decode step runs the model on every slot's last
+token (so the first step re-reads the prompt's last token) and appends the
+next, so every chosen token depends only on the parameters of the call that
+chose it. Every function is pure and jit-able; `sampler.Sampler` binds the
+static arguments, shardings and buckets.
 
-Decoding is one model call per step on every slot's last token: the call writes
-that token's keys/values into the cache at its position and returns the logits
-of the next token, which is chosen and appended. The prompt's last token is
-therefore processed again by the first decode step (prefill already wrote it),
-which makes every chosen token depend only on the parameters of the call that
-chose it: after an in-flight weight update, the first new token is computed
-with the new weights (on the cache built by the old ones, as in PipelineRL).
+Design: docs/design/sampling.md.
 
-Every function here is pure and jit-able; `sampler.Sampler` binds the static
-arguments, shardings and buckets.
-
-Shape letters: the package key (scalerl_jax/__init__.py), and N slots, n new
-sequences, M metadata ints per sequence, F gathered rows. S = prompt budget +
-completion budget.
+Shape letters: the package key (scalerl_jax/__init__.py), and n new
+sequences, W metadata ints per sequence; S = prompt + completion budget.
 """
 
 from __future__ import annotations
@@ -44,44 +37,51 @@ NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
 @flax.struct.dataclass
 class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
-  cache: decode.Cache  # {"k": layers x [N, K, E, S], "v": layers x [N, K, S, E]}
+  # {"k": layers x [N, K, E, S], "v": layers x [N, K, S, E]}
+  cache: decode.Cache
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
-  logp: jax.Array  # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
-  logp_sampling: jax.Array  # [N, S] float32 log-prob under the truncated sampling distribution.
-  version: jax.Array  # [N, S] int32 policy version that chose the token; -1 where mask is 0.
+  # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
+  logp: jax.Array
+  # [N, S] float32 log-prob under the truncated sampling distribution.
+  logp_sampling: jax.Array
+  # [N, S] int32 policy version that chose the token; -1 where mask is 0.
+  version: jax.Array
   mask: jax.Array  # [N, S] bool loss mask: True for generated tokens only.
   prompt_len: jax.Array  # [N] int32
   length: jax.Array  # [N] int32 tokens in the row; the next token goes here.
   limit: jax.Array  # [N] int32 completion length at which the row stops.
   active: jax.Array  # [N] bool the slot holds a sequence not yet harvested.
   done: jax.Array  # [N] bool the sequence has ended.
-  truncated: jax.Array  # [N] bool it ended at its length limit without an EOS token.
+  truncated: jax.Array  # [N] bool it ended at its length limit without EOS.
   # [N, S] float32: the token at position t is drawn with uniform[t], which
   # `start` sets to jax.random.uniform(fold_in(row key, t)) for every t.
   uniform: jax.Array
-  meta: jax.Array  # [N, M] int32 caller's metadata, returned with the sequence.
+  meta: jax.Array  # [N, W] int32 caller's metadata, returned with the sequence.
   interruption: interruptions.InterruptionState  # [N] fields
 
 
 @flax.struct.dataclass
 class Completions:
-  """Finished sequences, one row each, in the trainer's layout (see `SlotState`)."""
+  """Finished sequences, one row each, in the trainer's layout."""
   tokens: jax.Array  # [F, S] int32
-  logp: jax.Array  # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
-  logp_sampling: jax.Array  # [F, S] float32 log-prob under the top-k/top-p distribution.
-  version: jax.Array  # [F, S] int32 policy version per generated token; -1 elsewhere.
+  # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
+  logp: jax.Array
+  # [F, S] float32 log-prob under the top-k/top-p distribution.
+  logp_sampling: jax.Array
+  # [F, S] int32 policy version per generated token; -1 elsewhere.
+  version: jax.Array
   mask: jax.Array  # [F, S] bool generated tokens.
   prompt_len: jax.Array  # [F] int32
-  seq_len: jax.Array  # [F] int32 prompt + completion tokens (injected ones included).
+  seq_len: jax.Array  # [F] int32 prompt + completion tokens (with injected).
   truncated: jax.Array  # [F] bool hit the length limit without an EOS token.
   interrupted: jax.Array  # [F] bool the thinking-budget phrase was injected.
-  thinking_budget: jax.Array  # [F] int32 its drawn budget (0 with interruptions off).
-  meta: jax.Array  # [F, M] int32 as passed to `start`.
+  thinking_budget: jax.Array  # [F] int32 drawn budget (0: interruptions off).
+  meta: jax.Array  # [F, W] int32 as passed to `start`.
   slot: jax.Array  # [F] int32 the slot it ran in (now free).
 
 
 def state_shardings(mesh: Mesh, rules: sharding.Rules, num_layers: int) -> SlotState:
-  """NamedShardings of a `SlotState`: slots over the batch axes, the rest replicated."""
+  """`SlotState`'s shardings: slots over the batch axes, the rest replicated."""
   rows = sharding.named_sharding(mesh, rules, ("act_batch",))
   rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
   rows_meta = sharding.named_sharding(mesh, rules, ("act_batch", None))
@@ -103,7 +103,6 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: int,
                 meta_width: int) -> SlotState:
-  """All slots free."""
   n, s = num_slots, settings.cache_len
   rows_pos = (n, s)
   return SlotState(
@@ -121,28 +120,13 @@ def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: i
 
 def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, weights: Any,
           slot_ids_n: jax.Array, prompts_nxL: jax.Array, prompt_lens_n: jax.Array,
-          meta_nxM: jax.Array, rng: jax.Array, in_order: bool = False) -> SlotState:
-  """Prefills new prompts and installs them in their slots.
+          meta_nxW: jax.Array, rng: jax.Array, in_order: bool = False) -> SlotState:
+  """Prefills new prompts into their free slots (`Sampler.start`, padded).
 
-  Args:
-    model_cfg: the policy network.
-    settings: sampler settings.
-    state: current slots; the target slots must be free.
-    weights: `decode.prepare` of the policy parameters used for the prefill.
-    slot_ids_n: target slots; ids >= N mark padding rows, which are dropped.
-    prompts_nxL: prompt tokens, anything after a row's length is ignored.
-    prompt_lens_n: prompt lengths, 1 <= len <= L.
-    meta_nxM: caller metadata per sequence.
-    rng: PRNG key; row i gets its sampling stream and thinking budget from
-      fold_in(rng, i) alone.
-    in_order: static; the caller's promise that there are N rows and row i
-      goes to slot i or is padding (generate's case). The rows are then
-      selected into place where they lie instead of scattered by slot id: on
-      a slot-sharded mesh, XLA all-gathered the prefilled cache and records
-      for that scatter (29 collectives on 8 devices for the test model).
-
-  Returns:
-    The new state.
+  Slot ids >= N mark padding rows, which are dropped; `weights` are
+  `decode.prepare`'s; row i draws from fold_in(rng, i) alone. `in_order`
+  (static) promises n == N with row i going to slot i or padding, so rows
+  are selected in place, not scattered (docs/design/sampling.md).
   """
   n, p = prompts_nxL.shape
   s = settings.cache_len
@@ -171,8 +155,7 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   row_keys_nx2 = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(rng, i)))(jnp.arange(n))
   fresh_int = interruptions.draw(settings.interruption, row_keys_nx2[:, 1])
   # Every position's number is drawn here, once, so that a decode step reads
-  # one instead of running two threefry hashes per row (two while-loops of
-  # small kernels per step on XLA:CPU).
+  # one instead of hashing (docs/design/sampling.md).
   uniform_nxS = jax.vmap(lambda key: jax.vmap(
       lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(jnp.arange(s)))(row_keys_nx2[:, 0])
   rows_pos = (n, s)
@@ -191,13 +174,12 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
       done=put(state.done, jnp.zeros((n,), bool)),
       truncated=put(state.truncated, jnp.zeros((n,), bool)),
       uniform=put(state.uniform, uniform_nxS),
-      meta=put(state.meta, meta_nxM.astype(jnp.int32)),
+      meta=put(state.meta, meta_nxW.astype(jnp.int32)),
       interruption=jax.tree.map(put, state.interruption, fresh_int))
 
 
 def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, weights: Any,
                  version: jax.Array, state: SlotState) -> SlotState:
-  """Appends one token to every running slot."""
   s = state.tokens.shape[1]
   live_N = state.active & ~state.done
   last_N = jnp.maximum(state.length - 1, 0)
@@ -241,32 +223,20 @@ def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, weights: An
 
 def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, weights: Any,
             version: jax.Array, num_steps: jax.Array, window: int = 0) -> SlotState:
-  """Runs up to `num_steps` decode steps, stopping early when no slot is running.
+  """Runs up to `num_steps` (traced) decode steps; stops when no slot runs.
 
-  Args:
-    model_cfg: the policy network.
-    settings: sampler settings.
-    state: current slots.
-    weights: `decode.prepare` of the policy parameters for every token chosen
-      in this call.
-    version: int32 policy version recorded for those tokens.
-    num_steps: int32 step budget of this call (traced: no recompilation).
-    window: static; when 0 < window < the cache length, attention reads only
-      the first `window` cache positions (a copy of that part of the cache is
-      decoded on and written back), and the loop also stops before any running
-      slot's next token would sit past it. Early in a generation this skips
-      reading the empty tail of the cache on every step.
-
-  Returns:
-    The new state.
+  Every token is chosen with `weights` and recorded with `version`. A static
+  `window` with 0 < window < S makes attention read only the first `window`
+  cache positions, and stops the loop before a running slot's next token
+  would sit past them.
   """
   s = settings.cache_len
   windowed = 0 < window < s
 
   def running(carry):
     step, st = carry
-    # One reduction over the slots (a running slot holds at least its prompt's
-    # first token), so a slot-sharded loop synchronises its devices once per step.
+    # One reduction over the slots (a running slot holds at least one token),
+    # so a slot-sharded loop synchronises its devices once per step.
     longest = longest_running(st)
     ok = (step < num_steps) & (longest > 0)
     if windowed:
@@ -293,7 +263,7 @@ def longest_running(state: SlotState) -> jax.Array:
 
 
 def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
-  """Gathers rows (ids >= N are padding, returned as junk) and frees their slots."""
+  """Gathers rows (ids >= N: padding, returned as junk); frees their slots."""
   def rows(x):
     return jnp.take(x, rows_F, axis=0, mode="clip")
 
