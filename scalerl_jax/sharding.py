@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import mesh_utils
 import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
@@ -64,12 +65,36 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
 
 
 def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
-  """The device mesh described by `config.mesh` (axes and shape)."""
+  """The device mesh described by `config.mesh` (axes and shape).
+
+  Where a mesh axis is not a product of whole physical axes of a TPU slice
+  (128 ways on a 16x16 torus), the physical axes are split, with a warning:
+  that axis's collectives then cross more links.
+
+  Raises:
+    ValueError: the shape cannot be laid on the devices at all.
+  """
   devices = list(devices) if devices is not None else jax.devices()
   shape = resolve_mesh_shape(mesh_cfg.shape, len(devices))
   axes = tuple(mesh_cfg.axes)
   # Auto axes: shardings are hints that XLA's partitioner propagates.
-  return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
+  axis_types = (AxisType.Auto,) * len(axes)
+  try:
+    return jax.make_mesh(shape, axes, axis_types=axis_types, devices=devices)
+  except (NotImplementedError, ValueError, AssertionError) as e:
+    reason = e
+  try:
+    grid = mesh_utils.create_device_mesh(shape, devices,
+                                         allow_split_physical_axes=True)
+  except (NotImplementedError, ValueError, AssertionError) as e:
+    raise ValueError(
+        f"mesh.shape: {shape} over axes {axes} cannot be laid on the "
+        f"{len(devices)} {devices[0].device_kind} devices: {e}") from None
+  logging.warning(
+      "mesh.shape %s over axes %s splits the physical axes of the %d %s "
+      "devices (%s); the split axis's collectives cross more links",
+      shape, axes, len(devices), devices[0].device_kind, reason)
+  return Mesh(grid, axes, axis_types=axis_types)
 
 
 def logical_rules(mesh_cfg: Any) -> Rules:

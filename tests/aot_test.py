@@ -95,3 +95,22 @@ def test_launcher_refuses_a_bad_topology_by_name():
        "--topology=v5e:3x3"], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode != 0
   assert "launch.compile: --topology='v5e:3x3'" in out.stderr
+
+
+@needs_libtpu
+def test_a_mesh_axis_that_splits_the_torus_is_laid_out_with_a_warning(caplog):
+  # 128 ways of fsdp on a 16x16 v6e torus is no product of whole physical
+  # axes: jax.make_mesh refuses it, the mesh splits the axes and says so; a
+  # shape that divides nothing is a ValueError naming mesh.shape.
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from scalerl_jax import sharding  # pylint: disable=g-import-not-at-top
+  devices, _ = aot.slice_devices("v6e:16x16")
+  mesh_cfg = ml_collections.ConfigDict(
+      {"axes": ("data", "fsdp", "tensor"), "shape": (1, 128, 2)})
+  mesh = sharding.make_mesh(mesh_cfg, devices)
+  assert dict(mesh.shape) == {"data": 1, "fsdp": 128, "tensor": 2}
+  assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+  assert "splits the physical axes" in caplog.text
+  mesh_cfg.shape = (3, -1, 1)
+  with pytest.raises(ValueError, match="mesh.shape"):
+    sharding.make_mesh(mesh_cfg, devices)
