@@ -1,11 +1,10 @@
 """Checkpoints of everything a run needs to resume, with orbax.
 
-A checkpoint is a step directory `<directory>/<step>/` of four orbax items
-saved together: `state` (jax.Arrays, restored into the shardings of an
-abstract tree), `extra` (a JSON dict), and `host_layout` + `host_arrays` (a
-numpy pytree written by the primary: `host_state` must be the same on every
-process). A step is complete once orbax has renamed it into place with its
-integrity manifest (`integrity.py`); `latest_step` and `restore` verify the
+A checkpoint is a step directory `<directory>/<step>/` of orbax items saved
+together: `state` (jax.Arrays, restored into the shardings of an abstract
+tree), `extra` (JSON) and `host_state` (numpy, written by the primary, so it
+must be the same on every process). A step is complete once renamed into
+place with its integrity manifest; `latest_step` and `restore` verify the
 files before any array is read. Opening a `Checkpointer` moves nothing.
 
 Design: docs/design/checkpoints.md.
@@ -51,12 +50,10 @@ class Checkpointer:
                save_interval_steps: int = 1, async_save: bool = True):
     """Opens (creating if needed) `directory`, a local path or an epath URL.
 
-    Args:
-      max_to_keep: newest checkpoints kept; None keeps all.
-      save_interval_steps: `save` writes only multiples of it, unless forced or
-        JAX reports a preemption.
-      async_save: write in a background thread once the arrays are off the
-        devices (`wait` blocks until done).
+    `max_to_keep` None keeps all. `save` writes only multiples of
+    `save_interval_steps`, unless forced or JAX reports a preemption. With
+    `async_save` it writes in the background once the arrays are off the
+    devices (`wait` blocks until done).
     """
     self.directory = str(directory)
     self._root = epath.Path(directory)
@@ -87,15 +84,10 @@ class Checkpointer:
 
     Damaged or unfinished checkpoints of `step` or later are first moved aside
     to `<step>.damaged`. `host_state` is a pytree (str-keyed dicts, lists,
-    tuples, None) of numpy arrays of any shape, zero-size included.
-
-    Returns:
-      Whether a save started: not when the interval skips `step` (unless
-      `force`) or an intact checkpoint of `step` exists.
-
-    Raises:
-      TypeError: naming the key of `extra` or `host_state` that cannot be
-        stored.
+    tuples, None) of numpy arrays of any shape, zero-size included. Returns
+    whether a save started: not when the interval skips `step` (unless `force`)
+    or an intact checkpoint of `step` exists. Raises TypeError naming the key
+    of `extra` or `host_state` that cannot be stored.
     """
     extra = {} if extra is None else extra
     layout.check_json(extra)
@@ -119,8 +111,7 @@ class Checkpointer:
     self._intact.discard(step)
     try:
       started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
-    # orbax and tensorstore raise OSError, ValueError, ...
-    except Exception as e:
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError...
       raise self._write_failed(step, e) from e
     if started and not self._async_save:
       self.wait()
@@ -129,8 +120,7 @@ class Checkpointer:
   def _seal(self) -> None:
     """Writes the manifest of the save in flight (orbax's callback).
 
-    orbax calls it on the primary once every process has written its files,
-    before the temporary directory is renamed to the step.
+    orbax calls it on the primary once all have written, before the rename.
     """
     final = self._root / str(self._sealing)
     tmp = final.parent / (final.name + ocp.path.atomicity_types.TMP_DIR_SUFFIX)
@@ -150,7 +140,7 @@ class Checkpointer:
   def _set_aside_damaged(self, step: int) -> None:
     """Moves damaged checkpoints of `step` or later out of orbax's sight.
 
-    orbax saves no step up to the newest step directory, so without this a run
+    orbax saves no step up to the newest step directory: without this, a run
     that fell back past them would not checkpoint until it passed them.
     """
     later = [s for s in self._manager.all_steps() if s >= step]
@@ -182,10 +172,7 @@ class Checkpointer:
     """The newest checkpoint whose files verify, or None if there is none.
 
     Waits for this object's save in flight. Newer damaged checkpoints are
-    skipped with a warning naming each and its faults.
-
-    Raises:
-      DamagedCheckpointError: checkpoints exist, none intact.
+    skipped with a warning; DamagedCheckpointError when none is intact.
     """
     self.wait()
     skipped = []
@@ -210,9 +197,8 @@ class Checkpointer:
                       require: bool = False) -> Optional[int]:
     """`step`, checked to be a complete checkpoint, or the latest intact one.
 
-    Raises:
-      ValueError: `step` is not one of `all_steps()` (they are listed).
-      FileNotFoundError: `require` and there is no checkpoint at all.
+    ValueError lists `all_steps()` when `step` is not one of them;
+    FileNotFoundError when `require` and there is no checkpoint.
     """
     if step is None:
       step = self.latest_step()
@@ -230,12 +216,9 @@ class Checkpointer:
     with `.sharding`: each process reads only its shards, cast to the dtype
     asked. With `partial` it names a part of the state by nested dict keys
     (e.g. {"train": {"params": ...}}); only that part is read, and `host_state`
-    is None.
-
-    Raises:
-      FileNotFoundError: no complete checkpoint, or none at `step`.
-      DamagedCheckpointError: it does not verify (for None: none does).
-      ValueError: the stored state does not fit; each bad key is named.
+    is None. Raises FileNotFoundError (no such complete checkpoint),
+    DamagedCheckpointError (it does not verify; for None: none does) or
+    ValueError (the stored state does not fit; each bad key is named).
     """
     if step is None:
       step = self.latest_step()
@@ -282,8 +265,7 @@ class Checkpointer:
     """Blocks on the pending save; raises CheckpointWriteError if it failed."""
     try:
       self._manager.wait_until_finished()
-    # orbax and tensorstore raise OSError, ValueError, ...
-    except Exception as e:
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError...
       raise self._write_failed(self._sealing, e) from e
 
   def _write_failed(self, step: Optional[int], error: Exception) -> CheckpointWriteError:

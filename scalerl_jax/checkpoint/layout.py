@@ -85,10 +85,9 @@ def decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 
 def encode_host(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
-  """(JSON layout, arrays by name) of a host pytree; copies its leaves.
+  """(JSON layout, arrays by name) of a host pytree; the arrays are copies.
 
-  Raises:
-    TypeError: naming the key path of a non-str key or an unstorable dtype.
+  TypeError names the key path of a non-str key or an unstorable dtype.
   """
   arrays: dict[str, np.ndarray] = {}
   return _encode_host(tree, arrays, "host_state"), arrays
@@ -103,11 +102,7 @@ def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
 
 
 def abstract_tree(abstract_state: Any) -> Any:
-  """`abstract_state` with `jax.ShapeDtypeStruct` leaves.
-
-  Raises:
-    ValueError: naming a leaf that carries no sharding.
-  """
+  """`abstract_state` with ShapeDtypeStruct leaves; ValueError if unsharded."""
   return jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
 
 

@@ -54,13 +54,11 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
   Without any checkpoint the base policy is evaluated. `num_prompts` and
   `samples` (k) default to `trainer.eval_num_prompts` and `eval_samples`.
   Repeat 0 uses the trainer's validation key, so it reproduces the run's
-  numbers; repeat r > 0 folds r into it. `process_id` replaces the recorded
-  `mesh.process_id`.
-
-  Returns:
-    "step" and the `evaluation.evaluate` metrics of repeat 0; with `repeats`
-    > 1 also every repeat's metrics ("repeats") and each metric's std across
-    them ("<metric>_std", ddof=1): the sampling noise of one evaluation.
+  numbers; repeat r > 0 folds r into it. Returns "step" and repeat 0's
+  `evaluation.evaluate` metrics; with `repeats` > 1 also every repeat's
+  metrics ("repeats") and each metric's std across them ("<metric>_std",
+  ddof=1): the sampling noise of one evaluation. `process_id` replaces the
+  recorded `mesh.process_id`.
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")

@@ -1,13 +1,10 @@
 """Compiles a run's programs for a TPU slice you do not have.
 
 `compile_for_slice` lays the config's mesh over the chips libtpu describes
-for a named slice (no TPU needed), lowers every program a run executes
-(train_step, prepare, prefill, decode, val_prefill, val_decode) from
-abstract inputs with the trainer's and the sampler's own code, and compiles
-each with the TPU compiler. Each `Result` holds the compiler's bytes per
-chip, the planner's estimate (`plan.program_estimates`) and what the rest
-of the run keeps allocated meanwhile; `format_report` prints them
-(`launch/compile.py`).
+for a named slice, lowers every program a run executes from abstract inputs
+with the trainer's and the sampler's own code, and compiles each with the
+TPU compiler. Each `Result` sets the compiler's bytes per chip beside the
+planner's estimate and what the rest of the run holds meanwhile.
 
 Design: docs/design/planner.md; measurements: docs/tpu.md.
 """
@@ -201,12 +198,9 @@ def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
                       progress: Callable[[str], None] = lambda _: None) -> tuple[list[Result], plan_lib.Accelerator, dict]:
   """Compiles every program of `config` (or those in `only`) for `topology`.
 
-  Returns:
-    (results in program order, the chip's published figures, the mesh shape).
-
-  Raises:
-    CompileError: a bad slice name, or libtpu is not installed.
-    ConfigError: the config does not fit the slice's chip count.
+  Returns (results in program order, the chip's published figures, the mesh
+  shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
+  config does not fit the slice's chip count).
   """
   devices, chip = slice_devices(topology)
   config_lib.validate(config, num_devices=len(devices))

@@ -1,12 +1,10 @@
 """What launches a config on a cluster, for the cluster's own tools.
 
-`build(target, ...)` writes what an existing tool takes: the `xpk workload
-create` command line (TPU slices), an sbatch script (SLURM GPU hosts) or a
-Kubernetes JobSet manifest (GPU hosts); `submit` hands it to that tool.
-Nothing here schedules work. Every target first checks that
-`config.mesh.shape` (its -1 resolved) uses exactly the devices the target
-provides, and adds to the train command the `config.mesh` fields that a
-multi-host run needs. `launch/cluster.py` has one flag per `Options` field.
+`build` writes what an existing tool takes (xpk's command line for TPU
+slices, an sbatch script or a Kubernetes JobSet manifest for GPU hosts) and
+`submit` hands it over; nothing here schedules work. Every target checks
+that the config's mesh uses exactly the devices it provides, and adds the
+`config.mesh` fields a multi-host run needs.
 
 Design: docs/design/cluster.md.
 """
@@ -106,9 +104,8 @@ def tpu_devices(tpu_type: str) -> int:
 def check_mesh(config: ml_collections.ConfigDict, num_devices: int, where: str) -> tuple[int, ...]:
   """`config.mesh.shape` with its -1 resolved for the target's `num_devices`.
 
-  Raises:
-    ValueError: naming the config field that is invalid or does not fit
-      `num_devices` (and the target, `where`).
+  ValueError names the config field that is invalid or does not fit, and the
+  target (`where`).
   """
   try:
     config_lib.validate(config)
@@ -130,10 +127,8 @@ def train_argv(config_arg: str, workdir: str, overrides: dict[str, Any],
                escape: Callable[[str], str] = lambda s: s) -> list[str]:
   """The `launch.train` argv: user config and overrides, then `target_fields`.
 
-  `escape` is applied to every argument that comes from the user.
-
-  Raises:
-    ValueError: the user set a field of `target_fields` to another value.
+  `escape` is applied to every argument that comes from the user. ValueError
+  when the user set a field of `target_fields` to another value.
   """
   for field, value in target_fields.items():
     if field in overrides and overrides[field] != value:
@@ -248,10 +243,7 @@ def build(target: str, config: ml_collections.ConfigDict, config_arg: str,
 
   `config` has the user's `overrides` (dotted field -> value, in flag order)
   applied; `config_arg` is the `--config` value as given; `workdir` must be a
-  path every host sees.
-
-  Raises:
-    ValueError: naming the flag or config field that does not fit.
+  path every host sees. ValueError names the flag or field that does not fit.
   """
   if target not in TARGETS:
     raise ValueError(f"--target={target!r}: choose one of {sorted(TARGETS)}")

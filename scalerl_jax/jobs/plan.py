@@ -1,13 +1,10 @@
 """Memory and FLOPs per device of a config on a named accelerator.
 
 `make_plan` counts what each device holds in the train and generate phases
-of an RL step, allocating nothing and needing no device: shapes come from
-`jax.eval_shape` of the real code, per-device shares from the config's
-partition rules on an `AbstractMesh`. Activations are a floor (the main
-residuals only); FLOPs assume every completion at the full token budget.
-`program_estimates` splits the counts by compiled program for `aot`, and
-`fit` and `format_report` set a plan against `ACCELERATORS`
-(`launch/plan.py` prints the report).
+of an RL step, with no device: shapes from `jax.eval_shape` of the real
+code, per-device shares from the config's partition rules on an
+`AbstractMesh`. Activations are a floor; FLOPs assume every completion at
+the full token budget. `program_estimates` splits the counts by program.
 
 Design: docs/design/planner.md; against the TPU compiler: docs/tpu.md.
 """
@@ -289,12 +286,10 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   """Counts memory and FLOPs for `config` on `num_devices` devices.
 
   `config.model` gives the model's shape (an `hf_path` checkpoint is not
-  read); the mesh's -1 axis takes the devices left. `platform` ('tpu', 'gpu'
-  or 'cpu') resolves `model.attention=auto` and whether arrays are tiled.
-
-  Raises:
-    ConfigError: the config is invalid on this many devices, or the slots or
-      the train batch do not divide over the batch axes.
+  read). `platform` ('tpu', 'gpu' or 'cpu') resolves `model.attention=auto`
+  and whether arrays are tiled. Raises ConfigError when the config is invalid
+  on this many devices, or the slots or the train batch do not divide over
+  the batch axes.
   """
   config_lib.validate(config, num_devices)
   cfg = transformer.ModelConfig.from_config(config.model)

@@ -1,12 +1,9 @@
 """Ablation grids: load a sweep file, build each point's config and command.
 
 A sweep file (`configs/ablations/*.py`) defines `get_config(arg)`, its base
-config, and `get_sweep(arg)`, a list of points: dicts of dotted config
-overrides plus a "name" (and optionally a "variant"). `load_sweep` builds
-and validates every point's config before anything starts; `train_command`
-and `write_commands` give each point's `launch.train` command, and
-`run_local` runs the unfinished ones. A point runs in `<sweep_dir>/<name>`
-and is finished iff its `DONE` file exists, so rerunning a sweep resumes it.
+config, and `get_sweep(arg)`: points, each a dict of dotted config overrides
+plus a "name". A point runs in `<sweep_dir>/<name>` and is finished iff its
+`DONE` file exists, so rerunning a sweep resumes it.
 
 Design: docs/design/sweeps.md.
 """
@@ -72,12 +69,10 @@ def _load_module(path):
 def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   """The points of a sweep file, validated, in the file's order.
 
-  `spec` is "path/to/sweep.py" or "path/to/sweep.py:arg" (`arg` goes to the
-  file's get_config and get_sweep); `base_config` is BASE_CONFIG's get_config.
-
-  Raises:
-    ValueError: a point without a unique usable name, or whose config does
-      not build or validate (naming the file, point and field).
+  `spec` is "path/to/sweep.py[:arg]", `arg` going to the file's get_config
+  and get_sweep; `base_config` is BASE_CONFIG's get_config. Raises ValueError
+  for a point without a unique usable name or whose config does not build or
+  validate, naming the file, point and field.
   """
   path, _, arg = spec.partition(":")
   module = _load_module(path)
@@ -106,9 +101,7 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
 def build_config(point: Point, base_config: BaseConfig) -> ml_collections.ConfigDict:
   """The validated config of `point`: its variant with its overrides applied.
 
-  Raises:
-    ValueError: naming the point and an override that is no field or has the
-      wrong type; ConfigError (a ValueError) when the config does not validate.
+  ValueError (or ConfigError) names the point and the override or field.
   """
   config = base_config(f"variant={point.variant}")
   for key, value in point.overrides.items():
@@ -233,10 +226,7 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
   Each runs from `repo_root`, its output appended to `<workdir>/log.txt`. A
   failing point does not stop the others; on an interrupt the running ones
   are terminated (rerunning resumes). `command(point, workdir)` gives the
-  argv (default: `train_command` with `python`).
-
-  Returns:
-    Point name -> Outcome, in the points' order.
+  argv (default: `train_command`). Returns point name -> Outcome, in order.
   """
   if parallel < 1:
     raise ValueError(f"parallel must be >= 1; got {parallel}")
