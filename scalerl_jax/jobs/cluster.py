@@ -30,7 +30,7 @@ from scalerl_jax.jobs import sweep
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _MAX_NAME = 40
 
-# TensorCores per JAX device in xpk's `<generation>-<N>` TPU names, where N
+# TensorCores per JAX device in xpk's `<generation>-<n>` TPU names, where n
 # counts TensorCores: v4 and v5p chips have two, which JAX drives as one
 # (megacore) device; v5e (xpk: v5litepod) and v6e chips have one.
 _TPU_CORES_PER_DEVICE = {"v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
@@ -81,7 +81,7 @@ class Job:
 def tpu_devices(tpu_type: str) -> int:
   """JAX devices of one slice of an xpk TPU type.
 
-  `tpu_type` is `<generation>-<N>` (N TensorCores for v4 and v5p, chips for
+  `tpu_type` is `<generation>-<n>` (n TensorCores for v4 and v5p, chips for
   v5litepod and v6e) or `<generation>-<topology>` (chips, e.g. v5p-2x2x4).
   """
   match = _TPU_TYPE.fullmatch(tpu_type)
