@@ -11,9 +11,8 @@
       --num_nodes=2 --gpus_per_node=8 --config.mesh.shape='(1,8,2)' > run.sbatch
   python -m launch.cluster ... --target=jobset --docker_image=... > jobset.yaml
 
-Every --config.<field> flag is passed on to `launch.train`, and the target
-adds the `config.mesh` fields multi-host runs need; the mesh must use the
-target's devices. --nodry_run submits with xpk, sbatch or `kubectl apply`.
+Each --config.<field> goes on to `launch.train`, with the mesh fields that
+multi-host runs need. --nodry_run submits with xpk, sbatch or kubectl.
 """
 
 import dataclasses
