@@ -1,19 +1,18 @@
 """Prints (or submits) what runs a config on a cluster: xpk, SLURM or JobSet.
 
-  python -m launch.cluster --config=configs/scalerl.py:variant=llama3_8b --target=xpk \
-      --name=scalerl-8b --workdir=/mnt/shared/scalerl-8b --tpu_type=v5p-64 --num_slices=1 \
-      --cluster=my-cluster --project=my-project --zone=us-east5-a \
-      --docker_image=gcr.io/my-project/scalerl:latest --config.model.hf_path=/ckpts/Llama-3.1-8B
-  python -m launch.cluster --config=configs/scalerl.py:variant=llama3_8b --target=slurm \
-      --name=scalerl-8b --workdir=/shared/scalerl-8b --num_nodes=2 --gpus_per_node=8 \
-      --config.mesh.shape='(1,8,2)' > run.sbatch
+  python -m launch.cluster --config=configs/scalerl.py:variant=llama3_8b \
+      --target=xpk --name=scalerl-8b --workdir=/mnt/shared/scalerl-8b \
+      --tpu_type=v5p-64 --num_slices=1 --cluster=my-cluster \
+      --project=my-project --zone=us-east5-a \
+      --docker_image=gcr.io/my-project/scalerl:latest \
+      --config.model.hf_path=/ckpts/Llama-3.1-8B
+  python -m launch.cluster --config=configs/scalerl.py:variant=llama3_8b \
+      --target=slurm --name=scalerl-8b --workdir=/shared/scalerl-8b \
+      --num_nodes=2 --gpus_per_node=8 --config.mesh.shape='(1,8,2)' > run.sbatch
   python -m launch.cluster ... --target=jobset --docker_image=... > jobset.yaml
 
-Every --config.<field> flag is passed on to `launch.train`; the target adds the
-`config.mesh` fields multi-host runs need. The mesh must fit the target's
-devices (`config.mesh.shape`, -1 resolved). By default the command, script or
-manifest is printed; --nodry_run hands it to xpk, sbatch or `kubectl apply`
-(see scalerl_jax/jobs/cluster.py).
+Each --config.<field> goes on to `launch.train`, with the mesh fields that
+multi-host runs need. --nodry_run submits with xpk, sbatch or kubectl.
 """
 
 import dataclasses

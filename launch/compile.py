@@ -1,14 +1,15 @@
-"""Compiles a run's programs for a TPU slice with the TPU compiler, no TPU needed.
+"""Compiles a run's programs for a TPU slice with the TPU compiler, no TPU.
 
   pip install "jax[tpu]==0.10.2"   # libtpu 0.0.42.1, the TPU compiler
-  python -m launch.compile --config=configs/scalerl.py:variant=qwen3_0.6b --topology=v5p:4x4x4
+  python -m launch.compile --config=configs/scalerl.py:variant=qwen3_0.6b \
+      --topology=v5p:4x4x4
   python -m launch.compile --config=configs/scalerl.py:variant=llama3_8b \
-      --config.mesh.shape='(1,-1,4)' --topology=v5e:16x16 --programs=train_step,decode
+      --config.mesh.shape='(1,-1,4)' --topology=v5e:16x16 \
+      --programs=train_step,decode
 
-Prints, per chip, the compiler's argument, output, temporary and peak bytes of
-every program a run executes (scalerl_jax/jobs/aot.py lists them), the planner's
-estimate beside each, what the rest of the run keeps allocated meanwhile, and
-whether it fits, with the compiler's own message when it refuses.
+Prints, per chip, the compiler's bytes of every program a run executes, the
+planner's estimate beside each, what the rest of the run holds meanwhile,
+and whether it fits, with the compiler's message when it refuses.
 """
 
 import json

@@ -5,10 +5,9 @@
       --step=20 --num_prompts=200 --samples=16
   python -m launch.evaluate --workdir=/tmp/scalerl_default --repeats=5
 
-Uses the config the run recorded in its workdir (config.json), only the
-policy parameters of the checkpoint, and the same validation prompts and
-sampling key as the trainer, so on the last checkpoint it reproduces the
-run's last validation numbers.
+Uses the run's recorded config (config.json), only the checkpoint's policy
+parameters, and the trainer's validation prompts and sampling key: on the
+last checkpoint it reproduces the run's last validation numbers.
 """
 
 import json

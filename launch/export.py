@@ -2,10 +2,9 @@
 
   python -m launch.export --workdir=/tmp/scalerl_default --out=/tmp/scalerl_hf
 
-The result loads with `transformers.AutoModelForCausalLM.from_pretrained(out)`
-(Llama, Qwen2 or Qwen3 layout, from model.family); the run's tokenizer is
-copied beside it as tokenizer.model. The run's config comes from its workdir
-(config.json), and only the policy parameters are read from the checkpoint.
+The result loads with `transformers.AutoModelForCausalLM.from_pretrained`
+(Llama, Qwen2 or Qwen3 layout, from model.family), the run's tokenizer file
+beside it. The run's recorded config (config.json) is used.
 """
 
 from absl import app

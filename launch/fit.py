@@ -1,32 +1,17 @@
-"""Fits compute-performance curves to finished runs; prints a report, writes a plot.
+"""Fits compute-performance curves to runs; prints a report, writes a plot.
 
   python -m launch.fit --workdirs=/tmp/sweeps/loss_type --fit_fraction=0.5
   python -m launch.fit --workdirs=/tmp/multitask --fit_fraction=0.5 \
       --metric=val/math/mean_at_k,val/code/mean_at_k
 
-Each entry of --workdirs is a run's workdir (holding metrics.jsonl) or a
-directory with workdirs below it; all runs go into one report and one figure.
-Runs whose names differ only in a seed marker (`cispo_seed1`, `seed=1/cispo`)
-are one configuration's seeds: the report gives the fit of their mean curve,
-the mean ± std of the per-seed fits, each seed's fit, and the mean curve with
-its spread. Every curve is fitted by the paper's procedure
-(`scalerl_jax/scaling/curves.py`): R_0 is the score at step 0, an early prefix
-of the compute is skipped, and with --fit_fraction below 1 the rest of the
-curve is predicted and the final value's prediction error reported.
-
-The hidden-half check: with --fit_fraction=0.5 the report gives each run's
-and each seed group's error on the held-out half beside the noise of one
-validation score (the run's mean val/mean_at_k_stderr, as the trainer logs it;
-the fit's RMSE on its fitted points for runs that logged none, said so), and for
-seed groups the seed-to-seed std of the final value.
-
-Verdicts: when the runs belong to an ablation grid of configs/ablations/ (by
-default, a directory in their paths named like its sweep file, as
-`launch.sweep --workdir=/tmp/sweeps/<grid>` makes it; or --grid), the report
-is followed by the paper's claims on that grid (`compare.PAPER_CLAIMS`), each
-"agrees", "disagrees", or "inconclusive" where the difference lies within the
-combined uncertainty of the two points (bootstrap std of a lone run's fit;
-std over seeds / sqrt(seeds) of a seed group's).
+Each entry of --workdirs is a run's workdir or a directory with workdirs
+below it; all runs go into one report and one figure. Runs whose names
+differ only in a seed marker (`cispo_seed1`, `seed=1/cispo`) are one
+configuration's seeds. Below 1, --fit_fraction predicts the rest of each
+curve and sets the error beside the noise of one validation score. Runs of
+an ablation grid (a directory in their paths named like its sweep file, or
+--grid) are checked against the paper's claims on it: "agrees", "disagrees"
+or "inconclusive". The procedure: docs/design/scaling.md.
 """
 
 import os

@@ -1,14 +1,13 @@
 """Prints memory and FLOPs per device for a config, and where it fits.
 
-  python -m launch.plan --config=configs/scalerl.py:variant=qwen3_0.6b --num_devices=64
+  python -m launch.plan --config=configs/scalerl.py:variant=qwen3_0.6b \
+      --num_devices=64
   python -m launch.plan --config=configs/scalerl.py:variant=llama3_8b \
       --config.mesh.shape='(1,8,1)' --accelerators=tpu_v5p,h200 --margin=0.15
 
-The mesh is the config's (`config.mesh.shape`, axes and logical-axis rules,
-overridable like any field). --num_devices fills its -1 axis; without it a
-mesh with no -1 plans for its own size, else for the local devices. Nothing
-is allocated: shapes come from `jax.eval_shape` (see scalerl_jax/jobs/plan.py for
-what is counted and how).
+The mesh is the config's, overridable like any field. --num_devices fills
+its -1 axis; without it a mesh with no -1 plans for its own size, else for
+the local devices. Nothing is allocated (docs/design/planner.md).
 """
 
 from absl import app

@@ -7,10 +7,11 @@ Locally, two runs at a time, resuming whatever an earlier call left unfinished:
 
 For a cluster, one command line per grid point into <workdir>/commands.sh:
 
-  python -m launch.sweep --sweep=configs/ablations/loss_type.py:variant=qwen3_0.6b \
+  python -m launch.sweep \
+      --sweep=configs/ablations/loss_type.py:variant=qwen3_0.6b \
       --workdir=/shared/sweeps/loss_type --mode=commands
 
-Then `python -m launch.fit --workdirs=<workdir>` fits and plots the whole grid.
+Then `python -m launch.fit --workdirs=<workdir>` fits and plots the grid.
 """
 
 import os

@@ -1,12 +1,14 @@
 """Runs (or resumes) an RL experiment.
 
-  python -m launch.train --config=configs/scalerl.py --workdir=/tmp/scalerl_default
+  python -m launch.train --config=configs/scalerl.py \
+      --workdir=/tmp/scalerl_default
   python -m launch.train --config=configs/scalerl.py:variant=qwen3_0.6b \
-      --config.model.hf_path=/ckpts/Qwen3-0.6B --workdir=/tmp/qwen3 --config.rl.loss=dapo
+      --config.model.hf_path=/ckpts/Qwen3-0.6B --workdir=/tmp/qwen3 \
+      --config.rl.loss=dapo
 
-A workdir that holds a checkpoint resumes from its latest one. On a multi-host
-cluster run the same command on every host with --config.mesh.distributed=true
-(see README.md, "Scaling out").
+A workdir that holds a checkpoint resumes from its latest one. On a
+multi-host cluster run the same command on every host with
+--config.mesh.distributed=true (see README.md, "Scaling out").
 """
 
 from absl import app

@@ -1,53 +1,13 @@
 """Checkpoints of everything a run needs to resume, with orbax.
 
-One checkpoint is one step directory `<directory>/<step>/` holding four orbax
-items, saved together:
+A checkpoint is a step directory `<directory>/<step>/` of orbax items saved
+together: `state` (jax.Arrays, restored into the shardings of an abstract
+tree), `extra` (JSON) and `host_state` (numpy, written by the primary, so it
+must be the same on every process). A step is complete once renamed into
+place with its integrity manifest; `latest_step` and `restore` verify the
+files before any array is read. Opening a `Checkpointer` moves nothing.
 
-  state        pytree of jax.Arrays (params, optimizer state, PRNG key, ...),
-               written collectively by every process and restored straight
-               into the shardings of an abstract tree. Typed PRNG keys
-               (`jax.random.key`) are stored natively by orbax (as their key
-               data, re-wrapped on restore); no conversion is needed.
-  extra        a JSON dict: data iterator position, curriculum, buffer
-               metadata, compute-meter totals (tuples come back as lists).
-  host_layout  JSON description of `host_state`: its nesting and, per leaf,
-               shape and dtype. Restoring needs no shapes in advance.
-  host_arrays  the non-empty numpy leaves of `host_state` (e.g. the rollout
-               buffer's variable-length token arrays). orbax cannot write
-               zero-size arrays, so those live in the layout alone. Written
-               by the primary process: every process restores the primary's
-               copy, so `host_state` must be the same on all processes.
-
-The layouts, and the check that a stored state fits the tree to restore, are
-`checkpoint_layout.py`.
-
-Atomicity: orbax writes `<step>.orbax-checkpoint-tmp*` and renames it to
-`<step>` when every item is complete (on object stores it marks completion
-with `commit_success.txt` instead). A run killed mid-save leaves only the
-temporary directory, which orbax ignores: the run resumes from the previous
-complete checkpoint, and orbax replaces the leftover when the resumed run saves
-that step again. Opening a `Checkpointer` deletes and moves nothing, so
-evaluating or exporting from a workdir while its run is saving is safe.
-
-Integrity: every step directory carries a manifest of its files' sizes and
-sha256 (`checkpoint_integrity.py`), written before the rename and checked
-before any array is read.
-
-A damaged newest checkpoint makes `latest_step` fall back to the newest intact
-one, with a warning naming the damaged step and its faults. Restarts after
-preemption are unattended: stopping instead would fail the same way on every
-retry until someone moved the directory away (the only fix), while falling
-back costs the steps since the previous checkpoint and loads nothing damaged.
-The damaged directory is kept: the resumed run's next save moves it aside to
-`<step>.damaged` (orbax would not save the steps up to it again otherwise).
-Where no intact choice is left, it stops with the faults and what to do:
-`restore` of a damaged step asked for by number, or no checkpoint verifying
-(starting afresh would silently discard the run). Verifying reads every byte
-once (sha256, ~1.5 GB/s a thread, several files at once), once per step and
-`Checkpointer`.
-
-The order in which a run resumes from these items is written once, in
-trainer.py's module docstring.
+Design: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -69,16 +29,16 @@ _STATE, _EXTRA, _LAYOUT, _ARRAYS = "state", "extra", "host_layout", "host_arrays
 
 
 class DamagedCheckpointError(ValueError):
-  """A checkpoint's files are not the ones its save wrote; nothing was loaded."""
+  """A checkpoint's files differ from what was saved; nothing was loaded."""
 
 
 class CheckpointWriteError(RuntimeError):
-  """A save failed (disk full, directory not writable); earlier checkpoints are intact."""
+  """A save failed (e.g. disk full); earlier checkpoints are intact."""
 
 
 class Restored(NamedTuple):
   """What `Checkpointer.restore` returns."""
-  state: Any  # The jax.Array pytree, in the abstract tree's structure and shardings.
+  state: Any  # jax.Arrays in the abstract tree's structure and shardings.
   extra: dict[str, Any]  # The JSON dict given to `save`.
   host_state: Any  # The numpy pytree given to `save`, or None if none was.
 
@@ -88,15 +48,12 @@ class Checkpointer:
 
   def __init__(self, directory: str, max_to_keep: Optional[int] = 3,
                save_interval_steps: int = 1, async_save: bool = True):
-    """Opens (creating if needed) a checkpoint directory.
+    """Opens (creating if needed) `directory`, a local path or an epath URL.
 
-    Args:
-      directory: where step directories live (local path or an epath URL).
-      max_to_keep: newest checkpoints kept; None keeps all.
-      save_interval_steps: `save` writes only steps that are multiples of it,
-        unless forced or JAX reports a preemption (multi-host runs).
-      async_save: write in a background thread after the arrays are copied off
-        the devices; `wait` blocks until done.
+    `max_to_keep` None keeps all. `save` writes only multiples of
+    `save_interval_steps`, unless forced or JAX reports a preemption. With
+    `async_save` it writes in the background once the arrays are off the
+    devices (`wait` blocks until done).
     """
     self.directory = str(directory)
     self._root = epath.Path(directory)
@@ -123,26 +80,14 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, extra: Optional[dict[str, Any]] = None,
            host_state: Any = None, force: bool = False) -> bool:
-    """Saves one checkpoint (asynchronously unless `async_save=False`).
+    """Saves checkpoint `step`, in the background unless `async_save=False`.
 
-    A damaged or unfinished checkpoint of `step` or a later step (left by the
-    run this one resumed) is first moved aside to `<step>.damaged`.
-
-    Args:
-      step: the step the state belongs to.
-      state: pytree of jax.Arrays (typed PRNG keys allowed).
-      extra: JSON-serialisable dict.
-      host_state: optional pytree (dicts with str keys, lists, tuples, None) of
-        numpy arrays of any shapes, zero-size included.
-      force: save even if `step` is not a multiple of `save_interval_steps`.
-
-    Returns:
-      Whether a checkpoint was started; False when the interval skips `step`
-      or an intact checkpoint of `step` already exists.
-
-    Raises:
-      TypeError: `extra` or `host_state` holds something that cannot be
-        stored, named by its key.
+    Damaged or unfinished checkpoints of `step` or later are first moved aside
+    to `<step>.damaged`. `host_state` is a pytree (str-keyed dicts, lists,
+    tuples, None) of numpy arrays of any shape, zero-size included. Returns
+    whether a save started: not when the interval skips `step` (unless `force`)
+    or an intact checkpoint of `step` exists. Raises TypeError naming the key
+    of `extra` or `host_state` that cannot be stored.
     """
     extra = {} if extra is None else extra
     layout.check_json(extra)
@@ -162,10 +107,11 @@ class Checkpointer:
     # `_seal` of that save cannot read the step set for this one.
     self.wait()
     self._sealing = step
-    self._intact.discard(step)  # Verified contents of an earlier save by this number.
+    # What was verified belonged to an earlier save of this step number.
+    self._intact.discard(step)
     try:
       started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
-    except Exception as e:  # orbax and tensorstore raise OSError, ValueError, ...
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError...
       raise self._write_failed(step, e) from e
     if started and not self._async_save:
       self.wait()
@@ -174,8 +120,7 @@ class Checkpointer:
   def _seal(self) -> None:
     """Writes the manifest of the save in flight (orbax's callback).
 
-    orbax calls it on the primary process once every process has written its
-    files, before the temporary directory is renamed to the step.
+    orbax calls it on the primary once all have written, before the rename.
     """
     final = self._root / str(self._sealing)
     tmp = final.parent / (final.name + ocp.path.atomicity_types.TMP_DIR_SUFFIX)
@@ -195,9 +140,8 @@ class Checkpointer:
   def _set_aside_damaged(self, step: int) -> None:
     """Moves damaged checkpoints of `step` or later out of orbax's sight.
 
-    They are left by the run this one resumed, which fell back past them.
-    orbax skips saving any step up to the newest directory named by a step,
-    so without this the resumed run would not checkpoint until it passed them.
+    orbax saves no step up to the newest step directory: without this, a run
+    that fell back past them would not checkpoint until it passed them.
     """
     later = [s for s in self._manager.all_steps() if s >= step]
     if not later:
@@ -220,21 +164,15 @@ class Checkpointer:
     self._manager.reload()
 
   def all_steps(self) -> list[int]:
-    """Steps of the complete checkpoints (those sealed by a manifest), ascending.
-
-    Complete is not intact: `latest_step` and `restore` verify the files.
-    """
+    """Steps sealed by a manifest, ascending: complete, not verified intact."""
     return sorted(s for s in self._manager.all_steps()
                   if (self._root / str(s) / integrity.MANIFEST).exists())
 
   def latest_step(self) -> Optional[int]:
     """The newest checkpoint whose files verify, or None if there is none.
 
-    Waits for this object's save in flight. Newer checkpoints that do not
-    verify are skipped with a warning naming each and its faults.
-
-    Raises:
-      DamagedCheckpointError: the directory holds checkpoints, none intact.
+    Waits for this object's save in flight. Newer damaged checkpoints are
+    skipped with a warning; DamagedCheckpointError when none is intact.
     """
     self.wait()
     skipped = []
@@ -259,9 +197,8 @@ class Checkpointer:
                       require: bool = False) -> Optional[int]:
     """`step`, checked to be a complete checkpoint, or the latest intact one.
 
-    Raises:
-      ValueError: `step` is not one of `all_steps()` (they are listed).
-      FileNotFoundError: `require` and there is no checkpoint at all.
+    ValueError lists `all_steps()` when `step` is not one of them;
+    FileNotFoundError when `require` and there is no checkpoint.
     """
     if step is None:
       step = self.latest_step()
@@ -273,31 +210,15 @@ class Checkpointer:
     return step
 
   def restore(self, step: Optional[int], abstract_state: Any, partial: bool = False) -> Restored:
-    """Restores a checkpoint into the given shapes and shardings.
+    """Verifies checkpoint `step` (None: `latest_step()`) and restores it.
 
-    Its files are verified against the manifest before any is read.
-
-    Args:
-      step: the step to restore; None for `latest_step()`.
-      abstract_state: the state's pytree with `jax.ShapeDtypeStruct` (or
-        jax.Array) leaves carrying `.sharding`; each array is read directly
-        into its sharding (every process reads only its shards). A dtype
-        different from the stored one is cast.
-      partial: `abstract_state` is a part of the state, nested dicts naming
-        it by its keys (e.g. {"train": {"params": ...}}); only that part is
-        read (an orbax partial restore), so the rest may have any shapes, and
-        the host state is not read (None).
-
-    Returns:
-      Restored(state, extra, host_state).
-
-    Raises:
-      FileNotFoundError: the directory holds no complete checkpoint, or none at
-        `step`.
-      DamagedCheckpointError: checkpoint `step` (or, for None, every one) does
-        not verify; the message names the faults and the intact steps.
-      ValueError: the stored state does not fit `abstract_state`: missing or
-        unexpected keys or different shapes, each named.
+    `abstract_state` is a pytree of `jax.ShapeDtypeStruct`s (or jax.Arrays)
+    with `.sharding`: each process reads only its shards, cast to the dtype
+    asked. With `partial` it names a part of the state by nested dict keys
+    (e.g. {"train": {"params": ...}}); only that part is read, and `host_state`
+    is None. Raises FileNotFoundError (no such complete checkpoint),
+    DamagedCheckpointError (it does not verify; for None: none does) or
+    ValueError (the stored state does not fit; each bad key is named).
     """
     if step is None:
       step = self.latest_step()
@@ -341,14 +262,10 @@ class Checkpointer:
         f"directory out of {self.directory} so that a restart resumes from the newest one.")
 
   def wait(self) -> None:
-    """Blocks until the pending asynchronous save (if any) is on disk.
-
-    Raises:
-      CheckpointWriteError: that save failed.
-    """
+    """Blocks on the pending save; raises CheckpointWriteError if it failed."""
     try:
       self._manager.wait_until_finished()
-    except Exception as e:  # orbax and tensorstore raise OSError, ValueError, ...
+    except Exception as e:  # orbax and tensorstore raise OSError, ValueError...
       raise self._write_failed(self._sealing, e) from e
 
   def _write_failed(self, step: Optional[int], error: Exception) -> CheckpointWriteError:
@@ -360,11 +277,7 @@ class Checkpointer:
         "writable, then restart: the run resumes from the newest of them.")
 
   def close(self) -> None:
-    """Waits for pending saves and releases orbax's resources.
-
-    Raises:
-      CheckpointWriteError: the pending save failed (resources are released).
-    """
+    """Frees orbax's resources after `wait`, even when `wait` raises."""
     try:
       self.wait()
     finally:

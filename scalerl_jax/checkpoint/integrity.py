@@ -1,12 +1,9 @@
-"""Integrity manifests of checkpoint step directories: written at save, checked at restore.
+"""Integrity manifests of checkpoint step directories.
 
-Once every process has written its files, and before the rename, the primary
-process writes `<step>/integrity.json`: size and sha256 of every file of the
-step but orbax's `_CHECKPOINT_METADATA` and `commit_success.txt`, written
-after it and holding no arrays. A step directory without it never finished
-saving (or predates manifests) and is incomplete. `Checkpointer.latest_step`
-and `restore` check the files against it before orbax reads any array (orbax
-itself would load flipped bytes as wrong values without a word).
+`write_manifest` records the size and sha256 of every file of a step in
+`<step>/integrity.json`, once every process has written and before the
+rename; `find_damage` says how the files differ from it. A step directory
+without a manifest is incomplete. Design: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""What a checkpoint's items hold besides orbax's arrays, and whether they fit.
+"""What a checkpoint holds besides orbax's arrays, and whether it fits.
 
-`Checkpointer` (checkpoint.py) stores a run's `extra` as JSON, its host state
-as a JSON layout (nesting, and per leaf shape and dtype) beside the non-empty
-arrays, and restores the state into an abstract tree. This module makes and
-reads those layouts and compares the stored state's keys and shapes with the
-tree asked for, naming each key that does not fit.
+JSON layouts of host pytrees (`encode_host`, `decode_host`), the JSON check
+of `extra`, and the comparison of a stored state's keys and shapes with the
+tree to restore (`check_fits`). Design: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -54,7 +52,8 @@ def _encode_host(tree: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
     return {kind: [_encode_host(v, arrays, f"{where}[{i}]") for i, v in enumerate(tree)]}
   if tree is None:
     return {"none": None}
-  array = np.array(tree, copy=True)  # A copy: the async write must not see later edits.
+  # A copy: the asynchronous write must not see later edits.
+  array = np.array(tree, copy=True)
   if array.dtype.kind not in "biufc":
     raise TypeError(f"{where}: dtype {array.dtype} cannot be checkpointed; host_state "
                     "leaves must be bool, integer, float or complex arrays")
@@ -86,11 +85,9 @@ def decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 
 def encode_host(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
-  """(JSON layout, arrays by name) of a host pytree: copies of its non-empty leaves.
+  """(JSON layout, arrays by name) of a host pytree; the arrays are copies.
 
-  Raises:
-    TypeError: a key that is not a str, or a leaf dtype orbax cannot store,
-      named by its key path.
+  TypeError names the key path of a non-str key or an unstorable dtype.
   """
   arrays: dict[str, np.ndarray] = {}
   return _encode_host(tree, arrays, "host_state"), arrays
@@ -105,11 +102,7 @@ def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
 
 
 def abstract_tree(abstract_state: Any) -> Any:
-  """`abstract_state` with `jax.ShapeDtypeStruct` leaves.
-
-  Raises:
-    ValueError: naming a leaf that carries no sharding.
-  """
+  """`abstract_state` with ShapeDtypeStruct leaves; ValueError if unsharded."""
   return jax.tree_util.tree_map_with_path(_abstract_leaf, abstract_state)
 
 
@@ -121,16 +114,11 @@ def _stored_shape(leaf: jax.ShapeDtypeStruct) -> tuple[int, ...]:
 
 
 def check_fits(stored: Any, abstract: Any, partial: bool, where: str) -> None:
-  """Compares a stored state's keys and shapes with `abstract` (a part of it if `partial`).
+  """Raises ValueError unless `stored` (orbax's metadata) fits `abstract`.
 
-  Args:
-    stored: orbax's metadata tree of the stored state.
-    abstract: the tree to restore into (`abstract_tree`'s).
-    partial: `abstract` names only a part of the stored state.
-    where: the checkpoint, named first in the error.
-
-  Raises:
-    ValueError: listing the first five missing, unexpected or reshaped keys.
+  The message starts with `where` and names the first five missing,
+  unexpected (unless `partial`: `abstract` is a part of the state) or
+  reshaped keys.
   """
   have = {_path_name(p): tuple(m.shape)
           for p, m in jax.tree_util.tree_flatten_with_path(stored)[0]}

@@ -1,12 +1,8 @@
-"""Reading a run's checkpoints back: evaluate one, export one.
+"""Reading a run's policy back from its checkpoints: evaluate or export it.
 
-Both read the run's config from its workdir (`workdir.load_config`) and restore only
-the policy parameters from the checkpoint (an orbax partial restore): the
-optimizer state, sampler slots, buffer and data position are not read, so
-nothing about them (e.g. the slot count that `data.prompts_per_step` sets)
-has to be given again. `evaluate_checkpoint` on the last checkpoint
-reproduces the run's last validation numbers; `export_checkpoint` writes the
-very parameters the run trained.
+Both read the config the run recorded in its workdir and restore only the
+policy parameters (an orbax partial restore), so nothing about the rest of
+the state has to be given again. Design: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -28,13 +24,14 @@ from scalerl_jax.models import hf_io
 
 def _policy(workdir: str, step: Optional[int], require_checkpoint: bool,
             process_id: Optional[int]) -> tuple[Experiment, Any, int]:
-  """(experiment, params, step) of the checkpoint at `step` (None: the latest).
+  """(experiment, params, step) of checkpoint `step` (None: the latest).
 
-  Without any checkpoint the base policy is returned at step 0, unless
-  `require_checkpoint`. `process_id` replaces the recorded one (`workdir.load_config`).
+  Without a checkpoint: the base policy at step 0, unless `require_checkpoint`
+  (FileNotFoundError). `process_id` replaces the recorded one.
   """
   config = workdir_lib.load_config(workdir, process_id)
-  sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
+  # Before orbax touches a device.
+  sharding.maybe_initialize_distributed(config.mesh)
   checkpointer = checkpoint_lib.for_workdir(workdir)
   try:
     step = checkpointer.step_to_restore(step, require=require_checkpoint)
@@ -52,25 +49,16 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
                         num_prompts: Optional[int] = None,
                         samples: Optional[int] = None, repeats: int = 1,
                         process_id: Optional[int] = None) -> dict[str, Any]:
-  """Validation mean@k / pass@k of the checkpoint at `step` (default: latest).
+  """Validation mean@k / pass@k of checkpoint `step` (default: the latest).
 
-  Without any checkpoint in `workdir` the base policy is evaluated.
-
-  Args:
-    workdir: the run's workdir (with its config.json).
-    step: checkpoint step; None for the latest.
-    num_prompts: validation prompts; default `trainer.eval_num_prompts`.
-    samples: k of mean@k; default `trainer.eval_samples`.
-    repeats: evaluations of the same parameters; the first uses the trainer's
-      validation key (so it reproduces the run's numbers), repeat r > 0 the key
-      folded with r. With repeats > 1 the result also holds every repeat's
-      metrics ("repeats") and each metric's standard deviation across them
-      ("<metric>_std", ddof=1): the sampling noise of one evaluation.
-    process_id: this process's index in a multi-controller job; None keeps
-      the recorded `mesh.process_id` (`workdir.load_config`).
-
-  Returns:
-    "step" and the `evaluation.evaluate` metrics (of the first repeat).
+  Without any checkpoint the base policy is evaluated. `num_prompts` and
+  `samples` (k) default to `trainer.eval_num_prompts` and `eval_samples`.
+  Repeat 0 uses the trainer's validation key, so it reproduces the run's
+  numbers; repeat r > 0 folds r into it. Returns "step" and repeat 0's
+  `evaluation.evaluate` metrics; with `repeats` > 1 also every repeat's
+  metrics ("repeats") and each metric's std across them ("<metric>_std",
+  ddof=1): the sampling noise of one evaluation. `process_id` replaces the
+  recorded `mesh.process_id`.
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -98,16 +86,10 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
 
 def export_checkpoint(workdir: str, out: str, step: Optional[int] = None,
                       process_id: Optional[int] = None) -> list[str]:
-  """Writes the policy of the checkpoint at `step` (default: latest) to `out`.
+  """Writes the policy of checkpoint `step` (default: the latest) to `out`.
 
-  Args:
-    workdir: the run's workdir (with its config.json).
-    out: output directory.
-    step: checkpoint step; None for the latest.
-    process_id: as in `evaluate_checkpoint`.
-
-  Returns:
-    The files written (safetensors, config.json, tokenizer).
+  Returns the files written (safetensors, config.json, tokenizer); raises
+  FileNotFoundError when the workdir holds no checkpoint.
   """
   exp, params, _ = _policy(workdir, step, require_checkpoint=True, process_id=process_id)
   files = hf_io.save_checkpoint(params, exp.model_cfg, out)

@@ -1,21 +1,12 @@
-"""Compiles a run's programs for a TPU slice you do not have (`launch/compile.py`).
+"""Compiles a run's programs for a TPU slice you do not have.
 
-libtpu's compiler runs on any machine: `jax.experimental.topologies` describes
-the chips of a named slice, the config's mesh is laid over them, and every
-program a run executes is lowered from abstract inputs (no weights are
-allocated) and compiled by the TPU compiler. The programs are the trainer's
-own jitted functions, built by the same code `launch.train` uses:
+`compile_for_slice` lays the config's mesh over the chips libtpu describes
+for a named slice, lowers every program a run executes from abstract inputs
+with the trainer's and the sampler's own code, and compiles each with the
+TPU compiler. Each `Result` sets the compiler's bytes per chip beside the
+planner's estimate and what the rest of the run holds meanwhile.
 
-  train_step  `trainer.jit_train_step` (microbatches, remat, chunked log-probs)
-  prepare     the sampler's once-per-phase weight regroup (`Sampler.prepare`)
-  prefill     `Sampler.start` filling every slot at once (the largest prefill)
-  decode      `Sampler.advance` over the whole cache
-  val_prefill / val_decode  the same on validation's batch (`evaluation`)
-
-For each, the compiler's bytes per chip (`memory_analysis`) and what the other
-phase keeps allocated beside it (exact, from the arrays' shardings) decide
-whether the run fits; `scalerl_jax.jobs.plan` estimates the same numbers without a
-compiler, and the report puts the two side by side.
+Design: docs/design/planner.md; measurements: docs/tpu.md.
 """
 
 from __future__ import annotations
@@ -59,7 +50,7 @@ _TOPOLOGY = re.compile(r"^(v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
 
 
 class CompileError(ValueError):
-  """A slice that cannot be compiled for: bad name or no TPU compiler installed."""
+  """A slice that cannot be compiled for: a bad name, or no libtpu installed."""
 
 
 def slice_devices(topology: str) -> tuple[list[Any], plan_lib.Accelerator]:
@@ -106,16 +97,19 @@ class Result:
   compiled: Optional[Memory] = None
   compile_s: float = 0.0
   error: str = ""  # The compiler's message when it refused.
-  cost: Optional[dict] = None  # The compiler's cost analysis (flops, bytes accessed).
-  decode_floor: int = 0  # Decode programs: weights + full cache, read once per step.
-  pallas_calls: int = 0  # Pallas TPU kernels (splash attention) in the compiled program.
+  # The compiler's cost analysis (flops, bytes accessed).
+  cost: Optional[dict] = None
+  # Decode programs: weights + full cache, read once per step.
+  decode_floor: int = 0
+  # Pallas TPU kernels (splash attention) in the compiled program.
+  pallas_calls: int = 0
 
   def fits(self, hbm: float) -> bool:
     return self.compiled is not None and self.compiled.peak + self.beside <= hbm
 
 
 def _shard_bytes(tree: Any) -> int:
-  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (largest shard)."""
   return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
              for x in jax.tree.leaves(tree))
 
@@ -131,7 +125,7 @@ class _Programs:
 
 
 def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
-  """The run's programs on `mesh`, built by the trainer's and the sampler's own code."""
+  """The run's programs on `mesh`, built by the trainer's and sampler's code."""
   model_cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(model_cfg)
   param_sh = sharding.param_shardings(model, mesh, rules)
@@ -202,20 +196,11 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
 def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
                       only: Optional[list[str]] = None,
                       progress: Callable[[str], None] = lambda _: None) -> tuple[list[Result], plan_lib.Accelerator, dict]:
-  """Compiles every program of `config` for the named slice.
+  """Compiles every program of `config` (or those in `only`) for `topology`.
 
-  Args:
-    config: an experiment config; `config.mesh.shape`'s -1 takes the slice's chips.
-    topology: a slice name (`TOPOLOGY_FORMS`).
-    only: program names to compile (default all).
-    progress: called with a line before each compile.
-
-  Returns:
-    (results in program order, the chip's published figures, the mesh shape).
-
-  Raises:
-    CompileError: bad topology or no libtpu.
-    ConfigError: the config does not fit the slice's chip count.
+  Returns (results in program order, the chip's published figures, the mesh
+  shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
+  config does not fit the slice's chip count).
   """
   devices, chip = slice_devices(topology)
   config_lib.validate(config, num_devices=len(devices))
@@ -267,7 +252,7 @@ def _first_lines(message: str, n: int = 3) -> str:
 
 def format_report(results: list[Result], chip: plan_lib.Accelerator, mesh_shape: dict,
                   topology: str) -> str:
-  """Per-chip bytes of every program: compiler, planner, their ratio, and the fit."""
+  """Per-chip bytes of every program: compiler, planner, ratio and fit."""
   gb = lambda n: f"{n / plan_lib.GB:8.3f}"
   lines = [f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
            f"({chip.hbm_bytes / plan_lib.GB:.0f} GB HBM each), mesh {mesh_shape}", "",

@@ -1,26 +1,12 @@
-"""Commands that launch a config on a cluster, for the cluster's own tools (`launch/cluster.py`).
+"""What launches a config on a cluster, for the cluster's own tools.
 
-Nothing here schedules work: each target writes what an existing tool takes,
-and `submit` hands it to that tool.
+`build` writes what an existing tool takes (xpk's command line for TPU
+slices, an sbatch script or a Kubernetes JobSet manifest for GPU hosts) and
+`submit` hands it over; nothing here schedules work. Every target checks
+that the config's mesh uses exactly the devices it provides, and adds the
+`config.mesh` fields a multi-host run needs.
 
-  * `xpk`: the `xpk workload create` command line for TPU pod slices. On
-    Cloud TPU `jax.distributed.initialize` finds the coordinator, process
-    count and process id by itself, so the train command only adds
-    `--config.mesh.distributed=True`.
-  * `slurm`: an sbatch script that starts one process per GPU with `srun`.
-    srun sets SLURM_JOB_ID, SLURM_STEP_NODELIST, SLURM_NTASKS, SLURM_PROCID
-    and SLURM_LOCALID, from which JAX takes the coordinator (first node),
-    process count and id, and gives each process the one GPU numbered by its
-    local id; again only `--config.mesh.distributed=True` is added.
-  * `jobset`: a Kubernetes JobSet manifest, one pod (one process, all its
-    GPUs) per node. JAX's own Kubernetes detection would need the
-    `kubernetes` package and permission to read pods, so the command names
-    the coordinator (pod 0 through the JobSet's headless service), the
-    process count and the process id (the Job's completion index, through an
-    env var).
-
-Every target checks the mesh first: `config.mesh.shape` (with its -1 resolved)
-must use exactly the devices the target provides, as the trainer will demand.
+Design: docs/design/cluster.md.
 """
 
 from __future__ import annotations
@@ -40,11 +26,11 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.jobs import sweep
 
-# xpk's rule for workload names; also a valid Kubernetes name and hostname prefix.
+# xpk's rule for workload names; also valid Kubernetes names and hostnames.
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _MAX_NAME = 40
 
-# TensorCores per JAX device in xpk's `<generation>-<N>` TPU names, where N
+# TensorCores per JAX device in xpk's `<generation>-<n>` TPU names, where n
 # counts TensorCores: v4 and v5p chips have two, which JAX drives as one
 # (megacore) device; v5e (xpk: v5litepod) and v6e chips have one.
 _TPU_CORES_PER_DEVICE = {"v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
@@ -52,29 +38,32 @@ _TPU_TYPE = re.compile(r"(?P<gen>[a-z0-9]+)-(?P<size>\d+(?:x\d+)*)")
 
 COORDINATOR_PORT = 1234  # jobset: port of the JAX coordinator on pod 0.
 _WORKERS = "workers"  # jobset: name of its one replicated job.
-_PROCESS_ID_ENV = "SCALERL_PROCESS_ID"  # jobset: env var holding the completion index.
+# jobset: the environment variable holding the completion index.
+_PROCESS_ID_ENV = "SCALERL_PROCESS_ID"
 # xpk, slurm: what the train command adds; JAX reads the rest from the cluster.
 _AUTO_DETECTED = {"mesh.distributed": True}
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """Where and how to run; `launch/cluster.py` has one flag per field, named alike."""
+  """Where and how to run; `launch/cluster.py` has one flag per field."""
   name: str  # Workload / job / JobSet name.
   python: str = "python"  # Interpreter in the train command.
-  tpu_type: str = ""  # xpk: e.g. v5p-64 (TensorCores) or v5litepod-16 (chips).
+  tpu_type: str = ""  # xpk: e.g. v5p-64 (TensorCores), v5litepod-16 (chips).
   num_slices: int = 1  # xpk: TPU slices.
   cluster: str = ""  # xpk: GKE cluster name.
   project: str = ""  # xpk: GCP project; "" = gcloud's default.
   zone: str = ""  # xpk: GCP zone; "" = gcloud's default.
-  docker_image: str = ""  # xpk, jobset: image holding the repository as its working directory.
-  base_docker_image: str = ""  # xpk: base image to which xpk adds this repository.
+  # xpk, jobset: image holding the repository as its working directory.
+  docker_image: str = ""
+  base_docker_image: str = ""  # xpk: base image xpk adds this repository to.
   num_nodes: int = 0  # slurm, jobset: GPU hosts.
   gpus_per_node: int = 8  # slurm, jobset: GPUs per host.
   partition: str = ""  # slurm: partition; "" = the cluster's default.
-  time_limit: str = ""  # slurm: --time, e.g. 2-00:00:00; "" = the partition's default.
-  # Repository root: slurm runs there on the hosts; xpk adds it to --base_docker_image.
-  # launch/cluster.py defaults it to the checkout it runs from.
+  # slurm: --time, e.g. 2-00:00:00; "" = the partition's default.
+  time_limit: str = ""
+  # Repository root: slurm runs there on the hosts; xpk adds it to
+  # --base_docker_image. launch/cluster.py defaults it to its checkout.
   repo_dir: str = ""
 
 
@@ -83,7 +72,8 @@ class Job:
   """What a target emits, and how its tool takes it."""
   text: str  # The xpk command line, the sbatch script or the JobSet manifest.
   argv: list[str]  # The tool invocation that submits it.
-  stdin: Optional[str]  # Fed to `argv` (script or manifest); None when `argv` is all.
+  # Fed to `argv` (script or manifest); None when `argv` is all.
+  stdin: Optional[str]
   mesh_shape: tuple[int, ...]  # config.mesh.shape with its -1 resolved.
   num_devices: int  # Devices the target provides.
 
@@ -91,12 +81,8 @@ class Job:
 def tpu_devices(tpu_type: str) -> int:
   """JAX devices of one slice of an xpk TPU type.
 
-  Args:
-    tpu_type: `<generation>-<N>` (N TensorCores for v4/v5p, chips for
-      v5litepod/v6e) or `<generation>-<topology>` such as v5p-2x2x4 (chips).
-
-  Returns:
-    The number of devices `jax.devices()` lists on the slice.
+  `tpu_type` is `<generation>-<n>` (n TensorCores for v4 and v5p, chips for
+  v5litepod and v6e) or `<generation>-<topology>` (chips, e.g. v5p-2x2x4).
   """
   match = _TPU_TYPE.fullmatch(tpu_type)
   gen = match and match["gen"]
@@ -118,17 +104,8 @@ def tpu_devices(tpu_type: str) -> int:
 def check_mesh(config: ml_collections.ConfigDict, num_devices: int, where: str) -> tuple[int, ...]:
   """`config.mesh.shape` with its -1 resolved for the target's `num_devices`.
 
-  Args:
-    config: the experiment config, overrides applied.
-    num_devices: devices the target provides.
-    where: the target in words, for the message.
-
-  Returns:
-    The mesh shape with its -1 replaced.
-
-  Raises:
-    ValueError: naming the config field that is invalid or does not fit
-      `num_devices` (config.mesh.shape when the device counts differ).
+  ValueError names the config field that is invalid or does not fit, and the
+  target (`where`).
   """
   try:
     config_lib.validate(config)
@@ -148,21 +125,10 @@ def check_mesh(config: ml_collections.ConfigDict, num_devices: int, where: str) 
 def train_argv(config_arg: str, workdir: str, overrides: dict[str, Any],
                target_fields: dict[str, Any], python: str,
                escape: Callable[[str], str] = lambda s: s) -> list[str]:
-  """The `launch.train` argv: the user's config and overrides, then the target's mesh fields.
+  """The `launch.train` argv: user config and overrides, then `target_fields`.
 
-  Args:
-    config_arg: the `--config` value, e.g. configs/scalerl.py:variant=llama3_8b.
-    workdir: the run's workdir, a path every host sees.
-    overrides: dotted field -> value given as --config.<field>=..., in order.
-    target_fields: dotted field -> value (or placeholder) the target sets.
-    python: the interpreter.
-    escape: applied to every argument that comes from the user.
-
-  Returns:
-    The argv.
-
-  Raises:
-    ValueError: the user set a field of `target_fields` to another value.
+  `escape` is applied to every argument that comes from the user. ValueError
+  when the user set a field of `target_fields` to another value.
   """
   for field, value in target_fields.items():
     if field in overrides and overrides[field] != value:
@@ -237,10 +203,12 @@ def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
   devices, shape = _gpu_hosts(config, o, "jobset")
   _require(o, "jobset", "docker_image")
   fields = {"mesh.distributed": True,
-            # Pod 0 of job 0, through the headless service JobSet names after itself.
+            # Pod 0 of job 0, through the headless service JobSet names
+            # after itself.
             "mesh.coordinator_address": f"{o.name}-{_WORKERS}-0-0.{o.name}:{COORDINATOR_PORT}",
             "mesh.num_processes": o.num_nodes,
-            "mesh.process_id": f"$({_PROCESS_ID_ENV})"}  # Kubernetes expands $(VAR).
+            # Kubernetes expands $(VAR).
+            "mesh.process_id": f"$({_PROCESS_ID_ENV})"}
   # Kubernetes would also expand a user's "$(X)" and turn "$$" into "$".
   command = train_argv(config_arg, workdir, overrides, fields, o.python,
                        escape=lambda s: s.replace("$", "$$"))
@@ -250,7 +218,8 @@ def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
       "env": [{"name": _PROCESS_ID_ENV, "valueFrom": {"fieldRef": {"fieldPath": index}}}],
       "ports": [{"containerPort": COORDINATOR_PORT}],
       "resources": {"limits": {"nvidia.com/gpu": o.gpus_per_node}},
-      # NCCL exchanges data through /dev/shm, which container runtimes cap at 64 MB.
+      # NCCL exchanges data through /dev/shm, which container runtimes cap
+      # at 64 MB.
       "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
   pod = {"restartPolicy": "Never", "containers": [container],
          "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
@@ -270,21 +239,11 @@ TARGETS = {"xpk": _xpk, "slurm": _slurm, "jobset": _jobset}
 
 def build(target: str, config: ml_collections.ConfigDict, config_arg: str,
           overrides: dict[str, Any], workdir: str, options: Options) -> Job:
-  """What `target` runs: the train command of `config` wrapped for the cluster tool.
+  """What `target` runs: the train command of `config` wrapped for its tool.
 
-  Args:
-    target: a key of `TARGETS`.
-    config: the experiment config with `overrides` applied (for the mesh check).
-    config_arg: the `--config` value as given.
-    overrides: dotted field -> value of the user's --config.<field> flags, in order.
-    workdir: the run's workdir, a path every host sees.
-    options: cluster, sizes, image and names.
-
-  Returns:
-    The Job.
-
-  Raises:
-    ValueError: naming the flag or config field that does not fit.
+  `config` has the user's `overrides` (dotted field -> value, in flag order)
+  applied; `config_arg` is the `--config` value as given; `workdir` must be a
+  path every host sees. ValueError names the flag or field that does not fit.
   """
   if target not in TARGETS:
     raise ValueError(f"--target={target!r}: choose one of {sorted(TARGETS)}")
@@ -295,7 +254,7 @@ def build(target: str, config: ml_collections.ConfigDict, config_arg: str,
 
 
 def submit(job: Job) -> int:
-  """Hands `job` to its tool (xpk, sbatch or kubectl) and returns the tool's exit code."""
+  """Hands `job` to its tool (xpk, sbatch or kubectl); returns its exit code."""
   tool = job.argv[0]
   if shutil.which(tool) is None:
     raise FileNotFoundError(f"{tool} is not installed or not on PATH; run with --dry_run to "

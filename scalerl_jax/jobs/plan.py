@@ -1,45 +1,12 @@
-"""Memory and FLOPs per device of a config on a named accelerator (`launch/plan.py`).
+"""Memory and FLOPs per device of a config on a named accelerator.
 
-Nothing is allocated and no device is needed: shapes come from `jax.eval_shape`
-of the real code (model init, optimizer init, sampler slot state) and the
-per-device share of every array from its partition spec on an `AbstractMesh`
-of the config's mesh, through the same rules the trainer uses
-(`config.mesh.logical_axis_rules`). A dimension sharded n ways keeps
-ceil(size / n) entries per device, as XLA pads uneven shards.
+`make_plan` counts what each device holds in the train and generate phases
+of an RL step, with no device: shapes from `jax.eval_shape` of the real
+code, per-device shares from the config's partition rules on an
+`AbstractMesh`. Activations are a floor; FLOPs assume every completion at
+the full token budget. `program_estimates` splits the counts by program.
 
-What a device holds while the train step runs (the peak of an RL step, since
-generation and training alternate on one mesh):
-
-  * parameters, in `model.param_dtype`, sharded over fsdp/tensor by the rules;
-  * optimizer state: optax AdamW's two moments, which it keeps in the
-    parameter dtype (`mu_dtype` unset), sharded like their parameters, plus
-    replicated scalar step counts (`sharding.opt_state_shardings`);
-  * gradients, a parameter-shaped tree in the parameter dtype, and with
-    `trainer.microbatches` > 1 their float32 accumulator;
-  * the sampler's slot state, which stays allocated between generate phases:
-    the KV cache (slots x (max_prompt_len + max_new_tokens) x layers x
-    kv_heads x head_dim x 2 in `sampling.kv_cache_dtype`) and the per-token records
-    (tokens, log-probs, versions, mask), slots sharded over the batch axes;
-  * train-step activations (`activation_bytes`), the residuals the backward
-    pass keeps, with the batch sharded over the batch axes and heads, MLP and
-    vocabulary over tensor, as the `act_*` rules say, for one microbatch and
-    one `trainer.logprob_chunk` of logits, for the attention that runs on the
-    platform (plain keeps [H, T, T] scores, flash kernels a log-sum-exp). Only
-    the main residuals are counted, so this is a floor (tests/plan_test.py
-    compares with XLA:CPU). On TPU temporaries are counted in whole tiles.
-
-The generate phase holds, instead of gradients and activations, a copy of the
-layer weights in the compute dtype (`decode.prepare`); its peak is reported
-too. `program_estimates` splits the same counts by compiled program, with
-each program's own temporaries, for `scalerl_jax.jobs.aot` to set against the TPU
-compiler (docs/tpu.md says what agrees and what does not).
-
-FLOPs are `scalerl_jax.metrics.compute`'s: generation is a causal pass over prompt +
-completion - 1 tokens for every one of the P x G completions, training 3 x the
-forward pass over the P x G sequences, all at the full token budget (every
-completion truncated: the worst case). Time at peak divides them by the
-devices' summed peak bf16 FLOP/s; decode is memory-bound in practice, so this
-is a lower bound.
+Design: docs/design/planner.md; against the TPU compiler: docs/tpu.md.
 """
 
 from __future__ import annotations
@@ -97,17 +64,10 @@ def abstract_mesh(mesh_cfg: Any, num_devices: int) -> AbstractMesh:
 
 
 def shard_elements(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) -> int:
-  """Entries of one device's shard of an array of `shape` laid out by `spec`.
+  """Entries in one device's shard of an array of `shape` laid out by `spec`.
 
-  Args:
-    shape: the global shape.
-    spec: mesh axes (a name, a tuple of names or None) per dimension; missing
-      trailing entries mean replicated.
-    mesh: gives the size of each mesh axis.
-
-  Returns:
-    prod over dimensions of ceil(size / ways), ways the product of the sizes
-    of the dimension's mesh axes.
+  Each dimension keeps ceil(size / ways) entries, as XLA pads uneven shards;
+  missing trailing entries of `spec` are replicated.
   """
   return math.prod(_local_shape(shape, spec, mesh))
 
@@ -122,12 +82,7 @@ def _local_shape(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) 
 
 
 def tpu_tiled(local_shape: Sequence[int], itemsize: int) -> list[int]:
-  """The shape a TPU allocates for an array: its two minor dimensions padded to whole tiles.
-
-  HBM holds arrays in (8 x 4 / itemsize, 128) tiles of the last two
-  dimensions (bfloat16 (16, 128)), so a head_dim of 32 takes the room of 128.
-  The compiler may pick another dimension order; this is the default one.
-  """
+  """`local_shape` padded to TPU tiles: (8 x 4 / itemsize, 128) minor dims."""
   dims = list(local_shape)
   if dims:
     dims[-1] = -(-dims[-1] // 128) * 128
@@ -139,25 +94,20 @@ def tpu_tiled(local_shape: Sequence[int], itemsize: int) -> list[int]:
 
 def shard_bytes(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh, itemsize: int,
                 platform: str) -> int:
-  """Bytes of one device's shard of an array of `shape` laid out by `spec` (tiled on TPU)."""
+  """Bytes of one device's shard of `shape` laid out by `spec` (TPU: tiled)."""
   local = _local_shape(shape, spec, mesh)
   return math.prod(tpu_tiled(local, itemsize) if platform == "tpu" else local) * itemsize
 
 
 def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
-  """Per-device bytes of a tree of ShapeDtypeStructs laid out by a matching tree of specs.
-
-  Untiled: for the arrays that live across programs (parameters, optimizer
-  state, the sampler's cache and records) the TPU compiler picks layouts
-  that need no tile padding (measured on tiny_cpu, head_dim 32).
-  """
+  """Per-device bytes, untiled, of ShapeDtypeStructs laid out by `specs`."""
   sizes = jax.tree.map(lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
                        abstract, specs)
   return sum(jax.tree.leaves(sizes))
 
 
 def default_num_slots(config: ml_collections.ConfigDict) -> int:
-  """Sampler slots the trainer runs with (the rule is `rl.schedules.num_slots`)."""
+  """Sampler slots the trainer runs with (`rl.schedules.num_slots`)."""
   return schedules.num_slots(config)
 
 
@@ -167,12 +117,7 @@ Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
 
 def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int,
                      attention: str) -> list[Residual]:
-  """What one decoder block keeps for its backward pass over [b, t] tokens.
-
-  `attention` is the implementation that runs (`attention.resolve`): plain
-  keeps its [B, H, T, T] probabilities, the flash kernels (splash, blockwise,
-  cudnn) only a float32 log-sum-exp per query.
-  """
+  """(shape, logical axes, bytes) one block keeps for its backward pass."""
   c = np.dtype(cfg.dtype).itemsize
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   tok = ("act_batch", "act_len")
@@ -187,7 +132,8 @@ def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int,
   out = [embed] * 4 + [heads, kv, kv, heads] + [mlp] * 3
   if attention == "plain":
     out.append(scores)
-    if c != 4:  # The probabilities cast to the compute dtype feed the values product.
+    # The probabilities cast to the compute dtype feed the values product.
+    if c != 4:
       out.append(scores[:2] + (c,))
   else:
     out.append(((b, h, t), ("act_batch", "act_heads", "act_len"), 4))
@@ -201,25 +147,10 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
                      platform: str = "tpu") -> int:
   """Per-device bytes of the train step's activations over `rows` sequences.
 
-  The model runs on seq_len - 1 tokens (the last token is only a target).
-  Without remat every layer's residuals (`_block_residuals`) are kept; with
-  remat only each layer's input, and one layer's residuals exist at a time
-  while it is recomputed. The head keeps the final norm's output (chunked:
-  its input) and two [rows, T, V] float32 buffers, T cut to `chunk` when
-  chunked: the logits the log-softmax backward reads and their gradient.
-
-  Args:
-    cfg: the model's shape.
-    mesh: gives the size of each mesh axis.
-    rules: logical-axis rules (`act_*` names).
-    rows: global batch of sequences (one microbatch's).
-    seq_len: tokens per sequence (prompt + completion).
-    remat: whether blocks are rematerialised.
-    chunk: positions per log-prob chunk; 0 = the whole sequence.
-    platform: where it runs ('tpu', 'gpu', 'cpu'): picks `auto` attention.
-
-  Returns:
-    The bytes on one device.
+  A floor: the main residuals of every layer (with `remat` only each layer's
+  input, plus one layer's residuals while it is recomputed) and the head's
+  two float32 [rows, T, V] logit buffers, T cut to `chunk` (0: whole). The
+  model runs on seq_len - 1 tokens; `platform` resolves `auto` attention.
   """
   t = seq_len - 1
 
@@ -256,15 +187,7 @@ def _resolve_attention(cfg: transformer.ModelConfig, platform: str, seq_len: int
 def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
                    rows: int, width: int, cache_len: int, kv_bytes: int,
                    platform: str) -> tuple[int, int]:
-  """Temporaries of a prefill of `rows` prompts of `width` tokens, and of one decode step.
-
-  A prefill builds a fresh cache of `width` positions for every layer and the
-  slots' new per-token records, and holds one layer's activations at a time
-  (with plain attention its float32 scores the largest; a flash kernel keeps
-  none). A decode step holds the float32
-  logits of every slot a few times over (the LM head, the softmax, the draw)
-  and one layer's scores over the cache.
-  """
+  """Temporaries of a prefill of `rows` slots `width` wide, and of a decode."""
   c = np.dtype(cfg.dtype).itemsize
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
 
@@ -297,12 +220,12 @@ class Plan:
   seq_len: int  # max_prompt_len + max_new_tokens.
   remat: bool  # config.model.remat: which activation figure counts.
   params: int
-  opt_state: int  # Moments sharded like their parameters, as trainer.py lays them out.
+  opt_state: int  # Moments sharded like their parameters, as in trainer.py.
   grads: int
   grad_accum: int  # float32 gradient sums over microbatches; 0 without.
   kv_cache: int
   slot_records: int
-  decode_weights: int  # Layer weights in the compute dtype, generate phase only.
+  decode_weights: int  # Layer weights in the compute dtype; generate only.
   activations_remat: int
   activations_no_remat: int
   activations_per_row: int  # With config.model.remat, per sequence on a device.
@@ -316,10 +239,10 @@ class Plan:
   gathered: int = 0
   # The decode loop's weights gathered over fsdp, at the least: the float32 LM
   # head and one regrouped layer at a time. Where HBM is plentiful the TPU
-  # compiler hoists every layer's all-gather out of the loop and holds the
-  # whole network instead (llama3_8b: 15 GB on v5p, 2.5 GB on v6e; docs/tpu.md).
+  # compiler holds the whole network instead (docs/tpu.md).
   decode_gathered: int = 0
-  prepared_rest: int = 0  # Embedding, LM head and final norm in the regrouped weights.
+  # Embedding, LM head and final norm in the regrouped weights.
+  prepared_rest: int = 0
   prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
   decode_temps: int = 0  # One decode step over every slot.
   val_slot_state: int = 0  # Validation's slots (KV cache and records).
@@ -362,19 +285,11 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
               platform: str = "tpu") -> Plan:
   """Counts memory and FLOPs for `config` on `num_devices` devices.
 
-  Args:
-    config: an experiment config (`configs/scalerl.py`); the model shape is
-      `config.model` (an `hf_path` checkpoint is not read).
-    num_devices: devices in the mesh (its -1 axis takes the rest).
-    platform: 'tpu', 'gpu' or 'cpu', which `model.attention=auto` resolves by
-      (activation bytes depend on it).
-
-  Returns:
-    The plan.
-
-  Raises:
-    ConfigError: the config is invalid on this many devices, or the slots or
-      the train batch do not divide over the batch axes.
+  `config.model` gives the model's shape (an `hf_path` checkpoint is not
+  read). `platform` ('tpu', 'gpu' or 'cpu') resolves `model.attention=auto`
+  and whether arrays are tiled. Raises ConfigError when the config is invalid
+  on this many devices, or the slots or the train batch do not divide over
+  the batch axes.
   """
   config_lib.validate(config, num_devices)
   cfg = transformer.ModelConfig.from_config(config.model)
@@ -394,7 +309,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   opt_state = jax.eval_shape(optimizer.init, params)
   # The trainer's layout (tests/plan_test.py checks it on real arrays).
   opt_specs = sharding.opt_state_shardings(optimizer, params, param_specs, PartitionSpec())
-  # The sampler's regrouped weights (`decode.prepare`), as laid out by their names.
+  # The sampler's regrouped weights (`decode.prepare`), laid out by their names.
   prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
   layer_specs = tuple({name: nn.logical_to_mesh_axes(decode.PREPARED_AXES[name], rules)
                        for name in layer} for layer in prepared["layers"])
@@ -463,7 +378,7 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
-  """Bytes of one compiled program on one device, as XLA's buffer assignment counts them."""
+  """Per-device bytes of one compiled program (XLA's buffer assignment)."""
   arguments: int
   outputs: int
   aliased: int  # Outputs written into donated arguments.
@@ -476,16 +391,7 @@ class Memory:
 
 def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
                       platform: str = "tpu") -> dict[str, Memory]:
-  """The planner's bytes per device of each program a run compiles (`scalerl_jax.jobs.aot`).
-
-  train_step's arguments are the train state and the batch, its outputs the
-  state again (donated) and its temporaries the gradients, their accumulator,
-  the activations, the weights gathered over fsdp (`Plan.gathered`) and the
-  optimizer's updates (parameter-sized). The sampler's programs take the
-  regrouped weights and the slot state (donated), and their temporaries are
-  one prefill's fresh cache and activations, or one decode step's logits and
-  gathered weights.
-  """
+  """Per-device `Memory` of each program a run compiles, named as in `aot`."""
   p = make_plan(config, num_devices, platform)
   state = p.params + p.opt_state
   weights = p.decode_weights + p.prepared_rest
@@ -510,22 +416,14 @@ class Fit:
   accelerator: Accelerator
   fits: bool  # peak <= (1 - margin) x HBM.
   free_bytes: float  # (1 - margin) x HBM - peak; negative when it does not fit.
-  rows_that_fit: int  # Train sequences per device the activations leave room for.
+  # Train sequences per device the activations leave room for.
+  rows_that_fit: int
   generate_s: float  # At peak FLOP/s on every device.
   train_s: float
 
 
 def fit(plan: Plan, accelerator: Accelerator, margin: float) -> Fit:
-  """Whether `plan` fits on `accelerator` keeping `margin` of HBM free, and its time at peak.
-
-  Args:
-    plan: from `make_plan`.
-    accelerator: e.g. `ACCELERATORS["h100"]`.
-    margin: fraction of HBM kept for XLA's scratch space and fragmentation.
-
-  Returns:
-    The fit.
-  """
+  """How `plan` fits in (1 - margin) x HBM of `accelerator`; time at peak."""
   usable = (1.0 - margin) * accelerator.hbm_bytes
   rows = 0
   if plan.generate_peak <= usable:
@@ -572,16 +470,7 @@ def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float
 
 
 def resolve_num_devices(mesh_cfg: Any, requested: Optional[int]) -> int:
-  """Devices to plan for: `requested`, else the mesh's own size, else the local count.
-
-  Args:
-    mesh_cfg: `config.mesh`.
-    requested: a device count asked for explicitly, or None.
-
-  Returns:
-    `requested` when given; the product of `mesh_cfg.shape` when it has no
-    -1; otherwise `jax.device_count()`.
-  """
+  """`requested`, else a -1-free mesh's size, else `jax.device_count()`."""
   if requested is not None:
     return requested
   if -1 not in mesh_cfg.shape:
@@ -590,7 +479,7 @@ def resolve_num_devices(mesh_cfg: Any, requested: Optional[int]) -> int:
 
 
 def accelerators_named(names: Sequence[str]) -> list[Accelerator]:
-  """`ACCELERATORS` entries by key, in order; raises ValueError naming an unknown one."""
+  """`ACCELERATORS` entries by key, in order; ValueError names unknown ones."""
   unknown = [n for n in names if n not in ACCELERATORS]
   if unknown:
     raise ValueError(f"unknown accelerators {unknown}; choose from {sorted(ACCELERATORS)}")

@@ -1,21 +1,11 @@
-"""Ablation grids: load a sweep file, build each point's config and command, run the points.
+"""Ablation grids: load a sweep file, build each point's config and command.
 
-A sweep file (`configs/ablations/*.py`) defines `get_config(arg)`, the base
-config (ScaleRL from configs/scalerl.py, possibly edited), and `get_sweep(arg)`,
-a list of points: dicts of dotted config overrides plus a "name". A "variant"
-key picks the model size and goes into `--config=configs/scalerl.py:variant=`;
-every other key becomes a `--config.<field>=<value>` flag, as do the fields in
-which the sweep's base differs from configs/scalerl.py.
+A sweep file (`configs/ablations/*.py`) defines `get_config(arg)`, its base
+config, and `get_sweep(arg)`: points, each a dict of dotted config overrides
+plus a "name". A point runs in `<sweep_dir>/<name>` and is finished iff its
+`DONE` file exists, so rerunning a sweep resumes it.
 
-The base config reaches this module as an argument (`base_config`, the
-`get_config` of configs/scalerl.py) and so does the repository root the runs
-start in (`repo_root`): launch/sweep.py passes both, since `configs/` and
-`launch/` live in the checkout, not in the installed package.
-
-Each point runs in `<sweep_dir>/<name>`. The trainer writes `DONE` there when
-the run finishes, so a point is finished iff that file exists and rerunning a
-sweep resumes it. Every point's config is built and validated before anything
-starts, so a typo fails at once and names the file, the point and the field.
+Design: docs/design/sweeps.md.
 """
 
 from __future__ import annotations
@@ -37,7 +27,8 @@ import ml_collections
 from scalerl_jax import config as config_lib
 from scalerl_jax import workdir as workdir_lib
 
-BASE_CONFIG = "configs/scalerl.py"  # As the training launcher sees it from the repository root.
+# As the training launcher sees it from the repository root.
+BASE_CONFIG = "configs/scalerl.py"
 # configs/scalerl.py's get_config: "variant=<name>" -> that variant's config.
 BaseConfig = Callable[[str], ml_collections.ConfigDict]
 LOG = "log.txt"
@@ -49,13 +40,14 @@ class Point:
   """One run of a grid."""
   name: str  # Also the name of its workdir.
   variant: str  # configs/scalerl.py variant.
-  overrides: dict[str, Any]  # Dotted field -> value, applied on top of the variant.
+  overrides: dict[str, Any]  # Dotted field -> value, on top of the variant.
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
   """What happened to one point in a local sweep."""
-  state: str  # "skipped" (already finished), "finished", "failed" or "incomplete".
+  # "skipped" (already finished), "finished", "failed" or "incomplete".
+  state: str
   returncode: Optional[int]
   log: str  # Path of the point's log.txt.
   tail: str = ""  # Last lines of the log, for failed and incomplete points.
@@ -75,19 +67,12 @@ def _load_module(path):
 
 
 def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
-  """Loads and validates the points of a sweep file.
+  """The points of a sweep file, validated, in the file's order.
 
-  Args:
-    spec: "path/to/sweep.py" or "path/to/sweep.py:arg"; `arg` goes to the
-      file's get_config and get_sweep (for ScaleRL-based files: "variant=...").
-    base_config: the get_config of BASE_CONFIG.
-
-  Returns:
-    The points, in the file's order.
-
-  Raises:
-    ValueError: a point without a usable or unique name, or whose config does
-      not build or validate (the message names the file, point and field).
+  `spec` is "path/to/sweep.py[:arg]", `arg` going to the file's get_config
+  and get_sweep; `base_config` is BASE_CONFIG's get_config. Raises ValueError
+  for a point without a unique usable name or whose config does not build or
+  validate, naming the file, point and field.
   """
   path, _, arg = spec.partition(":")
   module = _load_module(path)
@@ -114,18 +99,9 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
 
 
 def build_config(point: Point, base_config: BaseConfig) -> ml_collections.ConfigDict:
-  """The config a point trains with.
+  """The validated config of `point`: its variant with its overrides applied.
 
-  Args:
-    point: the point.
-    base_config: the get_config of BASE_CONFIG.
-
-  Returns:
-    Its variant of configs/scalerl.py with its overrides applied, validated.
-
-  Raises:
-    ValueError: an override names no field or has the wrong type (ConfigError,
-      a ValueError, when the result does not validate); all name the point.
+  ValueError (or ConfigError) names the point and the override or field.
   """
   config = base_config(f"variant={point.variant}")
   for key, value in point.overrides.items():
@@ -148,14 +124,7 @@ def build_config(point: Point, base_config: BaseConfig) -> ml_collections.Config
 
 
 def format_value(value: Any) -> str:
-  """A config value as a flag value that ml_collections' config_flags parses back.
-
-  Args:
-    value: a bool, int, float, str or (nested) tuple.
-
-  Returns:
-    The flag value, unquoted (argv lists need no quoting; `shlex.join` adds it).
-  """
+  """A bool, int, float, str or tuple as config_flags parses it, unquoted."""
   if isinstance(value, bool):
     return "True" if value else "False"
   if isinstance(value, (int, str)):
@@ -168,16 +137,10 @@ def format_value(value: Any) -> str:
 
 
 def train_command(point: Point, workdir: str, python: str = "python") -> list[str]:
-  """The argv that trains one point, to be run from the repository root.
+  """The argv that trains `point` in `workdir`, run from the repository root.
 
-  Args:
-    point: the point.
-    workdir: its workdir.
-    python: the interpreter.
-
-  Returns:
-    `python -m launch.train --config=configs/scalerl.py:variant=... --workdir=...`
-    followed by one `--config.<field>=<value>` per override, sorted by field.
+  `launch.train` with `--config=configs/scalerl.py:variant=...`, then one
+  `--config.<field>=<value>` per override, sorted by field.
   """
   return [python, "-m", "launch.train", f"--config={BASE_CONFIG}:variant={point.variant}",
           f"--workdir={workdir}"] + [
@@ -185,7 +148,7 @@ def train_command(point: Point, workdir: str, python: str = "python") -> list[st
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-  """['trainer.eval_every=5', 'rl.loss=dapo'] -> {field: value} (Python literals or strings)."""
+  """['rl.loss=dapo', ...] -> {field: value}: Python literals, else strings."""
   overrides = {}
   for item in items:
     field, sep, text = item.partition("=")
@@ -200,7 +163,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 def with_overrides(points: Sequence[Point], overrides: dict[str, Any],
                    base_config: BaseConfig) -> list[Point]:
-  """Every point with `overrides` applied on top (validated like the points themselves)."""
+  """Every point with `overrides` applied on top, validated like the points."""
   out = [dataclasses.replace(p, overrides={**p.overrides, **overrides}) for p in points]
   for p in out:
     build_config(p, base_config)
@@ -208,10 +171,9 @@ def with_overrides(points: Sequence[Point], overrides: dict[str, Any],
 
 
 def select(points: Sequence[Point], names: Sequence[str]) -> list[Point]:
-  """The points named in `names`, in the grid's order; all when `names` is empty.
+  """The points named in `names`, in the grid's order; all when it is empty.
 
-  Raises:
-    ValueError: naming every unknown name and the grid's names.
+  Raises ValueError naming every unknown name and the grid's names.
   """
   if not names:
     return list(points)
@@ -224,11 +186,10 @@ def select(points: Sequence[Point], names: Sequence[str]) -> list[Point]:
 
 
 def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
-  """Points whose runs cache and reuse warm-started base policies in one place.
+  """Points sharing `<sweep_dir>/base_policy` as their warm-start cache.
 
-  Every point that does not choose `trainer.warm_start_dir` itself gets
-  `<sweep_dir>/base_policy`, so points with the same model and warm-start
-  settings train the base policy once instead of once each.
+  Points that set `trainer.warm_start_dir` themselves keep it; the others with
+  the same model and warm-start settings then train the base policy once.
   """
   shared = os.path.join(os.path.abspath(sweep_dir), workdir_lib.BASE_POLICY_DIR)
   return [p if "trainer.warm_start_dir" in p.overrides else dataclasses.replace(
@@ -237,17 +198,9 @@ def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
 
 def write_commands(points: Sequence[Point], sweep_dir: str, path: str, repo_root: str,
                    python: str = "python") -> list[str]:
-  """Writes one shell command line per point to `path` (for a cluster scheduler).
+  """Writes each point's shell command line to `path`; returns the lines.
 
-  Args:
-    points: the grid.
-    sweep_dir: parent of the points' workdirs.
-    path: output file.
-    repo_root: the repository root, where the commands are to be run.
-    python: the interpreter named in the commands.
-
-  Returns:
-    The command lines, in order.
+  They are to be run from `repo_root` (e.g. by a cluster scheduler).
   """
   sweep_dir = os.path.abspath(sweep_dir)
   lines = [shlex.join(train_command(p, os.path.join(sweep_dir, p.name), python)) for p in points]
@@ -270,21 +223,10 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
               command: Optional[Callable[[Point, str], list[str]]] = None) -> dict[str, Outcome]:
   """Runs the unfinished points as local processes, `parallel` at a time.
 
-  Each process runs from the repository root with its output appended to
-  `<workdir>/log.txt`. A failing point does not stop the others. On an
-  interrupt the running processes are terminated; rerunning resumes.
-
-  Args:
-    points: the grid.
-    sweep_dir: parent of the points' workdirs.
-    repo_root: the repository root, the processes' working directory.
-    parallel: processes at a time.
-    python: interpreter for the default training command.
-    poll_s: seconds between checks on running processes.
-    command: argv for (point, workdir); defaults to `train_command`.
-
-  Returns:
-    Point name -> outcome, in the points' order.
+  Each runs from `repo_root`, its output appended to `<workdir>/log.txt`. A
+  failing point does not stop the others; on an interrupt the running ones
+  are terminated (rerunning resumes). `command(point, workdir)` gives the
+  argv (default: `train_command`). Returns point name -> Outcome, in order.
   """
   if parallel < 1:
     raise ValueError(f"parallel must be >= 1; got {parallel}")

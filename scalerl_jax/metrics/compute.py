@@ -1,31 +1,8 @@
-"""Compute accounting: FLOPs of generation and training, and a run's cumulative totals.
+"""FLOPs of generation and training, and a run's cumulative compute.
 
-Compute is counted analytically from the model's shape (PAPER.md §1 measures
-compute in GPU-hours; FLOPs are the hardware-independent counterpart):
-
-  * A token's forward pass costs 2 FLOPs per matmul parameter (every
-    projection plus the LM head, which is a matmul even when tied to the
-    embedding; the embedding lookup is free) plus attention: scores and the
-    weighted sum of values, 2 x 2 x context x num_heads x head_dim per layer,
-    where context is the number of keys the token attends to (itself included).
-  * A causal pass over n tokens after `past` cached ones: token j attends to
-    past + j + 1 keys.
-  * Generation of c tokens after a p-token prompt: the prompt is prefilled and
-    every sampled token but the last is fed back, so p + c - 1 tokens go
-    through the model causally (a KV cache makes prefill + decode cost exactly
-    one causal pass). The sampler's first decode step reads the prompt's last
-    token again (`sampling/slots.py`); that one token per sequence belongs to
-    this implementation, not to the cost of generating, and is not counted.
-  * Generation is counted as it happens (`prefill_flops` when a prompt starts,
-    `decode_flops` after every sampler call), so every generated token counts,
-    whether or not its group is ever trained on; `generation_flops` is the sum
-    of the two for finished sequences.
-  * Training: forward + backward = 3 x the forward pass over the sequences the
-    train step computes on.
-
-`ComputeMeter` adds up the FLOPs and device-seconds of a run; every metrics
-line carries its totals under `FLOPS_KEY` and `DEVICE_SECONDS_KEY`, the
-x-axes that `scalerl_jax.scaling` fits curves against.
+Counted from the model's shape; training is 3 x the forward pass.
+`ComputeMeter` sums FLOPs and device-seconds, logged on every metrics line
+under `FLOPS_KEY` and `DEVICE_SECONDS_KEY`. Design: docs/design/compute.md.
 """
 
 from __future__ import annotations
@@ -39,15 +16,7 @@ DEVICE_SECONDS_KEY = "compute/device_seconds"
 
 
 def matmul_params(cfg: ModelConfig) -> int:
-  """Parameters that take part in a matmul per token, LM head included.
-
-  Args:
-    cfg: the model's shape.
-
-  Returns:
-    Projection and MLP weights of every layer plus the D x V head (tied or
-    not). Norm scales and biases are left out (O(D) work per token).
-  """
+  """Weights used in a matmul per token, the LM head included (tied or not)."""
   d, e = cfg.embed_dim, cfg.head_dim
   per_layer = d * e * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * d * cfg.mlp_dim
   return cfg.num_layers * per_layer + d * cfg.vocab_size
@@ -59,72 +28,35 @@ def _attention_flops_per_key(cfg: ModelConfig) -> int:
 
 
 def forward_flops(cfg: ModelConfig, num_tokens: int, past: int = 0) -> int:
-  """Forward FLOPs of a causal pass over `num_tokens` tokens after `past` cached ones.
-
-  Args:
-    cfg: the model's shape.
-    num_tokens: tokens computed in this pass.
-    past: tokens already in the KV cache before them.
-
-  Returns:
-    The FLOPs; token j (from 0) attends to past + j + 1 keys.
-  """
+  """Forward FLOPs of `num_tokens` causal tokens after `past` cached ones."""
   n = int(num_tokens)
   keys = n * int(past) + n * (n + 1) // 2
   return 2 * matmul_params(cfg) * n + _attention_flops_per_key(cfg) * keys
 
 
 def prefill_flops(cfg: ModelConfig, prompt_lens: Sequence[int]) -> int:
-  """FLOPs of prefilling prompts into the KV cache.
-
-  Args:
-    cfg: the model's shape.
-    prompt_lens: prompt tokens of each sequence.
-
-  Returns:
-    The sum over sequences of a causal pass over the prompt.
-  """
+  """FLOPs of prefilling each prompt into the KV cache (a causal pass)."""
   return sum(forward_flops(cfg, int(p)) for p in prompt_lens)
 
 
 def decode_flops(cfg: ModelConfig, prompt_lens: Sequence[int], start_lens: Sequence[int],
                  end_lens: Sequence[int]) -> int:
-  """FLOPs of decoding sequences from `start_lens` to `end_lens` tokens.
+  """FLOPs of decoding each sequence from `start_lens` to `end_lens` tokens.
 
-  The completion token at position t (from 0) costs the forward pass of its
-  predecessor at t - 1, attending to t keys, except the first one, whose
-  predecessor is the prompt's last token (counted by `prefill_flops`).
-
-  Args:
-    cfg: the model's shape.
-    prompt_lens: prompt tokens of each sequence.
-    start_lens: prompt + completion tokens of each before the decoding.
-    end_lens: the same after it.
-
-  Returns:
-    The sum over sequences of the fed-back tokens' forward passes.
+  Lengths count prompt + completion. The first completion token's
+  predecessor, the prompt's last token, is counted by `prefill_flops`.
   """
   total = 0
   for p, start, end in zip(prompt_lens, start_lens, end_lens, strict=True):
-    first = max(int(start), int(p) + 1)  # First token whose predecessor is decoded.
+    # The first token whose predecessor is decoded, not prefilled.
+    first = max(int(start), int(p) + 1)
     total += forward_flops(cfg, max(int(end) - first, 0), past=first - 1)
   return total
 
 
 def generation_flops(cfg: ModelConfig, prompt_lens: Sequence[int],
                      completion_lens: Sequence[int]) -> int:
-  """FLOPs of sampling a batch: prompt prefill plus decoding with a KV cache.
-
-  Args:
-    cfg: the model's shape.
-    prompt_lens: prompt tokens of each sequence.
-    completion_lens: tokens sampled for each sequence (injected interruption
-      phrases included).
-
-  Returns:
-    The sum over sequences of a causal pass over p + c - 1 tokens (the last
-    sampled token is never fed back).
-  """
+  """FLOPs of sampling: a causal pass over p + c - 1 tokens per sequence."""
   prompt_lens, completion_lens = list(prompt_lens), list(completion_lens)
   if len(prompt_lens) != len(completion_lens):
     raise ValueError(f"{len(prompt_lens)} prompt lengths but {len(completion_lens)} "
@@ -134,17 +66,7 @@ def generation_flops(cfg: ModelConfig, prompt_lens: Sequence[int],
 
 
 def train_flops(cfg: ModelConfig, seq_lens: Sequence[int]) -> int:
-  """FLOPs of one forward + backward pass (3 x forward) over the given sequences.
-
-  Args:
-    cfg: the model's shape.
-    seq_lens: length of each sequence the train step computes on (prompt and
-      completion; padded lengths to count the hardware's work, real lengths
-      to count the useful work).
-
-  Returns:
-    3 x the sum of causal forward FLOPs.
-  """
+  """3 x the causal forward FLOPs of sequences (padded or real lengths)."""
   return 3 * sum(forward_flops(cfg, int(t)) for t in seq_lens)
 
 
@@ -156,14 +78,7 @@ class ComputeMeter:
     self.device_seconds: float = 0.0
 
   def add(self, flops: int | float = 0, wall_seconds: float = 0.0, num_devices: int = 1) -> None:
-    """Adds work done.
-
-    Args:
-      flops: FLOPs of the work (see `generation_flops`, `train_flops`).
-      wall_seconds: how long it took.
-      num_devices: devices that were busy for that time (occupied, whether or
-        not they computed).
-    """
+    """Adds `flops` done in `wall_seconds` while `num_devices` were occupied."""
     if flops < 0 or wall_seconds < 0 or num_devices < 1:
       raise ValueError(f"ComputeMeter.add: need flops >= 0, wall_seconds >= 0 and "
                        f"num_devices >= 1; got {flops}, {wall_seconds}, {num_devices}")
@@ -179,12 +94,7 @@ class ComputeMeter:
     return {"flops": self.flops, "device_seconds": self.device_seconds}
 
   def load_state_dict(self, state: Mapping[str, Any]) -> None:
-    """Restores totals saved by `state_dict`.
-
-    Raises:
-      ValueError: keys other than "flops" and "device_seconds", or values that
-        are not non-negative numbers.
-    """
+    """Restores saved totals; ValueError on unknown keys or negative values."""
     if set(state) != {"flops", "device_seconds"}:
       raise ValueError(f"ComputeMeter state: keys {sorted(state)} are not "
                        "['device_seconds', 'flops']")

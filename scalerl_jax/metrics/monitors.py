@@ -1,39 +1,15 @@
-"""Training monitors: per-step checks that warn before a run goes wrong without crashing.
+"""Training monitors: per-step checks that warn before a run goes wrong.
 
-`Monitors.from_config(config)` builds the checks that `config.monitor` enables
-(a threshold of 0 turns a check off). The trainer feeds it the metrics row of
-every step, step 0's validation included; `check(step, row)` returns an
-`Alert` for every check that fires and logs each as a warning, and
-`scalars(alerts)` gives the row its `alert/<name>` entries (1 when the check
-fired at this step, else 0). With `monitor.stop_on_alert` the trainer saves a
-checkpoint and stops on the first alert (`AlertStop`).
+`Monitors.from_config(config)` builds the checks `config.monitor` enables (a
+threshold of 0 turns one off; `staleness` is always on). The trainer feeds
+`check(step, row)` every step's metrics row, step 0's validation included;
+it logs and returns an `Alert` per check that fired, and `scalars(alerts)`
+gives the row its `alert/<name>` entries (1 if fired at this step, else 0).
+With `monitor.stop_on_alert` the trainer saves and stops on the first alert
+(`AlertStop`). Checks that remember earlier steps carry that through
+checkpoints (`state_dict`), so a resumed run alerts as an uninterrupted one.
 
-The checks, by name, and the metrics they read (written by trainer.py and, under
-`train/`, by rl/train_step.py and rl/losses.py):
-  entropy_collapse  train/entropy below `entropy_min_fraction` of its first value.
-  truncation        train/truncation_rate above `truncation_rate_max` (PAPER.md §6:
-                    rising truncation precedes collapse).
-  logp_mismatch     train/train_gen_logp_abs_diff, the mean |log pi_train - log pi_gen|
-                    per token, above `logp_diff_max`.
-  is_ratio          the largest IS ratio, train/ratio_max or (TIS on)
-                    train/tis_ratio_max, above `ratio_max`.
-  reward_stuck      train/reward_mean equal to rl.reward_incorrect (every completion
-                    failed) or rl.reward_correct (every one passed) for
-                    `reward_stuck_steps` steps in a row.
-  val_drop          val/mean_at_k more than `val_drop_max` below its best so far.
-  staleness         a fault of the off-policy bound k: staleness/over_k > 0 (tokens
-                    trained with a lag above k) or buffer/evicted_stale grew (groups
-                    found staler than k and thrown away). Always on: with a correct
-                    schedule it never fires.
-
-Steps whose loss saw no token (train/loss_tokens = 0: every group had zero
-variance) carry no mismatch or ratio; those checks skip them. train/entropy
-covers every generated token, dropped groups included, so it is checked on
-every step.
-
-Four checks remember earlier steps (the first entropy, reward streaks, the
-best validation, the evictions so far); `state_dict` / `load_state_dict` carry that through
-checkpoints, so a resumed run raises the alerts an uninterrupted one would.
+Design (the checks and the metrics they read): docs/design/monitors.md.
 """
 
 from __future__ import annotations
@@ -62,7 +38,8 @@ class AlertStop(RuntimeError):
 
 class _Check(abc.ABC):
   """A check: `__call__(row)` returns a message when it fires, else None."""
-  _STATE: tuple[str, ...] = ()  # Attributes that remember earlier steps (JSON values).
+  # Attributes (JSON values) that remember earlier steps.
+  _STATE: tuple[str, ...] = ()
 
   @abc.abstractmethod
   def __call__(self, row: Row) -> Optional[str]:
@@ -80,7 +57,7 @@ _CHECKS: dict[str, Callable[[ml_collections.ConfigDict], Optional[_Check]]] = {}
 
 
 def _register(name: str):
-  """Registers a check class under `name`; its `from_config` returns None when disabled."""
+  """Registers a check class; its `from_config` returns None when disabled."""
   def register(cls):
     if name in _CHECKS:
       raise ValueError(f"monitor {name!r} is already registered")
@@ -167,7 +144,8 @@ class _RewardStuck(_Check):
   def __init__(self, steps: int, incorrect: float, correct: float):
     self.steps = steps
     self.levels = {"failed": incorrect, "passed": correct}
-    self.streaks = {k: 0 for k in self.levels}  # Consecutive steps at each level.
+    # Consecutive steps at each level.
+    self.streaks = {k: 0 for k in self.levels}
 
   @classmethod
   def from_config(cls, config):
@@ -218,7 +196,8 @@ class _StalenessFault(_Check):
 
   def __init__(self, max_off_policy: int):
     self.max_off_policy = max_off_policy
-    self.evicted = 0.0  # buffer/evicted_stale at the last step (a running count).
+    # buffer/evicted_stale at the last step (a running count).
+    self.evicted = 0.0
 
   @classmethod
   def from_config(cls, config):
@@ -253,21 +232,13 @@ class Monitors:
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "Monitors":
-    """The checks enabled in `config.monitor` (thresholds of 0 leave one out)."""
+    """The checks `config.monitor` enables (a threshold of 0 leaves one out)."""
     checks = {name: make(config) for name, make in _CHECKS.items()}
     return cls({k: v for k, v in checks.items() if v is not None},
                config.monitor.stop_on_alert)
 
   def check(self, step: int, row: Row) -> list[Alert]:
-    """Runs every check on the metrics of `step`; logs and returns those that fire.
-
-    Args:
-      step: the step the row belongs to.
-      row: its metrics (the dict the trainer writes).
-
-    Returns:
-      The alerts, in registration order.
-    """
+    """Logs and returns, in registration order, the alerts that `row` raises."""
     alerts = []
     for name, check in self.checks.items():
       message = check(row)
@@ -277,7 +248,7 @@ class Monitors:
     return alerts
 
   def scalars(self, alerts: list[Alert]) -> dict[str, float]:
-    """alert/<name> for every enabled check: 1.0 if it is among `alerts`, else 0.0."""
+    """`alert/<name>` of every enabled check: 1.0 if in `alerts`, else 0.0."""
     fired = {a.name for a in alerts}
     return {f"alert/{name}": float(name in fired) for name in self.checks}
 

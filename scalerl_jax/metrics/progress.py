@@ -1,9 +1,7 @@
-"""The terminal progress line of a run: step/total, rate, ETA and a few live values.
+"""The terminal progress line of a run (tqdm): step/total, rate, ETA, values.
 
-It is tqdm's. On a terminal the bar is redrawn in place. Off a terminal (a log
-file, CI) tqdm's redraws would pile up as one line of carriage returns, so the
-same text is written as plain lines instead: at the start, at most every
-`every_s` seconds, and at the end.
+Off a terminal the same text is written as plain lines: at the start, at
+most every `every_s` seconds, and at the end. Design: docs/design/metrics.md.
 """
 
 from __future__ import annotations
@@ -41,37 +39,27 @@ class Progress:
 
   def __init__(self, total_steps: int, start_step: int = 0, every_s: float = 30.0,
                stream: Optional[TextIO] = None):
-    """Shows the line at `start_step`.
+    """Shows the line at `start_step`, where the rate starts counting.
 
-    Args:
-      total_steps: the step at which the run ends.
-      start_step: the step it starts (or resumes) from; the rate counts from here.
-      every_s: seconds between plain lines when the stream is not a terminal.
-      stream: where to write; stderr by default.
+    `every_s` spaces plain lines off a terminal; `stream` defaults to stderr.
     """
     stream = stream if stream is not None else sys.stderr
     tty = stream.isatty()
     self._plain = not tty
-    self._live: dict[str, float] = {}  # The values shown, in the order first given.
+    self._live: dict[str, float] = {}  # Shown in the order first given.
     self._bar = _Bar(total=total_steps, initial=start_step, unit="step",
                      file=stream if tty else _Lines(stream), dynamic_ncols=tty,
                      ncols=None if tty else 0, mininterval=0.1 if tty else every_s,
                      miniters=1, smoothing=0)
 
   def update(self, step: int, **live: Any) -> None:
-    """Shows the progress at `step`.
-
-    Args:
-      step: the step just finished.
-      **live: scalars to show, e.g. `pass_rate=0.42`; a value of None keeps
-        the one shown last (e.g. a validation score between evaluations).
-    """
+    """Shows `step` and the `live` scalars; None keeps the value shown."""
     self._live.update({name: float(np.asarray(v)) for name, v in live.items() if v is not None})
     self._bar.set_postfix(self._live, refresh=False)
     self._bar.update(step - self._bar.n)
 
   def close(self) -> None:
-    """Shows the last step's line, unless it is the last one written, and ends it."""
+    """Shows the last step's line unless it was the last written, and ends."""
     if self._plain and self._bar.last_print_n == self._bar.n:
       self._bar.leave = False
     self._bar.close()

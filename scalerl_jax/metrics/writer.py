@@ -1,9 +1,8 @@
-"""Metric writers: `metrics.jsonl` and TensorBoard event files of a run.
+"""Metric writers: a run's `metrics.jsonl` and TensorBoard event files.
 
-A run's workdir receives `metrics.jsonl` (one JSON object per line: an int
-"step" and scalar metrics) and TensorBoard event files under `tb/`, written by
-process 0 only. Compute accounting is `compute.py`, the terminal progress line
-`progress.py`.
+Each line of `metrics.jsonl` is one JSON object: an int "step" and scalar
+metrics; the same scalars go to TensorBoard under `tb/`. Only process 0
+writes. Design: docs/design/metrics.md.
 """
 
 from __future__ import annotations
@@ -42,12 +41,10 @@ class MetricWriter:
   """
 
   def __init__(self, workdir: str, is_primary: Optional[bool] = None):
-    """Creates the writer; files are opened on the first write.
+    """Creates `workdir` (on the primary); files open on the first write.
 
-    Args:
-      workdir: the run's directory (created if missing, on the primary only).
-      is_primary: whether this process writes; None means `jax.process_index() == 0`
-        (decided here, not at import, so it follows `jax.distributed.initialize`).
+    `is_primary` None means `jax.process_index() == 0`, decided here (not at
+    import) so that it follows `jax.distributed.initialize`.
     """
     self.workdir = workdir
     self.is_primary = jax.process_index() == 0 if is_primary is None else is_primary
@@ -59,12 +56,7 @@ class MetricWriter:
       os.makedirs(workdir, exist_ok=True)
 
   def write(self, step: int, scalars: Mapping[str, Any]) -> None:
-    """Writes one line `{"step": step, **scalars}` and the same TensorBoard scalars.
-
-    Args:
-      step: the training step the values belong to.
-      scalars: metric name -> scalar (Python, numpy or JAX).
-    """
+    """Writes `{"step": step, **scalars}` (Python, numpy or JAX scalars)."""
     if not self.is_primary:
       return
     if "step" in scalars:
@@ -85,16 +77,10 @@ class MetricWriter:
     self._tb.flush()
 
   def truncate_after(self, step: int) -> None:
-    """Drops every line with step > `step`, for a run resuming from that step.
+    """Drops every line after `step`, for a run resuming from that step.
 
-    The steps after the checkpoint will be logged again; this keeps
-    `metrics.jsonl` free of duplicates. The file is rewritten atomically
-    (temporary file + `os.replace`). A trailing line cut off by a kill is
-    dropped with a warning. TensorBoard hides the orphaned events itself: the
-    next event file starts with a purge marker at step + 1.
-
-    Args:
-      step: the step of the checkpoint being resumed.
+    The file is rewritten atomically; a last line cut off by a kill is dropped
+    with a warning. TensorBoard's next event file purges the steps after it.
     """
     if not self.is_primary:
       return

@@ -1,21 +1,9 @@
-"""Deciding between recipes, checking a grid against the paper, and the power-law baseline.
+"""Deciding between recipes, checking a grid against the paper, power laws.
 
-Three seeds of one recipe varied A by up to 0.015 (PAPER.md §1; `seeds.spread`
-measures this), so the paper counts a difference in A under 0.02 as noise; such
-runs are refitted with a shared A and compared on B. Small runs are noisier
-than that, so every decision here also weighs the measured uncertainty u of
-each fitted value (one standard deviation: a fit's bootstrap std, or what the
-caller supplies, such as the spread over seeds): a difference d between two
-recipes counts only when |d| > sqrt(u_1^2 + u_2^2), the uncertainty of the
-difference, and in A also |d| >= 0.02. Otherwise the answer is "inconclusive".
-A bootstrap sees only the scatter of one run's points about its curve, not how
-seeds differ; the floor on A stands for that, and only seeds measure it for B.
-
-`PAPER_CLAIMS` holds, as data, what the paper found on each ablation grid of
-configs/ablations/ (keyed by the sweep file's name and its points' names);
-`grid_verdicts` checks fitted points against them. A power law fitted to the
-same points extrapolates badly (the paper saw A = 1.0); `fit_power_law` is
-that baseline.
+A difference d between two recipes' fitted values counts only when |d| >
+sqrt(u_1^2 + u_2^2), u each value's std, and in A also |d| >= `A_NOISE`;
+otherwise it is "inconclusive". `PAPER_CLAIMS` holds what the paper found
+on each grid of configs/ablations/. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -36,16 +24,17 @@ A_NOISE = 0.02  # Differences in A below this are noise (PAPER.md §1).
 
 
 class Stds(Protocol):
-  """Uncertainties of a fit's A and B: `uncertainty.Uncertainty`, `seeds.Spread`, `Estimate`."""
+  """u of A and B: `uncertainty.Uncertainty`, `seeds.Spread` or `Estimate`."""
   a_std: float
   b_std: float
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-  """Which of two recipes is better under the paper's rule, or that the data cannot tell."""
+  """Which of two recipes the paper's rule prefers, or that it cannot tell."""
   better: str  # "a", "b" or "inconclusive".
-  decided_by: str  # "A" (ceilings differ by at least the noise) or "B" (at a shared A).
+  # "A" (ceilings differ by at least the noise) or "B" (at a shared A).
+  decided_by: str
   difference: float  # a's value minus b's, of the parameter that decided.
   difference_std: float  # Its uncertainty, sqrt(u_a^2 + u_b^2).
   fit_a: sigmoid.SigmoidFit
@@ -56,14 +45,15 @@ class Comparison:
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-  """A recipe's fitted parameters, each with its uncertainty u (one standard deviation)."""
+  """A recipe's fitted parameters, each with its uncertainty u (one std)."""
   a: float
   a_std: float
   b: float
   b_std: float
   c_mid: float
   c_mid_std: float
-  u_source: str  # What the stds are, e.g. "bootstrap std", "std over 3 seeds / sqrt(3)".
+  # What the stds are, e.g. "bootstrap std", "std over 3 seeds / sqrt(3)".
+  u_source: str
   reliable: bool = True  # False when a fit behind it carries warnings.
 
 
@@ -73,7 +63,8 @@ class Claim:
   first: str  # Point names, as in the sweep file's get_sweep().
   relation: str  # "higher" (first's value above second's) or "same".
   second: str
-  param: str  # "A", "B" or "C_mid"; "same" only for "A", the one with a noise floor.
+  # "A", "B" or "C_mid"; "same" only for "A", the one with a noise floor.
+  param: str
   source: str  # Where PAPER.md says so.
 
   def __post_init__(self):
@@ -91,7 +82,8 @@ class Claim:
 class Verdict:
   """A claim checked against fitted points."""
   claim: Claim
-  verdict: str  # "agrees", "disagrees", "inconclusive", or "missing" (a point has no fit).
+  # "agrees", "disagrees", "inconclusive", or "missing" (a point has no fit).
+  verdict: str
   difference: float  # first's value minus second's (nan when missing).
   difference_std: float  # sqrt(u_first^2 + u_second^2) (nan when missing).
 
@@ -113,15 +105,16 @@ _PIPELINE = _MOVED_B + "PipelineRL vs PPO-off-policy (PipelineRL: same A, higher
 
 
 def _choice_more_efficient(choice: str, others: Sequence[str], source: str) -> tuple[Claim, ...]:
-  """ScaleRL's choice reaches the same A as each alternative, with a higher B."""
+  """ScaleRL's choice: the same A as each alternative, and a higher B."""
   return tuple(Claim(choice, relation, other, param, source) for other in others
                for relation, param in (("same", "A"), ("higher", "B")))
 
 
-# What PAPER.md reports on each grid of configs/ablations/, by sweep file and point names.
-# Where it says only that a choice moved "efficiency B / C_mid" (§6) and that ScaleRL
-# chose one point (§5), the claims are: the same A, and a higher B for ScaleRL's choice.
-# GRPO's place, and PipelineRL's k = 4 ("as good"), are not stated as A or B: no claim.
+# What PAPER.md reports on each grid of configs/ablations/, by sweep file and
+# point names. Where it says only that a choice moved "efficiency B / C_mid"
+# (§6) and that ScaleRL chose one point (§5), the claims are: the same A, and a
+# higher B for ScaleRL's choice. GRPO's place, and PipelineRL's k = 4 ("as
+# good"), are not stated as A or B: no claim.
 PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
     "loss_type": (Claim("cispo", "higher", "dapo", "A", _MOVED_A),
                   Claim("gspo", "higher", "dapo", "A", _MOVED_A)),
@@ -144,18 +137,11 @@ PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
 
 
 def find_grid(workdirs: Sequence[str]) -> Optional[str]:
-  """The grid of `PAPER_CLAIMS` that runs belong to, from their directories' names.
+  """The grid of `PAPER_CLAIMS` that runs belong to, from their paths.
 
-  Args:
-    workdirs: the runs' workdirs. A directory anywhere in a path named as a
-      grid's sweep file, seed marker aside (`loss_type`, `loss_type_seed1`),
-      names the grid, as `launch.sweep --workdir=/tmp/sweeps/loss_type` does.
-
-  Returns:
-    The grid, or None when no path names one.
-
-  Raises:
-    ValueError: the paths name more than one grid.
+  A directory anywhere in a workdir's path named as a grid's sweep file, seed
+  marker aside (`loss_type`, `loss_type_seed1`), names the grid. Returns None
+  when no path names one; raises ValueError when they name several.
   """
   found = sorted({seeds.split_seed(part)[0] for w in workdirs
                   for part in os.path.abspath(w).split(os.sep)} & set(PAPER_CLAIMS))
@@ -185,28 +171,12 @@ def compare(curve_a: tuple[Sequence[float], Sequence[float]],
             curve_b: tuple[Sequence[float], Sequence[float]], *, a_noise: float = A_NOISE,
             stds: Optional[tuple[Stds, Stds]] = None, num_bootstrap: int = 200, seed: int = 0,
             **fit_kwargs) -> Comparison:
-  """Applies the paper's rule, saying "inconclusive" where the uncertainty allows either.
+  """Which of two (compute, score) curves is better by the paper's rule.
 
-  When the ceilings differ by at least `a_noise` (0.02: three seeds varied A by
-  up to 0.015), the higher A wins if the difference also exceeds its
-  uncertainty, else the answer is inconclusive. Otherwise both curves are
-  refitted with a shared A and the higher B wins, again only beyond the
-  uncertainty of the difference in B.
-
-  Args:
-    curve_a: (compute, score) of the first recipe.
-    curve_b: (compute, score) of the second recipe.
-    a_noise: smallest difference in A that counts.
-    stds: u of each recipe's A and B (e.g. `seeds.spread` of each recipe's
-      seeds); None bootstraps each fit (`uncertainty.bootstrap`), and at the
-      shared A bootstraps B with A held there.
-    num_bootstrap: resamples per bootstrap.
-    seed: seed of the resampling.
-    **fit_kwargs: passed to `sigmoid.fit` and `sigmoid.fit_shared_a` (the grids
-      also to the bootstrap).
-
-  Returns:
-    The comparison, with both fits and the shared-A refits when B decided.
+  Ceilings that differ by at least `a_noise` decide on A; otherwise both are
+  refitted with a shared A and decide on B. `stds` gives each recipe's u of
+  A and B (e.g. `seeds.spread`); None bootstraps each fit. `fit_kwargs` go to
+  the fits (the grids also to the bootstrap).
   """
   curves = (curve_a, curve_b)
   fits = tuple(sigmoid.fit(*c, **fit_kwargs) for c in curves)
@@ -223,21 +193,12 @@ def compare(curve_a: tuple[Sequence[float], Sequence[float]],
 
 def check_claim(claim: Claim, first: Estimate, second: Estimate, *,
                 a_noise: float = A_NOISE) -> Verdict:
-  """Checks one claim: its difference d = first - second against u = sqrt(u_1^2 + u_2^2).
+  """Checks one claim: d = first - second against u = sqrt(u_1^2 + u_2^2).
 
-  A difference counts when |d| > u and, in A, |d| >= `a_noise` (the paper's
-  noise floor). "higher" agrees when d counts and is positive, disagrees when
-  it counts and is negative. "same" disagrees when d counts and agrees when
-  the whole band |d| + u lies under the floor. Anything else is inconclusive.
-
-  Args:
-    claim: the claim.
-    first: the estimate of `claim.first`.
-    second: the estimate of `claim.second`.
-    a_noise: the noise floor of A.
-
-  Returns:
-    The verdict with d and u.
+  "higher" agrees when d counts (|d| > u and, in A, |d| >= `a_noise`) and is
+  positive, disagrees when it counts and is negative. "same" disagrees when d
+  counts and agrees when |d| + u lies under the floor. Otherwise:
+  "inconclusive".
   """
   field = _FIELDS[claim.param]
   d = getattr(first, field) - getattr(second, field)
@@ -254,16 +215,10 @@ def check_claim(claim: Claim, first: Estimate, second: Estimate, *,
 
 def grid_verdicts(points: Mapping[str, Estimate], claims: Sequence[Claim], *,
                   a_noise: float = A_NOISE) -> list[Verdict]:
-  """Checks each claim on a grid's fitted points (`check_claim`).
+  """One `check_claim` verdict per claim on a grid's fitted `points`, in order.
 
-  Args:
-    points: point name -> its estimate; a point that was not run or not fitted
-      is absent.
-    claims: the claims, e.g. `PAPER_CLAIMS[grid]`.
-    a_noise: the noise floor of A.
-
-  Returns:
-    One verdict per claim, in order; "missing" where a point has no estimate.
+  A point not run or not fitted is absent from `points`: its claims are
+  "missing".
   """
   out = []
   for claim in claims:
@@ -276,19 +231,11 @@ def grid_verdicts(points: Mapping[str, Estimate], claims: Sequence[Claim], *,
 
 def fit_power_law(compute: Sequence[float], score: Sequence[float], *,
                   min_compute: float = 0.0) -> PowerLawFit:
-  """Fits the power-law baseline R(C) = A - D * C^-alpha (A <= 1), as the paper contrasts.
-
-  Args:
-    compute: cumulative compute per evaluation, strictly increasing.
-    score: validation pass rate per evaluation.
-    min_compute: points with less compute are dropped.
-
-  Returns:
-    The fitted power law.
-  """
+  """The power-law baseline R(C) = A - D * C^-alpha (A <= 1), fitted."""
   x, y, _, _ = sigmoid.check_curve(compute, score, min_compute)
   best = None
-  for alpha in np.geomspace(1e-3, 5.0, 60):  # For fixed alpha, A and D are linear.
+  # For fixed alpha, A and D are linear.
+  for alpha in np.geomspace(1e-3, 5.0, 60):
     basis = np.stack([np.ones_like(x), -x ** -alpha], 1)
     (a, d), *_ = np.linalg.lstsq(basis, y, rcond=None)
     a, d = min(a, 1.0), max(d, 0.0)
@@ -304,13 +251,5 @@ def fit_power_law(compute: Sequence[float], score: Sequence[float], *,
 
 
 def predict_power_law(fit: PowerLawFit, compute) -> np.ndarray:
-  """Predicted score of the power-law baseline.
-
-  Args:
-    fit: the power-law fit.
-    compute: where to predict, > 0.
-
-  Returns:
-    The predicted scores, shaped like `compute`.
-  """
+  """The power-law fit's scores at `compute` (> 0)."""
   return fit.a - fit.d * np.asarray(compute, dtype=float) ** -fit.alpha

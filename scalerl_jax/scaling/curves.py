@@ -1,20 +1,11 @@
-"""Runs and seed groups -> fitted curves, by the paper's procedure (PAPER.md §1).
+"""Runs and seed groups -> fitted curves, by the paper's procedure (§1).
 
-Every curve, a run's or the mean of a group's seeds, is fitted the same way:
+Every curve, a run's or a seed group's mean, is fitted alike: R_0 is the
+score at step 0 (measured, never fitted); the first `skip_fraction` of the
+final compute is left out; with `fit_fraction` < 1 the rest is predicted.
 
-  * R_0 is the validation score at step 0, the pass rate before RL; it is
-    measured, never fitted, and a curve without it is not fitted.
-  * The first `skip_fraction` of the curve's final compute is left out: the
-    paper drops the first ~1.5k GPU-hours (about one epoch) of runs of 50k to
-    100k GPU-hours, 1.5-3% of them. A fraction carries that ratio to runs of
-    any size; 3% is the paper's share of its 50k GPU-hour runs.
-  * With `fit_fraction` < 1 only the points up to that share of the final
-    compute are fitted and the rest are predicted (the paper fits half).
-
-Both fractions are of the whole curve's final compute, so fitting a half
-leaves out the same early points as fitting all of it.
-
-Shapes: N evaluations of a curve.
+Shape letters: the package key (scalerl_jax/__init__.py), and J evaluations
+of a curve. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -29,19 +20,21 @@ from scalerl_jax.scaling import seeds
 from scalerl_jax.scaling import sigmoid
 from scalerl_jax.scaling import uncertainty
 
-SKIP_FRACTION = 0.03  # 1.5k of the paper's 50k GPU-hour runs (see the module docstring).
+# 1.5k of the paper's 50k GPU-hour runs (docs/design/scaling.md).
+SKIP_FRACTION = 0.03
 
 
 @dataclasses.dataclass(frozen=True)
 class CurveFit:
   """A curve (step 0 included) with its fit, or the reason it has none."""
-  steps: np.ndarray  # [N]
-  compute: np.ndarray  # [N]
-  score: np.ndarray  # [N]
+  steps: np.ndarray  # [J]
+  compute: np.ndarray  # [J]
+  score: np.ndarray  # [J]
   skip_until: float  # Points after step 0 with less compute were left out.
   fit: Optional[sigmoid.SigmoidFit] = None
   uncertainty: Optional[uncertainty.Uncertainty] = None
-  extrapolation: Optional[uncertainty.Extrapolation] = None  # Set when fitted on a share.
+  # Set when fitted on a share of the curve.
+  extrapolation: Optional[uncertainty.Extrapolation] = None
   error: str = ""
 
   def roles(self) -> dict[str, np.ndarray]:
@@ -60,34 +53,24 @@ class CurveFit:
 
 @dataclasses.dataclass(frozen=True)
 class GroupFit:
-  """One configuration: its runs (one per seed), their fits, and the fit of their mean."""
+  """One configuration: its runs (one per seed), their fits, its mean's fit."""
   name: str
   runs: tuple[runs_lib.Run, ...]
   fits: tuple[CurveFit, ...]  # One per run.
   mean: Optional[seeds.MeanCurve] = None  # With two or more runs.
   mean_fit: Optional[CurveFit] = None  # The mean curve's fit.
-  spread: Optional[seeds.Spread] = None  # Over the per-seed fits, when two or more succeeded.
+  # Over the per-seed fits, when two or more succeeded.
+  spread: Optional[seeds.Spread] = None
 
 
 def fit_curve(steps: Sequence[int], compute: Sequence[float], score: Sequence[float], *,
               skip_fraction: float = SKIP_FRACTION, fit_fraction: float = 1.0,
               num_bootstrap: int = 0, seed: int = 0) -> CurveFit:
-  """Fits one curve by the procedure of the module docstring.
+  """Fits one curve (`steps` increasing, 0 among them) by the paper's procedure.
 
-  Args:
-    steps: the evaluated steps, increasing, 0 among them.
-    compute: cumulative compute at each.
-    score: validation pass rate at each.
-    skip_fraction: share of the final compute whose points are left out.
-    fit_fraction: share of the final compute fitted; below 1 the rest is predicted.
-    num_bootstrap: resamples for the parameters' uncertainty; 0 skips it.
-    seed: seed of the resampling.
-
-  Returns:
-    The fit, or the reason the curve cannot be fitted in `error`.
-
-  Raises:
-    ValueError: unless 0 <= skip_fraction < fit_fraction <= 1.
+  `num_bootstrap` > 0 adds the bootstrap uncertainty. A curve that cannot be
+  fitted has the reason in `error`. ValueError unless 0 <= skip_fraction <
+  fit_fraction <= 1.
   """
   if not 0 <= skip_fraction < fit_fraction <= 1:
     raise ValueError(f"need 0 <= skip_fraction < fit_fraction <= 1; got {skip_fraction} and "
@@ -115,14 +98,10 @@ def fit_curve(steps: Sequence[int], compute: Sequence[float], score: Sequence[fl
 
 
 def fit_groups(runs: Sequence[runs_lib.Run], **fit_kwargs) -> list[GroupFit]:
-  """Groups the runs by configuration (`seeds.group_runs`) and fits every curve.
+  """Fits every run and seed group's mean, one GroupFit per configuration.
 
-  Args:
-    runs: the runs.
-    **fit_kwargs: passed to `fit_curve` for every run and every mean curve.
-
-  Returns:
-    One GroupFit per configuration, in order of first appearance.
+  Groups come from `seeds.group_runs`, in order of first appearance;
+  `fit_kwargs` go to every `fit_curve`.
   """
   out = []
   for name, members in seeds.group_runs(runs):

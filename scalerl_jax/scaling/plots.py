@@ -1,13 +1,9 @@
-"""Figures of fitted compute-performance curves (matplotlib, Agg canvas).
+"""Figures of fitted compute-performance curves (matplotlib, an Agg canvas).
 
-One figure holds every configuration of a sweep, one colour each. A lone run
-shows its points; a group of seeds shows the mean over seeds as points and its
-seeds' min-max band shaded. Points are filled where fitted, hollow where held
-out for prediction and crosses where skipped. The fitted curve is solid over
-the fitted compute and dashed where it extrapolates; a dash-dotted vertical
-line marks the end of the fitted compute when part of the curve was held out,
-and a dotted horizontal line the asymptote A. No pyplot state is touched, so
-plotting is safe inside tests and servers.
+One figure holds every configuration, one colour each: points filled where
+fitted, hollow where held out, crosses where skipped; the fit solid over the
+fitted compute, dashed beyond, and A dotted. No pyplot state is touched.
+Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -54,18 +50,10 @@ def _draw_curve(ax, curve: curves.CurveFit, colour: str, label: str, log_x: bool
 
 def plot_groups(groups: Sequence[curves.GroupFit], path: str, *, x_label: str, y_label: str,
                 title: str = "", log_x: bool = True) -> str:
-  """Draws the groups and their fits into one PNG.
+  """Draws the groups and their fits into one PNG at `path`; returns `path`.
 
-  Args:
-    groups: fitted seed groups (curves without a fit show their points only).
-    path: output file; its directory is created.
-    x_label: the compute measure.
-    y_label: the score.
-    title: figure title.
-    log_x: logarithmic compute axis (points at compute 0 are then not drawn).
-
-  Returns:
-    `path`.
+  Curves without a fit show their points only; with `log_x`, points at
+  compute 0 are not drawn. The directory of `path` is created.
   """
   fig = figure.Figure(figsize=(8, 5.5), dpi=120)
   backend_agg.FigureCanvasAgg(fig)

@@ -1,16 +1,9 @@
-"""The text report of fitted groups: settings, fits, the points used, seed spreads.
+"""The text report of fitted groups, and the verdicts on a grid.
 
-Five parts, in order: the settings every curve was fitted with; a table of
-A, B, C_mid (± bootstrap std, or ± std over seeds), R_0 and the residual, with
-the final-value prediction when part of each curve was held out; which steps
-each fit skipped, fitted and held out; each seed group's mean curve with the
-spread of its score per step; and, when part of each curve was held out, the
-hidden-half check: each curve's prediction error next to the noise of its
-validation score. Notes on unreliable fits, curves that could not be fitted and
-unusable metrics lines close it.
-
-`format_verdicts` checks a grid's points against what the paper found there
-(`compare.PAPER_CLAIMS`).
+`format_report` gives the settings, the fits (± uncertainty), the points
+each used, the seed groups' mean curves, the hidden-half check and notes;
+`format_verdicts` checks a grid against `compare.PAPER_CLAIMS`.
+Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -58,8 +51,7 @@ def _fit_row(name: str, curve: curves.CurveFit, extrap: bool, width: int) -> lis
 
 
 def _rows(groups: Sequence[curves.GroupFit]):
-  """(row label, curve name, curve, group) in table order: a group's mean fit,
-  its spread over seeds (curve and name None), its seeds."""
+  """(label, curve name, curve, group) per row: mean, spread (None), seeds."""
   for g in groups:
     if len(g.runs) == 1:
       yield g.runs[0].name, g.runs[0].name, g.fits[0], g
@@ -115,7 +107,7 @@ def _mean_curve(g: curves.GroupFit) -> list[str]:
 
 
 def _noise(curve: curves.CurveFit, stderrs: Sequence[np.ndarray], noise_key: str):
-  """(noise, what it is) of a curve's validation score; `stderrs` of its runs' evaluations."""
+  """(noise, what it is) of a curve's score, from its runs' `stderrs`."""
   n = len(stderrs)
   if n and all(v.size for v in stderrs):
     value = float(np.mean([v.mean() for v in stderrs]))
@@ -128,7 +120,7 @@ def _noise(curve: curves.CurveFit, stderrs: Sequence[np.ndarray], noise_key: str
 
 def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
              noise_key: str) -> list[str]:
-  """The hidden-half check: per curve, the held-out error beside the score's noise."""
+  """The hidden-half check: per curve, the held-out error beside the noise."""
   lines = []
   for label, name, curve, g in _rows(groups):
     if curve is None:
@@ -141,7 +133,8 @@ def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
     e = curve.extrapolation
     line = (f"{label.strip()}: {e.held_out} held-out points, mean |err| "
             f"{e.mean_abs_error:.4f}, final err {e.final_error:+.4f}; noise {value:.4f} ({what})")
-    if value > 0:  # A score every prompt's samples agree on has no sampling noise.
+    # A score every prompt's samples agree on has no sampling noise.
+    if value > 0:
       line += f"; mean |err| / noise {e.mean_abs_error / value:.2f}"
     if curve is g.mean_fit:
       line += (f"; seed-to-seed std of the final value {g.mean.score_std[-1]:.4f} "
@@ -153,23 +146,12 @@ def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
 def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
                   skip_fraction: float, fit_fraction: float, num_bootstrap: int = 0,
                   noise: Optional[Mapping[str, np.ndarray]] = None) -> str:
-  """The report of the module docstring.
+  """The report of the module docstring, ending in a newline.
 
-  Args:
-    groups: fitted seed groups.
-    x_key: the compute measure.
-    y_key: the score.
-    skip_fraction: share of each curve's final compute left out at the start.
-    fit_fraction: share of each curve's final compute fitted.
-    num_bootstrap: resamples behind the ± of single fits (0: none).
-    noise: run name -> the sampling standard error of its score at each of
-      its evaluations (`y_key` + STDERR_SUFFIX); the hidden-half check takes a
-      run's mean of it as the noise of its score, that mean over n seeds
-      divided by sqrt(n) for their mean curve, and the fit's RMSE where a run
-      logged none.
-
-  Returns:
-    The report, ending in a newline.
+  `noise` maps a run's name to the sampling standard error of its score at
+  each evaluation (`y_key` + STDERR_SUFFIX): the hidden-half check's noise,
+  divided by sqrt(n) for a mean of n seeds, or the fit's RMSE where none was
+  logged. `num_bootstrap` (0: none) is reported as the source of the ±.
   """
   extrap = fit_fraction < 1
   out = [f"x: {x_key}; y: {y_key}; R_0: the score at step 0, measured, not fitted",
@@ -215,22 +197,11 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
 
 
 def estimates(groups: Sequence[curves.GroupFit]) -> dict[str, compare.Estimate]:
-  """Each group's fitted point, named by the last part of its name (the sweep point's).
+  """Each fitted group's point, by the last part of its name (the point's).
 
-  A group with two or more fitted seeds gives the mean of the per-seed fits,
-  with u the standard error of that mean: the std over seeds / sqrt(seeds).
-  Otherwise its one fit (a lone run's, or a mean curve's) gives its values,
-  with u the bootstrap std (0 without a bootstrap, said in `u_source`). A
-  group without a fit is left out.
-
-  Args:
-    groups: fitted seed groups.
-
-  Returns:
-    Point name -> estimate.
-
-  Raises:
-    ValueError: two groups whose names end alike.
+  Two or more fitted seeds give the mean of their fits, u the std over seeds
+  / sqrt(seeds); otherwise the group's one fit gives its values, u its
+  bootstrap std (0 without one). Raises ValueError when names end alike.
   """
   out = {}
   for g in groups:
@@ -255,15 +226,10 @@ def estimates(groups: Sequence[curves.GroupFit]) -> dict[str, compare.Estimate]:
 
 def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
                     a_noise: float = compare.A_NOISE) -> str:
-  """The paper's claims on a grid checked on its groups' `estimates`: one line per claim.
+  """One line per claim of `grid`, checked on the groups' `estimates`.
 
-  Args:
-    grid: the grid's name, a key of `compare.PAPER_CLAIMS`.
-    groups: the grid's fitted seed groups.
-    a_noise: the noise floor of A.
-
-  Returns:
-    A heading and per claim its verdict, d ± u and PAPER.md's words; ends in a newline.
+  Each line gives the verdict, d ± u and where PAPER.md says so; the text
+  ends in a newline.
   """
   points = estimates(groups)
   verdicts = compare.grid_verdicts(points, compare.PAPER_CLAIMS[grid], a_noise=a_noise)
@@ -287,16 +253,10 @@ def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
 
 def format_side_by_side(by_metric: Mapping[str, Sequence[curves.GroupFit]],
                         fit_fraction: float) -> str:
-  """One row per curve, one block of columns per metric (e.g. per domain).
+  """One row per curve, one block of columns per metric, ending in a newline.
 
-  Args:
-    by_metric: metric -> its fitted groups, the same runs in the same order
-      for every metric (`launch.fit --metric=a,b`).
-    fit_fraction: as for `format_report`; below 1 each block adds the
-      held-out final error.
-
-  Returns:
-    The table, ending in a newline.
+  `by_metric` holds each metric's fitted groups, the same runs in the same
+  order for every metric; below 1, `fit_fraction` adds the final error.
   """
   metrics = list(by_metric)
   columns = ["A", "B", "C_mid"] + (["final err"] if fit_fraction < 1 else [])

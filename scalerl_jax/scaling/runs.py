@@ -1,12 +1,10 @@
 """Reading runs' workdirs: the (step, compute, score) curve of each run.
 
-A run's workdir holds `metrics.jsonl`, one JSON object per line with an int
-"step" and metric keys. Validation lines carry the pass rate (by default
-"val/mean_at_k"), step 0 included (the pass rate before RL); every line carries
-cumulative compute ("compute/flops", "compute/device_seconds"), counting every
-generated and trained token. Lines without the score key are training lines
-and are skipped; lines that cannot be used are reported with file and line
-number, never dropped silently.
+Unusable lines of `metrics.jsonl` are reported in `Run.problems` with file
+and line number, never dropped silently.
+
+Shape letters: the package key (scalerl_jax/__init__.py), and J evaluated
+steps of a run. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -32,25 +30,19 @@ class Run:
   """The (step, compute, score) curve of one run."""
   name: str
   workdir: str
-  steps: np.ndarray  # [N] increasing steps with a validation score.
-  compute: np.ndarray  # [N] cumulative compute at each of them.
-  score: np.ndarray  # [N] validation pass rate.
-  problems: tuple[str, ...]  # "path:line: what is wrong" for every unusable line.
+  steps: np.ndarray  # [J] increasing steps with a validation score.
+  compute: np.ndarray  # [J] cumulative compute at each of them.
+  score: np.ndarray  # [J] validation pass rate.
+  # "path:line: what is wrong" for every unusable line.
+  problems: tuple[str, ...]
 
 
 def find_workdirs(paths: Sequence[str]) -> list[str]:
-  """Expands each path: a run's workdir, or a directory with workdirs below it.
+  """Run workdirs in or below each path, each once, in the order given.
 
-  A sweep directory holds one workdir per point; seeds of a sweep may sit one
-  level deeper (`<sweep>/seed=1/<point>`), so the search goes down until it
-  meets a workdir and does not look inside one.
-
-  Args:
-    paths: directories holding `metrics.jsonl` or with such directories below.
-
-  Returns:
-    The run workdirs, each once, in the given order, the runs below a
-    directory sorted by path.
+  Below a directory the search stops at the first workdir of each branch
+  (runs sorted by path); subdirectories without `metrics.jsonl` are left out
+  with a warning. Raises FileNotFoundError for a path with no run.
   """
   out = []
   for path in paths:
@@ -76,14 +68,7 @@ def find_workdirs(paths: Sequence[str]) -> list[str]:
 
 
 def labels(workdirs: Sequence[str]) -> list[str]:
-  """Names of runs: each workdir's path below the workdirs' common directory.
-
-  Args:
-    workdirs: distinct run workdirs.
-
-  Returns:
-    One name per workdir ("cispo", "seed=1/cispo"); a lone workdir's base name.
-  """
+  """Each workdir's path below their common directory; alone, its base name."""
   paths = [os.path.abspath(w) for w in workdirs]
   if len(paths) == 1:
     return [os.path.basename(paths[0])]
@@ -98,18 +83,11 @@ def _number(value):
 
 def read_run(workdir: str, x_key: str = "compute/device_hours", y_key: str = "val/mean_at_k",
              name: Optional[str] = None) -> Run:
-  """Reads the (x_key, y_key) curve of one run, ordered by step.
+  """The (`x_key`, `y_key`) curve of one run, ordered by step.
 
-  Args:
-    workdir: the run's directory.
-    x_key: compute measure; a logged key (e.g. "compute/flops", or "step"
-      itself) or one of `DERIVED`.
-    y_key: the validation score key.
-    name: label of the run; defaults to the workdir's base name.
-
-  Returns:
-    The run. A step logged twice (a resumed run) keeps its last line and is
-    reported in `problems`, like every malformed line.
+  `x_key` is a logged key ("compute/flops", even "step") or one of `DERIVED`.
+  A step logged twice (a resumed run) keeps its last line; that and every
+  malformed line are reported in `problems`.
   """
   path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   source, factor = DERIVED.get(x_key, (x_key, 1.0))

@@ -1,15 +1,11 @@
-"""Runs that differ only in seed: grouping, the mean curve, the spread of fits.
+"""Runs that differ only in seed: grouping, the mean curve, the fits' spread.
 
-Workdirs do not record their config, so the seed is read from the run's name:
-a part `seed<N>`, `seed=<N>`, `seed_<N>` or `seed-<N>` of the workdir's path
-below the runs' common directory (`cispo_seed1`, `seed=1/cispo`,
-`cispo/seed=1`). Runs whose names agree once that part is removed are one
-configuration's seeds; a run without such a part is a group of its own.
+A run's seed is a part `seed<n>`, `seed=<n>`, `seed_<n>` or `seed-<n>` of
+its name (`cispo_seed1`, `seed=1/cispo`); runs whose names agree without it
+are one configuration's seeds.
 
-Three seeds of one recipe varied A by up to 0.015 in the paper (PAPER.md §1);
-`spread` measures the same over a group's per-seed fits.
-
-Shapes: M steps that every seed of a group evaluated.
+Shape letters: the package key (scalerl_jax/__init__.py), and J steps that
+every seed of a group evaluated. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -30,20 +26,21 @@ _SEED = re.compile(r"(?:^|[_.-])seed[=_-]?(\d+)(?=$|[_.-])")
 
 @dataclasses.dataclass(frozen=True)
 class MeanCurve:
-  """The seeds' curves averaged step by step, over the steps every seed evaluated."""
-  steps: np.ndarray  # [M]
-  compute: np.ndarray  # [M] mean over seeds (device time differs between seeds).
-  score: np.ndarray  # [M] mean over seeds.
-  score_std: np.ndarray  # [M] sample standard deviation over seeds.
-  score_min: np.ndarray  # [M]
-  score_max: np.ndarray  # [M]
+  """The seeds' curves averaged step by step, at steps all seeds evaluated."""
+  steps: np.ndarray  # [J]
+  # [J] mean over seeds (device time differs between seeds).
+  compute: np.ndarray
+  score: np.ndarray  # [J] mean over seeds.
+  score_std: np.ndarray  # [J] sample standard deviation over seeds.
+  score_min: np.ndarray  # [J]
+  score_max: np.ndarray  # [J]
   num_seeds: int
   steps_left_out: tuple[int, ...]  # Evaluated by some seeds but not all.
 
 
 @dataclasses.dataclass(frozen=True)
 class Spread:
-  """Mean and sample standard deviation of fitted parameters over seeds' runs."""
+  """Mean and sample standard deviation of fitted parameters over seeds."""
   a_mean: float
   a_std: float
   b_mean: float
@@ -54,15 +51,10 @@ class Spread:
 
 
 def split_seed(name: str) -> tuple[str, Optional[int]]:
-  """Splits a run's name into its configuration's name and its seed.
+  """(configuration name, seed) of a run's name, a relative path.
 
-  Args:
-    name: the run's name, a relative path ("seed=1/cispo", "cispo_seed1").
-
-  Returns:
-    (the name with the seed marker removed, the seed), or (name, None) when
-    the name has no seed marker. The configuration's name is "" for a name
-    that is only a seed marker ("seed=1").
+  The seed is None without a marker; the configuration's name is "" for a name
+  that is only a seed marker ("seed=1").
   """
   seed, parts = None, []
   for part in name.split("/"):
@@ -76,15 +68,10 @@ def split_seed(name: str) -> tuple[str, Optional[int]]:
 
 
 def group_runs(runs: Sequence[runs_lib.Run]) -> list[tuple[str, list[runs_lib.Run]]]:
-  """Groups the runs of one configuration that differ only in seed.
+  """(configuration name, its runs) for runs differing only in seed, in order.
 
-  Args:
-    runs: runs named as `runs.labels` names them.
-
-  Returns:
-    (configuration name, its runs) in order of first appearance. A run whose
-    name is only a seed marker is named after its workdir's parent directory
-    (`cispo/seed=1` given alone as `seed=1`).
+  A run named only by a seed marker is named after its workdir's parent
+  directory (`cispo/seed=1` given alone as `seed=1`).
   """
   groups: dict[str, list[runs_lib.Run]] = {}
   for run in runs:
@@ -95,14 +82,7 @@ def group_runs(runs: Sequence[runs_lib.Run]) -> list[tuple[str, list[runs_lib.Ru
 
 
 def mean_curve(runs: Sequence[runs_lib.Run]) -> MeanCurve:
-  """Averages seeds' curves at the steps all of them evaluated.
-
-  Args:
-    runs: two or more runs of one configuration.
-
-  Returns:
-    Mean compute and mean score per common step, with the score's spread.
-  """
+  """Two or more seeds' compute and score averaged where all were evaluated."""
   if len(runs) < 2:
     raise ValueError(f"a mean over seeds needs at least 2 runs; got {len(runs)}")
   shared = set.intersection(*(set(r.steps.tolist()) for r in runs))
@@ -111,8 +91,8 @@ def mean_curve(runs: Sequence[runs_lib.Run]) -> MeanCurve:
   if not common:
     raise ValueError(f"the runs {[r.name for r in runs]} share no evaluated step")
   pick = [np.searchsorted(r.steps, common) for r in runs]
-  compute = np.stack([r.compute[i] for r, i in zip(runs, pick)])  # [seeds, M]
-  score = np.stack([r.score[i] for r, i in zip(runs, pick)])  # [seeds, M]
+  compute = np.stack([r.compute[i] for r, i in zip(runs, pick)])  # [seeds, J]
+  score = np.stack([r.score[i] for r, i in zip(runs, pick)])  # [seeds, J]
   return MeanCurve(steps=np.array(common), compute=compute.mean(0), score=score.mean(0),
                    score_std=score.std(0, ddof=1), score_min=score.min(0),
                    score_max=score.max(0), num_seeds=len(runs),
@@ -120,14 +100,7 @@ def mean_curve(runs: Sequence[runs_lib.Run]) -> MeanCurve:
 
 
 def spread(fits: Sequence[sigmoid.SigmoidFit]) -> Spread:
-  """Mean and sample standard deviation of A, B, C_mid over runs that differ only by seed.
-
-  Args:
-    fits: at least two fits of one recipe, one per seed.
-
-  Returns:
-    The spread.
-  """
+  """Mean and sample std of A, B and C_mid over two or more seeds' fits."""
   if len(fits) < 2:
     raise ValueError(f"the spread over seeds needs at least 2 runs; got {len(fits)}")
   v = np.array([[f.a, f.b, f.c_mid] for f in fits])

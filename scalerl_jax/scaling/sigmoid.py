@@ -1,46 +1,12 @@
-"""Compute-performance curves: the model and its fit (PAPER.md §1).
+"""The compute-performance curve R(C) and its fit (PAPER.md §1).
 
-The curve is
+R(C) = R_0 + (A - R_0) / (1 + (C_mid / C)^B): A the asymptotic pass rate, B
+the steepness, C_mid the compute at half the gain (in the unit of C), R_0
+the pass rate before RL. `fit` grid-searches, then refines continuously;
+a fit not to be trusted carries `warnings` and is not `reliable`.
 
-    R(C) = R_0 + (A - R_0) / (1 + (C_mid / C)^B)
-
-with A the asymptotic pass rate, B the steepness, C_mid the compute at half
-the gain and R_0 the pass rate before RL. Compute may be in any unit (FLOPs,
-device-hours, steps); C_mid comes back in that unit.
-
-`fit` follows the paper: drop points below a compute threshold, grid-search A
-and C_mid, least squares for B in every (A, C_mid) cell (over a fine log grid of
-B), keep the cell with the smallest squared residual, then refine all parameters
-continuously inside that cell with scipy. The grid is vectorised: for fixed
-(C_mid, B) the model is linear in A and R_0, so the residual of every
-(A, C_mid, B) triple follows from a handful of sums over the points (`_sums`).
-R_0 is the score at compute 0 when the run has such a point (the pass rate
-before RL), a given value, or a free parameter.
-
-Departures from the paper's grid (`grids`). The paper searches A over
-{0.450, ..., 0.800} and C_mid over 100 linear values in [100, 40000]
-GPU-hours, ranges set by its 8B runs. Small runs pass at rates and spend
-compute far from those, so the default grids follow the data instead: A over
-all of [0, 1] at the paper's step of 0.005 (not floored at the highest score
-seen: at a plateau the noisiest point lies above A, and a decreasing curve
-needs A < R_0 to be flagged), C_mid over 100 log-spaced values from a tenth of
-the first fitted compute to ten times the last (log spacing so that one grid
-serves FLOPs and hours alike; beyond the data so that a half-run fit can place
-C_mid where the run has not yet been), and B over a log grid instead of
-`curve_fit`'s continuous search; the continuous refinement afterwards removes
-the grid's resolution from the result.
-
-Inputs a fit cannot use (NaNs, fewer than 4 points, compute not increasing,
-scores outside [0, 1]) raise ValueError. Inputs it can fit but not trust (a
-flat or decreasing curve, a parameter at the edge of its grid, C_mid beyond the
-data) return a fit whose `warnings` say why and whose `reliable` is False.
-
-The bootstrap spread of a fit and its error when extrapolated live in
-`uncertainty.py`; deciding between recipes, and the power-law baseline, in
-`compare.py`.
-
-Shapes: N points, nA / nC / nB grid sizes (curves are counted in words:
-K is the package's kv heads).
+Shape letters: the package key (scalerl_jax/__init__.py), and J points of a
+curve; nA, nC, nB are grid sizes. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -75,31 +41,13 @@ class SigmoidFit:
     return not self.warnings
 
   def fitted(self, compute) -> np.ndarray:
-    """Which points of the fitted curve (given by their compute) the fit used.
-
-    Args:
-      compute: the curve's compute, strictly increasing as the fit required.
-
-    Returns:
-      A boolean mask shaped like `compute`: the points within `compute_range`.
-    """
+    """Mask of the points of `compute` within the fitted `compute_range`."""
     c = np.asarray(compute, dtype=float)
     return (c >= self.compute_range[0]) & (c <= self.compute_range[1])
 
 
 def sigmoid(compute, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
-  """Evaluates R(C) = r0 + (a - r0) / (1 + (c_mid / C)^b).
-
-  Args:
-    compute: C, any shape, >= 0 (R(0) = r0).
-    a: asymptote A.
-    b: steepness B.
-    c_mid: compute at half the gain, in the unit of `compute`.
-    r0: score before RL.
-
-  Returns:
-    R(C), shaped like `compute`.
-  """
+  """R(C) at `compute` (any shape, >= 0; R(0) = r0), c_mid in its unit."""
   c = np.asarray(compute, dtype=float)
   with np.errstate(divide="ignore"):
     share = special.expit(b * (np.log(c) - math.log(c_mid)))
@@ -107,15 +55,7 @@ def sigmoid(compute, a: float, b: float, c_mid: float, r0: float) -> np.ndarray:
 
 
 def predict(fit: SigmoidFit, compute) -> np.ndarray:
-  """Predicted score of a fitted curve.
-
-  Args:
-    fit: the fit.
-    compute: where to predict, in the unit of the fitted compute.
-
-  Returns:
-    The predicted scores, shaped like `compute`.
-  """
+  """The fitted curve at `compute`, in the unit of the fitted compute."""
   return sigmoid(compute, fit.a, fit.b, fit.c_mid, fit.r0)
 
 
@@ -123,19 +63,10 @@ def check_curve(compute: Sequence[float], score: Sequence[float], min_compute: f
                 r0: Optional[float] = None) -> tuple[np.ndarray, np.ndarray, Optional[float], str]:
   """Validates one curve and keeps the points a fit uses.
 
-  Args:
-    compute: cumulative compute per evaluation.
-    score: validation pass rate per evaluation.
-    min_compute: points with less compute are dropped.
-    r0: the pass rate before RL, if known.
-
-  Returns:
-    (compute_N, score_N) of the points with compute > 0 and >= min_compute; R_0
-    (given, else the score at compute 0 if there is such a point, else None); and
-    where R_0 comes from: "given", "measured" or "fitted".
-
-  Raises:
-    ValueError: on input no fit can use, naming the first offending index.
+  Returns (compute_J, score_J) of the points with compute > 0 and >=
+  min_compute; R_0 (`r0`, else the score at compute 0 if any, else None); and
+  its source, "given", "measured" or "fitted". Raises ValueError on input no
+  fit can use, naming the first offending index.
   """
   c = np.asarray(compute, dtype=float)
   r = np.asarray(score, dtype=float)
@@ -169,20 +100,11 @@ def check_curve(compute: Sequence[float], score: Sequence[float], min_compute: f
 
 def grids(xs: Sequence[np.ndarray], a_grid=None, c_mid_grid=None,
           b_grid=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The search grids, given ones checked and missing ones made from the data.
+  """The (A, C_mid, B) search grids: given ones checked, missing ones made.
 
-  Args:
-    xs: the fitted compute of each curve, increasing.
-    a_grid, c_mid_grid, b_grid: given grids, or None for the defaults: A over
-      [0, 1] by 0.005 (the paper's step), C_mid log-spaced from a tenth of the
-      first point to ten times the last, B log-spaced over [0.05, 20]. The
-      module docstring says why these depart from the paper's.
-
-  Returns:
-    (A, C_mid, B) grids, each strictly increasing.
-
-  Raises:
-    ValueError: a given grid is empty, not increasing, or (C_mid, B) not positive.
+  Defaults: A over [0, 1] by 0.005, C_mid log-spaced from a tenth of the
+  first compute in `xs` to ten times the last, B log-spaced over [0.05, 20].
+  ValueError: a given grid empty or not increasing, C_mid or B not positive.
   """
   lo = min(float(x[0]) for x in xs)
   hi = max(float(x[-1]) for x in xs)
@@ -198,9 +120,9 @@ def grids(xs: Sequence[np.ndarray], a_grid=None, c_mid_grid=None,
 
 
 def _shares(x, c_grid, b_grid):
-  """s[c, b, i] = 1 / (1 + (C_mid_c / x_i)^B_b): the fraction of the gain reached."""
-  u = np.log(x)[None, :] - np.log(c_grid)[:, None]  # [nC, N]
-  return special.expit(b_grid[None, :, None] * u[:, None, :])  # [nC, nB, N]
+  """s[c, b, j] = 1 / (1 + (C_mid_c / x_j)^B_b): the share of the gain."""
+  u = np.log(x)[None, :] - np.log(c_grid)[:, None]  # [nC, J]
+  return special.expit(b_grid[None, :, None] * u[:, None, :])  # [nC, nB, J]
 
 
 def _sums(x, y, s):
@@ -209,7 +131,7 @@ def _sums(x, y, s):
 
 
 def _best_r0(t, a):
-  """Least-squares R_0 given A (residual y - R_0 (1 - s) - A s), clipped to [0, 1]."""
+  """Least-squares R_0 given A (residual y - R_0 (1 - s) - A s), in [0, 1]."""
   tu = (t["y"] - t["ys"]) - a * (t["s"] - t["ss"])
   uu = t["w"] - 2 * t["s"] + t["ss"]
   with np.errstate(divide="ignore", invalid="ignore"):
@@ -217,7 +139,7 @@ def _best_r0(t, a):
 
 
 def _sse(t, a, r0):
-  """Residual sum of squares of y - R_0 - (A - R_0) s from the sums `t`; +inf if undefined."""
+  """RSS of y - R_0 - (A - R_0) s from the sums `t`; +inf where undefined."""
   g = a - r0
   sse = (t["yy"] - 2 * r0 * t["y"] + r0 * r0 * t["w"] - 2 * g * (t["ys"] - r0 * t["s"])
          + g * g * t["ss"])
@@ -225,7 +147,7 @@ def _sse(t, a, r0):
 
 
 def _grid_search(x, y, r0, a, c, b):
-  """Per (A, C_mid) cell: best B and R_0 and the residual. Returns [nA, nC] arrays."""
+  """[nA, nC] arrays: per (A, C_mid) cell the residual, best B and R_0."""
   s = _shares(x, c, b)
   t = _sums(x, y, s)
   a = a[:, None, None]
@@ -242,16 +164,16 @@ def _bracket(grid, i):
 
 
 def _refine(curves, r0s, grid, start):
-  """Least squares over all parameters of several curves sharing A, inside the best grid cell.
+  """Refines curves sharing A inside the grid cell around `start`.
 
-  The cell spans the grid neighbours of A and of each curve's C_mid around
-  `start`, per curve (A, B, C_mid, R_0). Where the optimum lands on the cell's
-  boundary, the cell moves there and the refinement repeats. Parameters: A, then
-  per curve log C_mid, log B and (if fitted) R_0.
+  The cell spans the grid neighbours of A and of each C_mid; where the optimum
+  lands on its boundary, the cell moves there and the refinement repeats.
+  `start` and the result hold per curve (A, B, C_mid, R_0).
   """
   a, c, b = grid
 
   def unpack(theta):
+    # theta: A, then per curve log C_mid, log B and (if fitted) R_0.
     out, j = [], 1
     for r0 in r0s:
       free = r0 is None
@@ -311,22 +233,16 @@ def _warnings(x, y, a, b, c_mid, r0, rmse, grid):
 def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
                  min_compute: float = 0.0, r0: Optional[float] = None,
                  a_grid=None, c_mid_grid=None, b_grid=None) -> list[SigmoidFit]:
-  """Fits several curves with one common A (each keeps its own B, C_mid, R_0).
+  """Fits several (compute, score) curves with one common A.
 
-  Args:
-    curves: (compute, score) pairs, compute strictly increasing, scores in [0, 1].
-    min_compute: points with less compute are dropped (the paper drops ~1.5k GPU-hours).
-    r0: the pass rate before RL for every curve; None measures it at compute 0
-      when a curve has that point and fits it otherwise.
-    a_grid, c_mid_grid, b_grid: search grids; None uses the defaults of `grids`.
-
-  Returns:
-    One SigmoidFit per curve, all with the same `a`.
+  Each keeps its own B, C_mid and R_0; the arguments are as for `fit`.
+  Returns one SigmoidFit per curve, all with the same `a`.
   """
   checked = [check_curve(c, r, min_compute, r0) for c, r in curves]
   grid = grids([x for x, _, _, _ in checked], a_grid, c_mid_grid, b_grid)
   cells = [_grid_search(x, y, r, *grid) for x, y, r, _ in checked]
-  profile = sum(sse.min(1) for sse, _, _ in cells)  # [nA]: best total residual per A.
+  # [nA]: the best total residual per A.
+  profile = sum(sse.min(1) for sse, _, _ in cells)
   ia = int(profile.argmin())
   ics = [int(sse[ia].argmin()) for sse, _, _ in cells]
   start = [(grid[0][ia], bb[ia, ic], grid[1][ic], rr[ia, ic])
@@ -345,22 +261,12 @@ def fit_shared_a(curves: Sequence[tuple[Sequence[float], Sequence[float]]], *,
 
 def fit(compute: Sequence[float], score: Sequence[float], *, min_compute: float = 0.0,
         r0: Optional[float] = None, a_grid=None, c_mid_grid=None, b_grid=None) -> SigmoidFit:
-  """Fits R(C) to one run by the paper's grid search plus continuous refinement.
+  """Fits R(C) to one run: the paper's grid search, then refinement.
 
-  Args:
-    compute: cumulative compute at each evaluation, strictly increasing, any unit.
-    score: validation pass rate at each evaluation, in [0, 1].
-    min_compute: points with less compute are dropped before fitting.
-    r0: the pass rate before RL; None measures it at compute 0 if present, else fits it.
-    a_grid, c_mid_grid, b_grid: search grids (C_mid in the unit of `compute`);
-      None gives the defaults of `grids`.
-
-  Returns:
-    The fit, with `warnings` naming any reason not to trust it.
-
-  Raises:
-    ValueError: fewer than 4 usable points, non-finite values, compute not
-      strictly increasing, or scores outside [0, 1].
+  `compute` is cumulative, strictly increasing, in any unit (C_mid comes back
+  in it); `score` pass rates in [0, 1]; points below `min_compute` are
+  dropped. `r0` None measures R_0 at compute 0 if present, else fits it.
+  Raises ValueError on fewer than 4 usable points or invalid input.
   """
   (result,) = fit_shared_a([(compute, score)], min_compute=min_compute, r0=r0, a_grid=a_grid,
                            c_mid_grid=c_mid_grid, b_grid=b_grid)

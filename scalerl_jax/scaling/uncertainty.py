@@ -1,13 +1,10 @@
-"""How far to trust a fitted curve: bootstrap spread and extrapolation error (PAPER.md §1).
+"""How far to trust a fitted curve: bootstrap spread, extrapolation error.
 
-`bootstrap` resamples the points a fit used and refits every resample, all at
-once, by Levenberg-Marquardt steps started from the fit. `extrapolate` is the
-paper's test of a fit: fit the first part of a run's compute, predict the
-rest, and score the prediction of the final value (the paper predicted its
-100k GPU-hour run from the first 50k to within about 0.01 on A).
+`bootstrap` refits resamples of a fit's points, all at once; `extrapolate`
+is the paper's test (§1): fit the first part of a run, predict the rest.
 
-Shape letters: the package key (scalerl_jax/__init__.py), and N points, R bootstrap
-resamples, F free parameters.
+Shape letters: the package key (scalerl_jax/__init__.py), and J points, R
+bootstrap resamples, U free parameters. Design: docs/design/scaling.md.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ _LM_STEPS = 30
 
 @dataclasses.dataclass(frozen=True)
 class Uncertainty:
-  """Bootstrap spread of the fitted parameters (points resampled with replacement)."""
+  """Bootstrap spread of fitted parameters (points drawn with replacement)."""
   a_std: float
   b_std: float
   c_mid_std: float
@@ -54,22 +51,12 @@ class Extrapolation:
 def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.SigmoidFit, *,
               num_samples: int = 200, seed: int = 0, fix_a: bool = False, a_grid=None,
               c_mid_grid=None, b_grid=None) -> Uncertainty:
-  """Pairs bootstrap of `fit` over the points it was fitted on.
+  """Pairs bootstrap of `fit` over the points of `compute` it was fitted on.
 
-  Args:
-    compute: the curve `fit` was fitted to (points outside its compute range,
-      as at compute 0 or before a skipped prefix, are left out here too).
-    score: the curve's pass rates.
-    fit: the fit; R_0 is refitted only where the fit fitted it.
-    num_samples: resamples, >= 1.
-    seed: seed of the resampling.
-    fix_a: hold A at the fit's value (the spread of B and C_mid at an A shared
-      with another curve, as `compare.compare` refits them); A's spread is 0.
-    a_grid, c_mid_grid, b_grid: the fit's grids (None for the defaults); the
-      refits stay within their ranges.
-
-  Returns:
-    The spread of A, B and C_mid over the resamples.
+  R_0 is refitted only where `fit` fitted it; `fix_a` holds A at the fit's
+  value (its std is then 0), as `compare.compare` does at a shared A. The
+  refits stay within the ranges of the fit's grids (None: the defaults).
+  Raises ValueError unless `num_samples` >= 1.
   """
   if num_samples < 1:
     raise ValueError(f"num_samples must be >= 1; got {num_samples}")
@@ -77,17 +64,17 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
   used = fit.fitted(c)
   x, y = c[used], r[used]
   a, cg, b = sigmoid.grids([x], a_grid, c_mid_grid, b_grid)
-  # Columns of p: A, log C_mid, log B, R_0; the free ones are refitted.
+  # Columns of p [R, 4]: A, log C_mid, log B, R_0; the free ones are refitted.
   free = ([] if fix_a else [0]) + [1, 2] + ([3] if fit.r0_source == "fitted" else [])
   lo = np.array([a[0], math.log(cg[0]), math.log(b[0]), 0.0])[free]
   hi = np.array([a[-1], math.log(cg[-1]), math.log(b[-1]), 1.0])[free]
   rng = np.random.default_rng(seed)
   w = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=num_samples).astype(float)
-  p = np.tile([fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1))  # [R, 4]
+  p = np.tile([fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1))
   lx = np.log(x)
 
   def model(p):
-    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [R, N]
+    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [R, J]
     s = special.expit(z)
     return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
 
@@ -99,9 +86,9 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
     f, s, z = model(p)
     gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
     jac = np.stack([s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1)[..., free]
-    hess = np.einsum("rnf,rn,rng->rfg", jac, w, jac)  # [R, F, F]
-    grad = np.einsum("rnf,rn->rf", jac, w * (y - f))
-    diag = np.einsum("rff->rf", hess) + 1e-12
+    hess = np.einsum("rju,rj,rjv->ruv", jac, w, jac)  # [R, U, U]
+    grad = np.einsum("rju,rj->ru", jac, w * (y - f))
+    diag = np.einsum("ruu->ru", hess) + 1e-12
     step = np.linalg.solve(hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
                            grad[..., None])[..., 0]
     trial = p.copy()
@@ -118,16 +105,10 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
 
 def extrapolate(compute: Sequence[float], score: Sequence[float], fit_fraction: float = 0.5,
                 **fit_kwargs) -> Extrapolation:
-  """Fits the points up to `fit_fraction` of the final compute and scores the rest.
+  """Fits the points up to `fit_fraction` of the final compute; scores the rest.
 
-  Args:
-    compute: cumulative compute per evaluation, strictly increasing.
-    score: validation pass rate per evaluation.
-    fit_fraction: share of the run's final compute used for fitting (paper: 0.5).
-    **fit_kwargs: passed to `sigmoid.fit`.
-
-  Returns:
-    The fit and its prediction errors on the held-out points.
+  `fit_kwargs` go to `sigmoid.fit`. Raises ValueError unless 0 < fit_fraction
+  < 1 and some points lie beyond the split.
   """
   c = np.asarray(compute, dtype=float)
   r = np.asarray(score, dtype=float)
