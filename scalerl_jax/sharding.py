@@ -65,14 +65,10 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
 
 
 def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
-  """The device mesh described by `config.mesh` (axes and shape).
+  """The device mesh of `config.mesh`; ValueError if it cannot be laid out.
 
-  Where a mesh axis is not a product of whole physical axes of a TPU slice
-  (128 ways on a 16x16 torus), the physical axes are split, with a warning:
-  that axis's collectives then cross more links.
-
-  Raises:
-    ValueError: the shape cannot be laid on the devices at all.
+  A mesh axis that is no product of whole physical axes of a TPU slice (128
+  ways on a 16x16 torus) splits them, with a warning.
   """
   devices = list(devices) if devices is not None else jax.devices()
   shape = resolve_mesh_shape(mesh_cfg.shape, len(devices))

@@ -1,18 +1,16 @@
 """train_and_evaluate(config, workdir): the loop of generate and train phases.
 
-One mesh holds the policy; the sampler and the jitted train step share its
-parameters. Each step: (1) generate as the schedule allows
-(`rl/rollouts.generate_phase`) until the buffer can hand out the next P
-groups; (2) one optimizer step on those P groups (`rl/train_step.py`), the
-policy version advances; (3) metrics, validation every `trainer.eval_every`
-steps, a checkpoint every `trainer.checkpoint_every`. Multi-controller runs
-take the same host decisions on every process; process 0 alone writes
-metrics, the recorded config and `DONE`. Design: docs/design/rl.md.
+One mesh holds the policy, shared by the sampler and the jitted train step.
+A step generates as the schedule allows (`rl/rollouts.generate_phase`) until
+the buffer can hand out P groups, takes one optimizer step on them
+(`rl/train_step.py`), then writes metrics, validates every `eval_every` and
+checkpoints every `checkpoint_every` steps. Every process of a
+multi-controller run takes the same host decisions; process 0 alone writes
+files. Design: docs/design/rl.md.
 
-Resume order (one checkpoint holds all of it): step and train state -> sampler
-slots (sequences in flight, KV caches, PRNG keys) -> data iterator and prompt
-queue -> curriculum -> buffer and partial groups -> work counts, compute meter
-and counters -> monitor state -> metrics.jsonl truncated to the step.
+Resume order (one checkpoint holds it all): step and train state -> sampler
+slots -> data iterator and prompt queue -> curriculum -> buffer and partial
+groups -> work counts, meter, counters -> monitors -> metrics.jsonl cut.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""A run's workdir: the names of its files, its lock, and its recorded config.
+"""A run's workdir: the names of its files, its lock, its recorded config.
 
-Owns every file name inside a workdir (one home: the trainer, the sweep
-runner, the checkpoint readers and the curve readers import them). The
-trainer takes the lock, records the resolved config (`record_config`, process
-0, after the experiment is built so model fields read from `model.hf_path`
-are in it) and writes `DONE_FILE` at the end. `launch/evaluate` and
-`launch/export` read the config back with `load_config`.
-
-Invariant: resuming with a config that differs from the recorded one warns,
-naming every changed field with both values, then records the new config.
-It warns rather than refuses because extending `trainer.num_steps` or moving
-`warm_start_dir` are normal; a change that cannot work (a model shape) fails
-at restore, naming the array.
+Every file name inside a workdir is defined here. Resuming with a config that
+differs from the recorded one warns, naming each changed field, and records
+the new one (extending `trainer.num_steps` is normal; a change that cannot
+work fails at restore, naming the array).
 """
 
 from __future__ import annotations
@@ -35,13 +27,9 @@ BASE_POLICY_DIR = "base_policy"  # Warm-start results, one per fingerprint.
 
 
 def lock_workdir(workdir: str) -> IO[str]:
-  """Takes the workdir's lock, or raises if another process trains there.
+  """The open lock file of `workdir`, held until closed or the process ends.
 
-  Returns:
-    The open lock file; the lock lasts until it is closed or the process ends.
-
-  Raises:
-    RuntimeError: another process holds the lock (its pid is named).
+  RuntimeError (naming its pid) if another process trains there.
   """
   os.makedirs(workdir, exist_ok=True)
   handle = open(os.path.join(workdir, LOCK_FILE), "a+")
@@ -87,16 +75,10 @@ def _plain(config: ml_collections.ConfigDict) -> dict:
 
 
 def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collections.ConfigDict:
-  """The config recorded in `workdir`, locked like a config from a file.
+  """The config recorded in `workdir` (locked), or FileNotFoundError.
 
-  Args:
-    workdir: the run's workdir.
-    process_id: this process's index in a multi-controller job, replacing the
-      recorded `mesh.process_id` (process 0 records the file, so it holds
-      process 0's index when the run set one); None keeps the recorded value.
-
-  Raises:
-    FileNotFoundError: the workdir holds no config.json.
+  `process_id` replaces the recorded `mesh.process_id` (process 0's) in a
+  multi-controller job; None keeps it.
   """
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
@@ -119,14 +101,7 @@ def config_differences(recorded: ml_collections.ConfigDict,
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
-  """Writes `config` to `<workdir>/config.json`, warning on a changed resume.
-
-  Only process 0 reads and writes the file.
-
-  Returns:
-    The differences from the config recorded before (empty for a new run or
-    an unchanged one, and on processes other than 0).
-  """
+  """Records `config` (process 0 only); the differences from the last record."""
   if jax.process_index() != 0:
     return []
   path = os.path.join(workdir, CONFIG_FILE)

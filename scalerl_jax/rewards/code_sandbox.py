@@ -142,10 +142,8 @@ def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
 def _wait(proc: subprocess.Popen, timeout: float) -> bool:
   """Waits up to `timeout` s for `proc` to exit, and reaps it; True if it did.
 
-  A pidfd turns readable the moment the process exits. `Popen.wait(timeout)`
-  polls instead, sleeping up to 50 ms between looks, which added about 30 ms
-  to every sandboxed run (docs/design/sandbox.md); it is the fallback where
-  pidfds are missing (Linux before 5.3, other systems).
+  On a pidfd, not `Popen.wait`'s polling (docs/design/sandbox.md), where
+  pidfds exist (Linux 5.3+).
   """
   try:
     pidfd = os.pidfd_open(proc.pid)

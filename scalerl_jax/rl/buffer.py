@@ -1,13 +1,10 @@
 """Rollout buffer: finished groups handed out in start order, token versions.
 
-A `Group` is the G scored completions of one prompt, each token tagged with
-the policy version that generated it (-1 for prompt, injected and pad
-tokens). Groups finish out of order; the buffer hands them to the trainer
-strictly in start order, waiting for a group in flight rather than passing
-it, which is what lets a schedule bound lag by counting groups. A group more
-than k versions stale when its turn comes is a scheduling fault: evicted,
-counted (`num_evicted`), never trained on. `batch_metrics` and `collate` turn
-the P groups of a step into its metrics and its batch.
+A `Group` holds one prompt's G scored completions, every token tagged with
+the policy version that generated it (-1 elsewhere). The buffer hands groups
+out strictly in start order, waiting for one in flight rather than passing
+it, which lets a schedule bound lag by counting groups; a group staler than
+k is a scheduling fault, evicted and counted, never trained on.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """

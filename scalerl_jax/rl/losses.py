@@ -1,20 +1,17 @@
-"""RL objectives (PAPER.md §3) and their aggregation (§4), as pure functions.
+"""RL objectives (ScaleRL paper §3) and their aggregation (§4), pure.
 
-A loss registered with `@LOSSES.register(name)` (chosen by `config.rl.loss`)
-maps `(logp_BxS, ref_logp_BxS, adv_B, mask_BxS, **hparams)` to the per-token
-objective `obj_BxS` the policy ascends (0 on masked tokens) and scalar
-metrics. `logp_BxS` are the trainer's log-probs (differentiated),
-`ref_logp_BxS` the generator's (constant): rho = pi_train / pi_gen. Its
-hyperparameters are its keyword-only arguments, named as the `config.rl`
-fields that hold them. An aggregation registered with
-`@AGGREGATIONS.register(name)` averages `obj_BxS`; `compute_loss` returns the
-negated average and applies the truncated-IS factor sg(min(1, C / rho)) when
-`rl.tis_cap` C > 0. Every loss reports ratio_mean, ratio_max, clip_frac_low,
-clip_frac_high and capped_frac; TIS adds tis_ratio_*, tis_capped_frac.
+A loss in `LOSSES` maps `(logp_BxS, ref_logp_BxS, adv_B, mask_BxS,
+**hparams)` to the per-token objective `obj_BxS` the policy ascends (0 on
+masked tokens) and scalar metrics; rho = pi_train / pi_gen, the reference
+being the generator. Its hyperparameters are its keyword-only arguments,
+named as the `config.rl` fields that hold them. `compute_loss` averages the
+objective by an aggregation in `AGGREGATIONS`, negates it, and applies
+truncated IS, sg(min(1, C / rho)), when `rl.tis_cap` C > 0.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
-Design (TIS against the generator, metric definitions): docs/design/rl.md.
+Design (TIS against the generator, the metrics): docs/design/rl.md.
 """
+
 import dataclasses
 import inspect
 from typing import Callable, NamedTuple, Optional
@@ -83,11 +80,7 @@ def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 @LOSSES.register("dapo")
 def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
-  """DAPO's clip-higher: rho clipped to [1 - eps_low, 1 + eps_high].
-
-  DAPO's token aggregation and dynamic sampling are `rl.aggregation` and
-  `rl.zero_variance_filter`.
-  """
+  """DAPO's clip-higher, rho in [1 - eps_low, 1 + eps_high] (rest: config)."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_low, eps_high)
 
@@ -102,11 +95,7 @@ def _sequence_log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array,
 @LOSSES.register("gspo")
 def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
          *, gspo_eps_low: float, gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
-  """GSPO: PPO-clip of the sequence ratio s_i = exp(mean_t log rho_{i,t}).
-
-  The sequence objective min(s_i A_i, clip(s_i) A_i) is placed on every token
-  of completion i, so `sample` aggregation gives GSPO's per-sequence mean.
-  """
+  """GSPO: PPO-clip of s_i = exp(mean_t log rho_it), on each token of i."""
   seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   ratio_BxS = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxS.shape)
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
@@ -116,12 +105,7 @@ def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
                mask_BxS: jax.Array, *, gspo_eps_low: float,
                gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
-  """GSPO-token: per-token ratio sg(s_i) * pi_train / sg(pi_train), clipped.
-
-  Its value equals `gspo`'s; each token's gradient is its own d log pi scaled
-  by s_i, which lets token-level advantages in while matching GSPO when the
-  advantage is per sequence.
-  """
+  """GSPO-token: ratio sg(s_i) pi / sg(pi); gspo's value, per-token grads."""
   seq_log_ratio_B = jax.lax.stop_gradient(
       _sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   own_BxS = jnp.where(mask_BxS, logp_BxS - jax.lax.stop_gradient(logp_BxS), 0.0)
@@ -132,11 +116,7 @@ def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
 @LOSSES.register("cispo")
 def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
           *, cispo_eps_max: float) -> tuple[jax.Array, Metrics]:
-  """CISPO: sg(min(rho, eps_max)) * A * log pi_train (truncated-IS REINFORCE).
-
-  The weight is capped from above only and carries no gradient, so every
-  token's gradient is the weighted d log pi; none is clipped away.
-  """
+  """CISPO: sg(min(rho, eps_max)) A log pi; no token's gradient is clipped."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   weight_BxS = jax.lax.stop_gradient(jnp.minimum(ratio_BxS, cispo_eps_max))
   obj_BxS = weight_BxS * adv_B[:, None] * logp_BxS

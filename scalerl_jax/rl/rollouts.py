@@ -1,17 +1,12 @@
 """Rollouts: prompts -> sampler slots -> verifiers -> scored groups.
 
-`Rollouts` keeps the sampler's slots busy with whole groups (G slots per
-prompt), numbered in start order; it harvests finished sequences and, once a
-prompt's G completions are in, scores them in the reward pool and returns a
-`buffer.Group`. `generate_phase` runs one train step's generation as the
-schedule allows, verifying a call's groups while the next call decodes.
-Every token keeps the policy version that chose it; the work of every prefill
-and decoded token is counted as it happens (`work`), trained on or not.
-
-Invariants: overlapping verification changes no decision, only wall time (the
-same groups enter the buffer in the same order with the same scores); its
-whole state is checkpointed, and `state` refuses while a dispatched call is
-outstanding. Design (why no decision changes): docs/design/rl.md.
+`Rollouts` fills the sampler's slots with whole groups (G slots a prompt),
+numbered in start order, and scores each group once its G completions are
+in; `generate_phase` runs one step's generation as the schedule allows,
+verifying a call's groups while the next call decodes. That overlap changes
+no decision, only wall time. Every token keeps the version that chose it,
+the work of every prefill and decoded token is counted (`work`), and the
+whole state is checkpointed. Design: docs/design/rl.md.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """

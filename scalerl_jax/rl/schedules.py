@@ -1,19 +1,12 @@
-"""Off-policy schedules (PAPER.md §5): what to start, how long to decode.
+"""Off-policy schedules (ScaleRL paper §5): what to start, how long to decode.
 
-A `Schedule` is chosen by name (`config.buffer.schedule`) from `SCHEDULES`;
-adding one is one registered class. It decides from counts alone, keeping no
-state, and `rollouts.generate_phase` runs the loop that asks it:
-`max_starts(version, backlog)` (new groups the generator may start now) and
-`decode_steps(decoded, ready, in_flight)` (steps of the next sampler call; 0
-ends the step's generation).
-
-Invariants: `pipeline_rl` (PipelineRL-k) starts a prompt only while the
-backlog is below (k + 1) x P, so no token lags more than k and nothing
-finished is thrown away; `ppo_off_policy` (PPO-off-policy-k) starts k x P
-prompts every k steps and the trainer takes them over the next k steps.
-
-Design (the lag bound's proof, how one mesh emulates PipelineRL's
-concurrency, what the compute axes measure): docs/design/rl.md.
+A `Schedule` in `SCHEDULES` (`config.buffer.schedule`) decides from counts
+alone: `max_starts` (groups the generator may start) and `decode_steps`
+(steps of the next sampler call, 0 to end the step's generation).
+`pipeline_rl` (PipelineRL-k) starts a prompt only while fewer than
+(k + 1) x P groups are started and unconsumed, so no token lags more than k;
+`ppo_off_policy` (PPO-off-policy-k) starts k x P prompts every k steps.
+Design (the lag bound, the emulated concurrency): docs/design/rl.md.
 """
 
 from __future__ import annotations

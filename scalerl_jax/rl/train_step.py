@@ -1,15 +1,11 @@
 """The jitted RL train step: pi_train, advantages, loss, update (pure).
 
-`train_step(state, batch, *, spec) -> (state, metrics)`; the static choices
-live in a hashable `StepSpec` bound with `functools.partial` before `jax.jit`.
-The batch is prompt-major (rows i*G .. i*G+G-1 are prompt i's completions):
-`tokens_BxS` (int32, right-padded), `mask_BxS` (1.0 on sampled tokens),
-`gen_logp_BxS` (the generator's log-probs, 0 elsewhere), `rewards_PxG`.
-
-Invariants: with M microbatches (row j goes to microbatch j % M) the
-aggregation's denominators are counted on the whole batch, so the
-microbatches' losses, gradients and metrics sum to the whole batch's; with
-`logprob_chunk` C > 0 no pass holds more than one chunk's [B, C, V] logits.
+`train_step(state, batch, *, spec) -> (state, metrics)`, with the static
+choices in a hashable `StepSpec`. The batch is prompt-major: `tokens_BxS`,
+`mask_BxS` (1.0 on sampled tokens), `gen_logp_BxS`, `rewards_PxG`. Over M
+microbatches the aggregation's denominators are the whole batch's, so loss,
+gradient and metrics equal the whole batch's; with `logprob_chunk` C no pass
+holds more than one chunk's [B, C, V] logits.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and C positions
 per log-prob chunk, J chunks. Design: docs/design/rl.md.

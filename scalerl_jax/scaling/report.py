@@ -16,7 +16,6 @@ import numpy as np
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
-from scalerl_jax.scaling import runs as runs_lib
 
 _ROLES = (("skipped", "skipped"), ("fitted", "fitted"), ("held_out", "held out"))
 # The trainer logs a score's sampling standard error as <score key>_stderr
