@@ -106,7 +106,8 @@ def main(argv):
       timed, tokens = {}, {}
       for name, parts in _ABLATIONS.items():
         sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
-        with _substituted(parts):  # Every program this sampler runs is compiled here.
+        # Every program this sampler runs is compiled here.
+        with _substituted(parts):
           tokens[name] = sampler.generate(params, prompts, lens, jax.random.key(1)).tokens
         timed[name] = functools.partial(
             lambda s, *args: s.generate(*args).tokens, sampler, params, prompts, lens,

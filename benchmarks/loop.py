@@ -118,12 +118,14 @@ class Timers:
   children and compilation."""
 
   def __init__(self):
-    self._thread = threading.get_ident()  # The loop's thread: the only one timed.
+    # The loop's thread: the only one timed.
+    self._thread = threading.get_ident()
     self.own: dict[tuple[str, ...], float] = collections.defaultdict(float)
     self.calls: dict[tuple[str, ...], int] = collections.Counter()
     self.compile_s = 0.0
     self._path: tuple[str, ...] = ()
-    self._children = [0.0]  # Seconds of the children of the innermost open part so far.
+    # Seconds of the children of the innermost open part so far.
+    self._children = [0.0]
 
   def on_duration(self, event: str, duration: float, **kwargs) -> None:
     """A jax.monitoring duration listener that sums compilation."""
@@ -133,7 +135,8 @@ class Timers:
 
   @contextlib.contextmanager
   def part(self, name: str) -> Iterator[None]:
-    if threading.get_ident() != self._thread:  # Overlaps the loop (the pool's thread).
+    # Overlaps the loop (the pool's thread).
+    if threading.get_ident() != self._thread:
       yield
       return
     outer, outer_children = self._path, self._children

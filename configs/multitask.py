@@ -43,8 +43,10 @@ def get_config(arg=None):
   # Validations: the points of each domain's curve. Every 4 steps puts 7
   # points in the first half, enough to fit a sigmoid and predict the rest.
   c.trainer.eval_every = 4
-  c.trainer.eval_num_prompts = 32  # Per domain; 2 x 32 x 16 samples per validation.
-  c.trainer.warm_start_seed = 0  # One base policy for every seed, as the paper's runs.
+  # Per domain; 2 x 32 x 16 samples per validation.
+  c.trainer.eval_num_prompts = 32
+  # One base policy for every seed, as the paper's runs.
+  c.trainer.warm_start_seed = 0
   c.trainer.warm_start_steps = 2_000  # Two tasks to learn the formats of.
   return c
 

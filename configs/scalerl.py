@@ -71,12 +71,14 @@ def _parse_arg(arg):
 
 def _model_config(variant):
   m = ml_collections.ConfigDict()
-  m.family = "llama"  # Hugging Face layout used for export: llama | qwen2 | qwen3.
+  # Hugging Face layout used for export: llama | qwen2 | qwen3.
+  m.family = "llama"
   m.vocab_size = 512  # Rows of the embedding table.
   m.embed_dim = 128  # Residual stream width (HF hidden_size).
   m.num_layers = 4  # Decoder blocks.
   m.num_heads = 4  # Query heads.
-  m.num_kv_heads = 2  # Key/value heads (grouped-query attention); divides num_heads.
+  # Key/value heads (grouped-query attention); divides num_heads.
+  m.num_kv_heads = 2
   m.head_dim = 32  # Width of one attention head.
   m.mlp_dim = 384  # SwiGLU hidden width (HF intermediate_size).
   m.rope_theta = 10_000.0  # Rotary embedding base.
@@ -97,13 +99,16 @@ def _model_config(variant):
   # parameters barely move (config.validate warns).
   m.param_dtype = "float32"
   m.compute_dtype = "float32"  # Activation/matmul dtype: float32 | bfloat16.
-  m.fp32_lm_head = True  # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
-  m.remat = False  # Rematerialise each block in the backward pass (saves memory).
+  # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
+  m.fp32_lm_head = True
+  # Rematerialise each block in the backward pass (saves memory).
+  m.remat = False
   # Training and prefill attention (models/attention.py): plain | blockwise |
   # splash (Pallas, TPU) | cudnn (GPU, bfloat16) | auto: splash on TPU, cudnn
   # on GPU in bfloat16, else plain, or blockwise from LONG_SEQ_LEN positions.
   m.attention = "auto"
-  m.hf_path = ""  # Local HF checkpoint directory; "" = random init / warm start.
+  # Local HF checkpoint directory; "" = random init / warm start.
+  m.hf_path = ""
   m.update(_MODELS[variant])
   return m
 
@@ -120,7 +125,8 @@ def get_config(arg=None):
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.axes = ("data", "fsdp", "tensor")  # Mesh axis names.
-  c.mesh.shape = (1, -1, 1)  # Size per axis; one -1 takes the remaining devices.
+  # Size per axis; one -1 takes the remaining devices.
+  c.mesh.shape = (1, -1, 1)
   # Logical axis -> mesh axis (or tuple of axes, or None = replicated).
   c.mesh.logical_axis_rules = (
       ("act_batch", ("data", "fsdp")),
@@ -139,7 +145,8 @@ def get_config(arg=None):
       ("head_dim", None),
       ("norm", None),
   )
-  c.mesh.distributed = False  # Call jax.distributed.initialize (multi-host runs).
+  # Call jax.distributed.initialize (multi-host runs).
+  c.mesh.distributed = False
   c.mesh.coordinator_address = ""  # host:port of process 0; "" = auto-detect.
   c.mesh.num_processes = 0  # Total processes; 0 = auto-detect.
   c.mesh.process_id = -1  # This process's index; -1 = auto-detect.
@@ -148,7 +155,8 @@ def get_config(arg=None):
   # Peak LR (paper: 5e-7 at 8B). A 0.85M policy needs a far larger one to move
   # in 60 steps (docs/default_run.md).
   c.optim.learning_rate = 3e-4 if cpu else 5e-7
-  c.optim.warmup_steps = 10 if cpu else 100  # Linear warmup from 0 (paper: 100).
+  # Linear warmup from 0 (paper: 100).
+  c.optim.warmup_steps = 10 if cpu else 100
   # constant | cosine (after warmup). The paper's is constant. The CPU default
   # departs from it: at lr 3e-4 a constant rate left the plateau swinging by
   # 0.03-0.05 between evaluations, the decay settles it (docs/default_run.md).
@@ -156,7 +164,8 @@ def get_config(arg=None):
   # cosine: steps from the end of warmup to the floor (CPU: trainer.num_steps -
   # optim.warmup_steps, so the floor is reached at the last step).
   c.optim.decay_steps = 50 if cpu else 0
-  c.optim.final_lr_fraction = 0.1 if cpu else 0.0  # cosine: floor as a fraction of the peak.
+  # cosine: floor as a fraction of the peak.
+  c.optim.final_lr_fraction = 0.1 if cpu else 0.0
   c.optim.b1 = 0.9  # Adam first-moment decay.
   c.optim.b2 = 0.999  # Adam second-moment decay.
   c.optim.eps = 1e-15  # Adam epsilon; tiny to avoid underflowing updates (§5).
@@ -166,13 +175,15 @@ def get_config(arg=None):
   c.rl = ml_collections.ConfigDict()
   c.rl.loss = "cispo"  # grpo | dapo | gspo | gspo_token | cispo (§3).
   c.rl.aggregation = "prompt"  # sample | prompt | token (§4).
-  c.rl.adv_norm = "batch"  # prompt | batch | none: std used to scale advantages.
+  # prompt | batch | none: std used to scale advantages.
+  c.rl.adv_norm = "batch"
   c.rl.eps_clip = 0.2  # grpo: symmetric PPO clip.
   c.rl.eps_low = 0.2  # dapo: lower clip.
   c.rl.eps_high = 0.28  # dapo: upper clip (clip-higher).
   c.rl.gspo_eps_low = 3e-4  # gspo: lower clip of the sequence ratio.
   c.rl.gspo_eps_high = 4e-4  # gspo: upper clip of the sequence ratio.
-  c.rl.cispo_eps_max = 4.0  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
+  # cispo: cap on the IS weight (paper: 4, 5, 8 equal).
+  c.rl.cispo_eps_max = 4.0
   # Truncated IS (§3): C > 0 scales each token's objective by
   # sg(min(1, C / rho)), rho = pi_train / pi_gen, so an unclipped PPO token's
   # weight is min(rho, C). Departure: the paper's factor is pi_old / pi_gen with
@@ -185,8 +196,10 @@ def get_config(arg=None):
   c.rl.reward_incorrect = 0.0  # Reward of a failed, timed-out or wrong one.
 
   c.buffer = ml_collections.ConfigDict()
-  c.buffer.schedule = "pipeline_rl"  # pipeline_rl | ppo_off_policy (§5; rl/schedules.py).
-  c.buffer.max_off_policy = 8  # k: max policy versions a consumed token may lag.
+  # pipeline_rl | ppo_off_policy (§5; rl/schedules.py).
+  c.buffer.schedule = "pipeline_rl"
+  # k: max policy versions a consumed token may lag.
+  c.buffer.max_off_policy = 8
   # pipeline_rl: decode steps the generator runs per train step, its speed
   # relative to the trainer in this colocated emulation of PipelineRL's
   # concurrency (rl/schedules.py): the stand-in for the paper's ratio of
@@ -213,33 +226,42 @@ def get_config(arg=None):
   # bfloat16 (half the bytes every decode step reads); CPUs compute in float32.
   c.sampling.kv_cache_dtype = "float32" if cpu else "bfloat16"
   c.sampling.interruption = ml_collections.ConfigDict()
-  c.sampling.interruption.enabled = not cpu  # Thinking-budget interruptions (§5).
-  c.sampling.interruption.thinking_budget_min = 10_000  # Budget drawn per sequence
-  c.sampling.interruption.thinking_budget_max = 12_000  # uniformly in [min, max].
-  c.sampling.interruption.answer_budget = 2_336  # Tokens allowed after the phrase.
+  # Thinking-budget interruptions (§5).
+  c.sampling.interruption.enabled = not cpu
+  # Budget drawn per sequence
+  c.sampling.interruption.thinking_budget_min = 10_000
+  # uniformly in [min, max].
+  c.sampling.interruption.thinking_budget_max = 12_000
+  # Tokens allowed after the phrase.
+  c.sampling.interruption.answer_budget = 2_336
   c.sampling.interruption.phrase = (
       "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>")
 
   c.data = ml_collections.ConfigDict()
-  c.data.source = "builtin"  # builtin | builtin_code | reasoning_gym | tfds | jsonl.
+  # builtin | builtin_code | reasoning_gym | tfds | jsonl.
+  c.data.source = "builtin"
   # Named domains mixed in one run, name -> {weight, source, verifier, data.*
   # overrides} (data/mixture.py; configs/multitask.py);
   # empty = data.source alone.
   c.data.mixture = ml_collections.ConfigDict()
   c.data.prompts_per_step = 16 if cpu else 48  # P prompts per step (paper: 48).
   c.data.generations_per_prompt = 16  # G completions per prompt (paper: 16).
-  c.data.on_long_prompt = "error"  # error | skip (counted) for prompts over budget.
+  # error | skip (counted) for prompts over budget.
+  c.data.on_long_prompt = "error"
   # Built-in task levels (operators per expression) mixed in training; with
   # (1, 2) the warm-started tiny_cpu policy's thinking reaches the right value
   # in ~56% of validation samples, and with
   # trainer.warm_start_answer_slip_prob = 0.7 its Answer line is right in ~19%
   # (docs/default_run.md).
   c.data.builtin_difficulty = (1, 2)
-  c.data.builtin_num_train = 6_000  # Built-in task: training prompts (levels 1-2 hold 6,370).
+  # Built-in task: training prompts (levels 1-2 hold 6,370).
+  c.data.builtin_num_train = 6_000
   c.data.builtin_num_val = 200  # Built-in task: held-out validation prompts.
   c.data.reasoning_gym_name = ""  # reasoning_gym: dataset name.
-  c.data.reasoning_gym_size = 10_000  # reasoning_gym: training prompts generated.
-  c.data.reasoning_gym_val_size = 200  # reasoning_gym: held-out validation prompts.
+  # reasoning_gym: training prompts generated.
+  c.data.reasoning_gym_size = 10_000
+  # reasoning_gym: held-out validation prompts.
+  c.data.reasoning_gym_val_size = 200
   c.data.tfds_name = ""  # tfds: builder name (with optional :version).
   c.data.tfds_split = "train"  # tfds: training split.
   c.data.tfds_val_split = "test"  # tfds: validation split.
@@ -248,7 +270,8 @@ def get_config(arg=None):
   c.data.tfds_answer_field = "answer"  # tfds: feature holding the answer.
   c.data.jsonl_train = ""  # jsonl: training file of {"prompt", "answer"} rows.
   c.data.jsonl_val = ""  # jsonl: validation file.
-  c.data.jsonl_prompt_field = "prompt"  # jsonl: row field holding the prompt (GSM8K: question).
+  # jsonl: row field holding the prompt (GSM8K: question).
+  c.data.jsonl_prompt_field = "prompt"
   c.data.jsonl_answer_field = "answer"  # jsonl: row field holding the answer.
   # jsonl/tfds: the reference answer is the text after the last occurrence of
   # this marker in the answer field (GSM8K: "####"); "" = the whole field.
@@ -257,7 +280,8 @@ def get_config(arg=None):
   # tokenizer's chat template when it ships one (instruct checkpoints), else
   # the raw text; on: a template is required; off: always the raw text.
   c.data.chat_template = "auto"
-  c.data.system_prompt = ""  # System message; "" = none (needs a chat template).
+  # System message; "" = none (needs a chat template).
+  c.data.system_prompt = ""
   # Appended to every prompt on a new line. The real-checkpoint variants ask
   # for the \boxed{} answer the math verifier reads, in the words DeepSeek-R1
   # and Qwen recommend for math; the built-in task's prompts need none.
@@ -285,15 +309,18 @@ def get_config(arg=None):
   # code: the sandbox's layer below the audit hook (rewards/isolation.py):
   # auto (bubblewrap if it runs, else warn) | bwrap (required) | python (none).
   c.rewards.code_isolation = "auto"
-  c.rewards.worker_memory_mb = 2048  # Address-space limit of a verifier worker; 0 = none.
+  # Address-space limit of a verifier worker; 0 = none.
+  c.rewards.worker_memory_mb = 2048
   # Verify the groups a decode call finished while the next call decodes, where
   # that call is decided without their scores (rl/rollouts.py); the same
   # decisions either way. False waits for the scores (benchmarks/loop.py).
   c.rewards.overlap = True
 
   c.curriculum = ml_collections.ConfigDict()
-  c.curriculum.no_positive_resampling = True  # Retire prompts that are solved (§5).
-  c.curriculum.retire_threshold = 0.9  # Historical pass rate that retires a prompt.
+  # Retire prompts that are solved (§5).
+  c.curriculum.no_positive_resampling = True
+  # Historical pass rate that retires a prompt.
+  c.curriculum.retire_threshold = 0.9
 
   c.trainer = ml_collections.ConfigDict()
   c.trainer.num_steps = 60 if cpu else 10_000  # RL optimizer steps.
@@ -305,7 +332,8 @@ def get_config(arg=None):
   c.trainer.checkpoint_every = 20 if cpu else 100  # Steps between checkpoints.
   c.trainer.keep_checkpoints = 3  # Checkpoints kept on disk.
   c.trainer.log_every = 1  # Steps between metric writes.
-  c.trainer.max_nonfinite_steps = 5  # Consecutive NaN/Inf steps before stopping.
+  # Consecutive NaN/Inf steps before stopping.
+  c.trainer.max_nonfinite_steps = 5
   # Gradient accumulation: the train step splits its P x G completions into this
   # many microbatches (rl/train_step.py); divides P x G, and each microbatch
   # divides over the mesh's batch axes. Same gradient, less activation memory.
@@ -313,7 +341,8 @@ def get_config(arg=None):
   # Positions whose [rows, positions, vocab] logits the train step holds at once
   # when it recomputes log-probs (rl/train_step.py); 0 = the whole sequence.
   c.trainer.logprob_chunk = 0 if cpu else 1024
-  c.trainer.warm_start_steps = 1500 if cpu else 0  # Supervised steps (built-in only).
+  # Supervised steps (built-in only).
+  c.trainer.warm_start_steps = 1500 if cpu else 0
   c.trainer.warm_start_lr = 3e-3  # Supervised warm-start learning rate.
   c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.
   # Probability that a rewrite of a warm-start worked solution writes a wrong

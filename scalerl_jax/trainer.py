@@ -110,7 +110,8 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     """Builds the experiment; restores the latest checkpoint, if any."""
     self.config, self.workdir = config, workdir
-    sharding.maybe_initialize_distributed(config.mesh)  # Before orbax touches a device.
+    # Before orbax touches a device.
+    sharding.maybe_initialize_distributed(config.mesh)
     self.checkpointer = checkpoint_lib.for_workdir(
         workdir, max_to_keep=config.trainer.keep_checkpoints)
     restore_step = self.checkpointer.step_to_restore()
@@ -121,7 +122,8 @@ class Trainer:
         self.optimizer, exp.params, exp.param_shardings, exp.mesh)
     self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
     self.pool = exp.reward_pool()
-    self.curriculum = mixture_lib.make_curriculum(config)  # One per domain in a mixture.
+    # One per domain in a mixture.
+    self.curriculum = mixture_lib.make_curriculum(config)
     # Looked up at call time: a restore replaces the curriculum object.
     self.pipeline = pipeline_lib.make_pipeline(
         config, exp.prompts("train"), exp.tok,
@@ -179,7 +181,8 @@ class Trainer:
     self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
     self.meter.load_state_dict(extra["meter"])
     self.counters = dict(extra["counters"])
-    self.monitors.load_state_dict(extra.get("monitors", {}))  # Absent before monitors existed.
+    # Absent before monitors existed.
+    self.monitors.load_state_dict(extra.get("monitors", {}))
     logging.info("Resumed from the checkpoint at step %d", self.step)
 
   # Phases.
@@ -233,7 +236,8 @@ class Trainer:
     if groups is None:
       raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
     row = buffer_lib.batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
-    row.update(mixture_lib.train_metrics(groups))  # train/<domain>/...; none for one source.
+    # train/<domain>/...; none for one source.
+    row.update(mixture_lib.train_metrics(groups))
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
@@ -269,7 +273,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
-  workdir_lib.record_config(trainer.config, workdir)  # Resolved: model fields from hf_path included.
+  # Resolved: model fields from hf_path included.
+  workdir_lib.record_config(trainer.config, workdir)
   t = config.trainer
   # Lines past the checkpoint will be written again by the resumed run; at
   # step 0 that includes step 0's validation line (a kill before the first
@@ -305,7 +310,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
         trainer.writer.write(trainer.step, row)
       last = row
       progress.update(trainer.step, reward=row["train/reward_mean"],
-                      val=row.get("val/mean_at_k"))  # None: the last value stays.
+                      # None: the last value stays.
+                      val=row.get("val/mean_at_k"))
       stop = bool(alerts) and trainer.monitors.stop_on_alert
       if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps or stop:
         trainer.save(force=stop)

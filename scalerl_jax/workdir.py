@@ -113,5 +113,6 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   os.makedirs(workdir, exist_ok=True)
   with open(path + ".tmp", "w") as f:
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")
-  os.replace(path + ".tmp", path)  # A kill mid-write leaves the previous record.
+  # A kill mid-write leaves the previous record.
+  os.replace(path + ".tmp", path)
   return changed

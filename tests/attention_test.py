@@ -118,7 +118,8 @@ def test_splash_compiles_for_a_tpu_slice_under_auto():
     assert attention.resolve("auto", t, jnp.bfloat16) == "splash"
     args = [jax.ShapeDtypeStruct((b, t, n, e), jnp.bfloat16, sharding=spec) for n in (h, k, k)]
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
-  assert "tpu_custom_call" in compiled.as_text()  # The Mosaic kernel, not the interpreter.
+  # The Mosaic kernel, not the interpreter.
+  assert "tpu_custom_call" in compiled.as_text()
   # A chip's float32 scores are 4 heads x 4096^2 x 4 bytes = 256 MiB; plain's
   # program needed 425 MiB of temporaries here, splash's under 1 MiB.
   assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2 ** 20
@@ -140,7 +141,8 @@ def test_splash_mesh_axes_split_what_divides(b, k, expected):
     ("tpu", 16_384, jnp.bfloat16, "splash"),
     ("gpu", 16_384, jnp.bfloat16, "cudnn"),
     ("cuda", 100, jnp.bfloat16, "cudnn"),
-    ("gpu", 100, jnp.float32, "plain"),  # cuDNN's kernel takes 16-bit inputs only.
+    # cuDNN's kernel takes 16-bit inputs only.
+    ("gpu", 100, jnp.float32, "plain"),
     ("gpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
     ("cpu", attention.LONG_SEQ_LEN - 1, jnp.float32, "plain"),
     ("cpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
@@ -150,7 +152,8 @@ def test_auto_picks_by_platform(platform, t, dtype, expected):
 
 
 def test_auto_reads_the_mesh_platform():
-  assert attention.resolve("auto", 10, _F32) == "plain"  # No mesh: the CPU backend.
+  # No mesh: the CPU backend.
+  assert attention.resolve("auto", 10, _F32) == "plain"
   assert attention.resolve("blockwise", 10, _F32) == "blockwise"
   mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
   with jax.set_mesh(mesh):
@@ -204,8 +207,10 @@ def test_transformer_blockwise_equals_plain():
   logits = {name: jax.jit(_model(name).apply)(params, tokens)
             for name in ("plain", "blockwise", "auto")}
   np.testing.assert_allclose(logits["blockwise"], logits["plain"], atol=1e-5, rtol=0)
-  assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0  # Another kernel.
-  assert logits["auto"].tobytes() == logits["plain"].tobytes()  # auto = plain on CPU here.
+  # Another kernel.
+  assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0
+  # auto = plain on CPU here.
+  assert logits["auto"].tobytes() == logits["plain"].tobytes()
 
 
 def test_prefill_through_blockwise_equals_plain():

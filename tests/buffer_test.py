@@ -103,7 +103,8 @@ def test_state_round_trip():
   buf.add(_group(0, [[0, 1], [1]]))
   buf.add(_group(1, [[2], [2, 2, 2]]))
   buf.add(_group(2, [[7], [7]]))
-  assert _ids(buf.take(1, 7)) == [2]  # 0 and 1 lag 7 and 5 > 4: evicted on the way.
+  # 0 and 1 lag 7 and 5 > 4: evicted on the way.
+  assert _ids(buf.take(1, 7)) == [2]
   buf.add(_group(4, [[7], [7]]))
   buf.add(_group(3, [[7], [8]]))
   arrays, meta = buf.state()

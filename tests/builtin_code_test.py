@@ -31,7 +31,8 @@ def test_splits_are_disjoint_distinct_and_spread_over_levels():
   assert len({r["id"] for r in train}) == 300 and len({r["id"] for r in val}) == 40
   assert not {r["id"] for r in train} & {r["id"] for r in val}
   levels = collections.Counter(json.loads(r["metadata"])["level"] for r in train)
-  assert levels[1] == 25 and levels[2] + levels[3] == 275  # Level 1 holds 25 train recipes.
+  # Level 1 holds 25 train recipes.
+  assert levels[1] == 25 and levels[2] + levels[3] == 275
   assert builtin_code.code_prompts((1, 2, 3), 300, 0, "train") == train
   assert builtin_code.code_prompts((1, 2, 3), 300, 1, "train") != train
 

@@ -139,7 +139,8 @@ def test_score_builtin_on_huge_inputs_is_fast_and_exact():
   start = time.perf_counter()
   assert builtin_task.score_builtin(f"Answer: {digits}", digits) == 1.0
   assert builtin_task.score_builtin(f"Answer: {digits}8", digits) == 0.0
-  assert builtin_task.score_builtin("Answer: 1" * 200_000, "1") == 1.0  # 1.8 MB.
+  # 1.8 MB.
+  assert builtin_task.score_builtin("Answer: 1" * 200_000, "1") == 1.0
   assert builtin_task.score_builtin("x" * 1_000_000 + "Answer:", "1") == 0.0
   assert builtin_task.score_builtin("5^{5^{5^{5^5}}}", "5") == 0.0
   assert time.perf_counter() - start < 1.0
@@ -160,7 +161,8 @@ def test_slipped_solutions_are_self_consistent_and_slip_at_the_given_rate():
   rng = np.random.default_rng(1)
   problems = builtin_task.builtin_problems((1,), 200, 0, "train")
   slipped = [p.steps(0.3, rng)[1] != p.steps()[1] for p in problems for _ in range(10)]
-  assert abs(np.mean(slipped) - 0.3) < 0.03  # 2,000 draws: std of the rate ~0.01.
+  # 2,000 draws: std of the rate ~0.01.
+  assert abs(np.mean(slipped) - 0.3) < 0.03
   with pytest.raises(ValueError, match="needs an rng"):
     problem.steps(0.5)
 

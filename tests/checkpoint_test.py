@@ -118,7 +118,8 @@ def test_host_state_round_trip_without_known_shapes(tmp_path):
   state = {"x": jnp.ones(2)}
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(1, state, host_state=host)
-    tokens[0][:] = -1  # Edited after save returns: the checkpoint keeps the old values.
+    # Edited after save returns: the checkpoint keeps the old values.
+    tokens[0][:] = -1
     ckpt.save(2, state, host_state={"all_empty": [np.zeros((0, 3), np.float32)]})
     ckpt.wait()
     got1 = ckpt.restore(1, _abstract(state)).host_state

@@ -144,7 +144,8 @@ def test_slurm_script():
   config, _ = train_flags(srun[2:])
   check_forwarded(config)
   assert config.mesh.shape == (1, 8, 2) and job.mesh_shape == (1, 8, 2)
-  assert (config.mesh.num_processes, config.mesh.process_id) == (0, -1)  # srun's env decides.
+  # srun's env decides.
+  assert (config.mesh.num_processes, config.mesh.process_id) == (0, -1)
 
 
 def kubernetes_expand(arg, env):
@@ -229,7 +230,8 @@ def test_submit_hands_the_script_to_the_tool(tmp_path, monkeypatch):
                   "sys.stdin.read())\nsys.exit(3)\n")
   fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
   assert cluster.submit(job) == 3
-  assert (tmp_path / "seen").read_text() == "[]" + job.text  # The script on stdin, no args.
+  # The script on stdin, no args.
+  assert (tmp_path / "seen").read_text() == "[]" + job.text
 
 
 def test_launcher_prints_and_fails_clearly():

@@ -16,7 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 R0 = 0.3
 NOISE = 0.005
-COMPUTE = np.linspace(500, 50000, 100)  # GPU-hours, 20x the C_mid of the curves below.
+# GPU-hours, 20x the C_mid of the curves below.
+COMPUTE = np.linspace(500, 50000, 100)
 
 
 def _curve(a, b, c_mid, seed, compute=COMPUTE, noise=NOISE):
@@ -49,7 +50,8 @@ def test_compare_decides_on_b_with_a_shared_a():
   assert abs(shared_dapo.a - 0.61) <= 0.01
   assert shared_cispo.b > shared_dapo.b
   assert result.difference == shared_dapo.b - shared_cispo.b
-  assert abs(result.difference) > 2 * result.difference_std > 0  # About 0.31 vs 0.087.
+  # About 0.31 vs 0.087.
+  assert abs(result.difference) > 2 * result.difference_std > 0
   swapped = compare.compare((COMPUTE, cispo), (COMPUTE, dapo))
   assert (swapped.better, swapped.decided_by) == ("a", "B")
 

@@ -186,7 +186,8 @@ def test_the_trainer_refuses_every_invalid_config_before_compiling(tmp_path):
         trainer_lib.train_and_evaluate(config, str(tmp_path / str(i)))
       assert str(e.value).startswith(message), str(e.value)
     refused = list(events)
-    jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7))  # The listener does see a compile.
+    # The listener does see a compile.
+    jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7))
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
   assert compile_event not in refused and compile_event in events

@@ -29,7 +29,8 @@ def test_retires_exactly_when_the_history_reaches_the_threshold():
 
 def test_reaching_the_threshold_exactly_retires():
   c = curriculum_lib.Curriculum(retire_threshold=0.9)
-  assert c.update(["a", "b"], [[1] * 9 + [0], [1] * 8 + [0, 0]]) == ["a"]  # 0.9 and 0.8.
+  # 0.9 and 0.8.
+  assert c.update(["a", "b"], [[1] * 9 + [0], [1] * 8 + [0, 0]]) == ["a"]
   # b: 18 / 20 = 0.9 after the first of these rows;
   # the second adds history only.
   assert c.update(["b"] * 2, [[1] * 10, [1] * 10]) == ["b"]
@@ -48,7 +49,8 @@ def test_matches_a_reference_on_random_histories():
     for pid, row in zip(ids, scores):
       sums[pid] = sums.get(pid, 0) + int(row.sum())
       counts[pid] = counts.get(pid, 0) + 8
-      if pid not in retired_at and 10 * sums[pid] >= 9 * counts[pid]:  # Exact arithmetic.
+      # Exact arithmetic.
+      if pid not in retired_at and 10 * sums[pid] >= 9 * counts[pid]:
         retired_at[pid] = step
         expected_new.append(pid)
     assert c.update(ids, scores) == expected_new

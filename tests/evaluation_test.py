@@ -26,4 +26,5 @@ def test_stderr_matches_the_spread_of_resampled_evaluations():
   spread = np.std([d.mean() for d in draws])
   stderrs = [evaluation.summarize(d, np.ones(1), np.zeros(1))["val/mean_at_k_stderr"]
              for d in draws[:50]]
-  assert abs(np.mean(stderrs) / spread - 1) < 0.05  # 2,000 draws: ~1.6% error of the std.
+  # 2,000 draws: ~1.6% error of the std.
+  assert abs(np.mean(stderrs) / spread - 1) < 0.05

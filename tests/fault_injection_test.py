@@ -25,7 +25,8 @@ from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
-_DEADLINE_S = 300.0  # Far above any step here, even on a loaded machine: a hang.
+# Far above any step here, even on a loaded machine: a hang.
+_DEADLINE_S = 300.0
 _NOBODY = 65534
 _SLEEPER = "```python\nimport time\ntime.sleep(600)\n```"
 # A second, different program: the pool runs a repeated program for the same
@@ -115,7 +116,8 @@ def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
 def _file_size_limit(max_bytes):
   """Writes past `max_bytes` in any file fail (EFBIG), as on a full disk."""
   old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-  old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # Fail the write, not the process.
+  # Fail the write, not the process.
+  old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
   resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, old_limit[1]))
   try:
     yield
@@ -141,7 +143,8 @@ def _unwritable(directory):
 
 
 def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
-  state = {"w": jnp.arange(1 << 20, dtype=jnp.float32)}  # 4 MB: past the 1 MB limit.
+  # 4 MB: past the 1 MB limit.
+  state = {"w": jnp.arange(1 << 20, dtype=jnp.float32)}
   directory = str(tmp_path / "checkpoints")
   with checkpointer.Checkpointer(directory) as ckpt:
     ckpt.save(1, state, {"step": 1})

@@ -32,7 +32,8 @@ def _write(workdir, seed=0, **kwargs):
 def test_read_run_reports_bad_lines_and_keeps_good_ones(tmp_path):
   workdir = str(tmp_path / "run")
   _write(workdir, extra_lines=[
-      '{"step": 300, "compute/flops": 3e16, "val/mean_at_k": 0.6',  # Truncated write.
+      # Truncated write.
+      '{"step": 300, "compute/flops": 3e16, "val/mean_at_k": 0.6',
       '[1, 2]',
       '{"step": "x", "compute/flops": 3e16, "val/mean_at_k": 0.6}',
       '{"step": 301, "val/mean_at_k": 0.6}',
@@ -139,7 +140,8 @@ def test_fit_launcher_groups_seeds_and_writes_report_and_png(tmp_path):
   names = [line.strip().split("  ")[0] for line in lines[header + 2:header + 8]]
   assert names == ["cispo [mean of 3 seeds]", "cispo [per-seed mean ± std]", "cispo_seed0",
                    "cispo_seed1", "cispo_seed2", "dapo"]
-  spread = re.split(r"\s{2,}", lines[header + 3])  # Over seeds: A, B, C_mid only.
+  # Over seeds: A, B, C_mid only.
+  spread = re.split(r"\s{2,}", lines[header + 3])
   assert spread[1] == "3 seeds" and all("±" in c for c in spread[2:5]) and set(spread[5:]) == {"-"}
   assert "cispo [mean of 3 seeds]: R_0" in proc.stdout
   assert "held out: steps 105-200 (20 points" in proc.stdout

@@ -90,7 +90,8 @@ def test_data_offsets_beyond_the_file(ckpt):
   header, data = _header(st)
   entry = header["model.layers.0.mlp.up_proj.weight"]
   begin = entry["data_offsets"][0]
-  entry.update(shape=[1 << 20, 1024], data_offsets=[begin, begin + (4 << 30)])  # 4 GiB of F32.
+  # 4 GiB of F32.
+  entry.update(shape=[1 << 20, 1024], data_offsets=[begin, begin + (4 << 30)])
   _write_raw(st, header, data)
   message = _error(ckpt)
   assert message == (f"{st}: tensor model.layers.0.mlp.up_proj.weight: data_offsets "
@@ -159,13 +160,15 @@ def test_pytorch_bin_is_named_and_never_unpickled(ckpt, tmp_path):
   marker = tmp_path / "unpickled"
   os.remove(ckpt / "model.safetensors")
   _plant_pickle(ckpt / "pytorch_model.bin", marker)
-  _plant_pickle(ckpt / "optimizer.pt", marker)  # Sorts first; the weights are named.
+  # Sorts first; the weights are named.
+  _plant_pickle(ckpt / "optimizer.pt", marker)
   message = _error(ckpt)
   assert message.startswith(f"{ckpt / 'pytorch_model.bin'}: a pickled PyTorch checkpoint "
                             "where safetensors is expected; it is not read")
   assert "Convert it to safetensors" in message
   assert not marker.exists()
-  pickle.loads((ckpt / "pytorch_model.bin").read_bytes())  # The payload is live.
+  # The payload is live.
+  pickle.loads((ckpt / "pytorch_model.bin").read_bytes())
   assert marker.exists()
 
 

@@ -145,7 +145,8 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_wrong_tensor_shape_is_named(tmp_path):
   _, path = _hf_model("qwen2", tmp_path)
-  _edit_config(path, intermediate_size=64)  # The file's MLP tensors are 48 wide.
+  # The file's MLP tensors are 48 wide.
+  _edit_config(path, intermediate_size=64)
   with pytest.raises(hf_io.CheckpointError, match=r"model\.layers\.0\.mlp\.\w+_proj\.weight"):
     hf_io.load_checkpoint(path)
 

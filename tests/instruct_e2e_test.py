@@ -38,7 +38,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("math_verify")
 
 _DIM = 64
-_LOGIT = 20.0  # lm_head weight; the normalised one-hot input has norm sqrt(_DIM).
+# lm_head weight; the normalised one-hot input has norm sqrt(_DIM).
+_LOGIT = 20.0
 _QUESTIONS = ["Tom has 6 bags of 7 apples. How many apples does he have?",
               "A box holds 21 pens and another box twice as many. How many pens are there?",
               "Natalia sold 48 clips in April and half as many in May, minus 30. How many?",
@@ -49,11 +50,13 @@ def _chain(tok):
   """(token -> successors) of the bigram model, as ids."""
   ids = {t: tok.token_to_id(t) for t in ("Ċ", "</think>", "<|endoftext|>")}
   boxed = [tok.token_to_id(c) for c in "\\boxed{42}"]
-  assert None not in boxed and len(set(boxed)) == len(boxed)  # Each a distinct token.
+  # Each a distinct token.
+  assert None not in boxed and len(set(boxed)) == len(boxed)
   chain = {ids["Ċ"]: [ids["</think>"], boxed[0]], ids["</think>"]: [boxed[0]]}
   chain.update({a: [b] for a, b in zip(boxed, boxed[1:])})
   chain[boxed[-1]] = [ids["<|endoftext|>"]]
-  chain[ids["<|endoftext|>"]] = [ids["Ċ"]]  # Reached only if generation does not stop.
+  # Reached only if generation does not stop.
+  chain[ids["<|endoftext|>"]] = [ids["Ċ"]]
   return chain
 
 
@@ -118,7 +121,8 @@ def test_two_rl_steps_on_gsm8k_rows_from_a_qwen3_instruct_checkpoint(tmp_path):
 
   last = trainer.train_and_evaluate(config, str(tmp_path / "run"))
 
-  assert config.model.family == "qwen3" and not config.model.tie_embeddings  # From config.json.
+  # From config.json.
+  assert config.model.family == "qwen3" and not config.model.tie_embeddings
   metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
   rows = [json.loads(line) for line in metrics.splitlines()]
   assert [r["step"] for r in rows] == [0, 1, 2]

@@ -196,11 +196,13 @@ def test_hand_worked_loss(loss, aggregation):
 def test_truncated_importance_sampling_correction(loss, expected):
   value, metrics = _hand_loss(_params(loss, tis_cap=3.0))
   np.testing.assert_allclose(value, expected, rtol=2e-6)
-  for name in ("ratio_mean", "ratio_max"):  # The loss's own ratios are unchanged.
+  # The loss's own ratios are unchanged.
+  for name in ("ratio_mean", "ratio_max"):
     np.testing.assert_allclose(metrics[name], EXPECTED_METRICS[loss][name], rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_ratio_mean"], 11.75 / 7, rtol=1e-6)
   np.testing.assert_allclose(metrics["tis_ratio_max"], 5.0, rtol=1e-6)
-  np.testing.assert_allclose(metrics["tis_capped_frac"], 1 / 7, rtol=1e-6)  # Only rho 5 > 3.
+  # Only rho 5 > 3.
+  np.testing.assert_allclose(metrics["tis_capped_frac"], 1 / 7, rtol=1e-6)
 
 
 def test_tis_clips_against_the_generator_and_truncates_the_weight():
@@ -258,7 +260,8 @@ def test_padding_log_probs_never_leak():
     ("grpo", [[-1.0 / 7, 0.0, -1.1 / 7],  # rho 5 > 1.2, A > 0: clipped
               [0.0, 0.0, 0.0],  # rho 0.5 < 0.8, A < 0: clipped
               [0.0, -0.45 / 7, 0.0],  # rho 1.25 > 1.2, A > 0: clipped
-              [1.0 / 7, 0.0, 0.0]]),  # rho 2, A < 0: not clipped (-2 * -0.5 / 7)
+              # rho 2, A < 0: not clipped (-2 * -0.5 / 7)
+              [1.0 / 7, 0.0, 0.0]]),
     ("dapo", [[-1.0 / 7, 0.0, -1.1 / 7],
               [0.0, 0.0, 0.0],
               [-0.625 / 7, -0.45 / 7, 0.0],  # rho 1.25 < 1.28: not clipped

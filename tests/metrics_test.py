@@ -80,7 +80,8 @@ def test_truncate_after_drops_later_steps_and_purges_tensorboard(tmp_path):
   writer = metrics_writer.MetricWriter(workdir, is_primary=True)
   for step in (1, 2, 3):
     writer.write(step, {"loss": float(step)})
-  writer.write(2, {"val/mean_at_k": 0.5})  # A validation line of step 2, written after 3.
+  # A validation line of step 2, written after 3.
+  writer.write(2, {"val/mean_at_k": 0.5})
   writer.close()
   with open(path, "a") as f:
     f.write('{"step": 4, "lo')  # A line cut off by a kill.

@@ -115,7 +115,8 @@ def _bigram_results():
 def test_microbatches_give_the_whole_batch_gradient_and_metrics(loss, aggregation):
   want, got = (_bigram_results()[loss, aggregation, m] for m in (1, 4))
   assert _max_diff(want[2], got[2]) < TOL
-  assert float(jnp.max(jnp.abs(want[2]["Embed_0"]["embedding"]))) > 1e-3  # Something to compare.
+  # Something to compare.
+  assert float(jnp.max(jnp.abs(want[2]["Embed_0"]["embedding"]))) > 1e-3
   assert _max_diff(want[0], got[0]) < TOL
   assert want[1].keys() == got[1].keys()
   for name in want[1]:

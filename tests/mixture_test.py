@@ -80,7 +80,8 @@ def test_every_batch_holds_each_domains_share(config, tok):
 def test_curricula_keep_each_domains_state_and_round_trip(config):
   c = multitask.get_config()
   with c.unlocked():
-    c.data.mixture.code.retire_threshold = 0.5  # Code retires earlier than math.
+    # Code retires earlier than math.
+    c.data.mixture.code.retire_threshold = 0.5
   curricula = mixture.make_curriculum(c)
   scores = np.array([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]], np.float32)
   retired = curricula.update(["code/a", "math/a", "math/b"], scores)
@@ -123,7 +124,8 @@ def test_validation_metrics_per_domain():
   assert out["val/mean_at_k"] == pytest.approx(0.5)
   assert out["val/math/mean_at_k"] == pytest.approx(0.75) and out["val/math/pass_at_k"] == 1.0
   assert out["val/code/mean_at_k"] == 0.0 and out["val/code/pass_at_k"] == 0.0
-  assert out["val/math/mean_length"] == pytest.approx(3.5)  # Rows 0 and 2: 1, 2, 5, 6.
+  # Rows 0 and 2: 1, 2, 5, 6.
+  assert out["val/math/mean_length"] == pytest.approx(3.5)
   assert out["val/code/num_prompts"] == 1.0
   single = evaluation.summarize_domains(scores, np.arange(6), np.zeros(6, bool), [""] * 3)
   assert single == evaluation.summarize(scores, np.arange(6), np.zeros(6, bool))

@@ -81,10 +81,12 @@ def test_truncation_above_20_percent_alerts_with_the_field_named():
 def test_train_gen_mismatch_and_is_ratio_max_alert():
   mon = _monitors(logp_diff_max=0.5, ratio_max=10.0)
   rows = [
-      {**_healthy(1), "train/train_gen_logp_abs_diff": 0.5},  # At the limit: quiet.
+      # At the limit: quiet.
+      {**_healthy(1), "train/train_gen_logp_abs_diff": 0.5},
       {**_healthy(2), "train/train_gen_logp_abs_diff": 0.7},
       {**_healthy(3), "train/ratio_max": 12.0},
-      {**_healthy(4), "train/ratio_max": 1.0, "train/tis_ratio_max": 11.0},  # TIS on.
+      # TIS on.
+      {**_healthy(4), "train/ratio_max": 1.0, "train/tis_ratio_max": 11.0},
       # No loss token: the step's statistics are empty, whatever they read.
       {**_healthy(5), "train/loss_tokens": 0.0, "train/ratio_max": 50.0,
        "train/train_gen_logp_abs_diff": 9.0},
@@ -128,7 +130,8 @@ def test_state_survives_a_checkpoint_round_trip():
           + [{**_healthy(s), "train/reward_mean": 0.0, "train/entropy": 1.0 - 0.1 * s}
              for s in range(1, 12)]
           + [{**_healthy(12), "val/mean_at_k": 0.3}])
-  for i, row in enumerate(rows[1:], 1):  # A running count: rises at 3, then at 9.
+  # A running count: rises at 3, then at 9.
+  for i, row in enumerate(rows[1:], 1):
     row["buffer/evicted_stale"] = float((i >= 3) + (i >= 9))
   straight = _fired(_monitors(reward_stuck_steps=4), rows, first_step=0)
   first = _monitors(reward_stuck_steps=4)

@@ -210,7 +210,8 @@ def test_params_match_the_one_process_run(runs):
     diff = max(diff, float(np.abs(mc[f"final1/{name}"] - ref[k]).max()))
     moved = max(moved, float(np.abs(ref[k] - ref[f"init0/{name}"]).max()))
   print(f"max |param diff| vs one process: {diff:.3g}; largest update over 2 steps: {moved:.3g}")
-  assert moved > 50 * _MAX_PARAM_DIFF  # Training moved the parameters: the check has teeth.
+  # Training moved the parameters: the check has teeth.
+  assert moved > 50 * _MAX_PARAM_DIFF
   assert diff <= _MAX_PARAM_DIFF
 
 
@@ -231,7 +232,8 @@ def test_checkpoints_written_by_both_processes_metrics_and_export_by_process_0(r
     state = os.listdir(checkpoints / step / "state")
     assert {"ocdbt.process_0", "ocdbt.process_1"} <= set(state), state
   rows, ref_rows = _metrics(root / "mc"), _metrics(root / "ref")
-  assert [r["step"] for r in rows] == [0, 1, 2]  # Written once: by process 0 alone.
+  # Written once: by process 0 alone.
+  assert [r["step"] for r in rows] == [0, 1, 2]
   _assert_close(rows, ref_rows, "metrics")
   assert os.path.isfile(root / "out" / "export_p0" / "model.safetensors")
   assert not os.path.exists(root / "out" / "export_p1")

@@ -54,7 +54,8 @@ def test_two_source_run_logs_each_domain_and_resumes_bit_identically(base_dir, t
   straight, rows = _run(base_dir, tmp_path, "straight", [4])
   split, split_rows = _run(base_dir, tmp_path, "split", [2, 4])
   for r in rows[1:]:
-    assert r["train/math/count"] == r["train/code/count"] == 2  # P = 4, weights 0.5 / 0.5.
+    # P = 4, weights 0.5 / 0.5.
+    assert r["train/math/count"] == r["train/code/count"] == 2
     for domain in ("math", "code"):
       assert 0 <= r[f"train/{domain}/reward_mean"] <= 1
       assert r[f"train/{domain}/mean_length"] > 0

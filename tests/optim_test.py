@@ -93,7 +93,8 @@ def test_optimizer_steps_follow_the_warmup():
     # First step: update = -lr(0) * g / (|g| + eps) with
     # lr(0) = 1e-6, g = 1e-15.
     (1e-15, -1e-6 * 0.5),  # The config's eps: g / (g + g) = 1/2.
-    (1e-8, -1e-6 * 1e-15 / (1e-15 + 1e-8)),  # optax's default eps would swamp g.
+    # optax's default eps would swamp g.
+    (1e-8, -1e-6 * 1e-15 / (1e-15 + 1e-8)),
 ])
 def test_eps_reaches_the_adam_update(eps, expected):
   tx = optim.make_optimizer(_optim_config(eps=eps))

@@ -104,7 +104,8 @@ def test_restoring_state_at_each_of_the_first_50_batches_gives_the_same_stream(
   kwargs = {}
   if mixed:
     records, weights = two_sources
-    kwargs = {"weights": weights, "max_prompt_len": 32}  # Code prompts are longer.
+    # Code prompts are longer.
+    kwargs = {"weights": weights, "max_prompt_len": 32}
   curriculum = _Curriculum()
   reference = _pipeline(records, tok, is_retired=curriculum.is_retired, **kwargs)
   checkpoints, batches = [], []
@@ -136,7 +137,8 @@ def test_retired_prompts_leave_the_stream_and_all_retired_ends_it(records, tok):
   for _ in range(30):
     assert not set(_ids(next(stream))) & retired
   retired.update(r["id"] for r in records[:-1])
-  assert _ids(next(stream)) == [records[-1]["id"]] * _P  # One prompt left: it repeats.
+  # One prompt left: it repeats.
+  assert _ids(next(stream)) == [records[-1]["id"]] * _P
   retired.add(records[-1]["id"])
   with pytest.raises(StopIteration):
     next(stream)
@@ -233,8 +235,10 @@ def test_prompt_format_follows_the_config(instruct, tok):
   assert auto.template is qwen.chat_template  # 'auto' with a template renders.
   off = pipeline.PromptFormat.from_config(
       _data_config(chat_template="off", answer_instruction="Say it."), qwen)
-  assert off.ids(qwen, prompt) == qwen.encode("Compute 7+5\nSay it.")  # Qwen has no BOS.
-  builtin = pipeline.PromptFormat.from_config(_data_config(), tok)  # 'auto', no template.
+  # Qwen has no BOS.
+  assert off.ids(qwen, prompt) == qwen.encode("Compute 7+5\nSay it.")
+  # 'auto', no template.
+  builtin = pipeline.PromptFormat.from_config(_data_config(), tok)
   assert builtin == pipeline.RAW
   assert builtin.ids(tok, prompt) == pipeline.prompt_ids(tok, prompt) == (
       [tok.bos_id] + tok.encode(prompt))

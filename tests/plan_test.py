@@ -123,7 +123,8 @@ def test_activations_on_fsdp8():
   # Remat: each layer's input only (D = 1,024 B per token), plus one layer
   # being recomputed.
   assert p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
-  assert p.activations_per_row == p.activations_no_remat // 16  # remat is off in tiny_cpu.
+  # remat is off in tiny_cpu.
+  assert p.activations_per_row == p.activations_no_remat // 16
 
 
 def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
@@ -135,7 +136,8 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
   # tokens per device.
   assert _plan(config, 8).activations_no_remat == 4 * 2_544 * 16_416 + 2_544 * 5_120
   cfg = transformer.ModelConfig.from_config(scalerl.get_config("tiny_cpu").model)
-  assert plan._resolve_attention(cfg, "tpu", 159) == "splash"  # auto on a TPU slice.
+  # auto on a TPU slice.
+  assert plan._resolve_attention(cfg, "tpu", 159) == "splash"
   assert plan._resolve_attention(cfg, "cpu", 159) == "plain"
 
 

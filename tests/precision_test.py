@@ -54,7 +54,8 @@ def _summed_updates(cfg, params0, optimizer, tokens_BxS):
 @pytest.fixture(scope="module")
 def runs():
   config = scalerl.get_config("qwen3_0.6b")
-  optimizer = optim.make_optimizer(config.optim)  # lr 5e-7, eps 1e-15, warmup 100.
+  # lr 5e-7, eps 1e-15, warmup 100.
+  optimizer = optim.make_optimizer(config.optim)
   variant = dataclasses.replace(transformer.ModelConfig.from_config(config.model), **_SHAPE)
   reference = dataclasses.replace(variant, param_dtype="float32", compute_dtype="float32")
   tokens_BxS = jax.random.randint(jax.random.key(2), (8, 33), 0, _SHAPE["vocab_size"])
@@ -85,7 +86,8 @@ def test_variant_weights_move_as_float32_reference(runs):
   # rest is bfloat16 compute in the gradient, not lost updates).
   sum_err, norm_err, cosine = _agreement(runs["variant"], runs["reference"])
   assert sum_err <= 1e-2 and norm_err <= 1e-2 and cosine >= 0.98
-  assert float(jnp.mean(runs["variant"] != 0)) > 0.99  # Nearly every entry moved.
+  # Nearly every entry moved.
+  assert float(jnp.mean(runs["variant"] != 0)) > 0.99
 
 
 def test_bfloat16_parameters_fail_the_same_check(runs):
@@ -103,4 +105,5 @@ def test_bfloat16_parameters_warn_by_name():
     config_lib.validate(config)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    config_lib.validate(scalerl.get_config("qwen3_0.6b"))  # The shipped policy: silent.
+    # The shipped policy: silent.
+    config_lib.validate(scalerl.get_config("qwen3_0.6b"))

@@ -23,7 +23,8 @@ def _counts(lines):
 def test_plain_lines_are_throttled_and_the_last_step_is_shown():
   stream = io.StringIO()
   progress = progress_lib.Progress(total_steps=10, start_step=2, every_s=3600, stream=stream)
-  progress.update(4, pass_rate=0.4251)  # Within the hour after the first line: silent.
+  # Within the hour after the first line: silent.
+  progress.update(4, pass_rate=0.4251)
   progress.update(10, pass_rate=np.float32(0.75))
   progress.close()
   lines = stream.getvalue().splitlines()
@@ -59,7 +60,8 @@ def test_a_value_not_given_keeps_the_last_one_shown():
   stream = io.StringIO()
   progress = progress_lib.Progress(total_steps=10, every_s=0, stream=stream)
   progress.update(0, val=0.25)  # Validation at step 0 ...
-  progress.update(1, reward=0.5, val=None)  # ... stays shown between evaluations.
+  # ... stays shown between evaluations.
+  progress.update(1, reward=0.5, val=None)
   progress.update(2, reward=0.625, val=0.375)
   progress.close()
   lines = stream.getvalue().splitlines()

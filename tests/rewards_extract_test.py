@@ -11,8 +11,10 @@ from scalerl_jax.rewards import extract
     ("no thinking, Answer: 4", "no thinking, Answer: 4"),  # All answer.
     ("<think> Answer: 3 </think>\nAnswer: 4", "\nAnswer: 4"),
     ("<think> Answer: 3 </think>", ""),  # Closed with nothing after: empty.
-    ("<think> a </think> b <think> c </think> d", " d"),  # After the last close.
-    ("so ... </think> Answer: 4", " Answer: 4"),  # Thinking opened in the prompt.
+    # After the last close.
+    ("<think> a </think> b <think> c </think> d", " d"),
+    # Thinking opened in the prompt.
+    ("so ... </think> Answer: 4", " Answer: 4"),
     ("<think> Answer: 3", None),  # Never closed: no answer region.
     ("<think> a </think> Answer: 3 <think> b", None),  # Reopened, never closed.
     ("", ""),

@@ -17,7 +17,8 @@ from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
 
 _TIMEOUT_S = 1.5
-_HANG = r"\boxed{5^{5^{5^{5^5}}}}"  # sympy tries to evaluate the tower: a timeout.
+# sympy tries to evaluate the tower: a timeout.
+_HANG = r"\boxed{5^{5^{5^{5^5}}}}"
 
 
 def _rewards_config(**overrides):
@@ -108,7 +109,8 @@ def test_a_code_timeout_leaves_no_program_behind(pool, sandbox_root):
 def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
   record = {"id": "c", "verifier": "code", "answer": "assert True"}
   sleeper = "```python\nimport time\ntime.sleep(600)\n```"
-  timeout_s = 20.0  # Ample time to catch the program running, however loaded the machine.
+  # Ample time to catch the program running, however loaded the machine.
+  timeout_s = 20.0
 
   def kill_the_worker_once_its_program_runs():
     deadline = time.monotonic() + timeout_s / 2
@@ -137,7 +139,8 @@ def test_killed_workers_are_replaced(pool):
   assert len(workers) == 2
   for process in workers:
     process.send_signal(signal.SIGKILL)
-  while any(_alive(process) for process in workers):  # Their sockets close on death.
+  # Their sockets close on death.
+  while any(_alive(process) for process in workers):
     time.sleep(0.01)
   completions, records = _mixed_batch()
   scores, stats = pool.score(completions, records)
@@ -181,7 +184,8 @@ def test_strip_thinking_from_config_reaches_the_workers(pool):
   # The answer sits only inside a thinking trace the completion never closed.
   record = {"id": "m", "answer": "54", "verifier": "math"}
   completions = [r"<think> so \boxed{54} and then", r"<think> so \boxed{54} </think>"]
-  scores, _ = pool.score(completions, [record] * 2)  # Default: every kind strips.
+  # Default: every kind strips.
+  scores, _ = pool.score(completions, [record] * 2)
   np.testing.assert_array_equal(scores, [0.0, 0.0])
   with rewards.RewardPool(_rewards_config(strip_thinking=("task", "code"),
                                           num_workers=1)) as whole_pool:
@@ -216,10 +220,12 @@ def test_close_waits_for_a_submitted_call_and_leaves_nothing_behind():
   p = rewards.RewardPool(_rewards_config(num_workers=1))
   scoring = p.submit([_HANG], [{"id": "m", "answer": "1", "verifier": "math"}])
   deadline = time.monotonic() + 60
-  while not scoring.running() and time.monotonic() < deadline:  # Calls not started are cancelled.
+  # Calls not started are cancelled.
+  while not scoring.running() and time.monotonic() < deadline:
     time.sleep(0.01)
   p.close()
-  scores, stats = scoring.result(timeout=0)  # Finished (killed at its timeout) before close.
+  # Finished (killed at its timeout) before close.
+  scores, stats = scoring.result(timeout=0)
   assert scores[0] == 0.0 and stats["num_timeouts"] == 1
   assert {p.pid for p in psutil.Process().children(recursive=True)} == before
   with pytest.raises(RuntimeError, match="closed"):
@@ -229,7 +235,8 @@ def test_close_waits_for_a_submitted_call_and_leaves_nothing_behind():
 def test_close_leaves_nothing_behind():
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   p = rewards.RewardPool(_rewards_config(num_workers=2))
-  assert len(psutil.Process().children(recursive=True)) == len(before) + 3  # Server + 2.
+  # Server + 2.
+  assert len(psutil.Process().children(recursive=True)) == len(before) + 3
   p.score(["```python\nimport time\ntime.sleep(600)\n```"],
           [{"id": "c", "verifier": "code", "answer": "assert True"}])
   p.close()

@@ -131,7 +131,8 @@ def test_cpu_limit_kills_a_busy_loop():
 ])
 def test_memory_limit_stops_allocation(source):
   result = _run(source, memory_mb=256, wall_s=30.0)
-  assert result.returncode == 1 and not result.timed_out  # MemoryError, not a hang.
+  # MemoryError, not a hang.
+  assert result.returncode == 1 and not result.timed_out
 
 
 def test_wall_clock_deadline_kills_a_sleeper_and_its_group():

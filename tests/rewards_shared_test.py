@@ -47,7 +47,8 @@ def test_one_process_returns_the_pools_scores_and_counts():
   completions = ["yes", "no", None, "yes", "yes"]
   with SharedRewardPool(fake) as shared:
     scores, stats = shared.score(completions, [{}] * 5)
-  assert fake.calls == [completions] and fake.closed  # Verified once, all of it here.
+  # Verified once, all of it here.
+  assert fake.calls == [completions] and fake.closed
   np.testing.assert_array_equal(scores, [1, 0, 0, 1, 1])
   assert stats == {"num_completions": 5, "num_timeouts": 1, "num_errors": 2, "num_crashes": 0,
                    "num_invalid": 1, "num_worker_restarts": 3, "slowest_s": 0.5,
@@ -78,6 +79,7 @@ def test_submit_hands_back_what_score_returns_and_raises_the_shares_error_at_res
   assert scoring.result()[0] is scores  # Gathered once.
   np.testing.assert_array_equal(scores, shared.score(completions, [{}] * 3)[0])
   assert stats["num_completions"] == 3 and len(fake.calls) == 2
-  failing = shared.submit(["yes"], [{"bad": True}])  # The share fails in the pool's thread.
+  # The share fails in the pool's thread.
+  failing = shared.submit(["yes"], [{"bad": True}])
   with pytest.raises(ValueError, match="no answer"):
     failing.result()

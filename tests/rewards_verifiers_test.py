@@ -122,7 +122,8 @@ def test_code_stdin_stdout_cases(tests):
   record = {"id": "c", "answer": tests, "verifier": "code"}
   assert rewards.verify(_DOUBLE, record, "code") == 1.0
   assert rewards.verify(_DOUBLE.replace("2 *", "3 *"), record, "code") == 0.0
-  assert rewards.verify("print(2 * int(input()))", record, "code") == 0.0  # No code block.
+  # No code block.
+  assert rewards.verify("print(2 * int(input()))", record, "code") == 0.0
 
 
 def test_code_assertion_tests():

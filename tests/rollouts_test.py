@@ -32,14 +32,16 @@ _G = 2  # Completions per prompt.
 _P = 3  # Prompts per pipeline batch.
 _STEPS = 3  # Decode steps per call.
 _CALLS = 12
-_HANG = r"\boxed{5^{5^{5^{5^5}}}}"  # sympy tries to evaluate the tower: a timeout.
+# sympy tries to evaluate the tower: a timeout.
+_HANG = r"\boxed{5^{5^{5^{5^5}}}}"
 
 
 @dataclasses.dataclass
 class _LengthTokenizer:
   """Completion text: the answer 1 after an odd number of
   tokens, else 0; or a hang."""
-  hang_every: int = 0  # Completions whose length is a multiple of this hang (0: none).
+  # Completions whose length is a multiple of this hang (0: none).
+  hang_every: int = 0
   pad_id: int = 0
   hangs: int = 0  # Hanging texts handed out.
 
@@ -144,7 +146,8 @@ def test_overlapped_groups_scores_and_state_equal_the_synchronous_ones(setup):
   assert overlapped["ahead"] >= 3 and overlapped["deferred"] >= 1 and sync["ahead"] == 0
   assert overlapped["unscored"]  # on_harvest ran before the scores were in.
   scores = np.concatenate([g.scores_G for g in sync["groups"]])
-  assert len(sync["groups"]) >= 6 and 0 < scores.mean() < 1  # Mixed: a swap would show.
+  # Mixed: a swap would show.
+  assert len(sync["groups"]) >= 6 and 0 < scores.mean() < 1
   assert _group_rows(overlapped["groups"]) == _group_rows(sync["groups"])
   a, b = sync["rollouts"], overlapped["rollouts"]
   assert a.verify_stats == b.verify_stats and a.work == b.work
@@ -212,7 +215,8 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       return ahead[-1]
     decoded[version] += steps
     groups = step(params, version, steps, spy)
-    if ahead[-1]:  # Dispatched before the scores: what the schedule says now they are in.
+    # Dispatched before the scores: what the schedule says now they are in.
+    if ahead[-1]:
       assert ahead[-1] == trainer.schedule.decode_steps(
           decoded[version], trainer.buffer.num_ready(version), trainer.rollouts.in_flight)
     return groups
@@ -251,7 +255,8 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
 def test_the_trainer_takes_the_same_decisions_with_verification_overlapped(tmp_path):
   (sync, sync_ahead), (overlapped, ahead) = (_trainer_run(tmp_path, overlap)
                                              for overlap in (False, True))
-  assert not any(sync_ahead) and sum(map(bool, ahead)) >= 2  # Calls dispatched before scores.
+  # Calls dispatched before scores.
+  assert not any(sync_ahead) and sum(map(bool, ahead)) >= 2
   assert sync["rows"][-1]["prompts_retired"] >= 1  # The pipeline skips prompts.
   # Every draw from the pipeline saw a curriculum up to date with every group
   # harvested, though calls were planned before the scores were in.

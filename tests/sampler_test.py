@@ -186,7 +186,8 @@ def test_continuous_batching_equals_prompts_run_alone(setup, temperature):
   assert max(len(v) for v in slot_of.values()) >= 2  # Slots were refilled.
   assert max(running) >= 1  # Others kept running while a slot was harvested.
   if temperature == 0:
-    assert len({int(r.seq_len) - n for r, n in zip(alone, PROMPT_LENS)}) > 1  # EOS varied.
+    # EOS varied.
+    assert len({int(r.seq_len) - n for r, n in zip(alone, PROMPT_LENS)}) > 1
   for i, ref in enumerate(alone):
     got = results[i]
     np.testing.assert_array_equal(got.tokens, ref.tokens)
@@ -208,7 +209,8 @@ def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
   state = sampler.start(state, params, [0, 1, 2], prompts[:3], PROMPT_LENS[:3],
                         jax.random.key(8), meta=np.arange(3))
   results = {}
-  for _ in range(64):  # Each call decodes several tokens; 64 calls end every sequence.
+  # Each call decodes several tokens; 64 calls end every sequence.
+  for _ in range(64):
     state = sampler.advance(state, params, version=0)
     state, done = sampler.harvest(state)
     for row, i in enumerate(done.meta[:, 0]):
@@ -252,7 +254,8 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
 
   sampler._call = spy
   raw = sampler.generate(params, prompts, PROMPT_LENS, key)
-  assert len(prepares) == 1  # One regrouping for the prefill and every decode call.
+  # One regrouping for the prefill and every decode call.
+  assert len(prepares) == 1
   prepared = sampler.prepare(params)
   assert sampler.prepare(prepared) is prepared and len(prepares) == 2
   again = sampler.generate(prepared, prompts, PROMPT_LENS, key)
@@ -290,7 +293,8 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   state = sampler.init_state(8)
   state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
   _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
-  assert sampler._advance._cache_size() == 3  # The 64 and 96 windows and the whole cache.
+  # The 64 and 96 windows and the whole cache.
+  assert sampler._advance._cache_size() == 3
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 112)
   np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)

@@ -23,7 +23,8 @@ from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.rewards import isolation
 
-_CANARY = "SCALERL_CANARY_7f3a"  # In the trainer's environment, which a program must not read.
+# In the trainer's environment, which a program must not read.
+_CANARY = "SCALERL_CANARY_7f3a"
 _SHELL = "/bin/sh"
 
 # name -> (program, needs the lower layer). Placeholders: TARGET (a path
@@ -226,7 +227,8 @@ def test_hostile_program_scores_zero_and_changes_nothing_outside(world, pools, n
   assert _snapshot(world["workdir"]) == before
   assert _snapshot(os.path.dirname(rewards.code_sandbox.__file__)) == verifier_before
   assert world["server"].connections == connections
-  assert not os.listdir(world["sandboxes"])  # Every sandbox's directory is gone.
+  # Every sandbox's directory is gone.
+  assert not os.listdir(world["sandboxes"])
   # The run goes on: the same pool scores an honest program.
   scores, _ = pool.score([_completion("print(6 * 7)")], [_record("42")])
   assert scores.tolist() == [1.0]

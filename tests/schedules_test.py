@@ -35,9 +35,12 @@ def test_pipeline_rl_decodes_its_share_then_only_while_the_trainer_waits():
   s = _schedule("pipeline_rl", k=2, p=4, call=16, per_train_step=40)
   # Its share of a train step: calls of 16, 16, then the remaining 8.
   assert [s.decode_steps(d, ready=9, in_flight=3) for d in (0, 16, 32)] == [16, 16, 8]
-  assert s.decode_steps(40, ready=4, in_flight=3) == 0  # The trainer has its batch.
-  assert s.decode_steps(40, ready=3, in_flight=3) == 16  # The trainer would wait.
-  assert s.decode_steps(0, ready=9, in_flight=0) == 0  # Held back, nothing running.
+  # The trainer has its batch.
+  assert s.decode_steps(40, ready=4, in_flight=3) == 0
+  # The trainer would wait.
+  assert s.decode_steps(40, ready=3, in_flight=3) == 16
+  # Held back, nothing running.
+  assert s.decode_steps(0, ready=9, in_flight=0) == 0
   no_share = _schedule("pipeline_rl", k=2, p=4, per_train_step=0)
   assert no_share.decode_steps(0, ready=3, in_flight=1) == 16
   assert no_share.decode_steps(0, ready=4, in_flight=1) == 0
@@ -56,7 +59,8 @@ def test_ppo_off_policy_starts_k_batches_every_k_steps_and_finishes_them():
 def test_default_slots_come_from_the_schedule():
   config = scalerl.get_config()
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
-  assert schedules.num_slots(config) == 2 * p * g  # pipeline_rl: a second batch in flight.
+  # pipeline_rl: a second batch in flight.
+  assert schedules.num_slots(config) == 2 * p * g
   with config.unlocked():
     config.buffer.schedule = "ppo_off_policy"
   assert schedules.num_slots(config) == p * g

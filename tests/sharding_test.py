@@ -21,7 +21,8 @@ def test_sharded_logits_match_single_device(sharded_results, shape):
 
 def test_parameters_are_really_sharded(sharded_results):
   # q kernel [L=2, D=64, H=16, E=8]: embed over fsdp, heads over tensor.
-  assert sharded_results[(8, 1, 1)]["q_shard_shape"] == [2, 64, 16, 8]  # replicated
+  # replicated
+  assert sharded_results[(8, 1, 1)]["q_shard_shape"] == [2, 64, 16, 8]
   assert sharded_results[(2, 2, 2)]["q_shard_shape"] == [2, 32, 8, 8]
   assert sharded_results[(1, 1, 8)]["q_shard_shape"] == [2, 64, 2, 8]
   assert sharded_results[(1, 1, 8)]["q_spec"] == ["None", "fsdp", "tensor", "None"]

@@ -145,7 +145,8 @@ def _kill_once(workdir, cache_dir, log_path, kind, parameter):
 def _final_state(workdir):
   """The latest checkpoint's step and its state item, read as saved."""
   directory = os.path.join(workdir, "checkpoints")
-  step = checkpoint_lib.Checkpointer(directory).latest_step()  # Verifies the files.
+  # Verifies the files.
+  step = checkpoint_lib.Checkpointer(directory).latest_step()
   return step, ocp.StandardCheckpointer().restore(os.path.join(directory, str(step), "state"))
 
 

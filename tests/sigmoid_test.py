@@ -67,7 +67,8 @@ def test_fitted_marks_the_points_used():
   compute, score = scaling_helpers.table1_run(0, 0)
   fit = sigmoid.fit(np.r_[0.0, compute], np.r_[0.3, score], min_compute=compute[3])
   used = fit.fitted(np.r_[0.0, compute])
-  assert not used[:4].any() and used[4:].all()  # Compute 0 and the first three points.
+  # Compute 0 and the first three points.
+  assert not used[:4].any() and used[4:].all()
 
 
 def test_r0_measured_at_compute_zero_or_given():
@@ -118,7 +119,8 @@ def test_decreasing_curve_is_flagged():
 
 
 def test_run_stopped_before_c_mid_is_flagged():
-  compute = np.linspace(1, 100, 50)  # C_mid = 500: the run saw a sixth of the gain.
+  # C_mid = 500: the run saw a sixth of the gain.
+  compute = np.linspace(1, 100, 50)
   fit = sigmoid.fit(compute, sigmoid.sigmoid(compute, 0.6, 1.5, 500, 0.3))
   assert any("beyond the last point" in w for w in fit.warnings), fit.warnings
 

@@ -54,19 +54,32 @@ def test_builtin_validation_set_is_the_same_for_every_seed():
 
 
 _ROWS = [
-    '{"prompt": "1+1?", "answer": "2"}',                                    # 1 good
-    '{"prompt": "2+2?", "answer": 4, "verifier": "task", "id": "q2"}',     # 2 good
-    '{"prompt": "3+3?", "answer": "6"',                                     # 3 bad JSON
-    '["prompt", "answer"]',                                                 # 4 not an object
-    '{"answer": "1"}',                                                      # 5 no prompt
-    '{"prompt": "x", "answer": true}',                                      # 6 bool answer
-    '{"prompt": "other", "answer": "5", "id": "q2"}',                       # 7 duplicate id
-    None,                                                                   # 8 bad UTF-8
-    '   ',                                                                  # 9 blank: ignored
-    '{"prompt": "y", "answer": "  "}',                                      # 10 empty answer
-    '{"prompt": "z", "answer": "1", "verifier": 3}',                        # 11 bad verifier
-    '{"prompt": "1+1?", "answer": "3"}',                                    # 12 same prompt
-    '{"prompt": "code", "answer": "ok", "tests": ["assert f()"], "n": 1}',  # 13 good, extras
+    # 1 good
+    '{"prompt": "1+1?", "answer": "2"}',
+    # 2 good
+    '{"prompt": "2+2?", "answer": 4, "verifier": "task", "id": "q2"}',
+    # 3 bad JSON
+    '{"prompt": "3+3?", "answer": "6"',
+    # 4 not an object
+    '["prompt", "answer"]',
+    # 5 no prompt
+    '{"answer": "1"}',
+    # 6 bool answer
+    '{"prompt": "x", "answer": true}',
+    # 7 duplicate id
+    '{"prompt": "other", "answer": "5", "id": "q2"}',
+    # 8 bad UTF-8
+    None,
+    # 9 blank: ignored
+    '   ',
+    # 10 empty answer
+    '{"prompt": "y", "answer": "  "}',
+    # 11 bad verifier
+    '{"prompt": "z", "answer": "1", "verifier": 3}',
+    # 12 same prompt
+    '{"prompt": "1+1?", "answer": "3"}',
+    # 13 good, extras
+    '{"prompt": "code", "answer": "ok", "tests": ["assert f()"], "n": 1}',
 ]
 
 

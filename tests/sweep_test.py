@@ -89,7 +89,8 @@ def test_commands_rebuild_each_point_exactly(path, tmp_path, monkeypatch):
   assert len(lines) == len(points)
   written = (tmp_path / "commands.sh").read_text().splitlines()
   assert written[0].startswith("#") and written[1:] == lines
-  monkeypatch.chdir(REPO)  # The commands name configs/scalerl.py relative to the repository.
+  # The commands name configs/scalerl.py relative to the repository.
+  monkeypatch.chdir(REPO)
   for point, line in zip(points, lines):
     argv = shlex.split(line)
     assert argv[:3] == ["python", "-m", "launch.train"]
@@ -231,7 +232,8 @@ def test_points_select_part_of_a_grid_by_name():
   points = sweep.load_sweep(os.path.join(REPO, "configs/ablations/off_policy.py"),
                             scalerl.get_config)
   chosen = sweep.select(points, ["ppo_k8", "pipeline_k8"])
-  assert [p.name for p in chosen] == ["ppo_k8", "pipeline_k8"]  # The grid's order.
+  # The grid's order.
+  assert [p.name for p in chosen] == ["ppo_k8", "pipeline_k8"]
   assert sweep.select(points, []) == points
   with pytest.raises(ValueError, match="no point named 'pipeline_k9'; the grid has ppo_k4, "):
     sweep.select(points, ["pipeline_k8", "pipeline_k9"])

@@ -86,7 +86,8 @@ def test_default_budgets_hold_the_builtin_task(builtin):
   tok, _ = builtin
   config = scalerl.get_config()
   records = builtin_task.builtin_prompts(config.data.builtin_difficulty, 2000, 0, "train")
-  longest_prompt = max(len(tok.encode(r["prompt"])) + 1 for r in records)  # + BOS.
+  # + BOS.
+  longest_prompt = max(len(tok.encode(r["prompt"])) + 1 for r in records)
   longest_target = max(len(tok.encode(builtin_task.target_text(r))) + 1 for r in records)
   assert longest_prompt <= config.sampling.max_prompt_len
   assert longest_target <= config.sampling.max_new_tokens  # + EOS.
@@ -197,7 +198,8 @@ def test_decode_keeps_thinking_tags_that_a_tokenizer_marks_special(tmp_path):
   tok = tokenizer_lib.load_tokenizer(str(tmp_path))
   text = "<think> 7+5 </think>\nAnswer: 12"
   ids = tok.encode("<|im_start|>" + text) + [tok.eos_id, tok.pad_id]
-  assert reference.decode(ids) == " 7+5 \nAnswer: 12"  # What a plain decode would hand on.
+  # What a plain decode would hand on.
+  assert reference.decode(ids) == " 7+5 \nAnswer: 12"
   assert tok.decode(ids) == text
 
 
@@ -226,7 +228,8 @@ def test_completion_text_opens_the_thinking_the_prompt_opened(tmp_path):
   assert tok.completion_text(prompt, unclosed) == "<think>\n6*7 is \\boxed{42}"
   assert _score(tok.completion_text(prompt, closed)) == 1.0
   assert _score(tok.completion_text(prompt, unclosed)) == 0.0
-  assert _score(tok.decode(unclosed)) == 1.0  # The reply alone would hide the open thinking.
+  # The reply alone would hide the open thinking.
+  assert _score(tok.decode(unclosed)) == 1.0
 
 
 def test_completion_text_of_prompts_that_leave_no_thinking_open(tmp_path):
@@ -261,4 +264,5 @@ def test_sentencepiece_checkpoint_reads_special_tokens_in_rendered_text(tmp_path
   assert text == "<s>[INST] Compute 7+5 [/INST]"
   assert loaded.encode(text) == [tok.bos_id] + tok.encode("[INST] Compute 7+5 [/INST]")
   assert loaded.encode("a</s>b<think>") == tok.encode("a") + [tok.eos_id] + tok.encode("b<think>")
-  assert tok.encode("<s>") != [tok.bos_id]  # The built-in model reads no such text.
+  # The built-in model reads no such text.
+  assert tok.encode("<s>") != [tok.bos_id]

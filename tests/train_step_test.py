@@ -63,14 +63,17 @@ def test_step_updates_params_and_filters_zero_variance_groups():
 
 def test_entropy_covers_every_generated_token_dropped_groups_included():
   model, params, state, step = _setup()
-  batch = _batch(model, params, [[1, 0], [1, 1]])  # Group 1 is dropped from the loss.
+  # Group 1 is dropped from the loss.
+  batch = _batch(model, params, [[1, 0], [1, 1]])
   _, metrics = step(state, batch)
   _, entropy_BxS = ts.policy_logprobs(model, params, jnp.asarray(batch["tokens_BxS"]), 1.0)
   entropy_BxS, mask = np.asarray(entropy_BxS, np.float64), batch["mask_BxS"]
-  every = (entropy_BxS * mask).sum() / mask.sum()  # All 4 completions x 6 tokens.
+  # All 4 completions x 6 tokens.
+  every = (entropy_BxS * mask).sum() / mask.sum()
   kept = (entropy_BxS[:2] * mask[:2]).sum() / mask[:2].sum()
   assert abs(every - kept) > 1e-4  # The two means differ on this batch ...
-  np.testing.assert_allclose(float(metrics["entropy"]), every, rtol=1e-5)  # ... all is reported.
+  # ... all is reported.
+  np.testing.assert_allclose(float(metrics["entropy"]), every, rtol=1e-5)
 
 
 def test_all_zero_variance_leaves_params_and_optimizer_state_bit_identical():

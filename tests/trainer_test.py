@@ -183,7 +183,8 @@ def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(base_di
 
 def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path):
   config = helpers.rl_test_config("pipeline_rl")
-  config.buffer.decode_steps_per_train_step = 40  # Runs ahead; stops mid-sequence.
+  # Runs ahead; stops mid-sequence.
+  config.buffer.decode_steps_per_train_step = 40
   interruption = config.sampling.interruption
   interruption.enabled, interruption.phrase = True, "Time is up. </think>"
   interruption.thinking_budget_min, interruption.thinking_budget_max = 2, 12
@@ -267,7 +268,8 @@ def test_resume_with_a_changed_field_warns_naming_it(e2e_run, tmp_path, monkeypa
   monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
   changed = copy.deepcopy(config)
   changed.trainer.log_every = config.trainer.log_every + 1
-  trainer_lib.train_and_evaluate(changed, resumed_dir)  # Resumes at its last step, 4 of 4.
+  # Resumes at its last step, 4 of 4.
+  trainer_lib.train_and_evaluate(changed, resumed_dir)
   field = f"trainer.log_every: {config.trainer.log_every} -> {config.trainer.log_every + 1}"
   assert [w for w in warnings if "differs from the recorded one" in w and field in w]
   assert workdir_lib.load_config(resumed_dir).trainer.log_every == changed.trainer.log_every

@@ -24,7 +24,8 @@ from scalerl_jax.rl import schedules
 
 _SCHEDULES = {"ppo_off_policy": "ppo", "pipeline_rl": "pipeline"}
 _MAX_OFF_POLICY = (4, 8, 16)
-_RUN_AHEAD = 4  # Decode steps per train step, in units of sampling.max_new_tokens.
+# Decode steps per train step, in units of sampling.max_new_tokens.
+_RUN_AHEAD = 4
 
 
 def get_config(arg=None):

@@ -22,17 +22,24 @@ import numpy as np
 class Group:
   """The G completions of one prompt, scored (host numpy arrays)."""
   record: dict  # The prompt record (id, prompt, answer, source, verifier, ...).
-  index: int  # Start order: groups are numbered 0, 1, ... as the sampler starts them.
+  # Start order: groups are numbered 0, 1, ... as the sampler starts them.
+  index: int
   tokens_GxS: np.ndarray  # int32 [G, S]: prompt then completion, right-padded.
   mask_GxS: np.ndarray  # float32 [G, S]: 1 on sampled tokens (loss tokens).
-  gen_logp_GxS: np.ndarray  # float32 [G, S]: generator log-prob of sampled tokens.
-  version_GxS: np.ndarray  # int32 [G, S]: policy version per sampled token, else -1.
-  scores_G: np.ndarray  # float32 [G]: verifier scores in [0, 1] (the curriculum's pass rates).
-  rewards_G: np.ndarray  # float32 [G]: the scores mapped to [reward_incorrect, reward_correct].
+  # float32 [G, S]: generator log-prob of sampled tokens.
+  gen_logp_GxS: np.ndarray
+  # int32 [G, S]: policy version per sampled token, else -1.
+  version_GxS: np.ndarray
+  # float32 [G]: verifier scores in [0, 1] (the curriculum's pass rates).
+  scores_G: np.ndarray
+  # float32 [G]: the scores mapped to [reward_incorrect, reward_correct].
+  rewards_G: np.ndarray
   prompt_lens_G: np.ndarray  # int32 [G]: prompt tokens.
-  completion_lens_G: np.ndarray  # int32 [G]: completion tokens (sampled + injected).
+  # int32 [G]: completion tokens (sampled + injected).
+  completion_lens_G: np.ndarray
   truncated_G: np.ndarray  # bool [G]: hit the length budget without EOS.
-  interrupted_G: np.ndarray  # bool [G]: the thinking-budget phrase was injected.
+  # bool [G]: the thinking-budget phrase was injected.
+  interrupted_G: np.ndarray
 
   _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "scores_G", "rewards_G",
              "prompt_lens_G", "completion_lens_G", "truncated_G", "interrupted_G")
@@ -52,7 +59,8 @@ class RolloutBuffer:
     self.max_off_policy = max_off_policy
     self._groups: dict[int, Group] = {}  # Start index -> finished group.
     self._next = 0  # Start index of the next group to consume.
-    self.num_evicted = 0  # Groups found staler than k (a fault), over the whole run.
+    # Groups found staler than k (a fault), over the whole run.
+    self.num_evicted = 0
 
   def __len__(self) -> int:
     return len(self._groups)

@@ -201,12 +201,14 @@ class LossParams:
   loss: str  # Registered loss name.
   aggregation: str  # A registered aggregation.
   hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
-  tis_cap: float = 0.0  # C: TIS scales each token by sg(min(1, C / rho)); 0 disables.
+  # C: TIS scales each token by sg(min(1, C / rho)); 0 disables.
+  tis_cap: float = 0.0
 
   @classmethod
   def from_config(cls, rl: ml_collections.ConfigDict) -> "LossParams":
     """From `config.rl`: loss, aggregation, tis_cap, the loss's fields."""
-    loss = LOSSES.get(rl.loss)  # Raises for an unknown loss, naming the choices.
+    # Raises for an unknown loss, naming the choices.
+    loss = LOSSES.get(rl.loss)
     AGGREGATIONS.get(rl.aggregation)  # Likewise.
     hparams = tuple((name, float(rl[name])) for name in _hparams(loss))
     return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))

@@ -86,7 +86,8 @@ def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum:
   decoded, steps = 0, plan(0)
   while steps:
     decoded += steps
-    ahead = None  # The next call's steps, when planned while this call's groups are scored.
+    # The next call's steps, when planned while this call's groups are scored.
+    ahead = None
 
     def on_harvest(groups: list[Group]) -> int:
       nonlocal ahead
@@ -122,12 +123,15 @@ class Rollouts:
     self.reward_range = reward_range
     self._rng = rng
     self.slots = sampler.init_state(num_slots, meta_width=1)
-    self._queue: collections.deque = collections.deque()  # (record, ids) not yet started
-    self._records: dict[int, dict] = {}  # group key -> record, for groups in flight
+    # (record, ids) not yet started
+    self._queue: collections.deque = collections.deque()
+    # group key -> record, for groups in flight
+    self._records: dict[int, dict] = {}
     self._partial: dict[int, list[dict[str, np.ndarray]]] = collections.defaultdict(list)
     self._next_key = 0
     self._starts = 0
-    self._call: Optional[_Call] = None  # Dispatched by `step` for the next `step`.
+    # Dispatched by `step` for the next `step`.
+    self._call: Optional[_Call] = None
     self.verify_stats: collections.Counter = collections.Counter()
     # Counted as it happens, over the run: prompt_tokens prefilled,
     # tokens_generated (decoded, injected ones included) and the flops of both.

@@ -28,8 +28,10 @@ class Schedule(abc.ABC):
   """What the generator may do, from counts (no arrays, no state)."""
   max_off_policy: int  # k.
   prompts_per_step: int  # P: groups the trainer takes per step.
-  decode_steps_per_call: int  # Steps of one sampler call; weights change between calls only.
-  decode_steps_per_train_step: int  # D: the emulated generator's speed (see the module doc).
+  # Steps of one sampler call; weights change between calls only.
+  decode_steps_per_call: int
+  # D: the emulated generator's speed (see the module doc).
+  decode_steps_per_train_step: int
 
   slot_batches: ClassVar[int]  # Default sampler slots, in batches of P x G.
 
@@ -56,7 +58,8 @@ class PipelineRL(Schedule):
   slot_batches = 2  # A second batch in flight while the first finishes.
 
   def max_starts(self, version: int, backlog: int) -> int:
-    del version  # The bound depends on how far the generator is ahead, not on when.
+    # The bound depends on how far the generator is ahead, not on when.
+    del version
     return max(0, (self.max_off_policy + 1) * self.prompts_per_step - backlog)
 
   def decode_steps(self, decoded: int, ready: int, in_flight: int) -> int:
@@ -79,7 +82,8 @@ class PPOOffPolicy(Schedule):
     return max(0, self.max_off_policy * self.prompts_per_step - backlog)
 
   def decode_steps(self, decoded: int, ready: int, in_flight: int) -> int:
-    del decoded, ready  # The whole set finishes with the weights it started with.
+    # The whole set finishes with the weights it started with.
+    del decoded, ready
     return self.decode_steps_per_call if in_flight else 0
 
 

@@ -49,7 +49,8 @@ def make_config(num_steps: int, warm_start_dir: str, num_processes: int = 1, pro
   far beyond the 1e-5 the test compares them to.
   """
   config = helpers.rl_test_config("pipeline_rl", num_steps=num_steps)
-  config.mesh.shape = (2, 2, 2)  # data x fsdp x tensor: data splits the two processes.
+  # data x fsdp x tensor: data splits the two processes.
+  config.mesh.shape = (2, 2, 2)
   config.optim.learning_rate = 1e-3
   t = config.trainer
   t.eval_every = t.checkpoint_every = 1
@@ -69,7 +70,8 @@ class Recorder:
     self.events: list[list] = []
     self.params: dict[str, np.ndarray] = {}
     self.run = 0
-    self.verified_here = 0  # Completions this process's own reward pool verified.
+    # Completions this process's own reward pool verified.
+    self.verified_here = 0
 
   def _wrap(self, cls, name, after):
     original = getattr(cls, name)

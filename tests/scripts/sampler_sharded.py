@@ -65,7 +65,8 @@ def main():
   assert jax.device_count() == 8, jax.devices()
   config = helpers.tiny_config()
   config.sampling.max_prompt_len = 16
-  config.sampling.max_new_tokens = 112  # Cache 128: generate also runs in windows 64, 96.
+  # Cache 128: generate also runs in windows 64, 96.
+  config.sampling.max_new_tokens = 112
   prompts = np.random.RandomState(0).randint(1, config.model.vocab_size, (len(LENS), 16))
   config.mesh.shape = (1, 1, 1)
   ref = _outputs(config, jax.devices()[:1], prompts, ("greedy", "sampled"))
