@@ -47,8 +47,9 @@ _EXTRAS = {
         # The TPU compiler (libtpu 0.0.42.1, a 213 MB wheel): tests/aot_test.py
         # compiles the small variants for a TPU slice on a CPU-only machine.
         "jax[tpu]==0.10.2",
-        # The formatter and linter (pyproject.toml), pinned: a formatter's
-        # output changes between versions, and CI checks the tree with it.
+        # The formatter and the linter (pyproject.toml), pinned: a
+        # formatter's output changes between versions, and CI checks with it.
+        "pyink==26.5.1",
         "ruff==0.16.9",
     ],
     # Optional prompt sources and verifiers.
