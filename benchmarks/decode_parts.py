@@ -67,8 +67,10 @@ def _no_decode_writes(cache, update, start, axis):
 _ABLATIONS = {
     "sampler": {},
     "no decode attention": {"attention": _no_decode_attention},
-    "no decode attention, no cache writes": {"attention": _no_decode_attention,
-                                             "_write_rows": _no_decode_writes},
+    "no decode attention, no cache writes": {
+        "attention": _no_decode_attention,
+        "_write_rows": _no_decode_writes,
+    },
 }
 
 
@@ -87,9 +89,13 @@ def main(argv):
   del argv
   prompt_len = FLAGS.prompt_len
   names = list(_ABLATIONS)
-  header = ("| model | batch | new | " + " | ".join(f"{n} tok/s" for n in names)
-            + " | matmuls alone tok/s | all matmuls tok/s | "
-            + " | ".join(f"{n} / matmuls alone" for n in names) + " |")
+  header = (
+      "| model | batch | new | "
+      + " | ".join(f"{n} tok/s" for n in names)
+      + " | matmuls alone tok/s | all matmuls tok/s | "
+      + " | ".join(f"{n} / matmuls alone" for n in names)
+      + " |"
+  )
   print(f"devices: {jax.devices()}  {prompt_len}-token prompts\n")
   print(header)
   print("|" + "---|" * (header.count("|") - 1))
@@ -98,8 +104,12 @@ def main(argv):
     cfg = ModelConfig.from_config(config.model)
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)
-    params, _ = sharding.init_model_params(Transformer(cfg), jax.random.key(0), mesh, rules)
-    for batch, new in itertools.product(map(int, FLAGS.batch_sizes), map(int, FLAGS.new_tokens)):
+    params, _ = sharding.init_model_params(
+        Transformer(cfg), jax.random.key(0), mesh, rules
+    )
+    for batch, new in itertools.product(
+        map(int, FLAGS.batch_sizes), map(int, FLAGS.new_tokens)
+    ):
       prompts, lens = sampler_bench.bench_prompts(cfg, batch, prompt_len)
       config.sampling.max_prompt_len = prompt_len
       config.sampling.max_new_tokens = new
@@ -108,24 +118,43 @@ def main(argv):
         sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
         # Every program this sampler runs is compiled here.
         with _substituted(parts):
-          tokens[name] = sampler.generate(params, prompts, lens, jax.random.key(1)).tokens
+          tokens[name] = sampler.generate(
+              params, prompts, lens, jax.random.key(1)
+          ).tokens
         timed[name] = functools.partial(
-            lambda s, *args: s.generate(*args).tokens, sampler, params, prompts, lens,
-            jax.random.key(1))
+            lambda s, *args: s.generate(*args).tokens,
+            sampler,
+            params,
+            prompts,
+            lens,
+            jax.random.key(1),
+        )
       for name in names[1:]:
         if np.array_equal(tokens[name], tokens["sampler"]):
-          raise RuntimeError(f"{name!r} made the sampler's tokens: the substitution in "
-                             "scalerl_jax.models.decode no longer reaches the decode step")
-      timed.update(sampler_bench._matmul_ceiling_programs(  # pylint: disable=protected-access
-          cfg, batch, prompt_len, new))
+          raise RuntimeError(
+              f"{name!r} made the sampler's tokens: the substitution in "
+              "scalerl_jax.models.decode no longer reaches the decode step"
+          )
+      timed.update(
+          sampler_bench._matmul_ceiling_programs(  # pylint: disable=protected-access
+              cfg, batch, prompt_len, new
+          )
+      )
       times = sampler_bench._best_times(timed, FLAGS.repeats)  # pylint: disable=protected-access
       tokens_made = batch * new
       ceiling = tokens_made / times["decode matmuls"]
-      all_matmuls = tokens_made / (times["decode matmuls"] + times["prefill matmuls"])
+      all_matmuls = tokens_made / (
+          times["decode matmuls"] + times["prefill matmuls"]
+      )
       rates = [tokens_made / times[n] for n in names]
-      print(f"| {variant} | {batch} | {new} | " + " | ".join(f"{r:,.0f}" for r in rates)
-            + f" | {ceiling:,.0f} | {all_matmuls:,.0f} | "
-            + " | ".join(f"{r / ceiling:.2f}x" for r in rates) + " |", flush=True)
+      print(
+          f"| {variant} | {batch} | {new} | "
+          + " | ".join(f"{r:,.0f}" for r in rates)
+          + f" | {ceiling:,.0f} | {all_matmuls:,.0f} | "
+          + " | ".join(f"{r / ceiling:.2f}x" for r in rates)
+          + " |",
+          flush=True,
+      )
 
 
 if __name__ == "__main__":

@@ -67,50 +67,84 @@ from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.rl import buffer as buffer_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/scalerl.py", "Experiment config (default: the tiny_cpu ScaleRL run).",
-    lock_config=True)
-_STEPS = flags.DEFINE_integer("steps", None, "RL steps; default the config's trainer.num_steps.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Fresh run directory; default a temporary one.")
-_QUICK = flags.DEFINE_bool("quick", False, "Tiny settings (_QUICK_FIELDS): checks the script runs.")
+    "config",
+    "configs/scalerl.py",
+    "Experiment config (default: the tiny_cpu ScaleRL run).",
+    lock_config=True,
+)
+_STEPS = flags.DEFINE_integer(
+    "steps", None, "RL steps; default the config's trainer.num_steps."
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Fresh run directory; default a temporary one."
+)
+_QUICK = flags.DEFINE_bool(
+    "quick", False, "Tiny settings (_QUICK_FIELDS): checks the script runs."
+)
 
 # Config fields --quick sets before --steps and after --config.*.
 _QUICK_FIELDS = {
-    "trainer.num_steps": 2, "trainer.warm_start_steps": 5, "trainer.eval_every": 2,
-    "trainer.eval_num_prompts": 8, "trainer.checkpoint_every": 2,
-    "data.prompts_per_step": 4, "data.builtin_num_train": 200, "data.builtin_num_val": 16,
+    "trainer.num_steps": 2,
+    "trainer.warm_start_steps": 5,
+    "trainer.eval_every": 2,
+    "trainer.eval_num_prompts": 8,
+    "trainer.checkpoint_every": 2,
+    "data.prompts_per_step": 4,
+    "data.builtin_num_train": 200,
+    "data.builtin_num_val": 16,
 }
-_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
-                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                   "/jax/core/compile/backend_compile_duration")
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
 # The sampler's jitted programs and the part each one's calls are timed as.
-_SAMPLER_PROGRAMS = {"_prepare": "decode weights", "_start": "prefill", "_advance": "decode",
-                     "_take": "slot programs", "_flags": "slot programs",
-                     "_longest": "slot programs", "_progress": "slot programs",
-                     "_empty": "slot programs"}
+_SAMPLER_PROGRAMS = {
+    "_prepare": "decode weights",
+    "_start": "prefill",
+    "_advance": "decode",
+    "_take": "slot programs",
+    "_flags": "slot programs",
+    "_longest": "slot programs",
+    "_progress": "slot programs",
+    "_empty": "slot programs",
+}
 # Trainer methods (and methods of its members) and their parts.
-_TRAINER_PARTS = {("run_step",): "step", ("generate",): "generate", ("train",): "train",
-                  ("evaluate",): "validation", ("save",): "checkpoint", ("close",): "close",
-                  ("train_step",): "train step", ("pool", "score"): "verify",
-                  ("writer", "write"): "metric lines",
-                  ("checkpointer", "wait"): "checkpoint wait"}
+_TRAINER_PARTS = {
+    ("run_step",): "step",
+    ("generate",): "generate",
+    ("train",): "train",
+    ("evaluate",): "validation",
+    ("save",): "checkpoint",
+    ("close",): "close",
+    ("train_step",): "train step",
+    ("pool", "score"): "verify",
+    ("writer", "write"): "metric lines",
+    ("checkpointer", "wait"): "checkpoint wait",
+}
 _COMPUTE = ("decode weights", "prefill", "decode", "train step")
 _NOT_COUNTED = ("setup", "close")
 # What each part's own time is spent on (for a part holding
 # others, what is left).
-_WHAT = {"loop": "monitors, progress line, run config",
-         "step": "buffer take, batch metrics, compute meter",
-         "generate": "scheduling, sampler host checks, detokenizing, grouping, buffer",
-         "train": "metrics read back, counters",
-         "validation": "batching, detokenizing, summarising",
-         "checkpoint": "gathering state, starting the asynchronous write",
-         "decode weights": "Sampler._prepare (weights regrouped for decoding)",
-         "prefill": "Sampler._start", "decode": "Sampler._advance",
-         "train step": "the jitted step (its batch placement apart)",
-         "slot programs": "Sampler free-slot flags, progress, longest, harvest",
-         "verify": "waits for the reward pool (score, submitted results)",
-         "prompt pipeline": "next prompt batch",
-         "collate": "buffer.collate", "placement": "sharding.place_global of the batch",
-         "metric lines": "MetricWriter.write", "checkpoint wait": "Checkpointer.wait"}
+_WHAT = {
+    "loop": "monitors, progress line, run config",
+    "step": "buffer take, batch metrics, compute meter",
+    "generate": "scheduling, sampler host checks, detokenizing, grouping, buffer",
+    "train": "metrics read back, counters",
+    "validation": "batching, detokenizing, summarising",
+    "checkpoint": "gathering state, starting the asynchronous write",
+    "decode weights": "Sampler._prepare (weights regrouped for decoding)",
+    "prefill": "Sampler._start",
+    "decode": "Sampler._advance",
+    "train step": "the jitted step (its batch placement apart)",
+    "slot programs": "Sampler free-slot flags, progress, longest, harvest",
+    "verify": "waits for the reward pool (score, submitted results)",
+    "prompt pipeline": "next prompt batch",
+    "collate": "buffer.collate",
+    "placement": "sharding.place_global of the batch",
+    "metric lines": "MetricWriter.write",
+    "checkpoint wait": "Checkpointer.wait",
+}
 
 
 class Timers:
@@ -151,13 +185,17 @@ class Timers:
       outer_children[0] += total
       self._path, self._children = outer, outer_children
 
-  def wrap(self, name: str, fn: Callable[..., Any], block: bool = False) -> Callable[..., Any]:
+  def wrap(
+      self, name: str, fn: Callable[..., Any], block: bool = False
+  ) -> Callable[..., Any]:
     """`fn` timed as part `name`; with `block`, up to
     `jax.block_until_ready` of its result."""
+
     def timed(*args, **kwargs):
       with self.part(name):
         out = fn(*args, **kwargs)
         return jax.block_until_ready(out) if block else out
+
     return timed
 
 
@@ -181,19 +219,26 @@ def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
   helpers (module docstring)."""
   sampler = trainer.exp.sampler
   for attr, name in _SAMPLER_PROGRAMS.items():
-    setattr(sampler, attr, timers.wrap(name, getattr(sampler, attr), block=True))
+    setattr(
+        sampler, attr, timers.wrap(name, getattr(sampler, attr), block=True)
+    )
   for (*owner, attr), name in _TRAINER_PARTS.items():
     obj = trainer
     for field in owner:
       obj = getattr(obj, field)
-    setattr(obj, attr, timers.wrap(name, getattr(obj, attr), block=name in _COMPUTE))
-  trainer.rollouts.prompts = _TimedIterator(timers, "prompt pipeline", trainer.rollouts.prompts)
+    setattr(
+        obj, attr, timers.wrap(name, getattr(obj, attr), block=name in _COMPUTE)
+    )
+  trainer.rollouts.prompts = _TimedIterator(
+      timers, "prompt pipeline", trainer.rollouts.prompts
+  )
   submit = trainer.pool.submit
 
   def submit_timing_the_wait(*args, **kwargs):
     scoring = submit(*args, **kwargs)
     scoring.result = timers.wrap("verify", scoring.result)
     return scoring
+
   trainer.pool.submit = submit_timing_the_wait
 
 
@@ -209,41 +254,61 @@ def run_loop(config, workdir: str, timers: Timers) -> None:
     return trainer
 
   jax.monitoring.register_event_duration_secs_listener(timers.on_duration)
-  with mock.patch.object(trainer_lib, "Trainer", make_trainer), \
-       mock.patch.object(sharding, "place_global",
-                         timers.wrap("placement", sharding.place_global, block=True)), \
-       mock.patch.object(buffer_lib, "collate", timers.wrap("collate", buffer_lib.collate)), \
-       timers.part("loop"):
+  with mock.patch.object(
+      trainer_lib, "Trainer", make_trainer
+  ), mock.patch.object(
+      sharding,
+      "place_global",
+      timers.wrap("placement", sharding.place_global, block=True),
+  ), mock.patch.object(
+      buffer_lib, "collate", timers.wrap("collate", buffer_lib.collate)
+  ), timers.part(
+      "loop"
+  ):
     trainer_lib.train_and_evaluate(config, workdir)
 
 
 def report(timers: Timers) -> str:
   """The markdown table of the parts' own times, and the overhead ratios."""
+
   def seconds_under(first: str) -> float:
     return sum(s for path, s in timers.own.items() if path[1:2] == (first,))
 
   # Paths below 'loop', without it; () is the loop's own time.
-  counted = {path[1:]: s for path, s in timers.own.items()
-             if not set(path[1:2]) & set(_NOT_COUNTED)}
-  compute = {path: s for path, s in counted.items() if path and path[-1] in _COMPUTE}
+  counted = {
+      path[1:]: s
+      for path, s in timers.own.items()
+      if not set(path[1:2]) & set(_NOT_COUNTED)
+  }
+  compute = {
+      path: s for path, s in counted.items() if path and path[-1] in _COMPUTE
+  }
   steps = max(timers.calls[("loop", "step")], 1)
   total = sum(counted.values())
   lines = ["| part | what | s | ms/step | % of loop |", "|---|---|---|---|---|"]
-  outside = sorted(((p, s) for p, s in counted.items() if p not in compute), key=lambda r: -r[1])
+  outside = sorted(
+      ((p, s) for p, s in counted.items() if p not in compute),
+      key=lambda r: -r[1],
+  )
   for path, s in sorted(compute.items()) + outside:
     kind = "model compute" if path in compute else "outside"
-    lines.append(f"| {'/'.join(path) or 'loop'} ({kind}) | {_WHAT[(('loop',) + path)[-1]]} "
-                 f"| {s:.2f} | {1e3 * s / steps:.1f} | {100 * s / total:.1f}% |")
+    lines.append(
+        f"| {'/'.join(path) or 'loop'} ({kind}) | {_WHAT[(('loop',) + path)[-1]]} "
+        f"| {s:.2f} | {1e3 * s / steps:.1f} | {100 * s / total:.1f}% |"
+    )
   step_total = seconds_under("step")
   step_compute = sum(s for path, s in compute.items() if path[0] == "step")
   overhead = 1 - sum(compute.values()) / total
-  lines += ["", f"{steps} steps, loop {total:.1f} s ({total / steps:.2f} s/step), "
-            f"model compute {sum(compute.values()):.1f} s",
-            f"outside model compute: {100 * overhead:.1f}% of the loop (goal: under 10%); "
-            f"{100 * (1 - step_compute / step_total):.1f}% of the steps alone (generate + "
-            "train, without validation, checkpoints and metric lines)",
-            f"not counted: compilation {timers.compile_s:.1f} s, setup "
-            f"{seconds_under('setup'):.1f} s, closing {seconds_under('close'):.1f} s"]
+  lines += [
+      "",
+      f"{steps} steps, loop {total:.1f} s ({total / steps:.2f} s/step), "
+      f"model compute {sum(compute.values()):.1f} s",
+      f"outside model compute: {100 * overhead:.1f}% of the loop (goal: under 10%); "
+      f"{100 * (1 - step_compute / step_total):.1f}% of the steps alone (generate + "
+      "train, without validation, checkpoints and metric lines)",
+      f"not counted: compilation {timers.compile_s:.1f} s, setup "
+      f"{seconds_under('setup'):.1f} s, closing {seconds_under('close'):.1f} s",
+  ]
   return "\n".join(lines)
 
 
@@ -260,13 +325,17 @@ def main(argv):
     config[section][field] = value
   t, d = config.trainer, config.data
   print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}")
-  print(f"config: {config.variant}, P x G = {d.prompts_per_step} x {d.generations_per_prompt}, "
-        f"{config.buffer.schedule}, {t.num_steps} steps, validation every {t.eval_every} "
-        f"({t.eval_num_prompts} x {t.eval_samples}), checkpoint every {t.checkpoint_every}, "
-        f"rewards.overlap={config.rewards.overlap}\n")
+  print(
+      f"config: {config.variant}, P x G = {d.prompts_per_step} x {d.generations_per_prompt}, "
+      f"{config.buffer.schedule}, {t.num_steps} steps, validation every {t.eval_every} "
+      f"({t.eval_num_prompts} x {t.eval_samples}), checkpoint every {t.checkpoint_every}, "
+      f"rewards.overlap={config.rewards.overlap}\n"
+  )
   timers = Timers()
   with contextlib.ExitStack() as stack:
-    workdir = _WORKDIR.value or stack.enter_context(tempfile.TemporaryDirectory(prefix="loop_"))
+    workdir = _WORKDIR.value or stack.enter_context(
+        tempfile.TemporaryDirectory(prefix="loop_")
+    )
     run_loop(config, workdir, timers)
   print(report(timers))
 

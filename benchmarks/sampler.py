@@ -94,34 +94,61 @@ from scalerl_jax.models import hf_io
 from scalerl_jax.models.transformer import ModelConfig, Transformer, attention
 from scalerl_jax.sampling.sampler import Sampler
 
-_VARIANTS = flags.DEFINE_list("variants", ["tiny_cpu", "small_cpu"], "Model sizes.")
-_BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes.")
-_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"], "Completion lengths.")
-_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 32, "Prompt length (all rows).")
-_NAIVE_STEPS = flags.DEFINE_integer("naive_steps", 8, "Timed steps of the naive loop.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after the warm-up; best is kept.")
+_VARIANTS = flags.DEFINE_list(
+    "variants", ["tiny_cpu", "small_cpu"], "Model sizes."
+)
+_BATCH_SIZES = flags.DEFINE_list(
+    "batch_sizes", ["1", "16", "64"], "Batch sizes."
+)
+_NEW_TOKENS = flags.DEFINE_list(
+    "new_tokens", ["64", "256"], "Completion lengths."
+)
+_PROMPT_LEN = flags.DEFINE_integer(
+    "prompt_len", 32, "Prompt length (all rows)."
+)
+_NAIVE_STEPS = flags.DEFINE_integer(
+    "naive_steps", 8, "Timed steps of the naive loop."
+)
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 3, "Timed rounds after the warm-up; best is kept."
+)
 _HF = flags.DEFINE_bool("hf", True, "Also time transformers generate.")
-_TUNIX = flags.DEFINE_bool("tunix", True, "Also time Tunix's sampler (the `bench` extra).")
+_TUNIX = flags.DEFINE_bool(
+    "tunix", True, "Also time Tunix's sampler (the `bench` extra)."
+)
 _TORCH_THREADS = flags.DEFINE_list(
-    "torch_threads", ["1", "2"],
+    "torch_threads",
+    ["1", "2"],
     "PyTorch thread counts to try; the fastest is reported (on a shared machine OpenMP "
-    "threads can stall each other, so fewer threads are sometimes faster).")
-_MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul.")
+    "threads can stall each other, so fewer threads are sometimes faster).",
+)
+_MATMUL = flags.DEFINE_integer(
+    "matmul_size", 2048, "Side of the square matmul."
+)
 _MESH_SHAPE = flags.DEFINE_list(
-    "mesh_shape", [], "config.mesh.shape for the sampler (e.g. 2,1,1: slots over two "
+    "mesh_shape",
+    [],
+    "config.mesh.shape for the sampler (e.g. 2,1,1: slots over two "
     "devices, weights replicated); the matmul ceilings then run on the same devices, each "
     "on its share of the rows. Empty: the variant's own. Several CPU devices: run with "
-    "XLA_FLAGS=--xla_force_host_platform_device_count=N.")
+    "XLA_FLAGS=--xla_force_host_platform_device_count=N.",
+)
 
 
-def bench_prompts(cfg: ModelConfig, batch: int, prompt_len: int) -> tuple[np.ndarray, np.ndarray]:
+def bench_prompts(
+    cfg: ModelConfig, batch: int, prompt_len: int
+) -> tuple[np.ndarray, np.ndarray]:
   """The benchmarks' prompts: `batch` rows of `prompt_len` random ids
   (seeded by the batch)."""
-  prompts = np.random.RandomState(batch).randint(1, cfg.vocab_size, (batch, prompt_len))
+  prompts = np.random.RandomState(batch).randint(
+      1, cfg.vocab_size, (batch, prompt_len)
+  )
   return prompts, np.full((batch,), prompt_len)
 
 
-def _best_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+def _best_times(
+    fns: dict[str, Callable[[], object]], repeats: int
+) -> dict[str, float]:
   """Best wall time of each function over `repeats` rounds
   that run them in turn.
 
@@ -147,7 +174,7 @@ def matmul_flops_per_s(n: int) -> float:
   b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
   matmul = jax.jit(jnp.matmul)
   jax.block_until_ready(matmul(a, b))
-  return 2 * n ** 3 / _best_time(lambda: matmul(a, b), 5)
+  return 2 * n**3 / _best_time(lambda: matmul(a, b), 5)
 
 
 def read_bytes_per_s(mib: int = 256) -> float:
@@ -158,8 +185,9 @@ def read_bytes_per_s(mib: int = 256) -> float:
   return x.nbytes / _best_time(lambda: total(x), 5)
 
 
-def attention_read_bytes_per_s(cfg: ModelConfig, batch: int, positions: int,
-                               dtype=jnp.float32) -> float:
+def attention_read_bytes_per_s(
+    cfg: ModelConfig, batch: int, positions: int, dtype=jnp.float32
+) -> float:
   """Bytes/s of one decode step's attention over every layer's cache, alone.
 
   The model's `attention` for one query per row, layer after layer (each
@@ -169,11 +197,17 @@ def attention_read_bytes_per_s(cfg: ModelConfig, batch: int, positions: int,
   """
   b, k, e, n = batch, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
   key = jax.random.key(0)
+
   def normal(i, shape):
     return jax.random.normal(jax.random.fold_in(key, i), shape).astype(dtype)
 
-  caches = [(normal(2 * i, (b, k, e, positions)), normal(2 * i + 1, (b, k, positions, e)))
-            for i in range(n)]
+  caches = [
+      (
+          normal(2 * i, (b, k, e, positions)),
+          normal(2 * i + 1, (b, k, positions, e)),
+      )
+      for i in range(n)
+  ]
   visible = jnp.ones((b, 1, positions), bool)
 
   @jax.jit
@@ -197,7 +231,9 @@ def decode_positions_attended(prompt_len: int, new: int) -> float:
   return new * prompt_len + new * (new - 1) / 2
 
 
-def cache_bytes_read(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
+def cache_bytes_read(
+    cfg: ModelConfig, batch: int, prompt_len: int, new: int
+) -> float:
   """Bytes of keys and values the decode steps attend to
   (filled positions only)."""
   itemsize = jnp.dtype(cfg.dtype).itemsize
@@ -205,16 +241,28 @@ def cache_bytes_read(cfg: ModelConfig, batch: int, prompt_len: int, new: int) ->
   return batch * per_position * decode_positions_attended(prompt_len, new)
 
 
-def generate_flops(cfg: ModelConfig, batch: int, prompt_len: int, new: int) -> float:
+def generate_flops(
+    cfg: ModelConfig, batch: int, prompt_len: int, new: int
+) -> float:
   """Useful FLOPs of prefill + decode for `batch` rows
   (see module docstring)."""
-  d, h, k, e, f = cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim
+  d, h, k, e, f = (
+      cfg.embed_dim,
+      cfg.num_heads,
+      cfg.num_kv_heads,
+      cfg.head_dim,
+      cfg.mlp_dim,
+  )
   per_token = cfg.num_layers * 2 * (d * e * (2 * h + 2 * k) + 3 * d * f)
   attn_per_position = cfg.num_layers * 4 * h * e
   head = 2 * d * cfg.vocab_size
-  prefill = prompt_len * per_token + attn_per_position * prompt_len * (prompt_len + 1) / 2
-  decode = (new * (per_token + head)
-            + attn_per_position * decode_positions_attended(prompt_len, new))
+  prefill = (
+      prompt_len * per_token
+      + attn_per_position * prompt_len * (prompt_len + 1) / 2
+  )
+  decode = new * (
+      per_token + head
+  ) + attn_per_position * decode_positions_attended(prompt_len, new)
   return batch * (prefill + decode)
 
 
@@ -244,8 +292,9 @@ def _naive_tokens_per_s(model, params, prompts, new, mesh, rules) -> float:
     return batch * steps / _best_time(run, _REPEATS.value)
 
 
-def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new: int,
-                             rows_sharding=None) -> dict[str, Callable[[], object]]:
+def _matmul_ceiling_programs(
+    cfg: ModelConfig, batch: int, prompt_len: int, new: int, rows_sharding=None
+) -> dict[str, Callable[[], object]]:
   """The decode's and the prefill's weight matmuls alone,
   compiled (see module docstring).
 
@@ -256,13 +305,18 @@ def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new:
   qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
   key = jax.random.key(0)
   shapes = [(d, qkv), (cfg.num_heads * cfg.head_dim, d), (d, 2 * f), (f, d)]
-  weights = [[0.02 * jax.random.normal(jax.random.fold_in(key, i), shape) for shape in shapes]
-             for i in range(cfg.num_layers)]
+  weights = [
+      [
+          0.02 * jax.random.normal(jax.random.fold_in(key, i), shape)
+          for shape in shapes
+      ]
+      for i in range(cfg.num_layers)
+  ]
   head = 0.02 * jax.random.normal(key, (d, v))
 
   def layers(x_BxD):
     for w_qkv, w_o, w_gate_up, w_down in weights:
-      attn_BxHE = (x_BxD @ w_qkv)[:, :w_o.shape[0]]
+      attn_BxHE = (x_BxD @ w_qkv)[:, : w_o.shape[0]]
       x_BxD = x_BxD + attn_BxHE @ w_o
       x_BxD = x_BxD + (x_BxD @ w_gate_up)[:, :f] @ w_down
     return x_BxD
@@ -276,8 +330,10 @@ def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new:
     return jax.lax.fori_loop(0, new, step, x_BxD)
 
   programs = {}
-  for name, run, rows in (("decode matmuls", decode, batch),
-                          ("prefill matmuls", jax.jit(layers), batch * prompt_len)):
+  for name, run, rows in (
+      ("decode matmuls", decode, batch),
+      ("prefill matmuls", jax.jit(layers), batch * prompt_len),
+  ):
     x = jnp.ones((rows, d), jnp.float32)
     if rows_sharding is not None:
       x = jax.device_put(x, rows_sharding)
@@ -286,24 +342,37 @@ def _matmul_ceiling_programs(cfg: ModelConfig, batch: int, prompt_len: int, new:
   return programs
 
 
-def _hf_tokens_per_s(hf_dir: str, prompts: np.ndarray, new: int) -> tuple[float, int]:
+def _hf_tokens_per_s(
+    hf_dir: str, prompts: np.ndarray, new: int
+) -> tuple[float, int]:
   """Best tokens/s of transformers generate over `--torch_threads`,
   and its thread count."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
-  model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      hf_dir, dtype=torch.float32
+  ).eval()
   ids = torch.from_numpy(prompts.astype(np.int64))
-  kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_k=0,
-                top_p=1.0, pad_token_id=0)
+  kwargs = dict(
+      attention_mask=torch.ones_like(ids),
+      do_sample=True,
+      temperature=1.0,
+      top_k=0,
+      top_p=1.0,
+      pad_token_id=0,
+  )
   best = (0.0, 0)
   with torch.inference_mode():
     for threads in map(int, _TORCH_THREADS.value):
       torch.set_num_threads(threads)
       model.generate(ids, max_new_tokens=2, min_new_tokens=2, **kwargs)
       seconds = _best_time(
-          lambda: model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kwargs),
-          _REPEATS.value)
+          lambda: model.generate(
+              ids, max_new_tokens=new, min_new_tokens=new, **kwargs
+          ),
+          _REPEATS.value,
+      )
       best = max(best, (prompts.shape[0] * new / seconds, threads))
   return best
 
@@ -312,19 +381,27 @@ def main(argv):
   del argv
   peak = matmul_flops_per_s(_MATMUL.value)
   bandwidth = read_bytes_per_s()
-  print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}  "
-        f"mesh shape: {','.join(_MESH_SHAPE.value) or 'the variant config'}")
-  print(f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s; "
-        f"memory read: {bandwidth / 1e9:.1f} GB/s\n")
-  header = ("| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) "
-            "| Tunix tok/s | matmuls alone tok/s | all matmuls tok/s "
-            "| all matmuls + cache read tok/s | vs naive | vs HF | vs Tunix | vs matmuls alone "
-            "| vs all matmuls | vs all matmuls + cache read "
-            "| sampler GFLOP/s | sampler % matmul | HF % matmul |")
+  print(
+      f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}  "
+      f"mesh shape: {','.join(_MESH_SHAPE.value) or 'the variant config'}"
+  )
+  print(
+      f"dense f32 matmul {_MATMUL.value}^2 through JAX: {peak / 1e9:.1f} GFLOP/s; "
+      f"memory read: {bandwidth / 1e9:.1f} GB/s\n"
+  )
+  header = (
+      "| model | batch | new | sampler tok/s | naive tok/s | HF tok/s (threads) "
+      "| Tunix tok/s | matmuls alone tok/s | all matmuls tok/s "
+      "| all matmuls + cache read tok/s | vs naive | vs HF | vs Tunix | vs matmuls alone "
+      "| vs all matmuls | vs all matmuls + cache read "
+      "| sampler GFLOP/s | sampler % matmul | HF % matmul |"
+  )
   print(header)
   print("|" + "---|" * (header.count("|") - 1))
   prompt_len = _PROMPT_LEN.value
-  tunix_missing = tunix_sampler.unavailable() if _TUNIX.value else "n/a (--notunix)"
+  tunix_missing = (
+      tunix_sampler.unavailable() if _TUNIX.value else "n/a (--notunix)"
+  )
   reads = []  # Attention's own read bandwidth, printed after the table.
   layouts = []  # With --mesh_shape: the mesh against one device.
   for variant in _VARIANTS.value:
@@ -339,89 +416,154 @@ def main(argv):
     if _MESH_SHAPE.value:
       split = sharding.batch_divisor(mesh, rules)
       if any(int(b) % split for b in _BATCH_SIZES.value):
-        raise ValueError(f"--batch_sizes={','.join(_BATCH_SIZES.value)}: with --mesh_shape="
-                         f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so "
-                         f"every batch size must be a multiple of {split}")
+        raise ValueError(
+            f"--batch_sizes={','.join(_BATCH_SIZES.value)}: with --mesh_shape="
+            f"{','.join(_MESH_SHAPE.value)} the slots split {split} ways, so "
+            f"every batch size must be a multiple of {split}"
+        )
       rows_sharding = sharding.batch_sharding(mesh, rules, 2)
       # The same sampler on one device, timed in the same rounds
       # (see the module docstring).
       config_one = copy.deepcopy(config)
       config_one.mesh.shape = (1, 1, 1)
       mesh_one = sharding.make_mesh(config_one.mesh, jax.devices()[:1])
-      single = (config_one, mesh_one, sharding.init_model_params(
-          model, jax.random.key(0), mesh_one, rules)[0])
-    params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
+      single = (
+          config_one,
+          mesh_one,
+          sharding.init_model_params(model, jax.random.key(0), mesh_one, rules)[
+              0
+          ],
+      )
+    params, _ = sharding.init_model_params(
+        model, jax.random.key(0), mesh, rules
+    )
     hf_dir = tempfile.mkdtemp(prefix="sampler_bench_")
     hf_io.save_checkpoint(params, cfg, hf_dir)
     for new in map(int, _NEW_TOKENS.value):
       config.sampling.max_prompt_len = prompt_len
       config.sampling.max_new_tokens = new
       sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
-      tunix = None if tunix_missing else tunix_sampler.TunixSampler(hf_dir, cfg, prompt_len + new)
+      tunix = (
+          None
+          if tunix_missing
+          else tunix_sampler.TunixSampler(hf_dir, cfg, prompt_len + new)
+      )
       batch, positions = max(map(int, _BATCH_SIZES.value)), prompt_len + new
-      rates = [f"{name} cache {attention_read_bytes_per_s(cfg, batch, positions, dtype) / 1e9:.1f} "
-               f"GB/s" for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16))]
-      reads.append(f"{variant}, batch {batch}, {positions} positions: {', '.join(rates)}")
+      rates = [
+          f"{name} cache {attention_read_bytes_per_s(cfg, batch, positions, dtype) / 1e9:.1f} "
+          f"GB/s"
+          for name, dtype in (
+              ("float32", jnp.float32),
+              ("bfloat16", jnp.bfloat16),
+          )
+      ]
+      reads.append(
+          f"{variant}, batch {batch}, {positions} positions: {', '.join(rates)}"
+      )
       for batch in map(int, _BATCH_SIZES.value):
         prompts, lens = bench_prompts(cfg, batch, prompt_len)
         sampler.generate(params, prompts, lens, jax.random.key(0))  # Compile.
-        timed = {"sampler": functools.partial(
-            lambda *args: sampler.generate(*args).tokens, params, prompts, lens,
-            jax.random.key(1))}
-        timed.update(_matmul_ceiling_programs(cfg, batch, prompt_len, new, rows_sharding))
+        timed = {
+            "sampler": functools.partial(
+                lambda *args: sampler.generate(*args).tokens,
+                params,
+                prompts,
+                lens,
+                jax.random.key(1),
+            )
+        }
+        timed.update(
+            _matmul_ceiling_programs(cfg, batch, prompt_len, new, rows_sharding)
+        )
         if single:
           config_one, mesh_one, params_one = single
           config_one.sampling.max_prompt_len = prompt_len
           config_one.sampling.max_new_tokens = new
-          one = Sampler.from_config(config_one, mesh_one, rules, eos_ids=(), pad_id=0)
+          one = Sampler.from_config(
+              config_one, mesh_one, rules, eos_ids=(), pad_id=0
+          )
           one.generate(params_one, prompts, lens, jax.random.key(0))  # Compile.
           timed["sampler, one device"] = functools.partial(
-              lambda *args: one.generate(*args).tokens, params_one, prompts, lens,
-              jax.random.key(1))
-          timed.update({f"{name}, one device": run for name, run in
-                        _matmul_ceiling_programs(cfg, batch, prompt_len, new).items()})
+              lambda *args: one.generate(*args).tokens,
+              params_one,
+              prompts,
+              lens,
+              jax.random.key(1),
+          )
+          timed.update(
+              {
+                  f"{name}, one device": run
+                  for name, run in _matmul_ceiling_programs(
+                      cfg, batch, prompt_len, new
+                  ).items()
+              }
+          )
         if not tunix_missing:
           tunix.generate(prompts, new, seed=0)  # Compile.
-          timed["tunix"] = functools.partial(tunix.generate, prompts, new, seed=1)
+          timed["tunix"] = functools.partial(
+              tunix.generate, prompts, new, seed=1
+          )
         times = _best_times(timed, _REPEATS.value)
         seconds = times["sampler"]
         ours = batch * new / seconds
         naive = _naive_tokens_per_s(model, params, prompts, new, mesh, rules)
-        hf, threads = _hf_tokens_per_s(hf_dir, prompts, new) if _HF.value else (float("nan"), 0)
+        hf, threads = (
+            _hf_tokens_per_s(hf_dir, prompts, new)
+            if _HF.value
+            else (float("nan"), 0)
+        )
         if tunix_missing:
           tunix_col, vs_tunix = tunix_missing, "n/a"
         else:
           tunix_rate = batch * new / times["tunix"]
-          tunix_col, vs_tunix = f"{tunix_rate:,.0f}", f"{ours / tunix_rate:.2f}x"
+          tunix_col, vs_tunix = (
+              f"{tunix_rate:,.0f}",
+              f"{ours / tunix_rate:.2f}x",
+          )
         # With --mesh_shape, each ceiling is the faster of its two layouts.
-        decode_s, prefill_s = (min(t for name, t in times.items() if name.startswith(part))
-                               for part in ("decode matmuls", "prefill matmuls"))
+        decode_s, prefill_s = (
+            min(t for name, t in times.items() if name.startswith(part))
+            for part in ("decode matmuls", "prefill matmuls")
+        )
         if single:
           one_rate = batch * new / times["sampler, one device"]
           layouts.append(
               f"{variant}, batch {batch}, {new} new: sampler {ours:,.0f} tok/s on the mesh, "
               f"{one_rate:,.0f} on one device ({ours / one_rate:.2f}x); matmuls alone "
               f"{batch * new / times['decode matmuls']:,.0f} on the mesh, "
-              f"{batch * new / times['decode matmuls, one device']:,.0f} on one device")
-        ceiling, all_matmuls = batch * new / decode_s, batch * new / (decode_s + prefill_s)
-        floor_s = (decode_s + prefill_s
-                   + cache_bytes_read(cfg, batch, prompt_len, new) / bandwidth)
+              f"{batch * new / times['decode matmuls, one device']:,.0f} on one device"
+          )
+        ceiling, all_matmuls = batch * new / decode_s, batch * new / (
+            decode_s + prefill_s
+        )
+        floor_s = (
+            decode_s
+            + prefill_s
+            + cache_bytes_read(cfg, batch, prompt_len, new) / bandwidth
+        )
         floor = batch * new / floor_s
         flops = generate_flops(cfg, batch, prompt_len, new)
         hf_fraction = flops / (batch * new / hf) / peak
-        print(f"| {variant} | {batch} | {new} | {ours:,.0f} | {naive:,.0f} | {hf:,.0f} ({threads}) "
-              f"| {tunix_col} | {ceiling:,.0f} | {all_matmuls:,.0f} | {floor:,.0f} "
-              f"| {ours / naive:.1f}x | {ours / hf:.2f}x | {vs_tunix} | {ours / ceiling:.2f}x "
-              f"| {ours / all_matmuls:.2f}x | {ours / floor:.2f}x "
-              f"| {flops / seconds / 1e9:.1f} "
-              f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |", flush=True)
+        print(
+            f"| {variant} | {batch} | {new} | {ours:,.0f} | {naive:,.0f} | {hf:,.0f} ({threads}) "
+            f"| {tunix_col} | {ceiling:,.0f} | {all_matmuls:,.0f} | {floor:,.0f} "
+            f"| {ours / naive:.1f}x | {ours / hf:.2f}x | {vs_tunix} | {ours / ceiling:.2f}x "
+            f"| {ours / all_matmuls:.2f}x | {ours / floor:.2f}x "
+            f"| {flops / seconds / 1e9:.1f} "
+            f"| {100 * flops / seconds / peak:.0f}% | {100 * hf_fraction:.0f}% |",
+            flush=True,
+        )
   if layouts:
-    print(f"\nMesh {','.join(_MESH_SHAPE.value)} against one device, timed in the same rounds "
-          "(the ceilings above are the faster layout's):")
+    print(
+        f"\nMesh {','.join(_MESH_SHAPE.value)} against one device, timed in the same rounds "
+        "(the ceilings above are the faster layout's):"
+    )
     for line in layouts:
       print(f"  {line}")
-  print("\nDecode attention alone over every layer's full cache (bytes of the cache per second; "
-        "the streaming read above is the floor's):")
+  print(
+      "\nDecode attention alone over every layer's full cache (bytes of the cache per second; "
+      "the streaming read above is the floor's):"
+  )
   for line in reads:
     print(f"  {line}")
 

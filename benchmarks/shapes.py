@@ -21,7 +21,9 @@ def _parse(value: str, like):
   return type(like)(value)
 
 
-def shape_config(shape: str, prompts_per_step: int = 0) -> ml_collections.ConfigDict:
+def shape_config(
+    shape: str, prompts_per_step: int = 0
+) -> ml_collections.ConfigDict:
   """The config of `variant[:field=value;...]`, model fields
   (and P if > 0) as given."""
   variant, _, fields = shape.partition(":")

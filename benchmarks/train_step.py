@@ -48,16 +48,31 @@ from scalerl_jax.rl import advantages, losses
 from scalerl_jax.rl import train_step as train_step_lib
 
 _SHAPES = flags.DEFINE_list(
-    "shapes", ["tiny_cpu", "small_cpu",
-               "tiny_cpu:embed_dim=256;mlp_dim=768;num_heads=8;num_kv_heads=4"],
-    "Config variants, each optionally with model fields: variant:field=value;field=value.")
-_SEQ_LENS = flags.DEFINE_list("seq_lens", ["64", "128", "256"], "Padded sequence lengths S.")
-_PROMPTS = flags.DEFINE_integer("prompts_per_step", 0, "P; 0 keeps the config's.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed runs after the warm-up; best is kept.")
-_MATMUL = flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul.")
+    "shapes",
+    [
+        "tiny_cpu",
+        "small_cpu",
+        "tiny_cpu:embed_dim=256;mlp_dim=768;num_heads=8;num_kv_heads=4",
+    ],
+    "Config variants, each optionally with model fields: variant:field=value;field=value.",
+)
+_SEQ_LENS = flags.DEFINE_list(
+    "seq_lens", ["64", "128", "256"], "Padded sequence lengths S."
+)
+_PROMPTS = flags.DEFINE_integer(
+    "prompts_per_step", 0, "P; 0 keeps the config's."
+)
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 5, "Timed runs after the warm-up; best is kept."
+)
+_MATMUL = flags.DEFINE_integer(
+    "matmul_size", 2048, "Side of the square matmul."
+)
 
 
-def best_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, float]]:
+def best_times(
+    fns: dict[str, Callable[[], Any]], repeats: int
+) -> dict[str, tuple[float, float]]:
   """Shortest wall time and process CPU time of each function
   over `repeats` rounds.
 
@@ -87,8 +102,9 @@ def matmul(n: int) -> Callable[[], jax.Array]:
   return lambda: product(a, b)
 
 
-def synthetic_batch(spec: train_step_lib.StepSpec, params, seq_len: int,
-                    seed: int = 0) -> dict[str, np.ndarray]:
+def synthetic_batch(
+    spec: train_step_lib.StepSpec, params, seq_len: int, seed: int = 0
+) -> dict[str, np.ndarray]:
   """A host batch of P x G rows of `seq_len` tokens (see module docstring)."""
   p, g = spec.num_prompts, spec.num_generations
   rng = np.random.RandomState(seed)
@@ -97,52 +113,95 @@ def synthetic_batch(spec: train_step_lib.StepSpec, params, seq_len: int,
   ends = rng.randint(prompt + seq_len // 4, seq_len + 1, p * g)
   positions = np.arange(seq_len)
   live = positions[None, :] < ends[:, None]
-  tokens = np.where(live, rng.randint(1, vocab, (p * g, seq_len)), 0).astype(np.int32)
+  tokens = np.where(live, rng.randint(1, vocab, (p * g, seq_len)), 0).astype(
+      np.int32
+  )
   mask = (live & (positions[None, :] >= prompt)).astype(np.float32)
   logp, _ = jax.jit(train_step_lib.policy_logprobs, static_argnums=(0, 3))(
-      spec.model, params, tokens, spec.temperature)
+      spec.model, params, tokens, spec.temperature
+  )
   gen_logp = mask * (np.asarray(logp) + 0.05 * rng.standard_normal(mask.shape))
   rewards = rng.randint(0, 2, (p, g)).astype(np.float32)
   rewards[:, 0], rewards[:, 1] = 0.0, 1.0
-  return {"tokens_BxS": tokens, "mask_BxS": mask, "gen_logp_BxS": gen_logp.astype(np.float32),
-          "rewards_PxG": rewards}
+  return {
+      "tokens_BxS": tokens,
+      "mask_BxS": mask,
+      "gen_logp_BxS": gen_logp.astype(np.float32),
+      "rewards_PxG": rewards,
+  }
 
 
 def _head_and_loss(params, x_BxTxD, batch, spec):
   """(loss, mean entropy) from the last block's output: final norm,
   LM head, log-softmax."""
-  logits_BxTxV = transformer.output_logits(spec.model.cfg, params, x_BxTxD) / spec.temperature
+  logits_BxTxV = (
+      transformer.output_logits(spec.model.cfg, params, x_BxTxD)
+      / spec.temperature
+  )
   logp_all = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
   targets_BxT = batch["tokens_BxS"][:, 1:]
-  logp_BxT = jnp.take_along_axis(logp_all, targets_BxT[..., None], axis=-1)[..., 0]
+  logp_BxT = jnp.take_along_axis(logp_all, targets_BxT[..., None], axis=-1)[
+      ..., 0
+  ]
   entropy_BxT = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
   logp_BxS = jnp.pad(logp_BxT, ((0, 0), (1, 0)))
   p, g = spec.num_prompts, spec.num_generations
-  adv_PxG, _ = advantages.group_advantages(batch["rewards_PxG"], spec.adv_norm,
-                                           zero_variance_filter=spec.zero_variance_filter)
-  loss, _ = losses.compute_loss(spec.loss, logp_BxS, batch["gen_logp_BxS"],
-                                adv_PxG.reshape(p * g), batch["mask_BxS"],
-                                advantages.group_ids(p, g), p)
+  adv_PxG, _ = advantages.group_advantages(
+      batch["rewards_PxG"],
+      spec.adv_norm,
+      zero_variance_filter=spec.zero_variance_filter,
+  )
+  loss, _ = losses.compute_loss(
+      spec.loss,
+      logp_BxS,
+      batch["gen_logp_BxS"],
+      adv_PxG.reshape(p * g),
+      batch["mask_BxS"],
+      advantages.group_ids(p, g),
+      p,
+  )
   return loss, jnp.mean(entropy_BxT)
 
 
-def time_parts(spec, state, mesh, rules, host_batch, repeats) -> dict[str, tuple[float, float]]:
+def time_parts(
+    spec, state, mesh, rules, host_batch, repeats
+) -> dict[str, tuple[float, float]]:
   """`best_times` of the step, its parts
   (see module docstring) and the matmul."""
-  batch_sh = {k: sharding.batch_sharding(mesh, rules, v.ndim) for k, v in host_batch.items()}
+  batch_sh = {
+      k: sharding.batch_sharding(mesh, rules, v.ndim)
+      for k, v in host_batch.items()
+  }
   batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
-  place = lambda: {k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()}
+  place = lambda: {
+      k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()
+  }
   batch = place()
   copy = lambda tree: jax.tree_util.tree_map(jnp.copy, tree)
   params = copy(state.params)
-  step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0)
-  forward = jax.jit(lambda p, t: train_step_lib.policy_logprobs(spec.model, p, t,
-                                                                spec.temperature))
-  grads_fn = jax.jit(functools.partial(train_step_lib.loss_and_grads, spec=spec))
-  hidden = jax.jit(lambda p, t: spec.model.apply({"params": p}, t[:, :-1], return_hidden=True))(
-      params, batch["tokens_BxS"])
-  head = jax.jit(jax.value_and_grad(functools.partial(_head_and_loss, spec=spec),
-                                    argnums=(0, 1), has_aux=True))
+  step = jax.jit(
+      functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0
+  )
+  forward = jax.jit(
+      lambda p, t: train_step_lib.policy_logprobs(
+          spec.model, p, t, spec.temperature
+      )
+  )
+  grads_fn = jax.jit(
+      functools.partial(train_step_lib.loss_and_grads, spec=spec)
+  )
+  hidden = jax.jit(
+      lambda p, t: spec.model.apply(
+          {"params": p}, t[:, :-1], return_hidden=True
+      )
+  )(params, batch["tokens_BxS"])
+  head = jax.jit(
+      jax.value_and_grad(
+          functools.partial(_head_and_loss, spec=spec),
+          argnums=(0, 1),
+          has_aux=True,
+      )
+  )
   _, _, grads = grads_fn(params, batch)
 
   @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -161,13 +220,23 @@ def time_parts(spec, state, mesh, rules, host_batch, repeats) -> dict[str, tuple
     carry["update"] = update(*carry["update"], grads)
     return carry["update"]
 
-  return best_times({
-      "step": run_step, "forward": lambda: forward(params, batch["tokens_BxS"]),
-      "grads": lambda: grads_fn(params, batch), "logprob_loss": lambda: head(params, hidden, batch),
-      "update": run_update, "placement": place, "matmul": matmul(_MATMUL.value)}, repeats)
+  return best_times(
+      {
+          "step": run_step,
+          "forward": lambda: forward(params, batch["tokens_BxS"]),
+          "grads": lambda: grads_fn(params, batch),
+          "logprob_loss": lambda: head(params, hidden, batch),
+          "update": run_update,
+          "placement": place,
+          "matmul": matmul(_MATMUL.value),
+      },
+      repeats,
+  )
 
 
-def table_row(label: str, flops: float, times: dict[str, tuple[float, float]]) -> str:
+def table_row(
+    label: str, flops: float, times: dict[str, tuple[float, float]]
+) -> str:
   """One markdown row: the step's rate against the matmul's,
   and its parts' shares.
 
@@ -175,15 +244,17 @@ def table_row(label: str, flops: float, times: dict[str, tuple[float, float]]) -
   shares are of the step's CPU time.
   """
   (wall, cpu), (mm_wall, mm_cpu) = times["step"], times["matmul"]
-  mm_flops = 2 * _MATMUL.value ** 3
+  mm_flops = 2 * _MATMUL.value**3
   share = {name: times[name][1] / cpu for name in times}
   share["backward"] = share["grads"] - share["forward"]
   share["rest"] = 1 - share["grads"] - share["update"]
   parts = " | ".join(f"{100 * share[name]:.0f}%" for name in _PARTS)
-  return (f"| {label} | {wall:.2f} | {flops / wall / 1e9:.1f} | {mm_flops / mm_wall / 1e9:.1f} "
-          f"| {100 * flops / wall / (mm_flops / mm_wall):.0f}% "
-          f"| {flops / cpu * 2 / 1e9:.1f} | {mm_flops / mm_cpu * 2 / 1e9:.1f} "
-          f"| {100 * flops / cpu / (mm_flops / mm_cpu):.0f}% | {parts} |")
+  return (
+      f"| {label} | {wall:.2f} | {flops / wall / 1e9:.1f} | {mm_flops / mm_wall / 1e9:.1f} "
+      f"| {100 * flops / wall / (mm_flops / mm_wall):.0f}% "
+      f"| {flops / cpu * 2 / 1e9:.1f} | {mm_flops / mm_cpu * 2 / 1e9:.1f} "
+      f"| {100 * flops / cpu / (mm_flops / mm_cpu):.0f}% | {parts} |"
+  )
 
 
 _PARTS = ("forward", "backward", "logprob_loss", "update", "rest", "placement")
@@ -191,11 +262,16 @@ _PARTS = ("forward", "backward", "logprob_loss", "update", "rest", "placement")
 
 def main(argv):
   del argv
-  print(f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}  matmul: float32 "
-        f"{_MATMUL.value}^2, timed in turn with the step and its parts\n")
-  header = ("| shape (params) | P x G x S | step s | GFLOP/s | matmul GFLOP/s | % matmul "
-            "| GFLOP/cpu-s x 2 | matmul GFLOP/cpu-s x 2 | % matmul (cpu) | "
-            + " | ".join(_PARTS) + " |")
+  print(
+      f"devices: {jax.devices()}  cpu cores: {os.cpu_count()}  matmul: float32 "
+      f"{_MATMUL.value}^2, timed in turn with the step and its parts\n"
+  )
+  header = (
+      "| shape (params) | P x G x S | step s | GFLOP/s | matmul GFLOP/s | % matmul "
+      "| GFLOP/cpu-s x 2 | matmul GFLOP/cpu-s x 2 | % matmul (cpu) | "
+      + " | ".join(_PARTS)
+      + " |"
+  )
   print(header)
   print("|" + "---|" * (header.count("|") - 1))
   for shape in _SHAPES.value:
@@ -206,19 +282,27 @@ def main(argv):
     rules = sharding.logical_rules(config.mesh)
     optimizer = optim.make_optimizer(config.optim)
     spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
-    params, param_sh = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
+    params, param_sh = sharding.init_model_params(
+        model, jax.random.key(0), mesh, rules
+    )
     with sharding.activate(mesh, rules):
       for seq_len in map(int, _SEQ_LENS.value):
         # A copy: the step donates its state, and jit passes
         # unchanged inputs through.
         state, _ = trainer.init_train_state(
-            optimizer, jax.tree_util.tree_map(jnp.copy, params), param_sh, mesh)
+            optimizer, jax.tree_util.tree_map(jnp.copy, params), param_sh, mesh
+        )
         host_batch = synthetic_batch(spec, params, seq_len)
         times = time_parts(spec, state, mesh, rules, host_batch, _REPEATS.value)
         rows = host_batch["tokens_BxS"].shape[0]
-        label = (f"{shape} ({cfg.num_params() / 1e6:.2f}M) | {spec.num_prompts} x "
-                 f"{spec.num_generations} x {seq_len}")
-        print(table_row(label, compute.train_flops(cfg, [seq_len] * rows), times), flush=True)
+        label = (
+            f"{shape} ({cfg.num_params() / 1e6:.2f}M) | {spec.num_prompts} x "
+            f"{spec.num_generations} x {seq_len}"
+        )
+        print(
+            table_row(label, compute.train_flops(cfg, [seq_len] * rows), times),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

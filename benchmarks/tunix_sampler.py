@@ -71,7 +71,9 @@ def _tunix_checkpoint(hf_dir: str, cfg: ModelConfig) -> str:
   for i in range(cfg.num_layers):
     for name in ("q_norm", "k_norm"):
       key = f"model.layers.{i}.self_attn.{name}.weight"
-      tensors.setdefault(key, np.ones((cfg.head_dim,), tensors["model.norm.weight"].dtype))
+      tensors.setdefault(
+          key, np.ones((cfg.head_dim,), tensors["model.norm.weight"].dtype)
+      )
   out = os.path.join(hf_dir, "tunix")
   os.makedirs(out, exist_ok=True)
   save_file(tensors, os.path.join(out, "model.safetensors"))
@@ -97,22 +99,49 @@ class TunixSampler:
     if cfg.rope_scaling.type != "none" or cfg.qkv_bias:
       raise ValueError("Tunix's Qwen3 has no RoPE scaling and no q/k/v biases")
     tunix_cfg = model_lib.ModelConfig(
-        num_layers=cfg.num_layers, vocab_size=cfg.vocab_size, embed_dim=cfg.embed_dim,
-        hidden_dim=cfg.mlp_dim, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
-        num_kv_heads=cfg.num_kv_heads, rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
-        use_tied_embedding=cfg.tie_embeddings, dtype=jnp.dtype(cfg.compute_dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype))
-    model = params_lib.create_model_from_safe_tensors(_tunix_checkpoint(hf_dir, cfg), tunix_cfg)
-    self._sampler = sampler_lib.Sampler(model, _IdTokenizer(), sampler_lib.CacheConfig(
-        cache_size=cache_size, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim))
+        num_layers=cfg.num_layers,
+        vocab_size=cfg.vocab_size,
+        embed_dim=cfg.embed_dim,
+        hidden_dim=cfg.mlp_dim,
+        num_heads=cfg.num_heads,
+        head_dim=cfg.head_dim,
+        num_kv_heads=cfg.num_kv_heads,
+        rope_theta=cfg.rope_theta,
+        norm_eps=cfg.norm_eps,
+        use_tied_embedding=cfg.tie_embeddings,
+        dtype=jnp.dtype(cfg.compute_dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype),
+    )
+    model = params_lib.create_model_from_safe_tensors(
+        _tunix_checkpoint(hf_dir, cfg), tunix_cfg
+    )
+    self._sampler = sampler_lib.Sampler(
+        model,
+        _IdTokenizer(),
+        sampler_lib.CacheConfig(
+            cache_size=cache_size,
+            num_layers=cfg.num_layers,
+            num_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim,
+        ),
+    )
 
-  def generate(self, prompts_BxL: np.ndarray, new: int, seed: int,
-               temperature: float = 1.0) -> list[np.ndarray]:
+  def generate(
+      self,
+      prompts_BxL: np.ndarray,
+      new: int,
+      seed: int,
+      temperature: float = 1.0,
+  ) -> list[np.ndarray]:
     """`new` tokens after every prompt, at `temperature` without
     top-k/top-p (0: greedy)."""
     sampling = dict(temperature=temperature, top_p=1.0) if temperature else {}
-    out = self._sampler([" ".join(map(str, row)) for row in prompts_BxL],
-                        max_generation_steps=new, max_prompt_length=prompts_BxL.shape[1],
-                        eos_tokens=[-1], seed=seed, **sampling)
+    out = self._sampler(
+        [" ".join(map(str, row)) for row in prompts_BxL],
+        max_generation_steps=new,
+        max_prompt_length=prompts_BxL.shape[1],
+        eos_tokens=[-1],
+        seed=seed,
+        **sampling,
+    )
     return out.tokens

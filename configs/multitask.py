@@ -35,10 +35,12 @@ def get_config(arg=None):
   """configs/scalerl.py's config for `arg` with the math + code mixture."""
   c = scalerl.get_config(arg)
   with c.unlocked():
-    c.data.mixture = ml_collections.ConfigDict({
-        "math": _domain(0.5, "builtin", (1, 2), 6_000, 200),
-        "code": _domain(0.5, "builtin_code", (1, 2, 3), 3_000, 200),
-    })
+    c.data.mixture = ml_collections.ConfigDict(
+        {
+            "math": _domain(0.5, "builtin", (1, 2), 6_000, 200),
+            "code": _domain(0.5, "builtin_code", (1, 2, 3), 3_000, 200),
+        }
+    )
   c.trainer.num_steps = 60  # RL steps, as the default run.
   # Validations: the points of each domain's curve. Every 4 steps puts 7
   # points in the first half, enough to fit a sigmoid and predict the rest.

@@ -25,30 +25,73 @@ import ml_collections
 _MODELS = {
     "tiny_cpu": {},  # The field defaults of _model_config are tiny_cpu's shape.
     "small_cpu": dict(
-        family="llama", vocab_size=8192, embed_dim=640, num_layers=8,
-        num_heads=10, num_kv_heads=5, head_dim=64, mlp_dim=1792,
-        rope_theta=10_000.0, tie_embeddings=True, max_seq_len=1024,
-        param_dtype="float32", compute_dtype="float32"),
+        family="llama",
+        vocab_size=8192,
+        embed_dim=640,
+        num_layers=8,
+        num_heads=10,
+        num_kv_heads=5,
+        head_dim=64,
+        mlp_dim=1792,
+        rope_theta=10_000.0,
+        tie_embeddings=True,
+        max_seq_len=1024,
+        param_dtype="float32",
+        compute_dtype="float32",
+    ),
     "qwen3_0.6b": dict(
-        family="qwen3", vocab_size=151_936, embed_dim=1024, num_layers=28,
-        num_heads=16, num_kv_heads=8, head_dim=128, mlp_dim=3072,
-        rope_theta=1_000_000.0, tie_embeddings=True, qk_norm=True,
-        norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="float32", compute_dtype="bfloat16",
-        remat=True),
+        family="qwen3",
+        vocab_size=151_936,
+        embed_dim=1024,
+        num_layers=28,
+        num_heads=16,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=3072,
+        rope_theta=1_000_000.0,
+        tie_embeddings=True,
+        qk_norm=True,
+        norm_eps=1e-6,
+        max_seq_len=16_384,
+        param_dtype="float32",
+        compute_dtype="bfloat16",
+        remat=True,
+    ),
     "qwen2.5_0.5b": dict(
-        family="qwen2", vocab_size=151_936, embed_dim=896, num_layers=24,
-        num_heads=14, num_kv_heads=2, head_dim=64, mlp_dim=4864,
-        rope_theta=1_000_000.0, tie_embeddings=True, qkv_bias=True,
-        norm_eps=1e-6, max_seq_len=16_384,
-        param_dtype="float32", compute_dtype="bfloat16",
-        remat=True),
+        family="qwen2",
+        vocab_size=151_936,
+        embed_dim=896,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        mlp_dim=4864,
+        rope_theta=1_000_000.0,
+        tie_embeddings=True,
+        qkv_bias=True,
+        norm_eps=1e-6,
+        max_seq_len=16_384,
+        param_dtype="float32",
+        compute_dtype="bfloat16",
+        remat=True,
+    ),
     "llama3_8b": dict(
-        family="llama", vocab_size=128_256, embed_dim=4096, num_layers=32,
-        num_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14_336,
-        rope_theta=500_000.0, tie_embeddings=False, norm_eps=1e-5,
-        max_seq_len=16_384, param_dtype="float32", compute_dtype="bfloat16",
-        remat=True),
+        family="llama",
+        vocab_size=128_256,
+        embed_dim=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=14_336,
+        rope_theta=500_000.0,
+        tie_embeddings=False,
+        norm_eps=1e-5,
+        max_seq_len=16_384,
+        param_dtype="float32",
+        compute_dtype="bfloat16",
+        remat=True,
+    ),
 }
 
 VARIANTS = tuple(_MODELS)
@@ -58,11 +101,15 @@ def _parse_arg(arg):
   """'variant=x' or 'x' -> variant name."""
   if not arg:
     return "tiny_cpu"
-  fields = dict(kv.split("=", 1) if "=" in kv else ("variant", kv)
-                for kv in arg.split(","))
+  fields = dict(
+      kv.split("=", 1) if "=" in kv else ("variant", kv)
+      for kv in arg.split(",")
+  )
   unknown = set(fields) - {"variant"}
   if unknown:
-    raise ValueError(f"configs/scalerl.py takes only 'variant=...'; got {sorted(unknown)}")
+    raise ValueError(
+        f"configs/scalerl.py takes only 'variant=...'; got {sorted(unknown)}"
+    )
   variant = fields["variant"]
   if variant not in _MODELS:
     raise ValueError(f"Unknown variant {variant!r}; choose one of {VARIANTS}")
@@ -234,8 +281,7 @@ def get_config(arg=None):
   c.sampling.interruption.thinking_budget_max = 12_000
   # Tokens allowed after the phrase.
   c.sampling.interruption.answer_budget = 2_336
-  c.sampling.interruption.phrase = (
-      "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>")
+  c.sampling.interruption.phrase = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
   c.data = ml_collections.ConfigDict()
   # builtin | builtin_code | reasoning_gym | tfds | jsonl.
@@ -285,8 +331,13 @@ def get_config(arg=None):
   # Appended to every prompt on a new line. The real-checkpoint variants ask
   # for the \boxed{} answer the math verifier reads, in the words DeepSeek-R1
   # and Qwen recommend for math; the built-in task's prompts need none.
-  c.data.answer_instruction = "" if cpu else (
-      "Please reason step by step, and put your final answer within \\boxed{}.")
+  c.data.answer_instruction = (
+      ""
+      if cpu
+      else (
+          "Please reason step by step, and put your final answer within \\boxed{}."
+      )
+  )
   # Passed to the chat template as `enable_thinking`; False makes Qwen3
   # answer without thinking. Templates that do not read it ignore it.
   c.data.enable_thinking = True

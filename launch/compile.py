@@ -22,11 +22,20 @@ from scalerl_jax.jobs import aot
 from scalerl_jax import config as config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",
-    lock_config=True)
-_TOPOLOGY = flags.DEFINE_string("topology", None, f"TPU slice: {aot.TOPOLOGY_FORMS}.")
-_PROGRAMS = flags.DEFINE_list("programs", [], "Programs to compile (default all).")
-_JSON = flags.DEFINE_string("json", "", "Also write the results to this JSON file.")
+    "config",
+    None,
+    "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",
+    lock_config=True,
+)
+_TOPOLOGY = flags.DEFINE_string(
+    "topology", None, f"TPU slice: {aot.TOPOLOGY_FORMS}."
+)
+_PROGRAMS = flags.DEFINE_list(
+    "programs", [], "Programs to compile (default all)."
+)
+_JSON = flags.DEFINE_string(
+    "json", "", "Also write the results to this JSON file."
+)
 
 
 def main(argv):
@@ -36,14 +45,21 @@ def main(argv):
     raise app.UsageError("--config and --topology are required")
   try:
     results, chip, mesh_shape = aot.compile_for_slice(
-        _CONFIG.value, _TOPOLOGY.value, _PROGRAMS.value or None,
-        progress=lambda line: print(line, flush=True))
+        _CONFIG.value,
+        _TOPOLOGY.value,
+        _PROGRAMS.value or None,
+        progress=lambda line: print(line, flush=True),
+    )
   except (aot.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None
   print(aot.format_report(results, chip, mesh_shape, _TOPOLOGY.value), end="")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump(aot.results_json(results, chip, mesh_shape, _TOPOLOGY.value), f, indent=1)
+      json.dump(
+          aot.results_json(results, chip, mesh_shape, _TOPOLOGY.value),
+          f,
+          indent=1,
+      )
 
 
 if __name__ == "__main__":

@@ -18,31 +18,52 @@ from scalerl_jax import config as config_lib
 from scalerl_jax.jobs import plan
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",
-    lock_config=True)
+    "config",
+    None,
+    "Experiment config file (e.g. configs/scalerl.py:variant=qwen3_0.6b).",
+    lock_config=True,
+)
 _NUM_DEVICES = flags.DEFINE_integer(
-    "num_devices", None, "Devices to plan for; default: the mesh's size, or the local count.")
+    "num_devices",
+    None,
+    "Devices to plan for; default: the mesh's size, or the local count.",
+)
 _ACCELERATORS = flags.DEFINE_list(
-    "accelerators", list(plan.ACCELERATORS), f"Chips to check, from {sorted(plan.ACCELERATORS)}.")
+    "accelerators",
+    list(plan.ACCELERATORS),
+    f"Chips to check, from {sorted(plan.ACCELERATORS)}.",
+)
 _PLATFORM = flags.DEFINE_enum(
-    "platform", "tpu", ["tpu", "gpu", "cpu"],
-    "Where it runs: picks model.attention=auto's kernel, and on TPU pads arrays to its tiles.")
+    "platform",
+    "tpu",
+    ["tpu", "gpu", "cpu"],
+    "Where it runs: picks model.attention=auto's kernel, and on TPU pads arrays to its tiles.",
+)
 _MARGIN = flags.DEFINE_float(
-    "margin", 0.1, "Fraction of HBM kept free for XLA scratch space and fragmentation.")
+    "margin",
+    0.1,
+    "Fraction of HBM kept free for XLA scratch space and fragmentation.",
+)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None:
-    raise app.UsageError("--config is required, e.g. --config=configs/scalerl.py")
+    raise app.UsageError(
+        "--config is required, e.g. --config=configs/scalerl.py"
+    )
   if not 0 <= _MARGIN.value < 1:
     raise app.UsageError(f"--margin must be in [0, 1); got {_MARGIN.value}")
   if _NUM_DEVICES.value is not None and _NUM_DEVICES.value < 1:
-    raise app.UsageError(f"--num_devices must be >= 1; got {_NUM_DEVICES.value}")
+    raise app.UsageError(
+        f"--num_devices must be >= 1; got {_NUM_DEVICES.value}"
+    )
   try:
     accelerators = plan.accelerators_named(_ACCELERATORS.value)
-    num_devices = plan.resolve_num_devices(_CONFIG.value.mesh, _NUM_DEVICES.value)
+    num_devices = plan.resolve_num_devices(
+        _CONFIG.value.mesh, _NUM_DEVICES.value
+    )
     result = plan.make_plan(_CONFIG.value, num_devices, _PLATFORM.value)
   except (config_lib.ConfigError, ValueError) as e:
     raise SystemExit(f"launch.plan: {e}") from None

@@ -20,26 +20,39 @@ from scalerl_jax import experiment
 from scalerl_jax import trainer
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Experiment config file (e.g. configs/scalerl.py:variant=tiny_cpu).",
-    lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, logs.",
-                               required=True)
+    "config",
+    None,
+    "Experiment config file (e.g. configs/scalerl.py:variant=tiny_cpu).",
+    lock_config=True,
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, metrics, logs.", required=True
+)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None:
-    raise app.UsageError("--config is required, e.g. --config=configs/scalerl.py")
+    raise app.UsageError(
+        "--config is required, e.g. --config=configs/scalerl.py"
+    )
   experiment.configure_logging()
   try:
     last = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (config_lib.ConfigError, ValueError, OSError, FloatingPointError,
-          RuntimeError) as e:
+  except (
+      config_lib.ConfigError,
+      ValueError,
+      OSError,
+      FloatingPointError,
+      RuntimeError,
+  ) as e:
     raise SystemExit(f"launch.train: {e}") from None
   if "val/mean_at_k" in last:
-    print(f"final validation mean@k: {last['val/mean_at_k']:.3f} (metrics in "
-          f"{_WORKDIR.value}/metrics.jsonl)")
+    print(
+        f"final validation mean@k: {last['val/mean_at_k']:.3f} (metrics in "
+        f"{_WORKDIR.value}/metrics.jsonl)"
+    )
 
 
 if __name__ == "__main__":

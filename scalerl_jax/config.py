@@ -46,18 +46,26 @@ _KIND_NAMES = {int: "int", float: "float", str: "str", tuple: "tuple or list"}
 
 def _rule(kind: type, ok: Callable[[Any], bool], says: str) -> Rule:
   """Values of `kind` (never bool) for which `ok` holds; else `says` why."""
+
   def check(value: Any) -> Optional[str]:
     if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
-      return f"expected {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}"
+      return (
+          f"expected {_KIND_NAMES[kind]}, got {type(value).__name__} {value!r}"
+      )
     return None if ok(value) else f"{value!r} {says}"
+
   return check
 
 
-def _one_of(names: Union[Collection[str], Callable[[], Collection[str]]]) -> Rule:
+def _one_of(
+    names: Union[Collection[str], Callable[[], Collection[str]]],
+) -> Rule:
   """One of `names`, read when the config is checked (a registry's, then)."""
+
   def check(value: Any) -> Optional[str]:
     allowed = tuple(names() if callable(names) else names)
     return None if value in allowed else f"{value!r} is not one of {allowed}"
+
   return check
 
 
@@ -69,17 +77,29 @@ _NONNEG = _rule(float, lambda v: v >= 0, "must be >= 0")
 _UNIT = _rule(float, lambda v: 0 < v <= 1, "must be in (0, 1]")
 _PROB = _rule(float, lambda v: 0 <= v <= 1, "must be in [0, 1]")
 _BELOW_ONE = _rule(float, lambda v: 0 <= v < 1, "must be in [0, 1)")
-_OFF_BELOW_ONE = _rule(float, lambda v: 0 <= v < 1, "must be in [0, 1) (0 = off)")
+_OFF_BELOW_ONE = _rule(
+    float, lambda v: 0 <= v < 1, "must be in [0, 1) (0 = off)"
+)
 _NAMED = _rule(str, bool, "must name a row field")
 
 
 def _axis_rules_ok(rules):
   for rule in rules:
-    if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)):
+    if not (
+        isinstance(rule, (tuple, list))
+        and len(rule) == 2
+        and isinstance(rule[0], str)
+    ):
       return False
     target = rule[1]
-    if target is not None and not isinstance(target, str) and not (
-        isinstance(target, (tuple, list)) and all(isinstance(t, str) for t in target)):
+    if (
+        target is not None
+        and not isinstance(target, str)
+        and not (
+            isinstance(target, (tuple, list))
+            and all(isinstance(t, str) for t in target)
+        )
+    ):
       return False
   return True
 
@@ -95,8 +115,11 @@ RULES: dict[str, Rule] = {
     "model.num_layers": _POS_INT,
     "model.num_heads": _POS_INT,
     "model.num_kv_heads": _POS_INT,
-    "model.head_dim": _rule(int, lambda v: v > 0 and v % 2 == 0,
-                            "must be a positive even number (rotary pairs)"),
+    "model.head_dim": _rule(
+        int,
+        lambda v: v > 0 and v % 2 == 0,
+        "must be a positive even number (rotary pairs)",
+    ),
     "model.mlp_dim": _POS_INT,
     "model.rope_theta": _POS,
     "model.rope_scaling.type": _one_of(transformer.ROPE_SCALINGS),
@@ -110,13 +133,24 @@ RULES: dict[str, Rule] = {
     "model.compute_dtype": _one_of(transformer.DTYPES),
     "model.attention": _one_of(attention.choices),
     # mesh
-    "mesh.axes": _rule(tuple, lambda v: len(v) > 0 and all(isinstance(a, str) for a in v)
-                       and len(set(v)) == len(v), "must be distinct axis names"),
-    "mesh.shape": _rule(tuple, lambda v: all(isinstance(s, int) and (s > 0 or s == -1) for s in v)
-                        and list(v).count(-1) <= 1,
-                        "must hold positive sizes and at most one -1"),
+    "mesh.axes": _rule(
+        tuple,
+        lambda v: len(v) > 0
+        and all(isinstance(a, str) for a in v)
+        and len(set(v)) == len(v),
+        "must be distinct axis names",
+    ),
+    "mesh.shape": _rule(
+        tuple,
+        lambda v: all(isinstance(s, int) and (s > 0 or s == -1) for s in v)
+        and list(v).count(-1) <= 1,
+        "must hold positive sizes and at most one -1",
+    ),
     "mesh.logical_axis_rules": _rule(
-        tuple, _axis_rules_ok, "must be (logical_name, mesh_axis | tuple of axes | None) pairs"),
+        tuple,
+        _axis_rules_ok,
+        "must be (logical_name, mesh_axis | tuple of axes | None) pairs",
+    ),
     "mesh.num_processes": _NONNEG_INT,
     "mesh.process_id": _rule(int, lambda v: v >= -1, "must be >= -1"),
     # optim
@@ -146,7 +180,9 @@ RULES: dict[str, Rule] = {
     "buffer.max_off_policy": _POS_INT,
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
     # sampling
-    "sampling.temperature": _rule(float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"),
+    "sampling.temperature": _rule(
+        float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"
+    ),
     "sampling.top_k": _NONNEG_INT,
     "sampling.top_p": _UNIT,
     "sampling.max_prompt_len": _POS_INT,
@@ -157,15 +193,21 @@ RULES: dict[str, Rule] = {
     "sampling.interruption.thinking_budget_min": _POS_INT,
     "sampling.interruption.thinking_budget_max": _POS_INT,
     "sampling.interruption.answer_budget": _POS_INT,
-    "sampling.interruption.phrase": _rule(str, lambda v: len(v) > 0, "must not be empty"),
+    "sampling.interruption.phrase": _rule(
+        str, lambda v: len(v) > 0, "must not be empty"
+    ),
     # data
     "data.source": _one_of(sources.SOURCES),
     "data.prompts_per_step": _POS_INT,
-    "data.generations_per_prompt": _rule(int, lambda v: v >= 2,
-                                         "must be >= 2 (group-relative advantages)"),
+    "data.generations_per_prompt": _rule(
+        int, lambda v: v >= 2, "must be >= 2 (group-relative advantages)"
+    ),
     "data.on_long_prompt": _one_of(pipeline.ON_LONG_PROMPT),
-    "data.builtin_difficulty": _rule(tuple, lambda v: len(v) > 0 and all(
-        isinstance(d, int) and d >= 1 for d in v), "must be a non-empty tuple of levels >= 1"),
+    "data.builtin_difficulty": _rule(
+        tuple,
+        lambda v: len(v) > 0 and all(isinstance(d, int) and d >= 1 for d in v),
+        "must be a non-empty tuple of levels >= 1",
+    ),
     "data.builtin_num_train": _POS_INT,
     "data.builtin_num_val": _POS_INT,
     "data.reasoning_gym_size": _POS_INT,
@@ -176,8 +218,11 @@ RULES: dict[str, Rule] = {
     # rewards
     "rewards.verifier": _one_of(verifiers.MODES),
     "rewards.strip_thinking": _rule(
-        tuple, lambda v: all(k in verifiers.KINDS for k in v) and len(set(v)) == len(v),
-        f"must be distinct verifier kinds of {verifiers.KINDS}"),
+        tuple,
+        lambda v: all(k in verifiers.KINDS for k in v)
+        and len(set(v)) == len(v),
+        f"must be distinct verifier kinds of {verifiers.KINDS}",
+    ),
     "rewards.timeout_s": _POS,
     "rewards.num_workers": _POS_INT,
     "rewards.code_cpu_s": _POS,
@@ -202,13 +247,20 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_batch": _POS_INT,
     "trainer.warm_start_slip_prob": _BELOW_ONE,
     "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
-    "trainer.warm_start_seed": _rule(int, lambda v: v >= -1, "must be >= 0, or -1 (= seed)"),
+    "trainer.warm_start_seed": _rule(
+        int, lambda v: v >= -1, "must be >= 0, or -1 (= seed)"
+    ),
     # monitor (scalerl_jax/metrics/monitors.py); 0 turns a check off
     "monitor.entropy_min_fraction": _OFF_BELOW_ONE,
     "monitor.truncation_rate_max": _OFF_BELOW_ONE,
-    "monitor.logp_diff_max": _rule(float, lambda v: v >= 0, "must be >= 0 (0 = off)"),
-    "monitor.ratio_max": _rule(float, lambda v: v == 0 or v > 1,
-                               "must be 0 (off) or > 1 (on-policy ratios are 1)"),
+    "monitor.logp_diff_max": _rule(
+        float, lambda v: v >= 0, "must be >= 0 (0 = off)"
+    ),
+    "monitor.ratio_max": _rule(
+        float,
+        lambda v: v == 0 or v > 1,
+        "must be 0 (off) or > 1 (on-policy ratios are 1)",
+    ),
     "monitor.reward_stuck_steps": _OFF_INT,
     "monitor.val_drop_max": _OFF_BELOW_ONE,
 }
@@ -218,7 +270,10 @@ def _value(config: Any, name: str) -> Any:
   """The value of dotted field `name` of a (nested) ConfigDict."""
   node = config
   for part in name.split("."):
-    if not isinstance(node, (ml_collections.ConfigDict, dict)) or part not in node:
+    if (
+        not isinstance(node, (ml_collections.ConfigDict, dict))
+        or part not in node
+    ):
       raise ConfigError(f"{name}: missing config field")
     node = node[part]
   return node
@@ -238,7 +293,9 @@ def _mesh_axis_size(config, axis, num_devices):
     if num_devices is None:
       return None
     fixed = math.prod(s for s in sizes if s != -1)
-    sizes[sizes.index(-1)] = num_devices // fixed if fixed and num_devices % fixed == 0 else None
+    sizes[sizes.index(-1)] = (
+        num_devices // fixed if fixed and num_devices % fixed == 0 else None
+    )
   return dict(zip(config.mesh.axes, sizes)).get(axis, 1)
 
 
@@ -269,29 +326,34 @@ def _check_microbatches(config, num_devices):
   if rows % m:
     raise ConfigError(
         f"trainer.microbatches: {m} does not divide the batch of data.prompts_per_step x "
-        f"data.generations_per_prompt = {rows} completions")
+        f"data.generations_per_prompt = {rows} completions"
+    )
   ways = _logical_ways(config, "act_batch", num_devices)
   if m > 1 and ways and (rows // m) % ways:
     raise ConfigError(
         f"trainer.microbatches: {m} microbatches of {rows // m} completions do not divide "
-        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})")
+        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})"
+    )
 
 
 def _check_relations(config, num_devices):
   m = config.model
   if m.num_heads % m.num_kv_heads:
     raise ConfigError(
-        f"model.num_kv_heads: {m.num_kv_heads} does not divide model.num_heads={m.num_heads}")
+        f"model.num_kv_heads: {m.num_kv_heads} does not divide model.num_heads={m.num_heads}"
+    )
   if len(config.mesh.axes) != len(config.mesh.shape):
     raise ConfigError(
         f"mesh.shape: {tuple(config.mesh.shape)} has {len(config.mesh.shape)} sizes for "
-        f"{len(config.mesh.axes)} axes {tuple(config.mesh.axes)}")
+        f"{len(config.mesh.axes)} axes {tuple(config.mesh.axes)}"
+    )
   for name, target in config.mesh.logical_axis_rules:
     for axis in (target,) if isinstance(target, str) else (target or ()):
       if axis not in config.mesh.axes:
         raise ConfigError(
             f"mesh.logical_axis_rules: rule for {name!r} names mesh axis {axis!r}, "
-            f"not one of mesh.axes {tuple(config.mesh.axes)}")
+            f"not one of mesh.axes {tuple(config.mesh.axes)}"
+        )
   if num_devices is not None:
     sizes = [s for s in config.mesh.shape if s != -1]
     fixed = math.prod(sizes)
@@ -299,57 +361,81 @@ def _check_relations(config, num_devices):
       if num_devices % fixed:
         raise ConfigError(
             f"mesh.shape: fixed sizes {tuple(config.mesh.shape)} (product {fixed}) do not "
-            f"divide the {num_devices} available devices")
+            f"divide the {num_devices} available devices"
+        )
     elif fixed != num_devices:
       raise ConfigError(
-          f"mesh.shape: {tuple(config.mesh.shape)} needs {fixed} devices, {num_devices} available")
+          f"mesh.shape: {tuple(config.mesh.shape)} needs {fixed} devices, {num_devices} available"
+      )
   # Dimensions sharded over mesh axes must divide evenly.
-  for field, logical in (("num_heads", "heads"), ("num_kv_heads", "kv_heads"),
-                         ("mlp_dim", "mlp"), ("vocab_size", "vocab"), ("embed_dim", "embed")):
+  for field, logical in (
+      ("num_heads", "heads"),
+      ("num_kv_heads", "kv_heads"),
+      ("mlp_dim", "mlp"),
+      ("vocab_size", "vocab"),
+      ("embed_dim", "embed"),
+  ):
     size = _logical_ways(config, logical, num_devices)
     value = getattr(m, field)
     if size and value % size:
       raise ConfigError(
           f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
-          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over")
+          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
+      )
   if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
     raise ConfigError(
         f"model.attention: 'cudnn' needs model.compute_dtype='bfloat16' (cuDNN's flash "
-        f"attention takes 16-bit inputs), not {m.compute_dtype!r}")
+        f"attention takes 16-bit inputs), not {m.compute_dtype!r}"
+    )
   s = config.sampling
   if s.max_prompt_len + s.max_new_tokens > m.max_seq_len:
     raise ConfigError(
         f"sampling.max_new_tokens: max_prompt_len {s.max_prompt_len} + max_new_tokens "
-        f"{s.max_new_tokens} exceeds model.max_seq_len {m.max_seq_len}")
+        f"{s.max_new_tokens} exceeds model.max_seq_len {m.max_seq_len}"
+    )
   it = s.interruption
   if it.enabled:
     if it.thinking_budget_min > it.thinking_budget_max:
       raise ConfigError(
           f"sampling.interruption.thinking_budget_min: {it.thinking_budget_min} > "
-          f"thinking_budget_max {it.thinking_budget_max}")
+          f"thinking_budget_max {it.thinking_budget_max}"
+      )
     if it.thinking_budget_max > s.max_new_tokens:
       raise ConfigError(
           f"sampling.interruption.thinking_budget_max: {it.thinking_budget_max} exceeds "
-          f"sampling.max_new_tokens {s.max_new_tokens}")
+          f"sampling.max_new_tokens {s.max_new_tokens}"
+      )
   _check_microbatches(config, num_devices)
   if config.optim.schedule == "cosine" and config.optim.decay_steps <= 0:
-    raise ConfigError("optim.decay_steps: cosine schedule needs decay_steps > 0")
+    raise ConfigError(
+        "optim.decay_steps: cosine schedule needs decay_steps > 0"
+    )
   if config.rl.reward_correct <= config.rl.reward_incorrect:
     raise ConfigError(
         f"rl.reward_correct: {config.rl.reward_correct} must exceed "
-        f"rl.reward_incorrect {config.rl.reward_incorrect}")
+        f"rl.reward_incorrect {config.rl.reward_incorrect}"
+    )
   d = config.data
-  required = {"reasoning_gym": ("reasoning_gym_name",), "tfds": ("tfds_name",),
-              "jsonl": ("jsonl_train",)}
+  required = {
+      "reasoning_gym": ("reasoning_gym_name",),
+      "tfds": ("tfds_name",),
+      "jsonl": ("jsonl_train",),
+  }
   for field in required.get(d.source, ()):
     if not getattr(d, field):
-      raise ConfigError(f"data.{field}: must be set when data.source={d.source!r}")
+      raise ConfigError(
+          f"data.{field}: must be set when data.source={d.source!r}"
+      )
   if d.jsonl_prompt_field == d.jsonl_answer_field:
-    raise ConfigError(f"data.jsonl_answer_field: {d.jsonl_answer_field!r} is also "
-                      "data.jsonl_prompt_field")
+    raise ConfigError(
+        f"data.jsonl_answer_field: {d.jsonl_answer_field!r} is also "
+        "data.jsonl_prompt_field"
+    )
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: Optional[int] = None) -> None:
+def validate(
+    config: ml_collections.ConfigDict, num_devices: Optional[int] = None
+) -> None:
   """Raises ConfigError naming the first bad field of `config`.
 
   With `num_devices`, the mesh shape is checked against it and sharded
@@ -377,4 +463,6 @@ def _warn_bfloat16_master(config: ml_collections.ConfigDict) -> None:
       f"update at optim.learning_rate={config.optim.learning_rate:g} is far below one "
       f"bfloat16 ulp of a typical weight (2^-8 of it), so most entries never change. Keep "
       f"model.param_dtype='float32' (master weights) with model.compute_dtype='bfloat16'.",
-      PrecisionWarning, stacklevel=3)
+      PrecisionWarning,
+      stacklevel=3,
+  )

@@ -37,12 +37,20 @@ def prompts_per_batch(config: ml_collections.ConfigDict, samples: int) -> int:
 def num_slots(config: ml_collections.ConfigDict, batch_divisor: int) -> int:
   """Sampler slots of one validation batch (`batch_divisor`-way sharding)."""
   samples = config.trainer.eval_samples
-  return sampler_lib.generate_slots(prompts_per_batch(config, samples) * samples, batch_divisor)
+  return sampler_lib.generate_slots(
+      prompts_per_batch(config, samples) * samples, batch_divisor
+  )
 
 
-def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.PromptBatch],
-             tok: tokenizer_lib.Tokenizer, pool: Any, rng: jax.Array,
-             version: int = 0) -> dict[str, float]:
+def evaluate(
+    sampler: Sampler,
+    params: Any,
+    batches: Sequence[pipeline_lib.PromptBatch],
+    tok: tokenizer_lib.Tokenizer,
+    pool: Any,
+    rng: jax.Array,
+    version: int = 0,
+) -> dict[str, float]:
   """`summarize_domains` of G sampled completions per validation prompt.
 
   The sampler's temperature is the evaluation's; `batches` come from
@@ -55,7 +63,9 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
   for i, batch in enumerate(batches):
     k = batch.generations_per_prompt
     tokens_BxL, lens_B = batch.expand()
-    out = sampler.generate(params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version)
+    out = sampler.generate(
+        params, tokens_BxL, lens_B, jax.random.fold_in(rng, i), version
+    )
     texts = completion_texts(out.tokens, out.prompt_len, out.seq_len, tok)
     records = [record for record in batch.records for _ in range(k)]
     # Batch i is verified while batch i + 1 decodes; scores keep their order.
@@ -65,12 +75,20 @@ def evaluate(sampler: Sampler, params: Any, batches: Sequence[pipeline_lib.Promp
     domains += [mixture.domain_of(record) for record in batch.records]
   for future, k in scoring:
     scores.append(np.asarray(future.result()[0], np.float32).reshape(-1, k))
-  return summarize_domains(np.concatenate(scores), np.concatenate(lengths),
-                           np.concatenate(truncated), domains)
+  return summarize_domains(
+      np.concatenate(scores),
+      np.concatenate(lengths),
+      np.concatenate(truncated),
+      domains,
+  )
 
 
-def summarize_domains(scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B: np.ndarray,
-                      domains_P: Sequence[str]) -> dict[str, float]:
+def summarize_domains(
+    scores_PxG: np.ndarray,
+    lengths_B: np.ndarray,
+    truncated_B: np.ndarray,
+    domains_P: Sequence[str],
+) -> dict[str, float]:
   """`summarize` of all prompts, and as val/<domain>/... of each domain."""
   out = summarize(scores_PxG, lengths_B, truncated_B)
   domains_P = np.asarray(domains_P)
@@ -79,12 +97,15 @@ def summarize_domains(scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B
     rows_P = domains_P == name
     rows_B = np.repeat(rows_P, k)
     part = summarize(scores_PxG[rows_P], lengths_B[rows_B], truncated_B[rows_B])
-    out.update({f"val/{name}/{key[len('val/'):]}": v for key, v in part.items()})
+    out.update(
+        {f"val/{name}/{key[len('val/'):]}": v for key, v in part.items()}
+    )
   return out
 
 
-def summarize(scores_PxG: np.ndarray, lengths_B: np.ndarray,
-              truncated_B: np.ndarray) -> dict[str, float]:
+def summarize(
+    scores_PxG: np.ndarray, lengths_B: np.ndarray, truncated_B: np.ndarray
+) -> dict[str, float]:
   """The validation metrics of P prompts' G = k scored samples each.
 
   Returns val/mean_at_k, val/pass_at_k (prompts with a sample scoring > 0.5),
@@ -94,7 +115,11 @@ def summarize(scores_PxG: np.ndarray, lengths_B: np.ndarray,
   variance of prompt p's scores.
   """
   n, k = scores_PxG.shape
-  var_P = scores_PxG.astype(np.float64).var(axis=1, ddof=1) if k > 1 else np.zeros(n)
+  var_P = (
+      scores_PxG.astype(np.float64).var(axis=1, ddof=1)
+      if k > 1
+      else np.zeros(n)
+  )
   return {
       "val/mean_at_k": float(scores_PxG.mean()),
       "val/mean_at_k_stderr": float(np.sqrt(var_P.sum() / k) / n),

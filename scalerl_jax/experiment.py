@@ -32,7 +32,9 @@ from scalerl_jax.rewards.shared import SharedRewardPool
 from scalerl_jax.sampling.sampler import Sampler
 
 
-def _sync_model_config(config: ml_collections.ConfigDict, cfg: transformer.ModelConfig) -> None:
+def _sync_model_config(
+    config: ml_collections.ConfigDict, cfg: transformer.ModelConfig
+) -> None:
   """Writes an imported checkpoint's shape back into `config.model`."""
   with config.unlocked():
     config.model.update(dataclasses.asdict(cfg))
@@ -41,6 +43,7 @@ def _sync_model_config(config: ml_collections.ConfigDict, cfg: transformer.Model
 @dataclasses.dataclass
 class Experiment:
   """Everything built from one config."""
+
   config: ml_collections.ConfigDict
   workdir: str
   mesh: jax.sharding.Mesh
@@ -53,8 +56,12 @@ class Experiment:
   sampler: Sampler
 
   @classmethod
-  def build(cls, config: ml_collections.ConfigDict, workdir: str,
-            base_params: bool = True) -> "Experiment":
+  def build(
+      cls,
+      config: ml_collections.ConfigDict,
+      workdir: str,
+      base_params: bool = True,
+  ) -> "Experiment":
     """Validates `config` and builds the mesh, tokenizer, model and sampler.
 
     `config.model` is overwritten from `model.hf_path`'s config.json when
@@ -70,9 +77,13 @@ class Experiment:
     rules = sharding.logical_rules(config.mesh)
     if config.model.hf_path:
       model_cfg = hf_io.read_config(
-          config.model.hf_path, param_dtype=config.model.param_dtype,
-          compute_dtype=config.model.compute_dtype, fp32_lm_head=config.model.fp32_lm_head,
-          remat=config.model.remat, attention=config.model.attention)
+          config.model.hf_path,
+          param_dtype=config.model.param_dtype,
+          compute_dtype=config.model.compute_dtype,
+          fp32_lm_head=config.model.fp32_lm_head,
+          remat=config.model.remat,
+          attention=config.model.attention,
+      )
       _sync_model_config(config, model_cfg)
       config_lib.validate(config, num_devices=jax.device_count())
     else:
@@ -82,19 +93,45 @@ class Experiment:
     model = transformer.Transformer(model_cfg)
     shardings = sharding.param_shardings(model, mesh, rules)
     if config.model.hf_path and base_params:
-      _, params = hf_io.load_checkpoint(config.model.hf_path, shardings=shardings, cfg=model_cfg)
+      _, params = hf_io.load_checkpoint(
+          config.model.hf_path, shardings=shardings, cfg=model_cfg
+      )
     else:
       params, _ = sharding.init_model_params(
-          model, jax.random.key(warm_start.base_seed(config)), mesh, rules)
+          model, jax.random.key(warm_start.base_seed(config)), mesh, rules
+      )
       if base_params:
-        params = warm_start.warm_start(config, workdir, model, params, shardings, tok)
+        params = warm_start.warm_start(
+            config, workdir, model, params, shardings, tok
+        )
     phrase = tok.encode(config.sampling.interruption.phrase)
     sampler = Sampler.from_config(
-        config, mesh, rules, eos_ids=tok.stop_ids, pad_id=tok.pad_id,
-        think_close_id=tok.end_think_id, phrase_ids=phrase)
-    logging.info("Policy: %s, %.2fM parameters; mesh %s", model_cfg.family,
-                 model_cfg.num_params() / 1e6, dict(mesh.shape))
-    return cls(config, workdir, mesh, rules, tok, model_cfg, model, params, shardings, sampler)
+        config,
+        mesh,
+        rules,
+        eos_ids=tok.stop_ids,
+        pad_id=tok.pad_id,
+        think_close_id=tok.end_think_id,
+        phrase_ids=phrase,
+    )
+    logging.info(
+        "Policy: %s, %.2fM parameters; mesh %s",
+        model_cfg.family,
+        model_cfg.num_params() / 1e6,
+        dict(mesh.shape),
+    )
+    return cls(
+        config,
+        workdir,
+        mesh,
+        rules,
+        tok,
+        model_cfg,
+        model,
+        params,
+        shardings,
+        sampler,
+    )
 
   def reward_pool(self) -> RewardPool | SharedRewardPool:
     """A reward pool for `config.rewards`; close it (or use it in `with`).
@@ -108,8 +145,9 @@ class Experiment:
     """Prompt records of `split` ('train' or 'val') of `config.data.source`."""
     return sources.load_prompts(self.config, split)
 
-  def eval_batches(self, num_prompts: Optional[int] = None,
-                   samples: Optional[int] = None) -> list[pipeline_lib.PromptBatch]:
+  def eval_batches(
+      self, num_prompts: Optional[int] = None, samples: Optional[int] = None
+  ) -> list[pipeline_lib.PromptBatch]:
     """Val batches: each domain's first `num_prompts` prompts, `samples` each.
 
     Both default to the `trainer.eval_*` fields.
@@ -119,15 +157,22 @@ class Experiment:
     samples = samples or t.eval_samples
     # num_prompts per domain.
     records = mixture.head_per_domain(self.prompts("val"), num_prompts)
-    return pipeline_lib.eval_batches(self.config, records, self.tok,
-                                     evaluation.prompts_per_batch(self.config, samples), samples)
+    return pipeline_lib.eval_batches(
+        self.config,
+        records,
+        self.tok,
+        evaluation.prompts_per_batch(self.config, samples),
+        samples,
+    )
 
 
 class _LibraryInfoFilter(pylogging.Filter):
   """Drops orbax's INFO lines (several per checkpoint); keeps its warnings."""
 
   def filter(self, record: pylogging.LogRecord) -> bool:
-    return record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
+    return (
+        record.levelno >= pylogging.WARNING or "/orbax/" not in record.pathname
+    )
 
 
 def configure_logging() -> None:

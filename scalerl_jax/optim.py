@@ -27,7 +27,9 @@ def make_schedule(optim: ml_collections.ConfigDict) -> optax.Schedule:
   `decay_steps` steps, then stays.
   """
   if optim.schedule not in SCHEDULES:
-    raise ValueError(f"optim.schedule: {optim.schedule!r} is not one of {SCHEDULES}")
+    raise ValueError(
+        f"optim.schedule: {optim.schedule!r} is not one of {SCHEDULES}"
+    )
   if optim.schedule == "cosine" and optim.decay_steps <= 0:
     raise ValueError("optim.decay_steps: cosine schedule needs decay_steps > 0")
   peak = float(optim.learning_rate)
@@ -70,14 +72,22 @@ def _key_name(key: Any) -> str:
 def weight_decay_mask(params: Any) -> Any:
   """`decays(path)` for every leaf of `params` (a nested dict)."""
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: decays(tuple(_key_name(k) for k in path)), params)
+      lambda path, _: decays(tuple(_key_name(k) for k in path)), params
+  )
 
 
-def make_optimizer(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def make_optimizer(
+    optim: ml_collections.ConfigDict,
+) -> optax.GradientTransformation:
   """Global-norm clipping (none at 0) then masked AdamW on the schedule."""
   adamw = optax.adamw(
-      learning_rate=make_schedule(optim), b1=optim.b1, b2=optim.b2, eps=optim.eps,
-      weight_decay=optim.weight_decay, mask=weight_decay_mask)
+      learning_rate=make_schedule(optim),
+      b1=optim.b1,
+      b2=optim.b2,
+      eps=optim.eps,
+      weight_decay=optim.weight_decay,
+      mask=weight_decay_mask,
+  )
   if optim.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), adamw)
   return adamw

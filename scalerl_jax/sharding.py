@@ -44,11 +44,18 @@ def maybe_initialize_distributed(mesh_cfg: Any) -> None:
   if mesh_cfg.process_id >= 0:
     kwargs["process_id"] = mesh_cfg.process_id
   jax.distributed.initialize(**kwargs)
-  logging.info("Process %d of %d; %d local and %d global devices.", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
+  logging.info(
+      "Process %d of %d; %d local and %d global devices.",
+      jax.process_index(),
+      jax.process_count(),
+      jax.local_device_count(),
+      jax.device_count(),
+  )
 
 
-def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+def resolve_mesh_shape(
+    shape: Sequence[int], num_devices: int
+) -> tuple[int, ...]:
   """Replaces a single -1 in `shape` by the remaining device count."""
   shape = list(shape)
   fixed = math.prod(s for s in shape if s != -1)
@@ -56,15 +63,19 @@ def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...
     if num_devices % fixed:
       raise ValueError(
           f"mesh.shape: fixed sizes {tuple(shape)} (product {fixed}) do not divide the "
-          f"{num_devices} available devices")
+          f"{num_devices} available devices"
+      )
     shape[shape.index(-1)] = num_devices // fixed
   if math.prod(shape) != num_devices:
     raise ValueError(
-        f"mesh.shape: {tuple(shape)} needs {math.prod(shape)} devices, {num_devices} available")
+        f"mesh.shape: {tuple(shape)} needs {math.prod(shape)} devices, {num_devices} available"
+    )
   return tuple(shape)
 
 
-def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+def make_mesh(
+    mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None
+) -> Mesh:
   """The device mesh of `config.mesh`; ValueError if it cannot be laid out.
 
   A mesh axis that is no product of whole physical axes of a TPU slice (128
@@ -80,23 +91,32 @@ def make_mesh(mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None) -> 
   except (NotImplementedError, ValueError, AssertionError) as e:
     reason = e
   try:
-    grid = mesh_utils.create_device_mesh(shape, devices,
-                                         allow_split_physical_axes=True)
+    grid = mesh_utils.create_device_mesh(
+        shape, devices, allow_split_physical_axes=True
+    )
   except (NotImplementedError, ValueError, AssertionError) as e:
     raise ValueError(
         f"mesh.shape: {shape} over axes {axes} cannot be laid on the "
-        f"{len(devices)} {devices[0].device_kind} devices: {e}") from None
+        f"{len(devices)} {devices[0].device_kind} devices: {e}"
+    ) from None
   logging.warning(
       "mesh.shape %s over axes %s splits the physical axes of the %d %s "
       "devices (%s); the split axis's collectives cross more links",
-      shape, axes, len(devices), devices[0].device_kind, reason)
+      shape,
+      axes,
+      len(devices),
+      devices[0].device_kind,
+      reason,
+  )
   return Mesh(grid, axes, axis_types=axis_types)
 
 
 def logical_rules(mesh_cfg: Any) -> Rules:
   """`mesh.logical_axis_rules` as a hashable tuple."""
-  return tuple((name, tuple(t) if isinstance(t, list) else t)
-               for name, t in mesh_cfg.logical_axis_rules)
+  return tuple(
+      (name, tuple(t) if isinstance(t, list) else t)
+      for name, t in mesh_cfg.logical_axis_rules
+  )
 
 
 @contextlib.contextmanager
@@ -111,13 +131,21 @@ def logical_to_shardings(logical_tree: Any, mesh: Mesh, rules: Rules) -> Any:
   return nn.logical_to_mesh_sharding(logical_tree, mesh, rules)
 
 
-def named_sharding(mesh: Mesh, rules: Rules, logical_axes: Sequence[Optional[str]]) -> NamedSharding:
+def named_sharding(
+    mesh: Mesh, rules: Rules, logical_axes: Sequence[Optional[str]]
+) -> NamedSharding:
   """NamedSharding for an array whose dimensions carry `logical_axes`."""
-  return NamedSharding(mesh, nn.logical_to_mesh_axes(tuple(logical_axes), rules))
+  return NamedSharding(
+      mesh, nn.logical_to_mesh_axes(tuple(logical_axes), rules)
+  )
 
 
-def init_sharded(init_fn: Callable[[jax.Array], Any], rng: jax.Array, mesh: Mesh,
-                 rules: Rules) -> tuple[Any, Any]:
+def init_sharded(
+    init_fn: Callable[[jax.Array], Any],
+    rng: jax.Array,
+    mesh: Mesh,
+    rules: Rules,
+) -> tuple[Any, Any]:
   """Runs `init_fn` (rng -> boxed, logically named tree) into its shardings.
 
   Returns (tree of plain sharded arrays, matching tree of NamedShardings).
@@ -130,20 +158,28 @@ def init_sharded(init_fn: Callable[[jax.Array], Any], rng: jax.Array, mesh: Mesh
   return values, shardings
 
 
-def init_model_params(model: nn.Module, rng: jax.Array, mesh: Mesh, rules: Rules) -> tuple[Any, Any]:
+def init_model_params(
+    model: nn.Module, rng: jax.Array, mesh: Mesh, rules: Rules
+) -> tuple[Any, Any]:
   """Sharded parameters of `model` (a Transformer) and their shardings."""
   tokens = np.zeros((1, 1), np.int32)
-  return init_sharded(lambda r: model.init(r, tokens)["params"], rng, mesh, rules)
+  return init_sharded(
+      lambda r: model.init(r, tokens)["params"], rng, mesh, rules
+  )
 
 
 def param_shardings(model: nn.Module, mesh: Mesh, rules: Rules) -> Any:
   """The NamedSharding of every parameter of `model`, without allocating any."""
   tokens = np.zeros((1, 1), np.int32)
-  abstract = jax.eval_shape(lambda: model.init(jax.random.key(0), tokens)["params"])
+  abstract = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), tokens)["params"]
+  )
   return logical_to_shardings(nn.get_partition_spec(abstract), mesh, rules)
 
 
-def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, replicated: Any) -> Any:
+def opt_state_shardings(
+    optimizer: Any, params: Any, param_shardings: Any, replicated: Any
+) -> Any:
   """Shardings (or specs) of `optimizer.init(params)`, without allocating it.
 
   Parameter-shaped leaves (Adam's moments) take their parameter's entry of
@@ -151,15 +187,22 @@ def opt_state_shardings(optimizer: Any, params: Any, param_shardings: Any, repli
   (step counts) takes `replicated`.
   """
   return optax.tree_map_params(
-      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params), param_shardings,
+      optimizer,
+      lambda _, s: s,
+      jax.eval_shape(optimizer.init, params),
+      param_shardings,
       transform_non_params=lambda _: replicated,
-      is_leaf=lambda x: isinstance(x, (PartitionSpec, jax.sharding.Sharding)))
+      is_leaf=lambda x: isinstance(x, (PartitionSpec, jax.sharding.Sharding)),
+  )
 
 
 def abstract(shapes: Any, shardings: Any) -> Any:
   """`jax.eval_shape`'s ShapeDtypeStructs, each given its sharding."""
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                      shapes, shardings)
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      shapes,
+      shardings,
+  )
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
@@ -170,7 +213,11 @@ def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
 def batch_divisor(mesh: Mesh, rules: Rules) -> int:
   """Ways the batch dimension is split; global batches must divide by it."""
   spec = nn.logical_to_mesh_axes(("act_batch",), rules)[0]
-  axes = () if spec is None else ((spec,) if isinstance(spec, str) else tuple(spec))
+  axes = (
+      ()
+      if spec is None
+      else ((spec,) if isinstance(spec, str) else tuple(spec))
+  )
   return math.prod(mesh.shape[a] for a in axes)
 
 
@@ -180,5 +227,6 @@ def place_global(array: np.ndarray, target: jax.sharding.Sharding) -> jax.Array:
   Each device receives only its slice, so it works across hosts too.
   """
   array = np.asarray(array)
-  return jax.make_array_from_callback(array.shape, target, lambda index: array[index])
-
+  return jax.make_array_from_callback(
+      array.shape, target, lambda index: array[index]
+  )

@@ -42,8 +42,10 @@ from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 
-def train_state_shardings(optimizer, params: Any, param_shardings: Any,
-                          mesh: jax.sharding.Mesh) -> train_step_lib.TrainState:
+
+def train_state_shardings(
+    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
+) -> train_step_lib.TrainState:
   """Where the TrainState of `params` (arrays or shapes) lives on the mesh.
 
   The optimizer's moments are sharded like their parameters and its step
@@ -52,21 +54,34 @@ def train_state_shardings(optimizer, params: Any, param_shardings: Any,
   """
   replicated = NamedSharding(mesh, PartitionSpec())
   return train_step_lib.TrainState(
-      step=replicated, params=param_shardings,
-      opt_state=sharding.opt_state_shardings(optimizer, params, param_shardings, replicated))
+      step=replicated,
+      params=param_shardings,
+      opt_state=sharding.opt_state_shardings(
+          optimizer, params, param_shardings, replicated
+      ),
+  )
 
 
-def init_train_state(optimizer, params: Any, param_shardings: Any,
-                     mesh: jax.sharding.Mesh) -> tuple[train_step_lib.TrainState, Any]:
+def init_train_state(
+    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
+) -> tuple[train_step_lib.TrainState, Any]:
   """A fresh TrainState on the mesh, and its shardings."""
   shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
-  init = jax.jit(functools.partial(train_step_lib.init_state, optimizer=optimizer),
-                 out_shardings=shardings)
+  init = jax.jit(
+      functools.partial(train_step_lib.init_state, optimizer=optimizer),
+      out_shardings=shardings,
+  )
   return init(params), shardings
 
 
-def jit_train_step(config: ml_collections.ConfigDict, model, mesh: jax.sharding.Mesh,
-                   rules: sharding.Rules, optimizer, state_shardings):
+def jit_train_step(
+    config: ml_collections.ConfigDict,
+    model,
+    mesh: jax.sharding.Mesh,
+    rules: sharding.Rules,
+    optimizer,
+    state_shardings,
+):
   """The jitted train step with explicit shardings and a donated state.
 
   Returns:
@@ -75,19 +90,25 @@ def jit_train_step(config: ml_collections.ConfigDict, model, mesh: jax.sharding.
     array. `launch/compile.py` lowers this same function for a TPU slice.
   """
   spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
-  batch_sh = {k: sharding.batch_sharding(mesh, rules, 2)
-              for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")}
+  batch_sh = {
+      k: sharding.batch_sharding(mesh, rules, 2)
+      for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")
+  }
   batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
-  step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec),
-                 in_shardings=(state_shardings, batch_sh), out_shardings=(state_shardings, None),
-                 donate_argnums=0)
+  step = jax.jit(
+      functools.partial(train_step_lib.train_step, spec=spec),
+      in_shardings=(state_shardings, batch_sh),
+      out_shardings=(state_shardings, None),
+      donate_argnums=0,
+  )
   return step, batch_sh
 
 
 def make_train_step(exp: Experiment, optimizer, state_shardings):
   """`jit_train_step` for the experiment, taking host batches."""
-  step, batch_sh = jit_train_step(exp.config, exp.model, exp.mesh, exp.rules, optimizer,
-                                  state_shardings)
+  step, batch_sh = jit_train_step(
+      exp.config, exp.model, exp.mesh, exp.rules, optimizer, state_shardings
+  )
 
   divisor = sharding.batch_divisor(exp.mesh, exp.rules)
 
@@ -97,10 +118,14 @@ def make_train_step(exp: Experiment, optimizer, state_shardings):
     if rows % divisor:
       raise ValueError(
           f"data.prompts_per_step x data.generations_per_prompt = {rows} completions do not "
-          f"divide over the {divisor}-way batch sharding of the mesh")
-    batch = {k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()}
+          f"divide over the {divisor}-way batch sharding of the mesh"
+      )
+    batch = {
+        k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()
+    }
     with sharding.activate(exp.mesh, exp.rules):
       return step(state, batch)
+
   return run
 
 
@@ -113,34 +138,48 @@ class Trainer:
     # Before orbax touches a device.
     sharding.maybe_initialize_distributed(config.mesh)
     self.checkpointer = checkpoint_lib.for_workdir(
-        workdir, max_to_keep=config.trainer.keep_checkpoints)
+        workdir, max_to_keep=config.trainer.keep_checkpoints
+    )
     restore_step = self.checkpointer.step_to_restore()
     resuming = restore_step is not None
     self.exp = exp = Experiment.build(config, workdir, base_params=not resuming)
     self.optimizer = optim.make_optimizer(config.optim)
     self.state, self.state_shardings = init_train_state(
-        self.optimizer, exp.params, exp.param_shardings, exp.mesh)
+        self.optimizer, exp.params, exp.param_shardings, exp.mesh
+    )
     self.train_step = make_train_step(exp, self.optimizer, self.state_shardings)
     self.pool = exp.reward_pool()
     # One per domain in a mixture.
     self.curriculum = mixture_lib.make_curriculum(config)
     # Looked up at call time: a restore replaces the curriculum object.
     self.pipeline = pipeline_lib.make_pipeline(
-        config, exp.prompts("train"), exp.tok,
-        is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id))
+        config,
+        exp.prompts("train"),
+        exp.tok,
+        is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id),
+    )
     self.val_batches = exp.eval_batches()
     self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
     self.schedule = schedules.make(config)
     self.rollouts = rollouts_lib.Rollouts(
-        sampler=exp.sampler, pool=self.pool, tok=exp.tok, prompts=self.pipeline,
-        num_slots=schedules.num_slots(config), generations=config.data.generations_per_prompt,
+        sampler=exp.sampler,
+        pool=self.pool,
+        tok=exp.tok,
+        prompts=self.pipeline,
+        num_slots=schedules.num_slots(config),
+        generations=config.data.generations_per_prompt,
         reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
-        rng=jax.random.key(config.seed + 1))
+        rng=jax.random.key(config.seed + 1),
+    )
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
-    self.counters = {"tokens_trained": 0, "nonfinite_steps": 0, "consecutive_nonfinite": 0,
-                     "no_signal_steps": 0}
+    self.counters = {
+        "tokens_trained": 0,
+        "nonfinite_steps": 0,
+        "consecutive_nonfinite": 0,
+        "no_signal_steps": 0,
+    }
     self.step = 0
     if resuming:
       self._restore(restore_step)
@@ -158,27 +197,39 @@ class Trainer:
     slots, roll_arrays, roll_meta = self.rollouts.state()
     device = {"train": self.state, "slots": slots}
     host = {"buffer": buf_arrays, "rollouts": roll_arrays}
-    extra = {"step": self.step, "pipeline": self.pipeline.get_state(),
-             "curriculum": self.curriculum.state_dict(), "buffer": buf_meta,
-             "rollouts": roll_meta, "meter": self.meter.state_dict(), "counters": self.counters,
-             "monitors": self.monitors.state_dict()}
+    extra = {
+        "step": self.step,
+        "pipeline": self.pipeline.get_state(),
+        "curriculum": self.curriculum.state_dict(),
+        "buffer": buf_meta,
+        "rollouts": roll_meta,
+        "meter": self.meter.state_dict(),
+        "counters": self.counters,
+        "monitors": self.monitors.state_dict(),
+    }
     return device, host, extra
 
   def save(self, force: bool = False) -> None:
     device, host, extra = self._checkpoint_items()
-    self.checkpointer.save(self.step, device, extra, host_state=host, force=force)
+    self.checkpointer.save(
+        self.step, device, extra, host_state=host, force=force
+    )
 
   def _restore(self, step: int) -> None:
     device, _, _ = self._checkpoint_items()
     abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), device)
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+        device,
+    )
     device, extra, host = self.checkpointer.restore(step, abstract)
     self.state = device["train"]
     self.step = int(extra["step"])
     self.pipeline.set_state(extra["pipeline"])
     self.curriculum = mixture_lib.restore_curriculum(extra["curriculum"])
     self.buffer.restore(host.get("buffer", {}), extra["buffer"])
-    self.rollouts.restore(device["slots"], host.get("rollouts", {}), extra["rollouts"])
+    self.rollouts.restore(
+        device["slots"], host.get("rollouts", {}), extra["rollouts"]
+    )
     self.meter.load_state_dict(extra["meter"])
     self.counters = dict(extra["counters"])
     # Absent before monitors existed.
@@ -199,34 +250,53 @@ class Trainer:
     params = self.exp.sampler.prepare(self.state.params)
     t0, flops0 = time.perf_counter(), self.rollouts.work["flops"]
     decoded = rollouts_lib.generate_phase(
-        self.rollouts, self.schedule, self.buffer, self.curriculum, params, self.step,
-        overlap=self.config.rewards.overlap)
+        self.rollouts,
+        self.schedule,
+        self.buffer,
+        self.curriculum,
+        params,
+        self.step,
+        overlap=self.config.rewards.overlap,
+    )
     t_gen = time.perf_counter() - t0
-    self.meter.add(self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size)
+    self.meter.add(
+        self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size
+    )
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
 
   def train(self, groups) -> tuple[dict[str, float], int]:
     """One optimizer step on `groups`; (metrics, sequence length)."""
     host_batch = buffer_lib.collate(groups)
     self.state, step_metrics = self.train_step(self.state, host_batch)
-    step_metrics = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
+    step_metrics = {
+        k: float(v) for k, v in jax.device_get(step_metrics).items()
+    }
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
     # Steps whose update was skipped: no loss token (absent in older
     # checkpoints).
-    self.counters["no_signal_steps"] = (self.counters.get("no_signal_steps", 0)
-                                       + int(step_metrics["no_signal"]))
+    self.counters["no_signal_steps"] = self.counters.get(
+        "no_signal_steps", 0
+    ) + int(step_metrics["no_signal"])
     if step_metrics["nonfinite"]:
       self.counters["nonfinite_steps"] += 1
       self.counters["consecutive_nonfinite"] += 1
-      logging.warning("step %d: non-finite loss or gradient; update skipped", self.step)
+      logging.warning(
+          "step %d: non-finite loss or gradient; update skipped", self.step
+      )
     else:
       self.counters["consecutive_nonfinite"] = 0
     return step_metrics, host_batch["tokens_BxS"].shape[1]
 
   def evaluate(self) -> dict[str, float]:
-    return evaluation.evaluate(self.exp.sampler, self.state.params, self.val_batches,
-                               self.exp.tok, self.pool, evaluation.validation_key(self.config),
-                               version=self.step)
+    return evaluation.evaluate(
+        self.exp.sampler,
+        self.state.params,
+        self.val_batches,
+        self.exp.tok,
+        self.pool,
+        evaluation.validation_key(self.config),
+        version=self.step,
+    )
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
@@ -234,7 +304,9 @@ class Trainer:
     gen_metrics = self.generate()
     groups = self.buffer.take(p, self.step)
     if groups is None:
-      raise RuntimeError(f"step {self.step}: the buffer could not supply {p} fresh groups")
+      raise RuntimeError(
+          f"step {self.step}: the buffer could not supply {p} fresh groups"
+      )
     row = buffer_lib.batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
     # train/<domain>/...; none for one source.
     row.update(mixture_lib.train_metrics(groups))
@@ -242,25 +314,41 @@ class Trainer:
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
     seq = [batch_len for g in groups for _ in g.completion_lens_G]
-    self.meter.add(compute.train_flops(self.exp.model_cfg, seq), t_train, self.exp.mesh.size)
+    self.meter.add(
+        compute.train_flops(self.exp.model_cfg, seq),
+        t_train,
+        self.exp.mesh.size,
+    )
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
     row.update(self.curriculum.metrics())
-    row.update({**gen_metrics, "time/train_s": t_train,
-                "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
-                "buffer/evicted_stale": float(self.buffer.num_evicted),
-                "buffer/size": float(len(self.buffer)),
-                "buffer/in_flight": float(self.rollouts.in_flight),
-                **{f"verify/{k}": float(v) for k, v in self.rollouts.verify_stats.items()},
-                **{f"counters/{k}": float(v) for k, v in self.counters.items()},
-                **{f"counters/{k}": float(self.rollouts.work[k])
-                   for k in ("prompt_tokens", "tokens_generated")},
-                **self.meter.scalars()})
+    row.update(
+        {
+            **gen_metrics,
+            "time/train_s": t_train,
+            "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
+            "buffer/evicted_stale": float(self.buffer.num_evicted),
+            "buffer/size": float(len(self.buffer)),
+            "buffer/in_flight": float(self.rollouts.in_flight),
+            **{
+                f"verify/{k}": float(v)
+                for k, v in self.rollouts.verify_stats.items()
+            },
+            **{f"counters/{k}": float(v) for k, v in self.counters.items()},
+            **{
+                f"counters/{k}": float(self.rollouts.work[k])
+                for k in ("prompt_tokens", "tokens_generated")
+            },
+            **self.meter.scalars(),
+        }
+    )
     return row
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str
+) -> dict[str, float]:
   """Runs (or resumes) the run in `workdir`; the last metrics written."""
   sharding.maybe_initialize_distributed(config.mesh)
   lock = workdir_lib.lock_workdir(workdir) if jax.process_index() == 0 else None
@@ -287,21 +375,29 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
       last = {**trainer.evaluate(), **trainer.meter.scalars()}
       last.update(trainer.monitors.scalars(trainer.monitors.check(0, last)))
       trainer.writer.write(0, last)
-      logging.info("step 0: validation mean@%d %.3f", t.eval_samples, last["val/mean_at_k"])
+      logging.info(
+          "step 0: validation mean@%d %.3f",
+          t.eval_samples,
+          last["val/mean_at_k"],
+      )
       progress.update(0, val=last["val/mean_at_k"])
     while trainer.step < t.num_steps:
       try:
         row = trainer.run_step()
       except StopIteration:
-        logging.warning("step %d: every training prompt is retired (No-Positive-Resampling); "
-                        "stopping early", trainer.step)
+        logging.warning(
+            "step %d: every training prompt is retired (No-Positive-Resampling); "
+            "stopping early",
+            trainer.step,
+        )
         trainer.save(force=True)
         break
       if trainer.counters["consecutive_nonfinite"] >= t.max_nonfinite_steps:
         raise FloatingPointError(
             f"step {trainer.step}: {t.max_nonfinite_steps} consecutive non-finite steps "
             f"(trainer.max_nonfinite_steps); stopping. The last good checkpoint is in "
-            f"{trainer.checkpointer.directory}")
+            f"{trainer.checkpointer.directory}"
+        )
       if trainer.step % t.eval_every == 0 or trainer.step == t.num_steps:
         row.update(trainer.evaluate())
       alerts = trainer.monitors.check(trainer.step, row)
@@ -309,17 +405,25 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
       if trainer.step % t.log_every == 0 or "val/mean_at_k" in row or alerts:
         trainer.writer.write(trainer.step, row)
       last = row
-      progress.update(trainer.step, reward=row["train/reward_mean"],
-                      # None: the last value stays.
-                      val=row.get("val/mean_at_k"))
+      progress.update(
+          trainer.step,
+          reward=row["train/reward_mean"],
+          # None: the last value stays.
+          val=row.get("val/mean_at_k"),
+      )
       stop = bool(alerts) and trainer.monitors.stop_on_alert
-      if trainer.step % t.checkpoint_every == 0 or trainer.step == t.num_steps or stop:
+      if (
+          trainer.step % t.checkpoint_every == 0
+          or trainer.step == t.num_steps
+          or stop
+      ):
         trainer.save(force=stop)
       if stop:
         raise monitors_lib.AlertStop(
             f"step {trainer.step}: monitor.stop_on_alert: {alerts[0].message}; the run stopped "
             f"after checkpointing this step in {trainer.checkpointer.directory}. To go on, "
-            "raise the threshold (monitor.*) or set monitor.stop_on_alert=False and restart")
+            "raise the threshold (monitor.*) or set monitor.stop_on_alert=False and restart"
+        )
     trainer.checkpointer.wait()
     if jax.process_index() == 0:
       open(os.path.join(workdir, workdir_lib.DONE_FILE), "w").close()

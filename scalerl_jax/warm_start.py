@@ -33,13 +33,19 @@ from scalerl_jax.models import transformer
 
 # Sources with worked solutions -> their training records
 # (levels, num, seed, split).
-_WORKED = {builtin_task.SOURCE: builtin_task.builtin_prompts,
-           builtin_code.SOURCE: builtin_code.code_prompts}
+_WORKED = {
+    builtin_task.SOURCE: builtin_task.builtin_prompts,
+    builtin_code.SOURCE: builtin_code.code_prompts,
+}
 
 
-def cache_dir(config: ml_collections.ConfigDict, workdir: str, vocab_size: int) -> str:
+def cache_dir(
+    config: ml_collections.ConfigDict, workdir: str, vocab_size: int
+) -> str:
   """`<trainer.warm_start_dir or workdir/BASE_POLICY_DIR>/<fingerprint>`."""
-  root = config.trainer.warm_start_dir or os.path.join(workdir, workdir_lib.BASE_POLICY_DIR)
+  root = config.trainer.warm_start_dir or os.path.join(
+      workdir, workdir_lib.BASE_POLICY_DIR
+  )
   return os.path.join(os.path.abspath(root), fingerprint(config, vocab_size))
 
 
@@ -54,23 +60,36 @@ def base_seed(config: ml_collections.ConfigDict) -> int:
 
 def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
   """Hash of everything the warm-started parameters depend on."""
-  relevant = {"model": config.model.to_dict(), "seed": base_seed(config),
-              "difficulty": list(config.data.builtin_difficulty),
-              "num_train": config.data.builtin_num_train,
-              "steps": config.trainer.warm_start_steps, "lr": config.trainer.warm_start_lr,
-              "batch": config.trainer.warm_start_batch, "vocab": vocab_size,
-              "slip_prob": config.trainer.warm_start_slip_prob,
-              "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
-              "max_len": config.sampling.max_prompt_len + config.sampling.max_new_tokens}
+  relevant = {
+      "model": config.model.to_dict(),
+      "seed": base_seed(config),
+      "difficulty": list(config.data.builtin_difficulty),
+      "num_train": config.data.builtin_num_train,
+      "steps": config.trainer.warm_start_steps,
+      "lr": config.trainer.warm_start_lr,
+      "batch": config.trainer.warm_start_batch,
+      "vocab": vocab_size,
+      "slip_prob": config.trainer.warm_start_slip_prob,
+      "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
+      "max_len": config.sampling.max_prompt_len
+      + config.sampling.max_new_tokens,
+  }
   # Absent for one source, so that its caches stay valid.
   if mixture.names(config):
     relevant["mixture"] = config.data.mixture.to_dict()
-  return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+  return hashlib.sha256(
+      json.dumps(relevant, sort_keys=True, default=str).encode()
+  ).hexdigest()[:16]
 
 
-def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
-                        slip_prob: float = 0.0, rng: Optional[np.random.Generator] = None,
-                        answer_slip_prob: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def supervised_examples(
+    records,
+    tok: tokenizer_lib.Tokenizer,
+    seq_len: int,
+    slip_prob: float = 0.0,
+    rng: Optional[np.random.Generator] = None,
+    answer_slip_prob: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
   """Prompt + worked solution + EOS per record, cut to `seq_len`.
 
   `slip_prob` is the chance of a wrong value at each rewrite of a solution
@@ -90,8 +109,8 @@ def supervised_examples(records, tok: tokenizer_lib.Tokenizer, seq_len: int,
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]
     ids = (prompt + target)[:seq_len]
-    tokens[i, :len(ids)] = ids
-    mask[i, len(prompt):len(ids)] = 1.0
+    tokens[i, : len(ids)] = ids
+    mask[i, len(prompt) : len(ids)] = 1.0
   return tokens, mask
 
 
@@ -107,26 +126,35 @@ def _sft_step(params, opt_state, tokens_BxS, mask_BxS, *, model, optimizer):
   return optax.apply_updates(params, updates), opt_state, loss
 
 
-def _domain_configs(config: ml_collections.ConfigDict, steps: int
-                    ) -> list[ml_collections.ConfigDict]:
+def _domain_configs(
+    config: ml_collections.ConfigDict, steps: int
+) -> list[ml_collections.ConfigDict]:
   """The single-source configs to warm-start on: the run's, or each domain's.
 
   Raises ValueError for a source without worked solutions.
   """
-  configs = ([mixture.domain_config(config, name) for name in mixture.names(config)]
-             or [config])
+  configs = [
+      mixture.domain_config(config, name) for name in mixture.names(config)
+  ] or [config]
   for sub in configs:
     if sub.data.source not in _WORKED:
       raise ValueError(
           f"trainer.warm_start_steps: {steps}, but a supervised warm start needs worked "
           f"solutions, which only the built-in sources {tuple(_WORKED)} have (got "
           f"{sub.data.source!r}); set model.hf_path to a base checkpoint or "
-          "trainer.warm_start_steps=0")
+          "trainer.warm_start_steps=0"
+      )
   return configs
 
 
-def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transformer.Transformer,
-               params: Any, shardings: Any, tok: tokenizer_lib.Tokenizer) -> Any:
+def warm_start(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    model: transformer.Transformer,
+    params: Any,
+    shardings: Any,
+    tok: tokenizer_lib.Tokenizer,
+) -> Any:
   """The cached warm-started parameters, training them first if needed.
 
   `params` are the freshly initialised, sharded starting point; the result
@@ -137,44 +165,82 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
     return params
   configs = _domain_configs(config, steps)
   path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
-  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          params, shardings)
+  abstract = jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      params,
+      shardings,
+  )
   checkpointer = ocp.StandardCheckpointer()
   if os.path.isdir(path):
     logging.info("Reusing the warm-started base policy in %s", path)
     return checkpointer.restore(path, abstract)
 
-  records = [r for sub in configs for r in _WORKED[sub.data.source](
-      tuple(sub.data.builtin_difficulty), sub.data.builtin_num_train, base_seed(config), "train")]
+  records = [
+      r
+      for sub in configs
+      for r in _WORKED[sub.data.source](
+          tuple(sub.data.builtin_difficulty),
+          sub.data.builtin_num_train,
+          base_seed(config),
+          "train",
+      )
+  ]
   seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
   batch = config.trainer.warm_start_batch
   # Every epoch visits the problems in a new order with newly drawn slips, so
   # the policy learns a slip rate, not which problems slip.
   rng = np.random.default_rng(base_seed(config))
   epochs = -(-steps * batch // len(records))
-  order = np.concatenate([rng.permutation(len(records)) for _ in range(epochs)])[:steps * batch]
-  tokens, mask = supervised_examples([records[i] for i in order], tok, seq_len,
-                                     config.trainer.warm_start_slip_prob, rng,
-                                     config.trainer.warm_start_answer_slip_prob)
+  order = np.concatenate(
+      [rng.permutation(len(records)) for _ in range(epochs)]
+  )[: steps * batch]
+  tokens, mask = supervised_examples(
+      [records[i] for i in order],
+      tok,
+      seq_len,
+      config.trainer.warm_start_slip_prob,
+      rng,
+      config.trainer.warm_start_answer_slip_prob,
+  )
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
-  tokens, mask = tokens[:, :min(used, seq_len)], mask[:, :min(used, seq_len)]
-  optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
-      optax.warmup_cosine_decay_schedule(0.0, config.trainer.warm_start_lr, min(20, steps // 2),
-                                         steps, config.trainer.warm_start_lr * 0.1),
-      weight_decay=0.0))
-  step = jax.jit(functools.partial(_sft_step, model=model, optimizer=optimizer),
-                 donate_argnums=(0, 1))
+  tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]
+  optimizer = optax.chain(
+      optax.clip_by_global_norm(1.0),
+      optax.adamw(
+          optax.warmup_cosine_decay_schedule(
+              0.0,
+              config.trainer.warm_start_lr,
+              min(20, steps // 2),
+              steps,
+              config.trainer.warm_start_lr * 0.1,
+          ),
+          weight_decay=0.0,
+      ),
+  )
+  step = jax.jit(
+      functools.partial(_sft_step, model=model, optimizer=optimizer),
+      donate_argnums=(0, 1),
+  )
   opt_state = jax.jit(optimizer.init)(params)
-  logging.info("Warm start: %d supervised steps on %d built-in problems (slip probability "
-               "%g per rewrite, %g per Answer line)", steps, len(records),
-               config.trainer.warm_start_slip_prob, config.trainer.warm_start_answer_slip_prob)
+  logging.info(
+      "Warm start: %d supervised steps on %d built-in problems (slip probability "
+      "%g per rewrite, %g per Answer line)",
+      steps,
+      len(records),
+      config.trainer.warm_start_slip_prob,
+      config.trainer.warm_start_answer_slip_prob,
+  )
   for i in range(steps):
     rows = slice(i * batch, (i + 1) * batch)
     params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])
     if (i + 1) % 50 == 0 or i + 1 == steps:
-      logging.info("warm start step %d/%d: loss %.4f", i + 1, steps, float(loss))
+      logging.info(
+          "warm start step %d/%d: loss %.4f", i + 1, steps, float(loss)
+      )
       if not np.isfinite(float(loss)):
-        raise FloatingPointError(f"warm start diverged at step {i + 1} (loss {float(loss)})")
+        raise FloatingPointError(
+            f"warm start diverged at step {i + 1} (loss {float(loss)})"
+        )
   try:
     checkpointer.save(path, params)
     checkpointer.wait_until_finished()
@@ -182,5 +248,7 @@ def warm_start(config: ml_collections.ConfigDict, workdir: str, model: transform
     if not os.path.isdir(path):
       raise
     # Another run of the same sweep saved these very settings first.
-    logging.info("A base policy for these settings appeared in %s meanwhile", path)
+    logging.info(
+        "A base policy for these settings appeared in %s meanwhile", path
+    )
   return params

@@ -41,7 +41,8 @@ def lock_workdir(workdir: str) -> IO[str]:
     handle.close()
     raise RuntimeError(
         f"{workdir}: another process (pid {owner}) is training in this workdir; "
-        "two runs must not share one") from None
+        "two runs must not share one"
+    ) from None
   handle.seek(0)
   handle.truncate()
   handle.write(str(os.getpid()))
@@ -74,7 +75,9 @@ def _plain(config: ml_collections.ConfigDict) -> dict:
   return _tuples(json.loads(config.to_json()))
 
 
-def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collections.ConfigDict:
+def load_config(
+    workdir: str, process_id: Optional[int] = None
+) -> ml_collections.ConfigDict:
   """The config recorded in `workdir` (locked), or FileNotFoundError.
 
   `process_id` replaces the recorded `mesh.process_id` (process 0's) in a
@@ -82,7 +85,9 @@ def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collection
   """
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path}: no recorded config; is {workdir} the workdir of a run?")
+    raise FileNotFoundError(
+        f"{path}: no recorded config; is {workdir} the workdir of a run?"
+    )
   with open(path) as f:
     config = ml_collections.ConfigDict(_tuples(json.load(f)))
   if process_id is not None:
@@ -91,13 +96,17 @@ def load_config(workdir: str, process_id: Optional[int] = None) -> ml_collection
   return config
 
 
-def config_differences(recorded: ml_collections.ConfigDict,
-                       config: ml_collections.ConfigDict) -> list[str]:
+def config_differences(
+    recorded: ml_collections.ConfigDict, config: ml_collections.ConfigDict
+) -> list[str]:
   """Sorted 'field: recorded -> new' of every field whose value differs."""
   old, new = config_leaves(_plain(recorded)), config_leaves(_plain(config))
   show = lambda leaves, k: repr(leaves[k]) if k in leaves else "(absent)"
-  return [f"{k}: {show(old, k)} -> {show(new, k)}" for k in sorted(old.keys() | new.keys())
-          if k not in old or k not in new or old[k] != new[k]]
+  return [
+      f"{k}: {show(old, k)} -> {show(new, k)}"
+      for k in sorted(old.keys() | new.keys())
+      if k not in old or k not in new or old[k] != new[k]
+  ]
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
@@ -105,11 +114,19 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   if jax.process_index() != 0:
     return []
   path = os.path.join(workdir, CONFIG_FILE)
-  changed = config_differences(load_config(workdir), config) if os.path.isfile(path) else []
+  changed = (
+      config_differences(load_config(workdir), config)
+      if os.path.isfile(path)
+      else []
+  )
   if changed:
-    logging.warning("%s: resuming with a config that differs from the recorded one in %d "
-                    "fields: %s. The new config is recorded.", workdir, len(changed),
-                    "; ".join(changed))
+    logging.warning(
+        "%s: resuming with a config that differs from the recorded one in %d "
+        "fields: %s. The new config is recorded.",
+        workdir,
+        len(changed),
+        "; ".join(changed),
+    )
   os.makedirs(workdir, exist_ok=True)
   with open(path + ".tmp", "w") as f:
     f.write(config.to_json(indent=2, sort_keys=True) + "\n")

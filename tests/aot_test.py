@@ -20,7 +20,9 @@ from scalerl_jax.jobs import aot
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None
 needs_libtpu = pytest.mark.skipif(
-    _NO_LIBTPU, reason=f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
+    _NO_LIBTPU,
+    reason=f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}",
+)
 
 
 @pytest.fixture(scope="module", params=["tiny_cpu", "small_cpu"])
@@ -28,7 +30,10 @@ def compiled(request):
   if _NO_LIBTPU:
     pytest.skip(f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
   results, chip, mesh_shape = aot.compile_for_slice(
-      scalerl.get_config(request.param), "v5e:2x2", only=["train_step", "decode"])
+      scalerl.get_config(request.param),
+      "v5e:2x2",
+      only=["train_step", "decode"],
+  )
   return {r.name: r for r in results}, chip, mesh_shape
 
 
@@ -55,7 +60,12 @@ def test_auto_attention_compiles_to_splash_on_tpu(compiled):
 
 def _within_20_percent(result):
   ratio = result.estimate.peak / result.compiled.peak
-  assert 0.8 <= ratio <= 1.2, (result.name, ratio, result.estimate, result.compiled)
+  assert 0.8 <= ratio <= 1.2, (
+      result.name,
+      ratio,
+      result.estimate,
+      result.compiled,
+  )
 
 
 @needs_libtpu
@@ -70,29 +80,48 @@ def test_planner_is_within_20_percent_of_the_compiler_decode(compiled, request):
     # per chip, 1.8x small_cpu's whole float32 cache (420 MB; head_dim 64 and
     # 160 positions fill no 128-lane tile), a relayout the planner does not
     # model (docs/tpu.md). Strict: it fails once they agree.
-    request.applymarker(pytest.mark.xfail(strict=True, reason="cache relayout not planned"))
+    request.applymarker(
+        pytest.mark.xfail(strict=True, reason="cache relayout not planned")
+    )
   _within_20_percent(compiled[0]["decode"])
 
 
 def test_unknown_topology_lists_the_valid_forms():
   for name in ("v4:2x2x1", "v5e:2x2x2", "v5p:4x4", "tpu-v5e-8", "v6e"):
-    with pytest.raises(aot.CompileError, match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>"):
+    with pytest.raises(
+        aot.CompileError, match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>"
+    ):
       aot.slice_devices(name)
 
 
 def test_without_libtpu_it_says_how_to_install(monkeypatch):
   real = importlib.util.find_spec
-  monkeypatch.setattr(importlib.util, "find_spec",
-                      lambda name, *a: None if name == "libtpu" else real(name, *a))
-  with pytest.raises(aot.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'):
+  monkeypatch.setattr(
+      importlib.util,
+      "find_spec",
+      lambda name, *a: None if name == "libtpu" else real(name, *a),
+  )
+  with pytest.raises(
+      aot.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'
+  ):
     aot.slice_devices("v5e:2x2")
 
 
 @needs_libtpu
 def test_launcher_refuses_a_bad_topology_by_name():
   out = subprocess.run(
-      [sys.executable, "-m", "launch.compile", "--config=configs/scalerl.py",
-       "--topology=v5e:3x3"], cwd=REPO, capture_output=True, text=True, timeout=300)
+      [
+          sys.executable,
+          "-m",
+          "launch.compile",
+          "--config=configs/scalerl.py",
+          "--topology=v5e:3x3",
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert out.returncode != 0
   assert "launch.compile: --topology='v5e:3x3'" in out.stderr
 
@@ -104,12 +133,16 @@ def test_a_mesh_axis_that_splits_the_torus_is_laid_out_with_a_warning(caplog):
   # shape that divides nothing is a ValueError naming mesh.shape.
   import ml_collections  # pylint: disable=g-import-not-at-top
   from scalerl_jax import sharding  # pylint: disable=g-import-not-at-top
+
   devices, _ = aot.slice_devices("v6e:16x16")
   mesh_cfg = ml_collections.ConfigDict(
-      {"axes": ("data", "fsdp", "tensor"), "shape": (1, 128, 2)})
+      {"axes": ("data", "fsdp", "tensor"), "shape": (1, 128, 2)}
+  )
   mesh = sharding.make_mesh(mesh_cfg, devices)
   assert dict(mesh.shape) == {"data": 1, "fsdp": 128, "tensor": 2}
-  assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+  assert sorted(d.id for d in mesh.devices.flat) == sorted(
+      d.id for d in devices
+  )
   assert "splits the physical axes" in caplog.text
   mesh_cfg.shape = (3, -1, 1)
   with pytest.raises(ValueError, match="mesh.shape"):

@@ -22,13 +22,18 @@ _F32 = jnp.float32
 
 def _qkv(b, t, h, k, e, seed=0):
   keys = jax.random.split(jax.random.key(seed), 3)
-  return (jax.random.normal(keys[0], (b, t, h, e)), jax.random.normal(keys[1], (b, t, k, e)),
-          jax.random.normal(keys[2], (b, t, k, e)))
+  return (
+      jax.random.normal(keys[0], (b, t, h, e)),
+      jax.random.normal(keys[1], (b, t, k, e)),
+      jax.random.normal(keys[2], (b, t, k, e)),
+  )
 
 
 def _padding(lengths, t):
   """Segment ids of right-padded rows: 1 on a row's tokens, 0 on its pads."""
-  return (jnp.arange(t)[None, :] < jnp.asarray(lengths)[:, None]).astype(jnp.int32)
+  return (jnp.arange(t)[None, :] < jnp.asarray(lengths)[:, None]).astype(
+      jnp.int32
+  )
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -36,21 +41,37 @@ def _forward_and_grads(fn, q, k, v, seg):
   # A fixed random cotangent, so that every output entry reaches the gradients.
   w = jax.random.normal(jax.random.key(9), q.shape)
   loss = lambda q, k, v: jnp.sum(fn(q, k, v, seg, dtype=_F32) * w)
-  return fn(q, k, v, seg, dtype=_F32), jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+  return fn(q, k, v, seg, dtype=_F32), jax.grad(loss, argnums=(0, 1, 2))(
+      q, k, v
+  )
 
 
 def _max_errors(fn, q, k, v, seg):
   out, grads = _forward_and_grads(fn, q, k, v, seg)
-  ref_out, ref_grads = _forward_and_grads(transformer.plain_attention, q, k, v, seg)
-  return [float(jnp.max(jnp.abs(a - b))) for a, b in zip((out,) + grads, (ref_out,) + ref_grads)]
+  ref_out, ref_grads = _forward_and_grads(
+      transformer.plain_attention, q, k, v, seg
+  )
+  return [
+      float(jnp.max(jnp.abs(a - b)))
+      for a, b in zip((out,) + grads, (ref_out,) + ref_grads)
+  ]
 
 
-@pytest.mark.parametrize("t,h,k,block,lengths", [
-    (40, 4, 2, 16, None),  # Grouped-query heads; 40 = 2.5 blocks (padded keys).
-    (40, 4, 2, 16, (40, 23)),  # A padded row.
-    (33, 3, 3, 64, (5, 33)),  # One block; multi-head, K = H.
-    (48, 4, 1, 8, (48, 9)),  # One kv head; many blocks.
-])
+@pytest.mark.parametrize(
+    "t,h,k,block,lengths",
+    [
+        (
+            40,
+            4,
+            2,
+            16,
+            None,
+        ),  # Grouped-query heads; 40 = 2.5 blocks (padded keys).
+        (40, 4, 2, 16, (40, 23)),  # A padded row.
+        (33, 3, 3, 64, (5, 33)),  # One block; multi-head, K = H.
+        (48, 4, 1, 8, (48, 9)),  # One kv head; many blocks.
+    ],
+)
 def test_blockwise_equals_plain_forward_and_gradients(t, h, k, block, lengths):
   q, kk, v = _qkv(2, t, h, k, 16)
   seg = None if lengths is None else _padding(lengths, t)
@@ -69,11 +90,14 @@ def test_blockwise_padding_changes_padded_rows_only():
   assert float(jnp.max(jnp.abs(with_pads[:, 10:] - without[:, 10:]))) > 1e-2
 
 
-@pytest.mark.parametrize("t,h,k,lengths", [
-    (128, 2, 2, None),
-    (256, 2, 1, (256, 100)),  # MQA kernel; a padded row.
-    (200, 4, 2, None),  # Grouped-query heads; T padded to the 256 tile.
-])
+@pytest.mark.parametrize(
+    "t,h,k,lengths",
+    [
+        (128, 2, 2, None),
+        (256, 2, 1, (256, 100)),  # MQA kernel; a padded row.
+        (200, 4, 2, None),  # Grouped-query heads; T padded to the 256 tile.
+    ],
+)
 def test_splash_interpret_equals_plain_forward_and_gradients(t, h, k, lengths):
   q, kk, v = _qkv(2, t, h, k, 64, seed=1)
   seg = None if lengths is None else _padding(lengths, t)
@@ -91,7 +115,9 @@ def test_splash_under_a_mesh_runs_in_shard_map():
   with sharding.activate(mesh, rules):
     abstract = mesh.abstract_mesh
     assert attention._mesh_axes(abstract, 2, 2) == (("data", "fsdp"), "tensor")
-    out = jax.jit(functools.partial(attention.splash, dtype=_F32, interpret=True))(q, k, v)
+    out = jax.jit(
+        functools.partial(attention.splash, dtype=_F32, interpret=True)
+    )(q, k, v)
   ref = transformer.plain_attention(q, k, v, dtype=_F32)
   assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
 
@@ -100,53 +126,70 @@ def test_splash_compiles_for_a_tpu_slice_under_auto():
   # The TPU compiler, from abstract inputs on a v5e 2x2 slice's devices: auto
   # must pick splash there (the mesh says tpu on a CPU host), and the compiled
   # forward and backward must not hold [T, T] scores.
-  pytest.importorskip("libtpu", reason="libtpu is not installed (pip install 'jax[tpu]')")
+  pytest.importorskip(
+      "libtpu", reason="libtpu is not installed (pip install 'jax[tpu]')"
+  )
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   # Other processes on this host may hold libtpu's lock;
   # compiling needs no chip.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  topology = topologies.get_topology_desc(topology_name="v5e:2x2", platform="tpu")
+  topology = topologies.get_topology_desc(
+      topology_name="v5e:2x2", platform="tpu"
+  )
   mesh = topologies.make_mesh(topology, (1, 4, 1), ("data", "fsdp", "tensor"))
   rules = sharding.logical_rules(scalerl.get_config().mesh)
   b, t, h, k, e = 4, 4096, 4, 2, 128
-  spec = NamedSharding(mesh, PartitionSpec(("data", "fsdp"), None, "tensor", None))
+  spec = NamedSharding(
+      mesh, PartitionSpec(("data", "fsdp"), None, "tensor", None)
+  )
 
   def loss(q, kk, v):
-    return jnp.sum(attention.apply("auto", q, kk, v, dtype=jnp.bfloat16).astype(_F32))
+    return jnp.sum(
+        attention.apply("auto", q, kk, v, dtype=jnp.bfloat16).astype(_F32)
+    )
 
   with sharding.activate(mesh, rules):
     assert attention.resolve("auto", t, jnp.bfloat16) == "splash"
-    args = [jax.ShapeDtypeStruct((b, t, n, e), jnp.bfloat16, sharding=spec) for n in (h, k, k)]
+    args = [
+        jax.ShapeDtypeStruct((b, t, n, e), jnp.bfloat16, sharding=spec)
+        for n in (h, k, k)
+    ]
     compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
   # The Mosaic kernel, not the interpreter.
   assert "tpu_custom_call" in compiled.as_text()
   # A chip's float32 scores are 4 heads x 4096^2 x 4 bytes = 256 MiB; plain's
   # program needed 425 MiB of temporaries here, splash's under 1 MiB.
-  assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2 ** 20
+  assert compiled.memory_analysis().temp_size_in_bytes < 16 * 2**20
 
 
-@pytest.mark.parametrize("b,k,expected", [
-    (4, 2, (("data", "fsdp"), "tensor")),
-    (1, 2, (None, "tensor")),  # One prompt's prefill on a 4-way batch axis.
-    (8, 1, (("data", "fsdp"), None)),  # One kv head cannot split two ways.
-])
+@pytest.mark.parametrize(
+    "b,k,expected",
+    [
+        (4, 2, (("data", "fsdp"), "tensor")),
+        (1, 2, (None, "tensor")),  # One prompt's prefill on a 4-way batch axis.
+        (8, 1, (("data", "fsdp"), None)),  # One kv head cannot split two ways.
+    ],
+)
 def test_splash_mesh_axes_split_what_divides(b, k, expected):
   mesh = jax.sharding.AbstractMesh((1, 4, 2), ("data", "fsdp", "tensor"))
   with nn.logical_axis_rules(sharding.logical_rules(scalerl.get_config().mesh)):
     assert attention._mesh_axes(mesh, b, k) == expected
 
 
-@pytest.mark.parametrize("platform,t,dtype,expected", [
-    ("tpu", 100, jnp.float32, "splash"),
-    ("tpu", 16_384, jnp.bfloat16, "splash"),
-    ("gpu", 16_384, jnp.bfloat16, "cudnn"),
-    ("cuda", 100, jnp.bfloat16, "cudnn"),
-    # cuDNN's kernel takes 16-bit inputs only.
-    ("gpu", 100, jnp.float32, "plain"),
-    ("gpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
-    ("cpu", attention.LONG_SEQ_LEN - 1, jnp.float32, "plain"),
-    ("cpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
-])
+@pytest.mark.parametrize(
+    "platform,t,dtype,expected",
+    [
+        ("tpu", 100, jnp.float32, "splash"),
+        ("tpu", 16_384, jnp.bfloat16, "splash"),
+        ("gpu", 16_384, jnp.bfloat16, "cudnn"),
+        ("cuda", 100, jnp.bfloat16, "cudnn"),
+        # cuDNN's kernel takes 16-bit inputs only.
+        ("gpu", 100, jnp.float32, "plain"),
+        ("gpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
+        ("cpu", attention.LONG_SEQ_LEN - 1, jnp.float32, "plain"),
+        ("cpu", attention.LONG_SEQ_LEN, jnp.float32, "blockwise"),
+    ],
+)
 def test_auto_picks_by_platform(platform, t, dtype, expected):
   assert attention.pick(platform, t, dtype) == expected
 
@@ -161,7 +204,13 @@ def test_auto_reads_the_mesh_platform():
 
 
 def test_registry():
-  assert attention.choices() == ("auto", "blockwise", "cudnn", "plain", "splash")
+  assert attention.choices() == (
+      "auto",
+      "blockwise",
+      "cudnn",
+      "plain",
+      "splash",
+  )
   with pytest.raises(ValueError, match="already registered"):
     attention.register_attention("blockwise")(attention.blockwise)
   with pytest.raises(ValueError, match="reserved"):
@@ -174,11 +223,15 @@ def test_config_names_the_field():
   config = scalerl.get_config()
   with config.unlocked():
     config.model.attention = "flash"
-  with pytest.raises(config_lib.ConfigError, match=r"model.attention: 'flash' is not one of"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"model.attention: 'flash' is not one of"
+  ):
     config_lib.validate(config)
   with config.unlocked():
     config.model.attention = "cudnn"
-  with pytest.raises(config_lib.ConfigError, match="model.attention: 'cudnn' needs .*bfloat16"):
+  with pytest.raises(
+      config_lib.ConfigError, match="model.attention: 'cudnn' needs .*bfloat16"
+  ):
     config_lib.validate(config)
   with config.unlocked():
     config.model.compute_dtype = "bfloat16"
@@ -189,7 +242,9 @@ def test_cudnn_arguments_on_the_xla_implementation():
   # The cuDNN entry's layout, causality and grouping, run through the same
   # JAX call's XLA implementation (a CPU has no cuDNN).
   q, k, v = _qkv(2, 24, 4, 2, 16, seed=3)
-  xla = functools.partial(attention._dot_product_attention, implementation="xla")
+  xla = functools.partial(
+      attention._dot_product_attention, implementation="xla"
+  )
   assert max(_max_errors(xla, q, k, v, None)) < 1e-5
 
 
@@ -197,16 +252,22 @@ def _model(attention_name):
   config = scalerl.get_config()
   with config.unlocked():
     config.model.attention = attention_name
-  return transformer.Transformer(transformer.ModelConfig.from_config(config.model))
+  return transformer.Transformer(
+      transformer.ModelConfig.from_config(config.model)
+  )
 
 
 def test_transformer_blockwise_equals_plain():
   tokens = jax.random.randint(jax.random.key(0), (2, 70), 0, 512)
   plain = _model("plain")
   params = jax.jit(plain.init)(jax.random.key(1), tokens)
-  logits = {name: jax.jit(_model(name).apply)(params, tokens)
-            for name in ("plain", "blockwise", "auto")}
-  np.testing.assert_allclose(logits["blockwise"], logits["plain"], atol=1e-5, rtol=0)
+  logits = {
+      name: jax.jit(_model(name).apply)(params, tokens)
+      for name in ("plain", "blockwise", "auto")
+  }
+  np.testing.assert_allclose(
+      logits["blockwise"], logits["plain"], atol=1e-5, rtol=0
+  )
   # Another kernel.
   assert float(jnp.max(jnp.abs(logits["blockwise"] - logits["plain"]))) > 0
   # auto = plain on CPU here.
@@ -216,15 +277,23 @@ def test_transformer_blockwise_equals_plain():
 def test_prefill_through_blockwise_equals_plain():
   tokens = jax.random.randint(jax.random.key(2), (2, 40), 0, 512)
   pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
-  params = nn.unbox(jax.jit(_model("plain").init)(jax.random.key(3), tokens))["params"]
+  params = nn.unbox(jax.jit(_model("plain").init)(jax.random.key(3), tokens))[
+      "params"
+  ]
 
   @functools.partial(jax.jit, static_argnums=0)
   def prefill(cfg, params):
-    return decode.forward(cfg, decode.prepare(cfg, params), tokens, pos,
-                          decode.init_cache(cfg, 2, 40))
+    return decode.forward(
+        cfg,
+        decode.prepare(cfg, params),
+        tokens,
+        pos,
+        decode.init_cache(cfg, 2, 40),
+    )
 
   (plain_logits, plain_cache), (logits, cache) = (
-      prefill(_model(name).cfg, params) for name in ("plain", "blockwise"))
+      prefill(_model(name).cfg, params) for name in ("plain", "blockwise")
+  )
   np.testing.assert_allclose(logits, plain_logits, atol=1e-5, rtol=0)
   assert float(jnp.max(jnp.abs(logits - plain_logits))) > 0  # Another kernel.
   for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(plain_cache)):

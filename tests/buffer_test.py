@@ -15,16 +15,23 @@ def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
   mask = np.zeros((g, seq), np.float32)
   lengths = np.zeros((g,), np.int32)
   for i, vs in enumerate(versions_GxC):
-    version[i, prompt_len:prompt_len + len(vs)] = vs
-    mask[i, prompt_len:prompt_len + len(vs)] = 1
+    version[i, prompt_len : prompt_len + len(vs)] = vs
+    mask[i, prompt_len : prompt_len + len(vs)] = 1
     lengths[i] = len(vs)
   return buffer_lib.Group(
-      record={"id": f"p{index}"}, index=index,
+      record={"id": f"p{index}"},
+      index=index,
       tokens_GxS=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
-      mask_GxS=mask, gen_logp_GxS=-mask, version_GxS=version,
-      scores_G=np.asarray(reward[:g], np.float32), rewards_G=np.asarray(reward[:g], np.float32),
-      prompt_lens_G=np.full((g,), prompt_len, np.int32), completion_lens_G=lengths,
-      truncated_G=np.zeros((g,), bool), interrupted_G=np.array([True, False])[:g])
+      mask_GxS=mask,
+      gen_logp_GxS=-mask,
+      version_GxS=version,
+      scores_G=np.asarray(reward[:g], np.float32),
+      rewards_G=np.asarray(reward[:g], np.float32),
+      prompt_lens_G=np.full((g,), prompt_len, np.int32),
+      completion_lens_G=lengths,
+      truncated_G=np.zeros((g,), bool),
+      interrupted_G=np.array([True, False])[:g],
+  )
 
 
 def _ids(groups):
@@ -73,7 +80,9 @@ def test_a_group_is_added_once():
 def test_staleness_histogram_counts_true_lags():
   # At version 4: tokens of versions 4, 3, 3, 1, 0 lag 0, 1, 1, 3, 4.
   groups = [_group(0, [[4, 3], [3]]), _group(1, [[1], [0]])]
-  np.testing.assert_array_equal(buffer_lib.staleness_histogram(groups, 4), [1, 2, 0, 1, 1])
+  np.testing.assert_array_equal(
+      buffer_lib.staleness_histogram(groups, 4), [1, 2, 0, 1, 1]
+  )
   with pytest.raises(ValueError, match="newer than the trainer's version 2"):
     buffer_lib.staleness_histogram(groups, 2)
 
@@ -90,7 +99,10 @@ def test_a_lag_above_k_is_logged_as_it_is_not_clipped():
   metrics = buffer_lib.staleness_metrics([_group(0, [[3, 2], [2, 1]])], 3, 2)
   assert [metrics[f"staleness/hist_{i}"] for i in range(3)] == [1, 2, 1]
   assert metrics["staleness/over_k"] == 0 and metrics["staleness/max"] == 2
-  assert metrics["staleness/mean"] == 1.0 and metrics["staleness/mixed_version_frac"] == 1.0
+  assert (
+      metrics["staleness/mean"] == 1.0
+      and metrics["staleness/mixed_version_frac"] == 1.0
+  )
 
 
 def test_oldest_version_of_mixed_versions():
@@ -120,11 +132,16 @@ def test_state_round_trip():
 
 
 def test_collate_is_prompt_major_and_trims_padding():
-  groups = [_group(0, [[0, 0, 0], [0]], seq=80), _group(1, [[0], [0, 0]], seq=80)]
+  groups = [
+      _group(0, [[0, 0, 0], [0]], seq=80),
+      _group(1, [[0], [0, 0]], seq=80),
+  ]
   batch = buffer_lib.collate(groups, length_multiple=32)
   # Longest row: prompt 2 + 3 tokens = 5 -> trimmed to 32 of 80 columns.
   assert batch["tokens_BxS"].shape == (4, 32)
-  np.testing.assert_array_equal(batch["tokens_BxS"][2], groups[1].tokens_GxS[0, :32])
+  np.testing.assert_array_equal(
+      batch["tokens_BxS"][2], groups[1].tokens_GxS[0, :32]
+  )
   np.testing.assert_array_equal(batch["rewards_PxG"], [[1, 0], [1, 0]])
   assert batch["mask_BxS"].sum() == 3 + 1 + 1 + 2
 

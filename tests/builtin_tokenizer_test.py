@@ -14,7 +14,9 @@ def test_corpus_is_fixed_and_holds_the_thinking_tags():
   assert any(builtin_task.THINK_CLOSE in line for line in lines)
 
 
-def test_the_model_is_written_by_a_rename_and_leaves_no_temporary_file(tmp_path):
+def test_the_model_is_written_by_a_rename_and_leaves_no_temporary_file(
+    tmp_path,
+):
   path = tmp_path / "sub" / "tokenizer.model"
   model = builtin_tokenizer.write_model(str(path), 320)
   assert path.read_bytes() == model

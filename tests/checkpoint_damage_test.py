@@ -21,39 +21,54 @@ from scalerl_jax.checkpoint import checkpointer
 def _state(scale):
   """A small state whose every value depends on `scale`."""
   key = jax.random.key(3)
-  return {"params": {"w": jnp.arange(4096.0).reshape(64, 64) * scale,
-                     "b": jnp.full((64,), scale, jnp.bfloat16)},
-          "step": jnp.int32(scale), "rng": key}
+  return {
+      "params": {
+          "w": jnp.arange(4096.0).reshape(64, 64) * scale,
+          "b": jnp.full((64,), scale, jnp.bfloat16),
+      },
+      "step": jnp.int32(scale),
+      "rng": key,
+  }
 
 
 def _abstract(state):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                      state)
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      state,
+  )
 
 
 def _save_steps(directory, steps):
   with checkpointer.Checkpointer(str(directory)) as ckpt:
     for step in steps:
-      assert ckpt.save(step, _state(step), extra={"step": step},
-                       host_state={"tokens": [np.arange(step + 3, dtype=np.int32)]})
+      assert ckpt.save(
+          step,
+          _state(step),
+          extra={"step": step},
+          host_state={"tokens": [np.arange(step + 3, dtype=np.int32)]},
+      )
 
 
 def _largest_file(step_dir):
   """Relative name of the step's largest file: the ocdbt chunk holding `w`."""
   files = [p for p in pathlib.Path(step_dir).rglob("*") if p.is_file()]
-  return max(files, key=lambda p: p.stat().st_size).relative_to(step_dir).as_posix()
+  return (
+      max(files, key=lambda p: p.stat().st_size)
+      .relative_to(step_dir)
+      .as_posix()
+  )
 
 
 def _truncate(path):
   data = path.read_bytes()
-  path.write_bytes(data[:len(data) // 2])
+  path.write_bytes(data[: len(data) // 2])
 
 
 def _flip(path):
   """Inverts 8 bytes in the middle: the size stays, the contents change."""
   data = bytearray(path.read_bytes())
   mid = len(data) // 2
-  data[mid:mid + 8] = bytes(b ^ 0xFF for b in data[mid:mid + 8])
+  data[mid : mid + 8] = bytes(b ^ 0xFF for b in data[mid : mid + 8])
   path.write_bytes(bytes(data))
 
 
@@ -64,13 +79,17 @@ def _assert_state(got, scale):
   assert int(got["step"]) == scale
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (_truncate, r"holds \d+ bytes where \d+ were saved"),
-    (_flip, r"differs from the bytes saved \(sha256 mismatch\)"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (_truncate, r"holds \d+ bytes where \d+ were saved"),
+        (_flip, r"differs from the bytes saved \(sha256 mismatch\)"),
+    ],
+)
 @pytest.mark.parametrize("target", ["largest", "extra/metadata"])
-def test_damaged_latest_falls_back_then_is_set_aside(tmp_path, caplog, damage, expected,
-                                                     target):
+def test_damaged_latest_falls_back_then_is_set_aside(
+    tmp_path, caplog, damage, expected, target
+):
   _save_steps(tmp_path, [10, 20])
   name = _largest_file(tmp_path / "20") if target == "largest" else target
   damage(tmp_path / "20" / name)
@@ -81,14 +100,19 @@ def test_damaged_latest_falls_back_then_is_set_aside(tmp_path, caplog, damage, e
     assert ckpt.all_steps() == [10, 20]  # Complete, but not intact.
     assert ckpt.latest_step() == 10
     assert f"{tmp_path / '20'} is damaged and skipped" in caplog.text
-    assert name in caplog.text and "The newest intact one is step 10" in caplog.text
+    assert (
+        name in caplog.text
+        and "The newest intact one is step 10" in caplog.text
+    )
     restored = ckpt.restore(None, _abstract(_state(1)))
     _assert_state(restored.state, 10)
     assert restored.extra == {"step": 10}
     with pytest.raises(checkpointer.DamagedCheckpointError) as err:
       ckpt.restore(20, _abstract(_state(1)))
     message = str(err.value)
-    assert f"{tmp_path / '20'} cannot be restored, nothing was loaded" in message
+    assert (
+        f"{tmp_path / '20'} cannot be restored, nothing was loaded" in message
+    )
     assert name in message and "Intact checkpoints: [10]" in message
     assert re.search(expected, message)
 
@@ -114,7 +138,13 @@ def test_save_of_an_earlier_step_sets_aside_all_damaged_later_ones(tmp_path):
     assert ckpt.save(15, _state(15), force=True)
     ckpt.wait()
     assert ckpt.all_steps() == [10, 15] and ckpt.latest_step() == 15
-  assert sorted(os.listdir(tmp_path)) == ["10", "15", "20.damaged", "20.damaged-2", "30.damaged"]
+  assert sorted(os.listdir(tmp_path)) == [
+      "10",
+      "15",
+      "20.damaged",
+      "20.damaged-2",
+      "30.damaged",
+  ]
 
 
 def test_step_without_manifest_is_incomplete(tmp_path):
@@ -123,8 +153,10 @@ def test_step_without_manifest_is_incomplete(tmp_path):
   (tmp_path / "20" / "integrity.json").unlink()
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.all_steps() == [10] and ckpt.latest_step() == 10
-    with pytest.raises(checkpointer.DamagedCheckpointError,
-                       match=r"has no integrity\.json: its save did not finish"):
+    with pytest.raises(
+        checkpointer.DamagedCheckpointError,
+        match=r"has no integrity\.json: its save did not finish",
+    ):
       ckpt.restore(20, _abstract(_state(1)))
 
 
@@ -138,10 +170,15 @@ def test_missing_unexpected_and_unreadable_manifest_are_named(tmp_path):
     assert ckpt.latest_step() == 30
     with pytest.raises(checkpointer.DamagedCheckpointError) as err:
       ckpt.restore(10, _abstract(_state(1)))
-    assert "extra/metadata is missing; state/stray was not written by the save" in str(err.value)
+    assert (
+        "extra/metadata is missing; state/stray was not written by the save"
+        in str(err.value)
+    )
     assert "Intact checkpoints: [30]" in str(err.value)
-    with pytest.raises(checkpointer.DamagedCheckpointError,
-                       match=r"its integrity\.json is unreadable \(JSONDecodeError"):
+    with pytest.raises(
+        checkpointer.DamagedCheckpointError,
+        match=r"its integrity\.json is unreadable \(JSONDecodeError",
+    ):
       ckpt.restore(20, _abstract(_state(1)))
 
 
@@ -151,7 +188,10 @@ def test_no_intact_checkpoint_stops_with_the_damage_of_each(tmp_path):
   _flip(tmp_path / "20" / _largest_file(tmp_path / "20"))
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     assert ckpt.all_steps() == [10, 20]
-    for attempt in (ckpt.latest_step, lambda: ckpt.restore(None, _abstract(_state(1)))):
+    for attempt in (
+        ckpt.latest_step,
+        lambda: ckpt.restore(None, _abstract(_state(1))),
+    ):
       with pytest.raises(checkpointer.DamagedCheckpointError) as err:
         attempt()
       message = str(err.value)

@@ -16,7 +16,10 @@ from tests.helpers import tiny_config
 
 
 def _abstract(tree):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+  return jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+      tree,
+  )
 
 
 def _assert_trees_equal(got, want):
@@ -34,9 +37,16 @@ def _abstract_params(config, mesh, rules):
   without allocating them."""
   model = Transformer(ModelConfig.from_config(config.model))
   shardings = sharding.param_shardings(model, mesh, rules)
-  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))["params"])
-  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                      nn.unbox(boxed), shardings)
+  boxed = jax.eval_shape(
+      lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))[
+          "params"
+      ]
+  )
+  return jax.tree.map(
+      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+      nn.unbox(boxed),
+      shardings,
+  )
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +60,25 @@ def model_state():
   # (cheaper than compiling its init).
   rng = np.random.default_rng(0)
   params = jax.tree.map(
-      lambda a: jax.device_put(rng.standard_normal(a.shape).astype(a.dtype), a.sharding),
-      _abstract_params(config, mesh, rules))
+      lambda a: jax.device_put(
+          rng.standard_normal(a.shape).astype(a.dtype), a.sharding
+      ),
+      _abstract_params(config, mesh, rules),
+  )
   opt = optim.make_optimizer(config.optim)
   # Non-trivial optimizer moments, so a mix-up of mu and nu would show.
-  opt_state = jax.jit(lambda p: jax.tree.map(
-      lambda x: x + 1 if jnp.issubdtype(x.dtype, jnp.floating) else x, opt.init(p)))(params)
-  state = {"params": params, "opt_state": opt_state, "rng": jax.random.key(7),
-           "step": jnp.int32(5)}
+  opt_state = jax.jit(
+      lambda p: jax.tree.map(
+          lambda x: x + 1 if jnp.issubdtype(x.dtype, jnp.floating) else x,
+          opt.init(p),
+      )
+  )(params)
+  state = {
+      "params": params,
+      "opt_state": opt_state,
+      "rng": jax.random.key(7),
+      "step": jnp.int32(5),
+  }
   return config, mesh, rules, state
 
 
@@ -76,7 +97,10 @@ def test_sharded_state_round_trip(tmp_path, model_state):
 
 
 def test_plain_pytree_round_trip_with_array_template(tmp_path):
-  state = {"w": jnp.arange(6.0).reshape(2, 3), "nested": [jnp.ones(2, jnp.int32), (jnp.zeros(()),)]}
+  state = {
+      "w": jnp.arange(6.0).reshape(2, 3),
+      "nested": [jnp.ones(2, jnp.int32), (jnp.zeros(()),)],
+  }
   with checkpointer.Checkpointer(str(tmp_path), async_save=False) as ckpt:
     ckpt.save(1, state)
     restored = ckpt.restore(None, jax.tree.map(jnp.zeros_like, state))
@@ -92,56 +116,89 @@ def test_typed_prng_key_round_trip(tmp_path, impl):
     ckpt.wait()
     restored = ckpt.restore(1, _abstract({"rng": key})).state["rng"]
   assert jax.random.key_impl(restored) == jax.random.key_impl(key)
-  np.testing.assert_array_equal(jax.random.uniform(restored, (4,)), jax.random.uniform(key, (4,)))
+  np.testing.assert_array_equal(
+      jax.random.uniform(restored, (4,)), jax.random.uniform(key, (4,))
+  )
 
 
 def test_extra_json_round_trip_and_error(tmp_path):
-  extra = {"data": {"grain": {"next_index": 17}, "fingerprint": "abc"},
-           "curriculum": {"retired": ["p1", "p2"], "rate": 0.5, "ok": True, "none": None},
-           "meter": {"flops": 12345678901234567890, "device_seconds": 1.5},
-           "pair": (1, 2)}
+  extra = {
+      "data": {"grain": {"next_index": 17}, "fingerprint": "abc"},
+      "curriculum": {
+          "retired": ["p1", "p2"],
+          "rate": 0.5,
+          "ok": True,
+          "none": None,
+      },
+      "meter": {"flops": 12345678901234567890, "device_seconds": 1.5},
+      "pair": (1, 2),
+  }
   state = {"x": jnp.ones(2)}
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(3, state, extra=extra)
     ckpt.wait()
     got = ckpt.restore(3, _abstract(state)).extra
-    with pytest.raises(TypeError, match=r"extra\['data'\]\['pos'\]: int64 is not JSON"):
+    with pytest.raises(
+        TypeError, match=r"extra\['data'\]\['pos'\]: int64 is not JSON"
+    ):
       ckpt.save(4, state, extra={"data": {"pos": np.int64(3)}})
   assert got == {**extra, "pair": [1, 2]}  # JSON has no tuples.
 
 
 def test_host_state_round_trip_without_known_shapes(tmp_path):
-  tokens = [np.arange(5, dtype=np.int32), np.zeros(0, np.int32), np.arange(3, dtype=np.int64)]
-  host = {"tokens": tokens, "versions": np.zeros((2, 0), np.int16),
-          "flags": {"done": np.array([True, False])}, "empty": [], "nothing": None,
-          "pair": (np.float32(1.5), np.ones((2, 2), np.float32))}
+  tokens = [
+      np.arange(5, dtype=np.int32),
+      np.zeros(0, np.int32),
+      np.arange(3, dtype=np.int64),
+  ]
+  host = {
+      "tokens": tokens,
+      "versions": np.zeros((2, 0), np.int16),
+      "flags": {"done": np.array([True, False])},
+      "empty": [],
+      "nothing": None,
+      "pair": (np.float32(1.5), np.ones((2, 2), np.float32)),
+  }
   state = {"x": jnp.ones(2)}
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
     ckpt.save(1, state, host_state=host)
     # Edited after save returns: the checkpoint keeps the old values.
     tokens[0][:] = -1
-    ckpt.save(2, state, host_state={"all_empty": [np.zeros((0, 3), np.float32)]})
+    ckpt.save(
+        2, state, host_state={"all_empty": [np.zeros((0, 3), np.float32)]}
+    )
     ckpt.wait()
     got1 = ckpt.restore(1, _abstract(state)).host_state
     got2 = ckpt.restore(2, _abstract(state)).host_state
   tokens[0][:] = np.arange(5)
-  assert set(got1) == set(host) and got1["empty"] == [] and got1["nothing"] is None
+  assert (
+      set(got1) == set(host) and got1["empty"] == [] and got1["nothing"] is None
+  )
   assert isinstance(got1["pair"], tuple)
   for a, b in zip(jax.tree.leaves(got1), jax.tree.leaves(host)):
     assert isinstance(a, np.ndarray) and a.dtype == np.asarray(b).dtype
     np.testing.assert_array_equal(a, b)
-  assert got2["all_empty"][0].shape == (0, 3) and got2["all_empty"][0].dtype == np.float32
+  assert (
+      got2["all_empty"][0].shape == (0, 3)
+      and got2["all_empty"][0].dtype == np.float32
+  )
 
 
 def test_host_state_rejects_object_arrays(tmp_path):
   with checkpointer.Checkpointer(str(tmp_path)) as ckpt:
-    with pytest.raises(TypeError, match=r"host_state\['ids'\]: dtype <U2 cannot"):
-      ckpt.save(1, {"x": jnp.ones(1)}, host_state={"ids": np.array(["ab", "c"])})
+    with pytest.raises(
+        TypeError, match=r"host_state\['ids'\]: dtype <U2 cannot"
+    ):
+      ckpt.save(
+          1, {"x": jnp.ones(1)}, host_state={"ids": np.array(["ab", "c"])}
+      )
 
 
 def test_max_to_keep_interval_and_latest_step(tmp_path):
   state = {"x": jnp.ones(2)}
-  with checkpointer.Checkpointer(str(tmp_path), max_to_keep=2, save_interval_steps=2) as ckpt:
+  with checkpointer.Checkpointer(
+      str(tmp_path), max_to_keep=2, save_interval_steps=2
+  ) as ckpt:
     assert ckpt.latest_step() is None
     saved = [ckpt.save(step, {"x": state["x"] * step}) for step in range(1, 7)]
     assert saved == [False, True, False, True, False, True]
@@ -152,7 +209,9 @@ def test_max_to_keep_interval_and_latest_step(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["6", "7"]
   with checkpointer.Checkpointer(str(tmp_path)) as reopened:
     assert reopened.latest_step() == 7
-    np.testing.assert_array_equal(reopened.restore(6, _abstract(state)).state["x"], [6.0, 6.0])
+    np.testing.assert_array_equal(
+        reopened.restore(6, _abstract(state)).state["x"], [6.0, 6.0]
+    )
 
 
 def test_incomplete_checkpoint_is_ignored_then_replaced(tmp_path):
@@ -161,7 +220,10 @@ def test_incomplete_checkpoint_is_ignored_then_replaced(tmp_path):
     ckpt.save(10, state, extra={"step": 10})
   # A save killed part-way leaves orbax's temporary directory (current and
   # older, timestamped names), never a directory named by the step alone.
-  for name in ("20.orbax-checkpoint-tmp", "30.orbax-checkpoint-tmp-1700000000000"):
+  for name in (
+      "20.orbax-checkpoint-tmp",
+      "30.orbax-checkpoint-tmp-1700000000000",
+  ):
     os.makedirs(tmp_path / name / "state")
     (tmp_path / name / "state" / "manifest.ocdbt").write_bytes(b"partial")
   with checkpointer.Checkpointer(str(tmp_path)) as resumed:
@@ -173,8 +235,14 @@ def test_incomplete_checkpoint_is_ignored_then_replaced(tmp_path):
     assert resumed.save(20, {"x": state["x"] * 2}, extra={"step": 20})
     resumed.wait()
     assert resumed.latest_step() == 20
-    np.testing.assert_array_equal(resumed.restore(20, _abstract(state)).state["x"], [0.0, 2.0, 4.0])
-  assert sorted(os.listdir(tmp_path)) == ["10", "20", "30.orbax-checkpoint-tmp-1700000000000"]
+    np.testing.assert_array_equal(
+        resumed.restore(20, _abstract(state)).state["x"], [0.0, 2.0, 4.0]
+    )
+  assert sorted(os.listdir(tmp_path)) == [
+      "10",
+      "20",
+      "30.orbax-checkpoint-tmp-1700000000000",
+  ]
 
 
 def test_restore_without_checkpoint(tmp_path):
@@ -184,7 +252,10 @@ def test_restore_without_checkpoint(tmp_path):
       ckpt.restore(None, _abstract(state))
     ckpt.save(2, state)
     ckpt.wait()
-    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 3; complete checkpoints: \[2\]"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"no checkpoint of step 3; complete checkpoints: \[2\]",
+    ):
       ckpt.restore(3, _abstract(state))
     with pytest.raises(ValueError, match="leaf 'x' has no sharding"):
       ckpt.restore(2, {"x": jax.ShapeDtypeStruct((2,), jnp.float32)})
@@ -203,9 +274,17 @@ def test_restore_into_other_model_names_mismatching_keys(tmp_path, model_state):
     assert "(3 problems)" in message
     for name in ("gate", "up", "down"):
       assert f"'params/layers/mlp/{name}/kernel'" in message
-    assert "is (2, 64, 128) in the checkpoint but (2, 64, 256) in the model" in message
-    abstract = {"params": _abstract_params(config, mesh, rules), "rng": _abstract(state["rng"])}
-    with pytest.raises(ValueError, match="'rng' is missing from the checkpoint"):
+    assert (
+        "is (2, 64, 128) in the checkpoint but (2, 64, 256) in the model"
+        in message
+    )
+    abstract = {
+        "params": _abstract_params(config, mesh, rules),
+        "rng": _abstract(state["rng"]),
+    }
+    with pytest.raises(
+        ValueError, match="'rng' is missing from the checkpoint"
+    ):
       ckpt.restore(1, abstract)
 
 
@@ -224,10 +303,18 @@ def test_partial_restore_reads_only_the_named_part(tmp_path, model_state):
     assert extra == {"step": 2} and host is None
     # ...which the whole-state restore refuses, naming the slot array.
     whole = _abstract(saved)
-    whole["slots"]["cache"] = jax.ShapeDtypeStruct((256, 3), jnp.float32,
-                                                   sharding=whole["slots"]["cache"].sharding)
-    with pytest.raises(ValueError, match=r"shape of 'slots/cache' is \(64, 3\)"):
+    whole["slots"]["cache"] = jax.ShapeDtypeStruct(
+        (256, 3), jnp.float32, sharding=whole["slots"]["cache"].sharding
+    )
+    with pytest.raises(
+        ValueError, match=r"shape of 'slots/cache' is \(64, 3\)"
+    ):
       ckpt.restore(None, whole)
     # A part the checkpoint does not hold is named too.
-    with pytest.raises(ValueError, match=r"'train/ema/embedding' is missing from the checkpoint"):
-      ckpt.restore(None, {"train": {"ema": want["train"]["params"]}}, partial=True)
+    with pytest.raises(
+        ValueError,
+        match=r"'train/ema/embedding' is missing from the checkpoint",
+    ):
+      ckpt.restore(
+          None, {"train": {"ema": want["train"]["params"]}}, partial=True
+      )

@@ -14,8 +14,15 @@ from scalerl_jax.models.transformer import ModelConfig
 #   per layer: q,k,v,o = D*E*(2H + 2K) = 4*2*6 = 48; MLP 3*D*F = 36 -> 84
 #   LM head D*V = 40 -> matmul params P = 124, 2P = 248 FLOPs per token
 #   attention: 2*2*L*H*E = 16 FLOPs per attended key
-_CFG = ModelConfig(vocab_size=10, embed_dim=4, num_layers=1, num_heads=2, num_kv_heads=1,
-                   head_dim=2, mlp_dim=3)
+_CFG = ModelConfig(
+    vocab_size=10,
+    embed_dim=4,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=2,
+    mlp_dim=3,
+)
 
 
 def test_matmul_params_hand_count_and_num_params():
@@ -28,7 +35,9 @@ def test_matmul_params_hand_count_and_num_params():
   # Untied: the embedding table takes part in no matmul.
   untied = ModelConfig(**{**tied.__dict__, "tie_embeddings": False})
   embedding = untied.vocab_size * untied.embed_dim
-  assert compute.matmul_params(untied) == untied.num_params() - norms - embedding
+  assert (
+      compute.matmul_params(untied) == untied.num_params() - norms - embedding
+  )
 
 
 def test_forward_flops_hand_worked():
@@ -47,7 +56,10 @@ def test_generation_flops_hand_worked():
   #   decode 2 * 248 + 16 * (3 + 4) = 608.
   # Sequence 2: prompt 1, 1 sampled -> only the prompt: 248 + 16 * 1 = 264.
   assert compute.generation_flops(_CFG, [2], [3]) == 544 + 608
-  assert compute.generation_flops(_CFG, np.array([2, 1]), np.array([3, 1])) == 1152 + 264
+  assert (
+      compute.generation_flops(_CFG, np.array([2, 1]), np.array([3, 1]))
+      == 1152 + 264
+  )
   with pytest.raises(ValueError, match="2 prompt lengths but 1 completion"):
     compute.generation_flops(_CFG, [2, 1], [3])
 
@@ -88,12 +100,18 @@ def test_compute_meter_accumulates_and_resumes():
   meter.add(flops=50, wall_seconds=0.5)
   meter.add(flops=25, wall_seconds=3.0, num_devices=2)
   # 8 + 0.5 + 3 * 2 device-seconds.
-  assert meter.scalars() == {"compute/flops": 175.0, "compute/device_seconds": 14.5}
+  assert meter.scalars() == {
+      "compute/flops": 175.0,
+      "compute/device_seconds": 14.5,
+  }
   state = json.loads(json.dumps(meter.state_dict()))
   resumed = compute.ComputeMeter()
   resumed.load_state_dict(state)
   resumed.add(flops=1, wall_seconds=1.0)
-  assert resumed.scalars() == {"compute/flops": 176.0, "compute/device_seconds": 15.5}
+  assert resumed.scalars() == {
+      "compute/flops": 176.0,
+      "compute/device_seconds": 15.5,
+  }
 
 
 def test_compute_meter_rejects_bad_input():
@@ -102,5 +120,7 @@ def test_compute_meter_rejects_bad_input():
     meter.add(flops=1, wall_seconds=1.0, num_devices=0)
   with pytest.raises(ValueError, match="keys"):
     meter.load_state_dict({"flops": 1})
-  with pytest.raises(ValueError, match=r"device_seconds=-1.0 is not a non-negative"):
+  with pytest.raises(
+      ValueError, match=r"device_seconds=-1.0 is not a non-negative"
+  ):
     meter.load_state_dict({"flops": 1, "device_seconds": -1.0})

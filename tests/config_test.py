@@ -28,9 +28,13 @@ def test_default_variant_is_tiny_cpu_and_locked():
 # Values of another type than the field's: the locked config refuses them as
 # they are set (as `--config.<field>=...` is parsed), naming the field, so
 # `validate` has no type table of its own.
-_WRONG_TYPES = [("model", "fp32_lm_head", 1), ("monitor", "stop_on_alert", "yes"),
-                ("model", "num_heads", "8"), ("rewards", "strip_thinking", "math"),
-                ("data", "tfds_name", 3)]
+_WRONG_TYPES = [
+    ("model", "fp32_lm_head", 1),
+    ("monitor", "stop_on_alert", "yes"),
+    ("model", "num_heads", "8"),
+    ("rewards", "strip_thinking", "math"),
+    ("data", "tfds_name", 3),
+]
 
 
 @pytest.mark.parametrize("section,field,value", _WRONG_TYPES)
@@ -66,35 +70,98 @@ _BAD_FIELDS = [
     ("rl.aggregation", "batch", "rl.aggregation: 'batch' is not one of"),
     ("rl.adv_norm", "group", "rl.adv_norm: 'group' is not one of"),
     ("buffer.schedule", "sync", "buffer.schedule: 'sync' is not one of"),
-    ("model.param_dtype", "float16", "model.param_dtype: 'float16' is not one of"),
+    (
+        "model.param_dtype",
+        "float16",
+        "model.param_dtype: 'float16' is not one of",
+    ),
     ("model.head_dim", 33, "model.head_dim: 33 must be a positive even number"),
     ("optim.b2", 1.0, "optim.b2: 1.0 must be in [0, 1)"),
-    ("data.generations_per_prompt", 1, "data.generations_per_prompt: 1 must be >= 2"),
-    ("mesh.shape", (-1, -1, 1), "mesh.shape: (-1, -1, 1) must hold positive sizes and at most one -1"),
+    (
+        "data.generations_per_prompt",
+        1,
+        "data.generations_per_prompt: 1 must be >= 2",
+    ),
+    (
+        "mesh.shape",
+        (-1, -1, 1),
+        "mesh.shape: (-1, -1, 1) must hold positive sizes and at most one -1",
+    ),
     ("mesh.logical_axis_rules", (("embed",),), "mesh.logical_axis_rules:"),
-    ("curriculum.retire_threshold", 1.5, "curriculum.retire_threshold: 1.5 must be in (0, 1]"),
-    ("rewards.strip_thinking", ("maths",), "rewards.strip_thinking: ('maths',) must be distinct"),
-    ("rewards.strip_thinking", ("math", "math"), "rewards.strip_thinking: ('math', 'math') must"),
-    ("rewards.strip_thinking", "math", "rewards.strip_thinking: expected tuple or list"),
+    (
+        "curriculum.retire_threshold",
+        1.5,
+        "curriculum.retire_threshold: 1.5 must be in (0, 1]",
+    ),
+    (
+        "rewards.strip_thinking",
+        ("maths",),
+        "rewards.strip_thinking: ('maths',) must be distinct",
+    ),
+    (
+        "rewards.strip_thinking",
+        ("math", "math"),
+        "rewards.strip_thinking: ('math', 'math') must",
+    ),
+    (
+        "rewards.strip_thinking",
+        "math",
+        "rewards.strip_thinking: expected tuple or list",
+    ),
     ("seed", -1, "seed: -1 must be >= 0"),
     ("optim.eps", 0.0, "optim.eps: 0.0 must be > 0"),
     ("sampling.temperature", -0.5, "sampling.temperature: -0.5 must be >= 0"),
     ("sampling.top_p", 0.0, "sampling.top_p: 0.0 must be in (0, 1]"),
     ("buffer.max_off_policy", 0, "buffer.max_off_policy: 0 must be > 0"),
-    ("data.chat_template", "maybe", "data.chat_template: 'maybe' is not one of"),
-    ("data.source", "hf",
-     "data.source: 'hf' is not one of ('builtin', 'builtin_code', 'reasoning_gym',"),
-    ("data.on_long_prompt", "cut", "data.on_long_prompt: 'cut' is not one of ('error', 'skip')"),
-    ("data.builtin_difficulty", (0,), "data.builtin_difficulty: (0,) must be a non-empty tuple"),
+    (
+        "data.chat_template",
+        "maybe",
+        "data.chat_template: 'maybe' is not one of",
+    ),
+    (
+        "data.source",
+        "hf",
+        "data.source: 'hf' is not one of ('builtin', 'builtin_code', 'reasoning_gym',",
+    ),
+    (
+        "data.on_long_prompt",
+        "cut",
+        "data.on_long_prompt: 'cut' is not one of ('error', 'skip')",
+    ),
+    (
+        "data.builtin_difficulty",
+        (0,),
+        "data.builtin_difficulty: (0,) must be a non-empty tuple",
+    ),
     ("rewards.verifier", "python", "rewards.verifier: 'python' is not one of"),
     ("trainer.keep_checkpoints", 0, "trainer.keep_checkpoints: 0 must be > 0"),
-    ("trainer.warm_start_slip_prob", 1.0, "trainer.warm_start_slip_prob: 1.0 must be in [0, 1)"),
-    ("monitor.entropy_min_fraction", 1.0, "monitor.entropy_min_fraction: 1.0 must be in [0, 1)"),
-    ("monitor.truncation_rate_max", 1.5, "monitor.truncation_rate_max: 1.5 must be in [0, 1)"),
+    (
+        "trainer.warm_start_slip_prob",
+        1.0,
+        "trainer.warm_start_slip_prob: 1.0 must be in [0, 1)",
+    ),
+    (
+        "monitor.entropy_min_fraction",
+        1.0,
+        "monitor.entropy_min_fraction: 1.0 must be in [0, 1)",
+    ),
+    (
+        "monitor.truncation_rate_max",
+        1.5,
+        "monitor.truncation_rate_max: 1.5 must be in [0, 1)",
+    ),
     ("monitor.logp_diff_max", -0.1, "monitor.logp_diff_max: -0.1 must be >= 0"),
     ("monitor.ratio_max", 0.5, "monitor.ratio_max: 0.5 must be 0 (off) or > 1"),
-    ("monitor.reward_stuck_steps", 2.0, "monitor.reward_stuck_steps: expected int"),
-    ("monitor.val_drop_max", -0.2, "monitor.val_drop_max: -0.2 must be in [0, 1)"),
+    (
+        "monitor.reward_stuck_steps",
+        2.0,
+        "monitor.reward_stuck_steps: expected int",
+    ),
+    (
+        "monitor.val_drop_max",
+        -0.2,
+        "monitor.val_drop_max: -0.2 must be in [0, 1)",
+    ),
 ]
 
 
@@ -109,37 +176,92 @@ def test_a_missing_field_with_a_rule_is_named():
   config = scalerl.get_config()
   with config.unlocked():
     del config.model["head_dim"]
-  with pytest.raises(config_lib.ConfigError, match=r"^model.head_dim: missing config field"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"^model.head_dim: missing config field"
+  ):
     config_lib.validate(config)
 
 
 # (fields set together, devices, start of the message):
 # each fails on a relation.
 _INCONSISTENT = [
-    ({"model.num_heads": 5}, None, "model.num_kv_heads: 2 does not divide model.num_heads=5"),
-    ({"mesh.shape": (1, 1, 4)}, 4, "model.num_kv_heads: 2 is not divisible by 4"),
+    (
+        {"model.num_heads": 5},
+        None,
+        "model.num_kv_heads: 2 does not divide model.num_heads=5",
+    ),
+    (
+        {"mesh.shape": (1, 1, 4)},
+        4,
+        "model.num_kv_heads: 2 is not divisible by 4",
+    ),
     ({"mesh.shape": (1, 1, 3)}, 3, "model.num_heads: 4 is not divisible by 3"),
-    ({"mesh.shape": (1, 6, 1)}, 6, "model.embed_dim: 128 is not divisible by 6"),
-    ({"mesh.shape": (1, 1, 2), "model.mlp_dim": 765}, 2, "model.mlp_dim: 765 is not divisible by 2"),
-    ({"mesh.shape": (2, 2, 2)}, 4, "mesh.shape: (2, 2, 2) needs 8 devices, 4 available"),
+    (
+        {"mesh.shape": (1, 6, 1)},
+        6,
+        "model.embed_dim: 128 is not divisible by 6",
+    ),
+    (
+        {"mesh.shape": (1, 1, 2), "model.mlp_dim": 765},
+        2,
+        "model.mlp_dim: 765 is not divisible by 2",
+    ),
+    (
+        {"mesh.shape": (2, 2, 2)},
+        4,
+        "mesh.shape: (2, 2, 2) needs 8 devices, 4 available",
+    ),
     ({"mesh.shape": (3, -1, 1)}, 8, "mesh.shape: fixed sizes (3, -1, 1)"),
-    ({"mesh.shape": (1, -1)}, None, "mesh.shape: (1, -1) has 2 sizes for 3 axes"),
-    ({"mesh.logical_axis_rules": (("embed", "model"),)}, None,
-     "mesh.logical_axis_rules: rule for 'embed' names mesh axis 'model'"),
-    ({"sampling.max_new_tokens": 500}, None,
-     "sampling.max_new_tokens: max_prompt_len 64 + max_new_tokens 500 exceeds model.max_seq_len 512"),
-    ({"sampling.interruption.enabled": True, "sampling.interruption.thinking_budget_min": 10,
-      "sampling.interruption.thinking_budget_max": 5}, None,
-     "sampling.interruption.thinking_budget_min: 10 > thinking_budget_max 5"),
-    ({"sampling.interruption.enabled": True, "sampling.interruption.thinking_budget_min": 10,
-      "sampling.interruption.thinking_budget_max": 200}, None,
-     "sampling.interruption.thinking_budget_max: 200 exceeds sampling.max_new_tokens 96"),
-    ({"optim.schedule": "cosine", "optim.decay_steps": 0}, None, "optim.decay_steps: cosine schedule needs decay_steps > 0"),
+    (
+        {"mesh.shape": (1, -1)},
+        None,
+        "mesh.shape: (1, -1) has 2 sizes for 3 axes",
+    ),
+    (
+        {"mesh.logical_axis_rules": (("embed", "model"),)},
+        None,
+        "mesh.logical_axis_rules: rule for 'embed' names mesh axis 'model'",
+    ),
+    (
+        {"sampling.max_new_tokens": 500},
+        None,
+        "sampling.max_new_tokens: max_prompt_len 64 + max_new_tokens 500 exceeds model.max_seq_len 512",
+    ),
+    (
+        {
+            "sampling.interruption.enabled": True,
+            "sampling.interruption.thinking_budget_min": 10,
+            "sampling.interruption.thinking_budget_max": 5,
+        },
+        None,
+        "sampling.interruption.thinking_budget_min: 10 > thinking_budget_max 5",
+    ),
+    (
+        {
+            "sampling.interruption.enabled": True,
+            "sampling.interruption.thinking_budget_min": 10,
+            "sampling.interruption.thinking_budget_max": 200,
+        },
+        None,
+        "sampling.interruption.thinking_budget_max: 200 exceeds sampling.max_new_tokens 96",
+    ),
+    (
+        {"optim.schedule": "cosine", "optim.decay_steps": 0},
+        None,
+        "optim.decay_steps: cosine schedule needs decay_steps > 0",
+    ),
     ({"rl.reward_incorrect": 1.0}, None, "rl.reward_correct: 1.0 must exceed"),
-    ({"data.source": "jsonl"}, None, "data.jsonl_train: must be set when data.source='jsonl'"),
+    (
+        {"data.source": "jsonl"},
+        None,
+        "data.jsonl_train: must be set when data.source='jsonl'",
+    ),
     ({"data.source": "tfds"}, None, "data.tfds_name: must be set"),
-    ({"data.jsonl_answer_field": "prompt"}, None,
-     "data.jsonl_answer_field: 'prompt' is also data.jsonl_prompt_field"),
+    (
+        {"data.jsonl_answer_field": "prompt"},
+        None,
+        "data.jsonl_answer_field: 'prompt' is also data.jsonl_prompt_field",
+    ),
 ]
 
 
@@ -172,9 +294,14 @@ def test_a_plain_dict_config_is_walked_too():
 def test_the_trainer_refuses_every_invalid_config_before_compiling(tmp_path):
   """train_and_evaluate, the entry point, fails on each config
   with its field named."""
-  configs = [(_with(path, value), message) for path, value, message in _BAD_FIELDS]
-  configs += [(_with_all(updates), message)
-              for updates, num_devices, message in _INCONSISTENT if num_devices is None]
+  configs = [
+      (_with(path, value), message) for path, value, message in _BAD_FIELDS
+  ]
+  configs += [
+      (_with_all(updates), message)
+      for updates, num_devices, message in _INCONSISTENT
+      if num_devices is None
+  ]
   assert len(configs) >= 20
   compile_event = "/jax/core/compile/backend_compile_duration"
   events = []

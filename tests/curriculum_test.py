@@ -58,19 +58,25 @@ def test_matches_a_reference_on_random_histories():
   assert {p for p in sums if c.is_retired(p)} == set(retired_at)
   records = [{"id": f"p{i}"} for i in range(25)]
   assert [r["id"] for r in c.filter_records(records)] == [
-      r["id"] for r in records if r["id"] not in retired_at]
+      r["id"] for r in records if r["id"] not in retired_at
+  ]
 
 
 def test_without_no_positive_resampling_nothing_retires():
-  c = curriculum_lib.Curriculum(retire_threshold=0.9, no_positive_resampling=False)
+  c = curriculum_lib.Curriculum(
+      retire_threshold=0.9, no_positive_resampling=False
+  )
   assert c.update(["p"], [[1, 1, 1, 1]]) == []
   assert not c.is_retired("p") and c.pass_rate("p") == 1.0
 
 
 def test_zero_variance_mask_and_counts():
-  scores = np.array([[1, 1, 1], [0, 0, 0], [0.5, 0.5, 0.5], [1, 0, 1]], np.float32)
-  np.testing.assert_array_equal(curriculum_lib.zero_variance_mask(scores),
-                                [True, True, True, False])
+  scores = np.array(
+      [[1, 1, 1], [0, 0, 0], [0.5, 0.5, 0.5], [1, 0, 1]], np.float32
+  )
+  np.testing.assert_array_equal(
+      curriculum_lib.zero_variance_mask(scores), [True, True, True, False]
+  )
   c = curriculum_lib.Curriculum()
   c.update(["a", "b", "c", "d"], scores)
   metrics = c.metrics()
@@ -81,12 +87,15 @@ def test_zero_variance_mask_and_counts():
   assert metrics["prompts_seen"] == 4 and metrics["prompts_retired"] == 1
 
 
-@pytest.mark.parametrize("ids, scores, message", [
-    (["a"], [[1, 2]], "in \\[0, 1\\]"),
-    (["a", "b"], [[1, 0]], "expected \\[P, G\\]"),
-    (["a"], [1, 0], "expected \\[P, G\\]"),
-    ([1], [[1, 0]], "prompt ids must be strings"),
-])
+@pytest.mark.parametrize(
+    "ids, scores, message",
+    [
+        (["a"], [[1, 2]], "in \\[0, 1\\]"),
+        (["a", "b"], [[1, 0]], "expected \\[P, G\\]"),
+        (["a"], [1, 0], "expected \\[P, G\\]"),
+        ([1], [[1, 0]], "prompt ids must be strings"),
+    ],
+)
 def test_bad_updates_are_errors(ids, scores, message):
   with pytest.raises(ValueError, match=message):
     curriculum_lib.Curriculum().update(ids, scores)
@@ -103,7 +112,9 @@ def _played(c, steps, seed):
   retired = []
   for _ in range(steps):
     ids = [f"prompt/{i}" for i in rng.integers(0, 12, size=3)]
-    retired += c.update(ids, rng.choice([0.0, 0.5, 1.0], p=[0.1, 0.1, 0.8], size=(3, 4)))
+    retired += c.update(
+        ids, rng.choice([0.0, 0.5, 1.0], p=[0.1, 0.1, 0.8], size=(3, 4))
+    )
   return retired
 
 
@@ -112,11 +123,16 @@ def test_state_round_trips_through_an_orbax_checkpoint(tmp_path):
   _played(c, 20, seed=1)
   assert 0 < c.metrics()["prompts_retired"]
   with ocp.CheckpointManager(tmp_path) as manager:
-    manager.save(20, args=ocp.args.Composite(curriculum=ocp.args.JsonSave(c.state_dict())))
+    manager.save(
+        20,
+        args=ocp.args.Composite(curriculum=ocp.args.JsonSave(c.state_dict())),
+    )
     manager.wait_until_finished()
   with ocp.CheckpointManager(tmp_path) as manager:
     restored = manager.restore(
-        manager.latest_step(), args=ocp.args.Composite(curriculum=ocp.args.JsonRestore()))
+        manager.latest_step(),
+        args=ocp.args.Composite(curriculum=ocp.args.JsonRestore()),
+    )
   r = curriculum_lib.Curriculum.from_state_dict(restored.curriculum)
   assert r.state_dict() == c.state_dict()
   assert r.metrics() == c.metrics()
@@ -131,12 +147,15 @@ def test_state_is_plain_json():
   assert json.loads(json.dumps(c.state_dict())) == c.state_dict()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s.pop("counts"), "keys"),
-    (lambda s: s.update(version=99), "version 99"),
-    (lambda s: s["counts"].append(1), "counts"),
-    (lambda s: s["retired"].append("ghost"), "without history"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s.pop("counts"), "keys"),
+        (lambda s: s.update(version=99), "version 99"),
+        (lambda s: s["counts"].append(1), "counts"),
+        (lambda s: s["retired"].append("ghost"), "without history"),
+    ],
+)
 def test_bad_state_is_an_error(edit, message):
   c = curriculum_lib.Curriculum()
   _played(c, 5, seed=4)

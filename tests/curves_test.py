@@ -20,7 +20,9 @@ CURVE = dict(a=0.6, b=1.9, c_mid_step=20)
 
 def _read(tmp_path, name="run", seed=0, **kwargs):
   workdir = str(tmp_path / name)
-  scores = scaling_helpers.write_workdir(workdir, seed=seed, **{**CURVE, **kwargs})
+  scores = scaling_helpers.write_workdir(
+      workdir, seed=seed, **{**CURVE, **kwargs}
+  )
   return runs.read_run(workdir, "compute/device_hours", name=name), scores
 
 
@@ -36,13 +38,18 @@ def test_default_skip_leaves_out_the_first_three_percent(tmp_path):
   assert _steps(curve, "skipped") == [5]
   assert _steps(curve, "fitted") == list(range(10, 201, 5))
   assert _steps(curve, "held_out") == []
-  assert curve.fit.num_points == 39 and curve.fit.compute_range == pytest.approx((0.1, 2.0))
+  assert (
+      curve.fit.num_points == 39
+      and curve.fit.compute_range == pytest.approx((0.1, 2.0))
+  )
 
 
 def test_skip_fraction_sets_the_prefix(tmp_path):
   # 12% of 2 hours is 0.24 hours: steps 5-20 (0.05-0.2 h) go.
   run, _ = _read(tmp_path)
-  curve = curves.fit_curve(run.steps, run.compute, run.score, skip_fraction=0.12)
+  curve = curves.fit_curve(
+      run.steps, run.compute, run.score, skip_fraction=0.12
+  )
   assert _steps(curve, "skipped") == [5, 10, 15, 20]
   assert curve.fit.num_points == 36
   none = curves.fit_curve(run.steps, run.compute, run.score, skip_fraction=0.0)
@@ -61,7 +68,9 @@ def test_r0_is_the_score_at_step_0(tmp_path):
   assert later.fit is None and "no validation score at step 0" in later.error
 
 
-def test_fit_fraction_holds_out_the_second_half_and_predicts_the_final_value(tmp_path):
+def test_fit_fraction_holds_out_the_second_half_and_predicts_the_final_value(
+    tmp_path,
+):
   # Half of 2 hours is 1 hour, step 100: steps 10-100 fitted (step 5 skipped),
   # steps 105-200 held out.
   run, scores = _read(tmp_path)
@@ -70,9 +79,15 @@ def test_fit_fraction_holds_out_the_second_half_and_predicts_the_final_value(tmp
   assert _steps(curve, "skipped") == [5]
   assert _steps(curve, "fitted") == list(range(10, 101, 5))
   assert _steps(curve, "held_out") == list(range(105, 201, 5))
-  assert ex.split == pytest.approx(1.0) and ex.held_out == 20 and curve.fit is ex.fit
+  assert (
+      ex.split == pytest.approx(1.0)
+      and ex.held_out == 20
+      and curve.fit is ex.fit
+  )
   assert ex.final_score == scores[200]
-  assert ex.final_prediction == pytest.approx(float(sigmoid.predict(ex.fit, 2.0)))
+  assert ex.final_prediction == pytest.approx(
+      float(sigmoid.predict(ex.fit, 2.0))
+  )
   assert ex.final_error == pytest.approx(ex.final_prediction - scores[200])
   truth = sigmoid.sigmoid(200, 0.6, 1.9, 20, 0.2)
   assert abs(ex.final_prediction - truth) <= 0.01, ex
@@ -80,8 +95,13 @@ def test_fit_fraction_holds_out_the_second_half_and_predicts_the_final_value(tmp
 
 def test_fractions_are_checked():
   with pytest.raises(ValueError, match="skip_fraction < fit_fraction"):
-    curves.fit_curve([0, 1, 2], [0.0, 1.0, 2.0], [0.1, 0.2, 0.3], skip_fraction=0.5,
-                     fit_fraction=0.5)
+    curves.fit_curve(
+        [0, 1, 2],
+        [0.0, 1.0, 2.0],
+        [0.1, 0.2, 0.3],
+        skip_fraction=0.5,
+        fit_fraction=0.5,
+    )
 
 
 def test_curve_too_short_carries_the_reason():
@@ -93,23 +113,42 @@ def test_curve_too_short_carries_the_reason():
 def test_fit_groups_seeds_by_name(tmp_path):
   # Three seeds whose steps cost 36, 37.8 and 39.6 device-seconds (2.0, 2.1 and
   # 2.2 hours in all), and one unrelated run.
-  members = [_read(tmp_path, f"cispo_seed{s}", seed=s, seconds_per_step=36 * (1 + 0.05 * s))[0]
-             for s in range(3)]
+  members = [
+      _read(
+          tmp_path,
+          f"cispo_seed{s}",
+          seed=s,
+          seconds_per_step=36 * (1 + 0.05 * s),
+      )[0]
+      for s in range(3)
+  ]
   other, _ = _read(tmp_path, "dapo", seed=9, a=0.5)
   groups = curves.fit_groups(members + [other], num_bootstrap=20)
   assert [g.name for g in groups] == ["cispo", "dapo"]
   cispo, dapo = groups
-  assert [r.name for r in cispo.runs] == ["cispo_seed0", "cispo_seed1", "cispo_seed2"]
+  assert [r.name for r in cispo.runs] == [
+      "cispo_seed0",
+      "cispo_seed1",
+      "cispo_seed2",
+  ]
   assert cispo.mean.compute[-1] == pytest.approx(2.1)
-  np.testing.assert_allclose(cispo.mean.score, np.mean([r.score for r in members], 0))
+  np.testing.assert_allclose(
+      cispo.mean.score, np.mean([r.score for r in members], 0)
+  )
   per_seed = [f.fit for f in cispo.fits]
   assert cispo.spread.num_runs == 3
   assert cispo.spread.a_mean == pytest.approx(np.mean([f.a for f in per_seed]))
-  assert cispo.spread.c_mid_std == pytest.approx(np.std([f.c_mid for f in per_seed], ddof=1))
+  assert cispo.spread.c_mid_std == pytest.approx(
+      np.std([f.c_mid for f in per_seed], ddof=1)
+  )
   # C_mid is step 20: 0.2, 0.21 and 0.22 hours; the mean curve's is about 0.21.
-  assert [f.c_mid for f in per_seed] == pytest.approx([0.2, 0.21, 0.22], rel=0.05)
+  assert [f.c_mid for f in per_seed] == pytest.approx(
+      [0.2, 0.21, 0.22], rel=0.05
+  )
   mean = cispo.mean_fit
-  assert abs(mean.fit.a - 0.6) <= 0.01 and mean.fit.c_mid == pytest.approx(0.21, rel=0.05)
+  assert abs(mean.fit.a - 0.6) <= 0.01 and mean.fit.c_mid == pytest.approx(
+      0.21, rel=0.05
+  )
   assert mean.fit.r0 == pytest.approx(np.mean([r.score[0] for r in members]))
   assert mean.uncertainty.num_samples == 20
   assert dapo.mean is None and dapo.mean_fit is None and dapo.spread is None

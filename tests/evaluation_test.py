@@ -8,13 +8,22 @@ from scalerl_jax import evaluation
 
 def test_summary_numbers_worked_by_hand():
   scores = np.array([[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], np.float32)
-  got = evaluation.summarize(scores, np.array([3] * 6 + [6] * 6), np.array([0] * 11 + [1]))
+  got = evaluation.summarize(
+      scores, np.array([3] * 6 + [6] * 6), np.array([0] * 11 + [1])
+  )
   # Prompt variances (ddof=1): 4 x 0.25 / 3 = 1/3, 0 and 0; k = 4, N = 3.
   stderr = np.sqrt((1 / 3) / 4) / 3
-  assert got == pytest.approx({
-      "val/mean_at_k": 6 / 12, "val/mean_at_k_stderr": stderr, "val/pass_at_k": 2 / 3,
-      "val/mean_length": 4.5, "val/truncation_rate": 1 / 12, "val/num_prompts": 3.0},
-      rel=1e-12)
+  assert got == pytest.approx(
+      {
+          "val/mean_at_k": 6 / 12,
+          "val/mean_at_k_stderr": stderr,
+          "val/pass_at_k": 2 / 3,
+          "val/mean_length": 4.5,
+          "val/truncation_rate": 1 / 12,
+          "val/num_prompts": 3.0,
+      },
+      rel=1e-12,
+  )
 
 
 def test_stderr_matches_the_spread_of_resampled_evaluations():
@@ -22,9 +31,14 @@ def test_stderr_matches_the_spread_of_resampled_evaluations():
   # agrees with the std of mean@k over 2,000 independent resamplings.
   rng = np.random.default_rng(0)
   p_N = rng.uniform(0, 1, 200)
-  draws = [(rng.random((200, 16)) < p_N[:, None]).astype(np.float32) for _ in range(2_000)]
+  draws = [
+      (rng.random((200, 16)) < p_N[:, None]).astype(np.float32)
+      for _ in range(2_000)
+  ]
   spread = np.std([d.mean() for d in draws])
-  stderrs = [evaluation.summarize(d, np.ones(1), np.zeros(1))["val/mean_at_k_stderr"]
-             for d in draws[:50]]
+  stderrs = [
+      evaluation.summarize(d, np.ones(1), np.zeros(1))["val/mean_at_k_stderr"]
+      for d in draws[:50]
+  ]
   # 2,000 draws: ~1.6% error of the std.
   assert abs(np.mean(stderrs) / spread - 1) < 0.05

@@ -47,8 +47,11 @@ def _in_thread(fn, *args):
 def _reward_processes():
   """This process's fork server of the reward pool and
   every worker it forked."""
-  servers = [p for p in psutil.Process().children()
-             if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())]
+  servers = [
+      p
+      for p in psutil.Process().children()
+      if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())
+  ]
   return servers + [w for s in servers for w in s.children()]
 
 
@@ -75,7 +78,9 @@ def test_killing_every_reward_process_mid_batch_restarts_the_pool():
         time.sleep(0.01)
       _kill_all(before)
 
-    killer = threading.Thread(target=kill_once_both_workers_are_busy, daemon=True)
+    killer = threading.Thread(
+        target=kill_once_both_workers_are_busy, daemon=True
+    )
     killer.start()
     scores, stats = _in_thread(pool.score, completions, records)
     killer.join(_DEADLINE_S)
@@ -85,7 +90,9 @@ def test_killing_every_reward_process_mid_batch_restarts_the_pool():
     assert stats["num_crashes"] == 2 and stats["num_timeouts"] == 0
     np.testing.assert_array_equal(scores, [0, 0] + [1, 0] * 3)
     after = _reward_processes()
-    assert len(after) == 3 and not {p.pid for p in after} & {p.pid for p in before}
+    assert len(after) == 3 and not {p.pid for p in after} & {
+        p.pid for p in before
+    }
     scores, stats = _in_thread(pool.score, [r"\boxed{7}"] * 2, [record] * 2)
     np.testing.assert_array_equal(scores, [1, 1])
 
@@ -100,14 +107,20 @@ def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
       killed = set()
       while len(killed) < 2:
         for process in _reward_processes()[1:]:
-          if process.pid not in killed and process.is_running() and process.children():
+          if (
+              process.pid not in killed
+              and process.is_running()
+              and process.children()
+          ):
             killed.add(process.pid)
             _kill_all([psutil.Process(process.ppid()), process])
         time.sleep(0.01)
 
     killer = threading.Thread(target=kill_every_server_once_busy, daemon=True)
     killer.start()
-    with pytest.raises(RuntimeError, match="fork server failed twice while scoring one batch"):
+    with pytest.raises(
+        RuntimeError, match="fork server failed twice while scoring one batch"
+    ):
       _in_thread(pool.score, [_SLEEPER, _SLEEPER_2], [_CODE_RECORD] * 2)
     killer.join(_DEADLINE_S)
 
@@ -142,7 +155,9 @@ def _unwritable(directory):
     os.chmod(directory, 0o755)
 
 
-def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
+def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkpoint(
+    tmp_path,
+):
   # 4 MB: past the 1 MB limit.
   state = {"w": jnp.arange(1 << 20, dtype=jnp.float32)}
   directory = str(tmp_path / "checkpoints")
@@ -151,8 +166,10 @@ def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkp
     ckpt.wait()
     with _file_size_limit(1 << 20):
       ckpt.save(2, {"w": state["w"] + 1}, {"step": 2})
-      with pytest.raises(checkpointer.CheckpointWriteError,
-                         match=r"step 2 failed: .*File too large.*complete checkpoints \(\[1\]\)"):
+      with pytest.raises(
+          checkpointer.CheckpointWriteError,
+          match=r"step 2 failed: .*File too large.*complete checkpoints \(\[1\]\)",
+      ):
         ckpt.wait()
   with checkpointer.Checkpointer(directory) as reopened:
     assert reopened.latest_step() == 1  # Verified against its manifest.
@@ -161,7 +178,8 @@ def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkp
 
 
 def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_workdir(
-    tmp_path):
+    tmp_path,
+):
   config = helpers.rl_test_config("pipeline_rl", num_steps=3)
   config.trainer.warm_start_steps = 0  # Rewards do not matter here.
   workdir = str(tmp_path / "run")
@@ -180,8 +198,10 @@ def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_
 
     checkpoints = trainer.checkpointer.directory
     with _unwritable(checkpoints):
-      with pytest.raises(checkpointer.CheckpointWriteError,
-                         match=r"step 2 failed: .*Permission denied.*complete checkpoints"):
+      with pytest.raises(
+          checkpointer.CheckpointWriteError,
+          match=r"step 2 failed: .*Permission denied.*complete checkpoints",
+      ):
         trainer.save(force=True)
         trainer.checkpointer.wait()
   finally:

@@ -12,8 +12,16 @@ from configs import scalerl
 def tiny_config(**model_overrides):
   """The tiny_cpu config with a smaller model (2 layers, width 64)."""
   config = scalerl.get_config("variant=tiny_cpu")
-  model = dict(vocab_size=128, embed_dim=64, num_layers=2, num_heads=4, num_kv_heads=2,
-               head_dim=16, mlp_dim=128, max_seq_len=256)
+  model = dict(
+      vocab_size=128,
+      embed_dim=64,
+      num_layers=2,
+      num_heads=4,
+      num_kv_heads=2,
+      head_dim=16,
+      mlp_dim=128,
+      max_seq_len=256,
+  )
   model.update(model_overrides)
   with config.unlocked():
     config.model.update(model)
@@ -30,7 +38,12 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
   # Level 1 only (231 training problems): the warm start reaches ~10% there.
   d.builtin_difficulty, d.builtin_num_train, d.builtin_num_val = (1,), 231, 12
   t.warm_start_steps, t.warm_start_lr, t.warm_start_batch = 300, 3e-3, 32
-  t.num_steps, t.eval_every, t.eval_num_prompts, t.eval_samples = num_steps, 2, 12, 4
+  t.num_steps, t.eval_every, t.eval_num_prompts, t.eval_samples = (
+      num_steps,
+      2,
+      12,
+      4,
+  )
   t.checkpoint_every = 2
   config.optim.learning_rate, config.optim.warmup_steps = 1e-4, 0
   config.buffer.schedule, config.buffer.max_off_policy = schedule, 2
@@ -46,10 +59,24 @@ def run_on_8_devices(module: str) -> dict:
   script prints one JSON object per line with a "shape" key.
   """
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=root)
-  out = subprocess.run([sys.executable, "-m", module], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=600)
+  env = dict(
+      os.environ,
+      XLA_FLAGS="--xla_force_host_platform_device_count=8",
+      JAX_PLATFORMS="cpu",
+      PYTHONPATH=root,
+  )
+  out = subprocess.run(
+      [sys.executable, "-m", module],
+      cwd=root,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert out.returncode == 0, out.stderr[-4000:]
-  rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+  rows = [
+      json.loads(line)
+      for line in out.stdout.splitlines()
+      if line.startswith("{")
+  ]
   return {tuple(r["shape"]): r for r in rows}

@@ -15,18 +15,42 @@ from configs import scalerl
 from scalerl_jax import sharding
 from scalerl_jax.models import hf_io, transformer
 
-_SHAPE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+_SHAPE = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 _ARCHS = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
-    "llama3_rope": (transformers.LlamaConfig, transformers.LlamaForCausalLM, dict(
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    "llama3_rope": (
+        transformers.LlamaConfig,
+        transformers.LlamaForCausalLM,
+        dict(
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
+        ),
+    ),
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, {}),
-    "qwen2_tied": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
-                   dict(tie_word_embeddings=True)),
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(head_dim=16)),
+    "qwen2_tied": (
+        transformers.Qwen2Config,
+        transformers.Qwen2ForCausalLM,
+        dict(tie_word_embeddings=True),
+    ),
+    "qwen3": (
+        transformers.Qwen3Config,
+        transformers.Qwen3ForCausalLM,
+        dict(head_dim=16),
+    ),
 }
 
 
@@ -60,7 +84,9 @@ def test_logits_match_transformers_and_export_round_trips(name, tmp_path):
   cfg, params = hf_io.load_checkpoint(path)
   assert cfg.family == name.split("_")[0].replace("llama3", "llama")
   ids = _ids()
-  ours = jax.jit(transformer.Transformer(cfg).apply)({"params": params}, jnp.asarray(ids))
+  ours = jax.jit(transformer.Transformer(cfg).apply)(
+      {"params": params}, jnp.asarray(ids)
+  )
   ref = _hf_logits(model, ids)
   err = np.abs(np.asarray(ours) - ref).max()
   print(f"{name}: max |logit diff| vs transformers = {err:.2e}")
@@ -87,10 +113,14 @@ def test_sharded_index_checkpoint_loads_onto_mesh(tmp_path):
   config = scalerl.get_config()
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.logical_rules(config.mesh)
-  shardings = sharding.param_shardings(transformer.Transformer(cfg), mesh, rules)
+  shardings = sharding.param_shardings(
+      transformer.Transformer(cfg), mesh, rules
+  )
   cfg2, params2 = hf_io.load_checkpoint(sharded, shardings=shardings)
   assert cfg2 == cfg
-  leaves, leaves2 = jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params2)
+  leaves, leaves2 = jax.tree_util.tree_leaves(
+      params
+  ), jax.tree_util.tree_leaves(params2)
   assert len(leaves) == len(leaves2)
   for a, b in zip(leaves, leaves2):
     np.testing.assert_array_equal(a, b)
@@ -99,9 +129,15 @@ def test_sharded_index_checkpoint_loads_onto_mesh(tmp_path):
 
 def test_bfloat16_params_on_load(tmp_path):
   _, path = _hf_model("llama", tmp_path)
-  cfg, params = hf_io.load_checkpoint(path, param_dtype="bfloat16", compute_dtype="bfloat16")
-  assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {jnp.dtype(jnp.bfloat16)}
-  logits = transformer.Transformer(cfg).apply({"params": params}, jnp.asarray(_ids()))
+  cfg, params = hf_io.load_checkpoint(
+      path, param_dtype="bfloat16", compute_dtype="bfloat16"
+  )
+  assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {
+      jnp.dtype(jnp.bfloat16)
+  }
+  logits = transformer.Transformer(cfg).apply(
+      {"params": params}, jnp.asarray(_ids())
+  )
   assert logits.dtype == jnp.float32  # fp32_lm_head defaults on
 
 
@@ -147,7 +183,9 @@ def test_wrong_tensor_shape_is_named(tmp_path):
   _, path = _hf_model("qwen2", tmp_path)
   # The file's MLP tensors are 48 wide.
   _edit_config(path, intermediate_size=64)
-  with pytest.raises(hf_io.CheckpointError, match=r"model\.layers\.0\.mlp\.\w+_proj\.weight"):
+  with pytest.raises(
+      hf_io.CheckpointError, match=r"model\.layers\.0\.mlp\.\w+_proj\.weight"
+  ):
     hf_io.load_checkpoint(path)
 
 

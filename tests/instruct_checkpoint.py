@@ -88,7 +88,8 @@ NAMED_TOKENS_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}[{{ m.role }} {{ strftime_now('%Y') }}]"
     "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
     "{% else %}{{ m.content }}{% endif %}{{ eos_token }}{% endfor %}"
-    "{% if add_generation_prompt %}[assistant]{% endif %}")
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
 
 _CORPUS = [
     "<|im_start|>system\nYou are a careful solver.<|im_end|>\n",
@@ -100,8 +101,12 @@ _CORPUS = [
 ]
 
 
-def write_tokenizer(directory, chat_template=QWEN3_TEMPLATE, template_file=False,
-                    extra_settings=None):
+def write_tokenizer(
+    directory,
+    chat_template=QWEN3_TEMPLATE,
+    template_file=False,
+    extra_settings=None,
+):
   """Writes tokenizer.json, tokenizer_config.json and generation_config.json.
 
   Args:
@@ -118,21 +123,36 @@ def write_tokenizer(directory, chat_template=QWEN3_TEMPLATE, template_file=False
   tok = tokenizers.Tokenizer(models.BPE())
   tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   tok.decoder = decoders.ByteLevel()
-  trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(SPECIAL_TOKENS),
-                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  trainer = trainers.BpeTrainer(
+      vocab_size=400,
+      special_tokens=list(SPECIAL_TOKENS),
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+  )
   tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
   tok.add_tokens(list(THINK_TOKENS))
   tok.save(str(directory / "tokenizer.json"))
-  settings = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
-              "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-              **(extra_settings or {})}
+  settings = {
+      "tokenizer_class": "PreTrainedTokenizerFast",
+      "bos_token": None,
+      "eos_token": "<|im_end|>",
+      "pad_token": "<|endoftext|>",
+      **(extra_settings or {}),
+  }
   if chat_template is not None and template_file:
     (directory / "chat_template.jinja").write_text(chat_template)
   elif chat_template is not None:
     settings["chat_template"] = chat_template
   (directory / "tokenizer_config.json").write_text(json.dumps(settings))
   stops = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
-  (directory / "generation_config.json").write_text(json.dumps(
-      {"bos_token_id": stops[1], "eos_token_id": stops, "pad_token_id": stops[1],
-       "temperature": 0.6, "top_p": 0.95}))
+  (directory / "generation_config.json").write_text(
+      json.dumps(
+          {
+              "bos_token_id": stops[1],
+              "eos_token_id": stops,
+              "pad_token_id": stops[1],
+              "temperature": 0.6,
+              "top_p": 0.95,
+          }
+      )
+  )
   return tok

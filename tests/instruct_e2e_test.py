@@ -40,10 +40,14 @@ pytest.importorskip("math_verify")
 _DIM = 64
 # lm_head weight; the normalised one-hot input has norm sqrt(_DIM).
 _LOGIT = 20.0
-_QUESTIONS = ["Tom has 6 bags of 7 apples. How many apples does he have?",
-              "A box holds 21 pens and another box twice as many. How many pens are there?",
-              "Natalia sold 48 clips in April and half as many in May, minus 30. How many?",
-              "What is 84 divided by 2?", "What is 40 plus 2?", "What is 6 times 7?"]
+_QUESTIONS = [
+    "Tom has 6 bags of 7 apples. How many apples does he have?",
+    "A box holds 21 pens and another box twice as many. How many pens are there?",
+    "Natalia sold 48 clips in April and half as many in May, minus 30. How many?",
+    "What is 84 divided by 2?",
+    "What is 40 plus 2?",
+    "What is 6 times 7?",
+]
 
 
 def _chain(tok):
@@ -61,12 +65,22 @@ def _chain(tok):
 
 
 def _write_checkpoint(directory):
-  tok = instruct_checkpoint.write_tokenizer(directory, instruct_checkpoint.THINKING_TEMPLATE)
+  tok = instruct_checkpoint.write_tokenizer(
+      directory, instruct_checkpoint.THINKING_TEMPLATE
+  )
   vocab = tok.get_vocab_size()
   config = transformers.Qwen3Config(
-      vocab_size=vocab, hidden_size=_DIM, intermediate_size=2 * _DIM, num_hidden_layers=1,
-      num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=160,
-      tie_word_embeddings=False, rms_norm_eps=1e-6)
+      vocab_size=vocab,
+      hidden_size=_DIM,
+      intermediate_size=2 * _DIM,
+      num_hidden_layers=1,
+      num_attention_heads=2,
+      num_key_value_heads=1,
+      head_dim=32,
+      max_position_embeddings=160,
+      tie_word_embeddings=False,
+      rms_norm_eps=1e-6,
+  )
   model = transformers.Qwen3ForCausalLM(config)
   chain = _chain(tok)
   slot = {token: k for k, token in enumerate(chain)}
@@ -89,7 +103,10 @@ def _write_checkpoint(directory):
 
 
 def _write_gsm8k(path, questions):
-  rows = [{"question": q, "answer": "Work it out: <<6*7=42>>42.\n#### 42"} for q in questions]
+  rows = [
+      {"question": q, "answer": "Work it out: <<6*7=42>>42.\n#### 42"}
+      for q in questions
+  ]
   path.write_text("".join(json.dumps(row) + "\n" for row in rows))
   return str(path)
 
@@ -98,11 +115,17 @@ def _config(checkpoint, tmp_path):
   config = scalerl.get_config("variant=tiny_cpu")
   d, s, t = config.data, config.sampling, config.trainer
   config.model.hf_path = str(checkpoint)
-  d.source, d.jsonl_prompt_field, d.answer_delimiter = "jsonl", "question", "####"
+  d.source, d.jsonl_prompt_field, d.answer_delimiter = (
+      "jsonl",
+      "question",
+      "####",
+  )
   d.jsonl_train = _write_gsm8k(tmp_path / "train.jsonl", _QUESTIONS[:4])
   d.jsonl_val = _write_gsm8k(tmp_path / "val.jsonl", _QUESTIONS[4:])
   d.system_prompt = "You are a careful solver."
-  d.answer_instruction = "Please reason step by step, and put your final answer within \\boxed{}."
+  d.answer_instruction = (
+      "Please reason step by step, and put your final answer within \\boxed{}."
+  )
   d.prompts_per_step, d.generations_per_prompt = 2, 8
   s.max_prompt_len, s.max_new_tokens, s.decode_steps_per_call = 128, 24, 8
   t.num_steps, t.eval_every, t.eval_num_prompts, t.eval_samples = 2, 2, 2, 16
@@ -116,8 +139,10 @@ def test_two_rl_steps_on_gsm8k_rows_from_a_qwen3_instruct_checkpoint(tmp_path):
   reference = _write_checkpoint(checkpoint)
   config = _config(checkpoint, tmp_path)
   tok = tokenizer_lib.get_tokenizer(config, str(tmp_path / "unused"))
-  assert tok.stop_ids == (reference.token_to_id("<|im_end|>"),
-                          reference.token_to_id("<|endoftext|>"))
+  assert tok.stop_ids == (
+      reference.token_to_id("<|im_end|>"),
+      reference.token_to_id("<|endoftext|>"),
+  )
 
   last = trainer.train_and_evaluate(config, str(tmp_path / "run"))
 

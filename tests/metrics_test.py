@@ -24,16 +24,20 @@ def _read_events(tb_dir):
       data = f.read()
     pos = 0
     while pos < len(data):
-      (length,) = struct.unpack("<Q", data[pos:pos + 8])
+      (length,) = struct.unpack("<Q", data[pos : pos + 8])
       pos += 12  # length + its CRC
-      events.append(event_pb2.Event.FromString(data[pos:pos + length]))
+      events.append(event_pb2.Event.FromString(data[pos : pos + length]))
       pos += length + 4  # payload + its CRC
     files.append(events)
   return files
 
 
 def _scalars(events):
-  return [(e.step, v.tag, round(v.simple_value, 5)) for e in events for v in e.summary.value]
+  return [
+      (e.step, v.tag, round(v.simple_value, 5))
+      for e in events
+      for v in e.summary.value
+  ]
 
 
 def _lines(path):
@@ -44,16 +48,30 @@ def _lines(path):
 def test_writer_jsonl_and_tensorboard(tmp_path):
   workdir = str(tmp_path / "run")
   with metrics_writer.MetricWriter(workdir, is_primary=True) as writer:
-    writer.write(1, {"loss": jnp.float32(0.5), "train/pass_rate": np.float64(0.25),
-                     "tokens": np.int64(7)})
+    writer.write(
+        1,
+        {
+            "loss": jnp.float32(0.5),
+            "train/pass_rate": np.float64(0.25),
+            "tokens": np.int64(7),
+        },
+    )
     # Flushed per write: readable before the writer is closed.
     assert _lines(os.path.join(workdir, "metrics.jsonl")) == [
-        {"step": 1, "loss": 0.5, "train/pass_rate": 0.25, "tokens": 7}]
+        {"step": 1, "loss": 0.5, "train/pass_rate": 0.25, "tokens": 7}
+    ]
     writer.write(2, {"val/mean_at_k": 0.75})
-  assert _lines(os.path.join(workdir, "metrics.jsonl"))[1] == {"step": 2, "val/mean_at_k": 0.75}
+  assert _lines(os.path.join(workdir, "metrics.jsonl"))[1] == {
+      "step": 2,
+      "val/mean_at_k": 0.75,
+  }
   (events,) = _read_events(os.path.join(workdir, "tb"))
-  assert _scalars(events) == [(1, "loss", 0.5), (1, "train/pass_rate", 0.25), (1, "tokens", 7.0),
-                              (2, "val/mean_at_k", 0.75)]
+  assert _scalars(events) == [
+      (1, "loss", 0.5),
+      (1, "train/pass_rate", 0.25),
+      (1, "tokens", 7.0),
+      (2, "val/mean_at_k", 0.75),
+  ]
 
 
 def test_writer_rejects_reserved_and_non_scalar(tmp_path):
@@ -89,7 +107,10 @@ def test_truncate_after_drops_later_steps_and_purges_tensorboard(tmp_path):
   resumed = metrics_writer.MetricWriter(workdir, is_primary=True)
   resumed.truncate_after(2)
   assert [(r["step"], sorted(r)) for r in _lines(path)] == [
-      (1, ["loss", "step"]), (2, ["loss", "step"]), (2, ["step", "val/mean_at_k"])]
+      (1, ["loss", "step"]),
+      (2, ["loss", "step"]),
+      (2, ["step", "val/mean_at_k"]),
+  ]
   assert not [f for f in os.listdir(workdir) if f.endswith(".tmp")]
   resumed.write(3, {"loss": 30.0})
   resumed.close()
@@ -99,7 +120,10 @@ def test_truncate_after_drops_later_steps_and_purges_tensorboard(tmp_path):
   first, second = _read_events(os.path.join(workdir, "tb"))
   assert [s for s, _, _ in _scalars(first)] == [1, 2, 3, 2]
   # The resumed file opens with TensorBoard's purge marker at step 3.
-  assert any(e.step == 3 and e.session_log.status == event_pb2.SessionLog.START for e in second)
+  assert any(
+      e.step == 3 and e.session_log.status == event_pb2.SessionLog.START
+      for e in second
+  )
   assert _scalars(second) == [(3, "loss", 30.0)]
 
 
@@ -107,5 +131,7 @@ def test_truncate_after_rejects_corrupt_middle_line(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a metrics line"):
-    metrics_writer.MetricWriter(str(tmp_path), is_primary=True).truncate_after(1)
+    metrics_writer.MetricWriter(str(tmp_path), is_primary=True).truncate_after(
+        1
+    )
   assert path.read_text() == '{"step": 1}\nnot json\n{"step": 2}\n'

@@ -37,10 +37,22 @@ RATIO_TOL = 4e-6
 
 
 def _model(**overrides):
-  config = helpers.tiny_config(vocab_size=64, embed_dim=32, num_layers=1, num_heads=2,
-                               num_kv_heads=1, head_dim=16, mlp_dim=64, **overrides)
-  model = transformer.Transformer(transformer.ModelConfig.from_config(config.model))
-  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  config = helpers.tiny_config(
+      vocab_size=64,
+      embed_dim=32,
+      num_layers=1,
+      num_heads=2,
+      num_kv_heads=1,
+      head_dim=16,
+      mlp_dim=64,
+      **overrides
+  )
+  model = transformer.Transformer(
+      transformer.ModelConfig.from_config(config.model)
+  )
+  params = nn.unbox(
+      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+  )["params"]
   return config, model, params
 
 
@@ -50,7 +62,9 @@ class _Bigram(nn.Module):
 
   @nn.compact
   def __call__(self, tokens_BxT):
-    return nn.Embed(64, 64, embedding_init=nn.initializers.normal(0.3))(tokens_BxT)
+    return nn.Embed(64, 64, embedding_init=nn.initializers.normal(0.3))(
+        tokens_BxT
+    )
 
 
 def _batch():
@@ -60,15 +74,19 @@ def _batch():
   tokens = rng.randint(0, 64, (P * G, S)).astype(np.int32)
   mask = np.zeros((P * G, S), np.float32)
   for row, length in enumerate([7, 3, 0, 5, 1, 7, 2, 6, 4, 4, 7, 3]):
-    mask[row, 4:4 + length] = 1
+    mask[row, 4 : 4 + length] = 1
   # Log-probs near the trainer's (about -4.2 on 64 tokens), so ratios spread
   # around 1, and two far from it, so that every loss clips or caps a token.
   gen_logp = -4.2 + 0.3 * rng.randn(P * G, S)
   gen_logp[0, 5], gen_logp[1, 4] = -9.0, -1.0
   gen_logp = gen_logp.astype(np.float32) * mask
   rewards = np.array([[1, 0, 0, 1], [0, 0, 1, 0], [1, 1, 1, 1]], np.float32)
-  return {"tokens_BxS": tokens, "mask_BxS": mask, "gen_logp_BxS": gen_logp,
-          "rewards_PxG": rewards}
+  return {
+      "tokens_BxS": tokens,
+      "mask_BxS": mask,
+      "gen_logp_BxS": gen_logp,
+      "rewards_PxG": rewards,
+  }
 
 
 def _max_diff(a, b):
@@ -82,10 +100,17 @@ def _max_diff(a, b):
 
 
 def _loss_and_grads(config, model, **spec_fields):
-  spec = ts.StepSpec(model=model, optimizer=optim.make_optimizer(config.optim),
-                     loss=losses.LossParams.from_config(config.rl), adv_norm="batch",
-                     zero_variance_filter=True, num_prompts=P, num_generations=G,
-                     temperature=0.7, **spec_fields)
+  spec = ts.StepSpec(
+      model=model,
+      optimizer=optim.make_optimizer(config.optim),
+      loss=losses.LossParams.from_config(config.rl),
+      adv_norm="batch",
+      zero_variance_filter=True,
+      num_prompts=P,
+      num_generations=G,
+      temperature=0.7,
+      **spec_fields
+  )
   return functools.partial(ts.loss_and_grads, spec=spec)
 
 
@@ -103,8 +128,9 @@ def _bigram_results():
       for aggregation in losses.AGGREGATIONS.names():
         config.rl.loss, config.rl.aggregation = loss, aggregation
         for m in (1, 4):
-          results[loss, aggregation, m] = _loss_and_grads(config, model, microbatches=m)(
-              params, batch)
+          results[loss, aggregation, m] = _loss_and_grads(
+              config, model, microbatches=m
+          )(params, batch)
     return results
 
   return jax.device_get(jax.jit(run_all)(params, _batch()))
@@ -112,7 +138,9 @@ def _bigram_results():
 
 @pytest.mark.parametrize("aggregation", losses.AGGREGATIONS.names())
 @pytest.mark.parametrize("loss", losses.LOSSES.names())
-def test_microbatches_give_the_whole_batch_gradient_and_metrics(loss, aggregation):
+def test_microbatches_give_the_whole_batch_gradient_and_metrics(
+    loss, aggregation
+):
   want, got = (_bigram_results()[loss, aggregation, m] for m in (1, 4))
   assert _max_diff(want[2], got[2]) < TOL
   # Something to compare.
@@ -120,8 +148,14 @@ def test_microbatches_give_the_whole_batch_gradient_and_metrics(loss, aggregatio
   assert _max_diff(want[0], got[0]) < TOL
   assert want[1].keys() == got[1].keys()
   for name in want[1]:
-    assert _max_diff(want[1][name], got[1][name]) < (RATIO_TOL if "ratio" in name else TOL), name
-  clipped = want[1]["clip_frac_high"] + want[1]["clip_frac_low"] + want[1]["capped_frac"]
+    assert _max_diff(want[1][name], got[1][name]) < (
+        RATIO_TOL if "ratio" in name else TOL
+    ), name
+  clipped = (
+      want[1]["clip_frac_high"]
+      + want[1]["clip_frac_low"]
+      + want[1]["capped_frac"]
+  )
   assert float(clipped) > 0
 
 
@@ -130,16 +164,24 @@ def test_microbatches_with_tis_and_chunks_together():
   config.rl.tis_cap = 1.5
   batch = _batch()
   want = jax.jit(_loss_and_grads(config, model))(params, batch)
-  got = jax.jit(_loss_and_grads(config, model, microbatches=2, logprob_chunk=4))(params, batch)
+  got = jax.jit(
+      _loss_and_grads(config, model, microbatches=2, logprob_chunk=4)
+  )(params, batch)
   assert _max_diff(want[2], got[2]) < TOL
   for name in want[1]:
-    assert _max_diff(want[1][name], got[1][name]) < (RATIO_TOL if "ratio" in name else TOL), name
+    assert _max_diff(want[1][name], got[1][name]) < (
+        RATIO_TOL if "ratio" in name else TOL
+    ), name
   assert float(want[1]["tis_capped_frac"]) > 0
 
 
 def test_accumulated_gradient_keeps_the_parameter_dtype():
-  config, model, params = _model(param_dtype="bfloat16", compute_dtype="bfloat16")
-  _, _, grads = jax.jit(_loss_and_grads(config, model, microbatches=2))(params, _batch())
+  config, model, params = _model(
+      param_dtype="bfloat16", compute_dtype="bfloat16"
+  )
+  _, _, grads = jax.jit(_loss_and_grads(config, model, microbatches=2))(
+      params, _batch()
+  )
   assert all(g.dtype == jnp.bfloat16 for g in jax.tree_util.tree_leaves(grads))
 
 
@@ -156,7 +198,9 @@ def test_chunked_logprobs_equal_the_whole_sequence():
     return jnp.sum(logp * weights), (logp, entropy)
 
   grad = jax.grad(run, has_aux=True)
-  results = jax.jit(lambda params: [grad(params, c) for c in (0, 3, 7, 64)])(params)
+  results = jax.jit(lambda params: [grad(params, c) for c in (0, 3, 7, 64)])(
+      params
+  )
   (want_grads, want), chunked = results[0], results[1:]
   assert float(jnp.max(jnp.abs(want_grads["final_norm"]["scale"]))) > 0
   for got_grads, got in chunked:
@@ -166,20 +210,34 @@ def test_chunked_logprobs_equal_the_whole_sequence():
 
 def _validate(prompts, generations, microbatches, num_devices=None, chunk=0):
   config = helpers.tiny_config()
-  config.data.prompts_per_step, config.data.generations_per_prompt = prompts, generations
-  config.trainer.microbatches, config.trainer.logprob_chunk = microbatches, chunk
+  config.data.prompts_per_step, config.data.generations_per_prompt = (
+      prompts,
+      generations,
+  )
+  config.trainer.microbatches, config.trainer.logprob_chunk = (
+      microbatches,
+      chunk,
+  )
   config_lib.validate(config, num_devices)
 
 
 def test_config_checks_that_microbatches_divide():
   _validate(3, 4, 12)
   _validate(8, 16, 16, num_devices=8)  # 8 rows per microbatch, one per device.
-  with pytest.raises(config_lib.ConfigError, match=r"^trainer\.microbatches: 5 does not divide"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"^trainer\.microbatches: 5 does not divide"
+  ):
     _validate(3, 4, 5)
-  with pytest.raises(config_lib.ConfigError,
-                     match=r"^trainer\.microbatches: 32 microbatches of 4 completions .* 8-way"):
+  with pytest.raises(
+      config_lib.ConfigError,
+      match=r"^trainer\.microbatches: 32 microbatches of 4 completions .* 8-way",
+  ):
     _validate(8, 16, 32, num_devices=8)
-  with pytest.raises(config_lib.ConfigError, match=r"^trainer\.microbatches: 0 must be > 0"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"^trainer\.microbatches: 0 must be > 0"
+  ):
     _validate(3, 4, 0)
-  with pytest.raises(config_lib.ConfigError, match=r"^trainer\.logprob_chunk: -1"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"^trainer\.logprob_chunk: -1"
+  ):
     _validate(3, 4, 1, chunk=-1)

@@ -44,7 +44,8 @@ def test_records_carry_their_domain_prefix_and_verifier(config):
   assert not {r["id"] for r in val} & {r["id"] for r in records}
   head = mixture.head_per_domain(val, 5)
   assert [r["domain"] for r in head] == [val[0]["domain"]] * 5 + [
-      d for d in ("math", "code") if d != val[0]["domain"]] * 5
+      d for d in ("math", "code") if d != val[0]["domain"]
+  ] * 5
 
 
 def test_a_single_source_config_is_untouched():
@@ -52,7 +53,10 @@ def test_a_single_source_config_is_untouched():
   assert mixture.names(c) == [] and mixture.weights(c) == {}
   assert isinstance(mixture.make_curriculum(c), curriculum_lib.Curriculum)
   records = sources.load_prompts(c, "val")
-  assert "domain" not in records[0] and mixture.head_per_domain(records, 7) == records[:7]
+  assert (
+      "domain" not in records[0]
+      and mixture.head_per_domain(records, 7) == records[:7]
+  )
 
 
 def test_bad_domains_fail_naming_the_field(config):
@@ -64,14 +68,18 @@ def test_bad_domains_fail_naming_the_field(config):
   c = multitask.get_config()
   with c.unlocked():
     c.data.mixture.code.jsonl_tain = "x"
-  with pytest.raises(ValueError, match=r"data.mixture.code.jsonl_tain: not a data"):
+  with pytest.raises(
+      ValueError, match=r"data.mixture.code.jsonl_tain: not a data"
+  ):
     sources.load_prompts(c, "train")
 
 
 def test_every_batch_holds_each_domains_share(config, tok):
   # Weights 0.5/0.5 and P=16: grain's mix interleaves, so every
   # batch holds 8 of each.
-  stream = pipeline.make_pipeline(config, sources.load_prompts(config, "train"), tok)
+  stream = pipeline.make_pipeline(
+      config, sources.load_prompts(config, "train"), tok
+  )
   for _ in range(20):
     counts = collections.Counter(r["domain"] for r in next(stream).records)
     assert counts == {"math": 8, "code": 8}
@@ -88,9 +96,14 @@ def test_curricula_keep_each_domains_state_and_round_trip(config):
   assert retired == ["code/a", "math/b"]
   m = curricula.metrics()
   assert m["groups_seen"] == 3 and m["prompts_retired"] == 2
-  assert m["curriculum/code/prompts_retired"] == 1 and m["curriculum/math/groups_seen"] == 2
+  assert (
+      m["curriculum/code/prompts_retired"] == 1
+      and m["curriculum/math/groups_seen"] == 2
+  )
   assert m["zero_variance_fraction"] == pytest.approx(1 / 3)
-  restored = mixture.restore_curriculum(json.loads(json.dumps(curricula.state_dict())))
+  restored = mixture.restore_curriculum(
+      json.loads(json.dumps(curricula.state_dict()))
+  )
   assert restored.metrics() == m and restored.is_retired("code/a")
   assert not restored.is_retired("math/a")
   with pytest.raises(ValueError, match="no domain"):
@@ -99,33 +112,53 @@ def test_curricula_keep_each_domains_state_and_round_trip(config):
 
 def _group(domain, scores, lengths):
   """What train_metrics reads of a `buffer.Group`."""
-  return types.SimpleNamespace(record={"id": f"{domain}/x", "domain": domain},
-                               scores_G=np.asarray(scores, np.float32),
-                               completion_lens_G=np.asarray(lengths, np.int32))
+  return types.SimpleNamespace(
+      record={"id": f"{domain}/x", "domain": domain},
+      scores_G=np.asarray(scores, np.float32),
+      completion_lens_G=np.asarray(lengths, np.int32),
+  )
 
 
 def test_train_metrics_per_domain():
-  groups = [_group("math", [1, 0], [4, 6]), _group("math", [1, 1], [2, 2]),
-            _group("code", [0, 0], [10, 20])]
+  groups = [
+      _group("math", [1, 0], [4, 6]),
+      _group("math", [1, 1], [2, 2]),
+      _group("code", [0, 0], [10, 20]),
+  ]
   m = mixture.train_metrics(groups)
   # math: scores 1,0,1,1 -> 0.75; one of two groups zero-variance;
   # lengths 4,6,2,2 -> 3.5.
-  assert m == {"train/code/count": 1.0, "train/code/reward_mean": 0.0,
-               "train/code/zero_variance_frac": 1.0, "train/code/mean_length": 15.0,
-               "train/math/count": 2.0, "train/math/reward_mean": 0.75,
-               "train/math/zero_variance_frac": 0.5, "train/math/mean_length": 3.5}
+  assert m == {
+      "train/code/count": 1.0,
+      "train/code/reward_mean": 0.0,
+      "train/code/zero_variance_frac": 1.0,
+      "train/code/mean_length": 15.0,
+      "train/math/count": 2.0,
+      "train/math/reward_mean": 0.75,
+      "train/math/zero_variance_frac": 0.5,
+      "train/math/mean_length": 3.5,
+  }
   assert mixture.train_metrics([_group("", [1, 0], [1, 1])]) == {}
 
 
 def test_validation_metrics_per_domain():
   scores = np.array([[1, 0], [0, 0], [1, 1]], np.float32)
-  out = evaluation.summarize_domains(scores, np.array([1, 2, 3, 4, 5, 6]),
-                                     np.zeros(6, bool), ["math", "code", "math"])
+  out = evaluation.summarize_domains(
+      scores,
+      np.array([1, 2, 3, 4, 5, 6]),
+      np.zeros(6, bool),
+      ["math", "code", "math"],
+  )
   assert out["val/mean_at_k"] == pytest.approx(0.5)
-  assert out["val/math/mean_at_k"] == pytest.approx(0.75) and out["val/math/pass_at_k"] == 1.0
+  assert (
+      out["val/math/mean_at_k"] == pytest.approx(0.75)
+      and out["val/math/pass_at_k"] == 1.0
+  )
   assert out["val/code/mean_at_k"] == 0.0 and out["val/code/pass_at_k"] == 0.0
   # Rows 0 and 2: 1, 2, 5, 6.
   assert out["val/math/mean_length"] == pytest.approx(3.5)
   assert out["val/code/num_prompts"] == 1.0
-  single = evaluation.summarize_domains(scores, np.arange(6), np.zeros(6, bool), [""] * 3)
+  single = evaluation.summarize_domains(
+      scores, np.arange(6), np.zeros(6, bool), [""] * 3
+  )
   assert single == evaluation.summarize(scores, np.arange(6), np.zeros(6, bool))

@@ -80,13 +80,26 @@ def _run_all(jobs: list[tuple[list[str], int, str]]) -> None:
       # NPROC sizes XLA:CPU's thread pools: with the default (the core count, at
       # least one thread per device), collectives that a program runs
       # concurrently can take every thread and deadlock on a 2-core machine.
-      env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT, NPROC="32",
-                 XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-                           "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
-                           "--xla_cpu_collective_timeout_seconds=600")
+      env = dict(
+          os.environ,
+          JAX_PLATFORMS="cpu",
+          PYTHONPATH=_ROOT,
+          NPROC="32",
+          XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
+          "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
+          "--xla_cpu_collective_timeout_seconds=600",
+      )
       with open(log, "w") as f:
-        procs.append(subprocess.Popen(command, cwd=_ROOT, env=env, stdout=f,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=_ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
     deadline = time.monotonic() + _TIMEOUT_S
     codes = [p.poll() for p in procs]
     while None in codes and not any(codes) and time.monotonic() < deadline:
@@ -95,8 +108,13 @@ def _run_all(jobs: list[tuple[list[str], int, str]]) -> None:
     if any(code != 0 for code in codes):
       tails = "\n".join(
           f"--- {log} ({'still running' if code is None else f'exit {code}'}):\n"
-          f"{open(log).read()[-3000:]}" for (_, _, log), code in zip(jobs, codes) if code != 0)
-      pytest.fail(f"a process failed, or the runs took over {_TIMEOUT_S:.0f} s:\n{tails}")
+          f"{open(log).read()[-3000:]}"
+          for (_, _, log), code in zip(jobs, codes)
+          if code != 0
+      )
+      pytest.fail(
+          f"a process failed, or the runs took over {_TIMEOUT_S:.0f} s:\n{tails}"
+      )
   finally:
     for p in procs:
       if p.poll() is None:
@@ -126,14 +144,51 @@ def runs(tmp_path_factory):
   warm_start_s = time.monotonic() - start
   common = ["--out", out, "--warm_start_dir", base]
   port = portpicker.pick_unused_port()
-  jobs = [(_command(common + ["--workdir", str(root / "ref"), "--tag", "ref",
-                              "--num_steps", "2"]), 8, str(root / "ref.log"))]
-  jobs += [(_command(common + ["--workdir", str(root / "mc"), "--tag", f"p{i}",
-                               "--num_steps", "1,2", "--num_processes", "2", "--process_id",
-                               str(i), "--coordinator", f"localhost:{port}"]),
-            4, str(root / f"p{i}.log")) for i in range(2)]
+  jobs = [
+      (
+          _command(
+              common
+              + [
+                  "--workdir",
+                  str(root / "ref"),
+                  "--tag",
+                  "ref",
+                  "--num_steps",
+                  "2",
+              ]
+          ),
+          8,
+          str(root / "ref.log"),
+      )
+  ]
+  jobs += [
+      (
+          _command(
+              common
+              + [
+                  "--workdir",
+                  str(root / "mc"),
+                  "--tag",
+                  f"p{i}",
+                  "--num_steps",
+                  "1,2",
+                  "--num_processes",
+                  "2",
+                  "--process_id",
+                  str(i),
+                  "--coordinator",
+                  f"localhost:{port}",
+              ]
+          ),
+          4,
+          str(root / f"p{i}.log"),
+      )
+      for i in range(2)
+  ]
   _run_all(jobs)
-  print(f"warm start {warm_start_s:.0f} s; all runs {time.monotonic() - start:.0f} s")
+  print(
+      f"warm start {warm_start_s:.0f} s; all runs {time.monotonic() - start:.0f} s"
+  )
   return {"root": root, **{tag: _load(out, tag) for tag in ("ref", "p0", "p1")}}
 
 
@@ -141,8 +196,14 @@ def _metrics(workdir) -> list[dict]:
   """metrics.jsonl without the wall-clock measurements."""
   with open(workdir / "metrics.jsonl") as f:
     rows = [json.loads(line) for line in f]
-  return [{k: v for k, v in r.items() if not k.startswith("time/")
-           and k != "compute/device_seconds"} for r in rows]
+  return [
+      {
+          k: v
+          for k, v in r.items()
+          if not k.startswith("time/") and k != "compute/device_seconds"
+      }
+      for r in rows
+  ]
 
 
 def _decisions(log: dict) -> list:
@@ -171,7 +232,11 @@ def _assert_close(a, b, where="events"):
 def test_each_process_sees_its_4_devices_of_8(runs):
   for i in range(2):
     assert runs[f"p{i}"][0]["topology"] == {
-        "process_index": i, "process_count": 2, "local_devices": 4, "devices": 8}
+        "process_index": i,
+        "process_count": 2,
+        "local_devices": 4,
+        "devices": 8,
+    }
   assert runs["ref"][0]["topology"]["process_count"] == 1
 
 
@@ -206,10 +271,14 @@ def test_params_match_the_one_process_run(runs):
   diff, moved = 0.0, 0.0
   for k in finals:
     name = k.split("/", 1)[1]
-    np.testing.assert_array_equal(mc[f"init0/{name}"], ref[f"init0/{name}"], err_msg=name)
+    np.testing.assert_array_equal(
+        mc[f"init0/{name}"], ref[f"init0/{name}"], err_msg=name
+    )
     diff = max(diff, float(np.abs(mc[f"final1/{name}"] - ref[k]).max()))
     moved = max(moved, float(np.abs(ref[k] - ref[f"init0/{name}"]).max()))
-  print(f"max |param diff| vs one process: {diff:.3g}; largest update over 2 steps: {moved:.3g}")
+  print(
+      f"max |param diff| vs one process: {diff:.3g}; largest update over 2 steps: {moved:.3g}"
+  )
   # Training moved the parameters: the check has teeth.
   assert moved > 50 * _MAX_PARAM_DIFF
   assert diff <= _MAX_PARAM_DIFF
@@ -219,12 +288,17 @@ def test_resume_restores_the_first_runs_parameters(runs):
   params = runs["p0"][1]
   names = [k.split("/", 1)[1] for k in params if k.startswith("final0/")]
   for name in names:
-    np.testing.assert_array_equal(params[f"init1/{name}"], params[f"final0/{name}"], err_msg=name)
-  assert [e[1:] for e in runs["p0"][0]["events"] if e[0] in ("init", "final")] == [
-      [0, 0], [0, 1], [1, 1], [1, 2]]
+    np.testing.assert_array_equal(
+        params[f"init1/{name}"], params[f"final0/{name}"], err_msg=name
+    )
+  assert [
+      e[1:] for e in runs["p0"][0]["events"] if e[0] in ("init", "final")
+  ] == [[0, 0], [0, 1], [1, 1], [1, 2]]
 
 
-def test_checkpoints_written_by_both_processes_metrics_and_export_by_process_0(runs):
+def test_checkpoints_written_by_both_processes_metrics_and_export_by_process_0(
+    runs,
+):
   root = runs["root"]
   checkpoints = root / "mc" / "checkpoints"
   assert sorted(os.listdir(checkpoints)) == ["1", "2"]

@@ -24,12 +24,25 @@ def _config(num_steps):
   config.sampling.max_prompt_len, config.sampling.max_new_tokens = 32, 64
   config.trainer.warm_start_steps = 150
   with config.unlocked():
-    config.data.mixture = ml_collections.ConfigDict({
-        "math": {"weight": 0.5, "source": "builtin", "builtin_difficulty": (1,),
-                 "builtin_num_train": 231, "builtin_num_val": 6},
-        "code": {"weight": 0.5, "source": "builtin_code", "builtin_difficulty": (1, 2),
-                 "builtin_num_train": 200, "builtin_num_val": 6, "retire_threshold": 0.5},
-    })
+    config.data.mixture = ml_collections.ConfigDict(
+        {
+            "math": {
+                "weight": 0.5,
+                "source": "builtin",
+                "builtin_difficulty": (1,),
+                "builtin_num_train": 231,
+                "builtin_num_val": 6,
+            },
+            "code": {
+                "weight": 0.5,
+                "source": "builtin_code",
+                "builtin_difficulty": (1, 2),
+                "builtin_num_train": 200,
+                "builtin_num_val": 6,
+                "retire_threshold": 0.5,
+            },
+        }
+    )
   return config
 
 
@@ -50,7 +63,9 @@ def _run(base_dir, tmp_path, name, steps):
     return str(workdir), [json.loads(line) for line in f]
 
 
-def test_two_source_run_logs_each_domain_and_resumes_bit_identically(base_dir, tmp_path):
+def test_two_source_run_logs_each_domain_and_resumes_bit_identically(
+    base_dir, tmp_path
+):
   straight, rows = _run(base_dir, tmp_path, "straight", [4])
   split, split_rows = _run(base_dir, tmp_path, "split", [2, 4])
   for r in rows[1:]:
@@ -62,10 +77,17 @@ def test_two_source_run_logs_each_domain_and_resumes_bit_identically(base_dir, t
   for r in (rows[0], rows[2], rows[4]):
     assert r["val/math/num_prompts"] == r["val/code/num_prompts"] == 6
     assert r["val/mean_at_k"] == pytest.approx(
-        (r["val/math/mean_at_k"] + r["val/code/mean_at_k"]) / 2)
+        (r["val/math/mean_at_k"] + r["val/code/mean_at_k"]) / 2
+    )
   assert rows[-1]["curriculum/code/groups_seen"] > 0
-  strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")
-                       and k != "compute/device_seconds"} for r in rs]
+  strip = lambda rs: [
+      {
+          k: v
+          for k, v in r.items()
+          if not k.startswith("time/") and k != "compute/device_seconds"
+      }
+      for r in rs
+  ]
   assert strip(rows) == strip(split_rows)
   params = []
   for workdir in (straight, split):
@@ -73,8 +95,8 @@ def test_two_source_run_logs_each_domain_and_resumes_bit_identically(base_dir, t
     try:
       params.append(jax.device_get(trainer.state.params))
       assert trainer.curriculum.metrics() == {
-          k: v for k, v in rows[-1].items()
-          if k in trainer.curriculum.metrics()}
+          k: v for k, v in rows[-1].items() if k in trainer.curriculum.metrics()
+      }
     finally:
       trainer.close()
   for a, b in zip(*(jax.tree_util.tree_leaves(p) for p in params)):

@@ -33,13 +33,19 @@ def _sequence_logp(logp_BxS, mask_BxS):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   config = helpers.rl_test_config("pipeline_rl")
-  config.sampling.temperature, config.sampling.top_k, config.sampling.top_p = TEMPERATURE, 0, 1.0
+  config.sampling.temperature, config.sampling.top_k, config.sampling.top_p = (
+      TEMPERATURE,
+      0,
+      1.0,
+  )
   # An untrained policy: its completions are diverse (a sharp test of the
   # ratios) and all score 0, so the filter is off to keep
   # every token in the loss.
   config.trainer.warm_start_steps = 0
   config.rl.zero_variance_filter = False
-  trainer = trainer_lib.Trainer(config, str(tmp_path_factory.mktemp("on_policy")))
+  trainer = trainer_lib.Trainer(
+      config, str(tmp_path_factory.mktemp("on_policy"))
+  )
   try:
     trainer.generate()
     p, g = config.data.prompts_per_step, config.data.generations_per_prompt
@@ -47,21 +53,31 @@ def run(tmp_path_factory):
     batch = buffer_lib.collate(groups)
     model, params = trainer.exp.model, jax.device_get(trainer.state.params)
     recompute = lambda params, t: np.asarray(
-        train_step_lib.policy_logprobs(model, params, batch["tokens_BxS"], t)[0])
-    out = {"batch": batch, "logp": recompute(params, TEMPERATURE),
-           "logp_t1": recompute(params, 1.0),
-           "logits": np.asarray(model.apply({"params": params}, batch["tokens_BxS"][:, :-1]),
-                                np.float64)}
+        train_step_lib.policy_logprobs(model, params, batch["tokens_BxS"], t)[0]
+    )
+    out = {
+        "batch": batch,
+        "logp": recompute(params, TEMPERATURE),
+        "logp_t1": recompute(params, 1.0),
+        "logits": np.asarray(
+            model.apply({"params": params}, batch["tokens_BxS"][:, :-1]),
+            np.float64,
+        ),
+    }
     out["metrics"], _ = trainer.train(groups)
 
     # Made-up rewards: completion 0 of every group passed, the others failed.
     rewards_PxG = np.zeros((p, g), np.float32)
     rewards_PxG[:, 0] = 1.0
     before = recompute(jax.device_get(trainer.state.params), TEMPERATURE)
-    trainer.state, _ = trainer.train_step(trainer.state, {**batch, "rewards_PxG": rewards_PxG})
+    trainer.state, _ = trainer.train_step(
+        trainer.state, {**batch, "rewards_PxG": rewards_PxG}
+    )
     after = recompute(jax.device_get(trainer.state.params), TEMPERATURE)
     mask = batch["mask_BxS"]
-    out["gain_PxG"] = (_sequence_logp(after, mask) - _sequence_logp(before, mask)).reshape(p, g)
+    out["gain_PxG"] = (
+        _sequence_logp(after, mask) - _sequence_logp(before, mask)
+    ).reshape(p, g)
   finally:
     trainer.close()
   return out
@@ -82,7 +98,10 @@ def test_recomputed_logprobs_equal_the_generators_so_every_ratio_is_one(run):
 def test_the_trainers_step_reports_ratio_one_and_the_tempered_entropy(run):
   metrics = run["metrics"]
   assert metrics["loss_tokens"] == run["batch"]["mask_BxS"].sum()
-  assert abs(metrics["ratio_mean"] - 1.0) <= 1e-5 and abs(metrics["ratio_max"] - 1.0) <= 1e-5
+  assert (
+      abs(metrics["ratio_mean"] - 1.0) <= 1e-5
+      and abs(metrics["ratio_max"] - 1.0) <= 1e-5
+  )
   assert metrics["train_gen_logp_abs_diff"] <= 1e-5
   # Entropy of softmax(logits / T) per loss token, in float64.
   scaled = run["logits"] / TEMPERATURE

@@ -20,13 +20,24 @@ def _runtime_requirements():
   (running it would install)."""
   with open(os.path.join(REPO, "setup.py")) as f:
     tree = ast.parse(f.read())
-  (node,) = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_RUNTIME"]
-  return {r.name: r for r in map(requirements.Requirement, ast.literal_eval(node.value))}
+  (node,) = [
+      n
+      for n in tree.body
+      if isinstance(n, ast.Assign) and n.targets[0].id == "_RUNTIME"
+  ]
+  return {
+      r.name: r
+      for r in map(requirements.Requirement, ast.literal_eval(node.value))
+  }
 
 
 def _constraints():
   with open(os.path.join(REPO, "constraints.txt")) as f:
-    pins = [line.split("==") for line in f.read().splitlines() if line and line[0] != "#"]
+    pins = [
+        line.split("==")
+        for line in f.read().splitlines()
+        if line and line[0] != "#"
+    ]
   return {name.lower(): pinned for name, pinned in pins}
 
 
@@ -34,8 +45,15 @@ def _imports_outside_the_checkout(module, tmp_path):
   """Whether `import module` works in a fresh interpreter started away
   from the repository."""
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=tmp_path, env=env,
-                        capture_output=True, text=True, timeout=120, check=False)
+  proc = subprocess.run(
+      [sys.executable, "-c", f"import {module}"],
+      cwd=tmp_path,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=120,
+      check=False,
+  )
   return proc.returncode == 0
 
 
@@ -53,10 +71,16 @@ def test_library_and_sweep_import_without_the_checkout(tmp_path):
 @pytest.mark.parametrize("name", JAX_LIBRARIES)
 def test_jax_libraries_are_bounded_below_the_next_minor_version(name):
   requirement = _runtime_requirements()[name]
-  specs = {s.operator: version.Version(s.version) for s in requirement.specifier}
+  specs = {
+      s.operator: version.Version(s.version) for s in requirement.specifier
+  }
   assert set(specs) == {">=", "<"}, requirement
   low, high = specs[">="], specs["<"]
-  assert (high.major, high.minor, high.micro) == (low.major, low.minor + 1, 0), requirement
+  assert (high.major, high.minor, high.micro) == (
+      low.major,
+      low.minor + 1,
+      0,
+  ), requirement
   # The range holds the version installed here and the one constraints.txt pins.
   assert importlib.metadata.version(name) in requirement.specifier
   assert _constraints()[name] in requirement.specifier
@@ -72,7 +96,9 @@ def test_readme_installs_with_the_constraints_outside_the_two_setup_commands():
   with open(os.path.join(REPO, "README.md")) as f:
     readme = f.read()
   setup = readme.split("```bash\n", 1)[1].split("```", 1)[0]
-  commands = [line for line in setup.splitlines() if line and not line.startswith("#")]
+  commands = [
+      line for line in setup.splitlines() if line and not line.startswith("#")
+  ]
   assert len(commands) == 2 and "constraints.txt" not in setup
   assert commands[1].endswith("--durations=15")
   assert 'pip install -e ".[test,tasks,hf]" -c constraints.txt' in readme

@@ -46,8 +46,14 @@ SHARDED_PARAMS = 3_279_104 - 2_304
 
 # attention="plain" pins the [B, H, T, T] softmax the hand counts below include
 # (`auto` would pick splash on the planner's default platform, TPU).
-_SHAPE = dict(embed_dim=256, num_heads=8, num_kv_heads=4, head_dim=32, mlp_dim=768,
-              attention="plain")
+_SHAPE = dict(
+    embed_dim=256,
+    num_heads=8,
+    num_kv_heads=4,
+    head_dim=32,
+    mlp_dim=768,
+    attention="plain",
+)
 
 
 def _plan(config, num_devices):
@@ -122,7 +128,9 @@ def test_activations_on_fsdp8():
   assert p.activations_no_remat == 4 * per_layer + head == 231_524_352
   # Remat: each layer's input only (D = 1,024 B per token), plus one layer
   # being recomputed.
-  assert p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
+  assert (
+      p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
+  )
   # remat is off in tiny_cpu.
   assert p.activations_per_row == p.activations_no_remat // 16
 
@@ -134,8 +142,13 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
   # Per token per layer the H x T = 1,272 softmax entries become H = 8
   # float32 log-sum-exps: 5,368 - 1,272 + 8 = 4,104 entries = 16,416 B; x 2,544
   # tokens per device.
-  assert _plan(config, 8).activations_no_remat == 4 * 2_544 * 16_416 + 2_544 * 5_120
-  cfg = transformer.ModelConfig.from_config(scalerl.get_config("tiny_cpu").model)
+  assert (
+      _plan(config, 8).activations_no_remat
+      == 4 * 2_544 * 16_416 + 2_544 * 5_120
+  )
+  cfg = transformer.ModelConfig.from_config(
+      scalerl.get_config("tiny_cpu").model
+  )
   # auto on a TPU slice.
   assert plan._resolve_attention(cfg, "tpu", 159) == "splash"
   assert plan._resolve_attention(cfg, "cpu", 159) == "plain"
@@ -147,7 +160,9 @@ def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 16, 128]
   assert plan.tpu_tiled([1024], 4) == [1024]
   # Temporaries are counted tiled on TPU, arrays that live across programs not.
-  p_cpu, p_tpu = _plan(_config(), 8), plan.make_plan(_config(), 8, platform="tpu")
+  p_cpu, p_tpu = _plan(_config(), 8), plan.make_plan(
+      _config(), 8, platform="tpu"
+  )
   assert p_tpu.kv_cache == p_cpu.kv_cache and p_tpu.params == p_cpu.params
   # The decode step's float32 logits [32 slots, V=512] x 3 are whole tiles; its
   # scores [32, K=4, Q=2, S=160] pad Q to 8 rows and S to 256 lanes.
@@ -164,7 +179,10 @@ def test_microbatches_and_logprob_chunks_shrink_activations():
   # keep 21,472 B per token (as above); the head keeps the final norm's input
   # (1,024 B per token) and two float32 [4, 32, 512] chunks of logits.
   assert p.rows_per_device == 4
-  assert p.activations_no_remat == 4 * 636 * 21_472 + 636 * 1_024 + 2 * 4 * 32 * 512 * 4
+  assert (
+      p.activations_no_remat
+      == 4 * 636 * 21_472 + 636 * 1_024 + 2 * 4 * 32 * 512 * 4
+  )
   # The float32 gradient accumulator is sharded like the (float32) parameters.
   assert p.grad_accum == p.grads == 1_647_616
   assert p.train_peak == p.resident + 2 * p.grads + p.activations_no_remat
@@ -194,10 +212,12 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   # 8 x 159 x (4 + 2) = 7,632 B; q and k before their norms (256 + 128) x 2
   # = 768 B; 16,592 B. Head: final norm 256 x 2 + float32 logits and
   # gradient 2 x 512 x 4 = 4,608 B. Layer input (remat): 256 x 2 = 512 B.
-  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=False, platform="cpu") == 159 * (
-      4 * 16_592 + 4_608)
-  assert plan.activation_bytes(cfg, mesh, rules, 1, 160, remat=True, platform="cpu") == 159 * (
-      4 * 512 + 16_592 + 4_608)
+  assert plan.activation_bytes(
+      cfg, mesh, rules, 1, 160, remat=False, platform="cpu"
+  ) == 159 * (4 * 16_592 + 4_608)
+  assert plan.activation_bytes(
+      cfg, mesh, rules, 1, 160, remat=True, platform="cpu"
+  ) == 159 * (4 * 512 + 16_592 + 4_608)
 
 
 def test_flops_at_the_full_budget():
@@ -217,7 +237,9 @@ def test_fit_against_a_made_up_chip():
   # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
   # 20,971,520 + records 108,448 + activations 231,524,352 = 259,194,792 B.
   assert p.peak == p.train_peak == 259_194_792
-  chip = plan.Accelerator("chip", hbm_bytes=400e6, peak_flops=1e12, source="none")
+  chip = plan.Accelerator(
+      "chip", hbm_bytes=400e6, peak_flops=1e12, source="none"
+  )
   f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
   assert f.fits and f.free_bytes == pytest.approx(360e6 - 259_194_792)
   # Without activations 27,670,440 B; 332,329,560 / 14,470,272 per row = 22.97.
@@ -231,13 +253,17 @@ def test_fit_against_a_made_up_chip():
 def test_qwen3_keeps_float32_master_weights_and_moments():
   p = _plan(scalerl.get_config("qwen3_0.6b"), 8)
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
-  cfg = transformer.ModelConfig.from_config(scalerl.get_config("qwen3_0.6b").model)
+  cfg = transformer.ModelConfig.from_config(
+      scalerl.get_config("qwen3_0.6b").model
+  )
   assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 4
   assert p.opt_state == 2 * p.params + 8
   # The sampler's regrouped layers: q, k, v, o, gate, up and down (15,728,640
   # per layer, sharded 8 ways) a bfloat16 copy; the norm scales (2 x 1,024 +
   # 2 x 128, replicated) stay float32.
-  assert p.decode_weights == 28 * (15_728_640 // 8 * 2 + (2 * 1024 + 2 * 128) * 4)
+  assert p.decode_weights == 28 * (
+      15_728_640 // 8 * 2 + (2 * 1024 + 2 * 128) * 4
+  )
   assert p.num_slots == 2 * 48 * 16
 
 
@@ -260,7 +286,9 @@ def test_rejects_slots_that_do_not_divide_the_batch_axes():
 
 
 def test_rejects_a_mesh_the_model_does_not_divide_over():
-  with pytest.raises(config_lib.ConfigError, match="model.embed_dim: 256 is not divisible by 3"):
+  with pytest.raises(
+      config_lib.ConfigError, match="model.embed_dim: 256 is not divisible by 3"
+  ):
     _plan(_config(), 3)
 
 
@@ -279,18 +307,36 @@ def test_activation_count_is_a_lower_bound_of_xla_cpu():
   cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   optimizer = optim.make_optimizer(config.optim)
-  params = nn.unbox(jax.eval_shape(
-      lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]))
-  state = jax.eval_shape(functools.partial(train_step_lib.init_state, optimizer=optimizer),
-                         params)
+  params = nn.unbox(
+      jax.eval_shape(
+          lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))[
+              "params"
+          ]
+      )
+  )
+  state = jax.eval_shape(
+      functools.partial(train_step_lib.init_state, optimizer=optimizer), params
+  )
   spec = train_step_lib.StepSpec(
-      model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
-      adv_norm="batch", zero_variance_filter=True, num_prompts=8, num_generations=16,
-      temperature=1.0)
+      model=model,
+      optimizer=optimizer,
+      loss=losses.LossParams.from_config(config.rl),
+      adv_norm="batch",
+      zero_variance_filter=True,
+      num_prompts=8,
+      num_generations=16,
+      temperature=1.0,
+  )
   rows = jax.ShapeDtypeStruct((128, 160), jnp.float32)
-  batch = {"tokens_BxS": jax.ShapeDtypeStruct((128, 160), jnp.int32), "mask_BxS": rows,
-           "gen_logp_BxS": rows, "rewards_PxG": jax.ShapeDtypeStruct((8, 16), jnp.float32)}
-  step = jax.jit(functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0)
+  batch = {
+      "tokens_BxS": jax.ShapeDtypeStruct((128, 160), jnp.int32),
+      "mask_BxS": rows,
+      "gen_logp_BxS": rows,
+      "rewards_PxG": jax.ShapeDtypeStruct((8, 16), jnp.float32),
+  }
+  step = jax.jit(
+      functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0
+  )
   temp = step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
   assert p.activations_no_remat <= temp <= 3 * p.activations_no_remat
 
@@ -299,20 +345,39 @@ def test_plan_matches_real_sharded_arrays():
   real = helpers.run_on_8_devices("tests.plan_test")
   for shape in ((1, 8, 1), (2, 2, 2)):
     p = _plan(_config(shape=shape), 8)
-    assert real[shape] == {"shape": list(shape), "params": p.params, "opt_state": p.opt_state,
-                           "kv_cache": p.kv_cache, "slot_records": p.slot_records}
+    assert real[shape] == {
+        "shape": list(shape),
+        "params": p.params,
+        "opt_state": p.opt_state,
+        "kv_cache": p.kv_cache,
+        "slot_records": p.slot_records,
+    }
 
 
 def test_launcher_prints_the_report():
   out = subprocess.run(
-      [sys.executable, "-m", "launch.plan", "--config=configs/scalerl.py",
-       "--config.mesh.shape=(2,2,2)", "--accelerators=tpu_v5e,h200", "--platform=cpu"],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+      [
+          sys.executable,
+          "-m",
+          "launch.plan",
+          "--config=configs/scalerl.py",
+          "--config.mesh.shape=(2,2,2)",
+          "--accelerators=tpu_v5e,h200",
+          "--platform=cpu",
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert out.returncode == 0, out.stderr[-2000:]
   assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 2}" in out.stdout
   assert "sampler KV cache                0.021 GB" in out.stdout
-  chips = [line.split()[:2] for line in out.stdout.splitlines()
-           if line.startswith(("  TPU", "  NVIDIA"))]
+  chips = [
+      line.split()[:2]
+      for line in out.stdout.splitlines()
+      if line.startswith(("  TPU", "  NVIDIA"))
+  ]
   assert chips == [["TPU", "v5e"], ["NVIDIA", "H200"]]
 
 
@@ -320,26 +385,45 @@ def _real_bytes_on_device_0():
   """Per-device bytes of the arrays the trainer and sampler really build."""
   from scalerl_jax.sampling.sampler import Sampler
   from scalerl_jax.sampling.settings import SamplingSettings
+
   device = jax.devices()[0]
 
   def on_device(tree):
-    return sum(s.data.nbytes for x in jax.tree.leaves(tree) for s in x.addressable_shards
-               if s.device == device)
+    return sum(
+        s.data.nbytes
+        for x in jax.tree.leaves(tree)
+        for s in x.addressable_shards
+        if s.device == device
+    )
 
   for shape in ((1, 8, 1), (2, 2, 2)):
     config = _config(shape=shape)
     cfg = transformer.ModelConfig.from_config(config.model)
-    mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(config.mesh)
+    mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(
+        config.mesh
+    )
     params, param_shardings = sharding.init_model_params(
-        transformer.Transformer(cfg), jax.random.key(0), mesh, rules)
-    state, _ = trainer_lib.init_train_state(optim.make_optimizer(config.optim), params,
-                                            param_shardings, mesh)
-    sampler = Sampler(cfg, SamplingSettings(max_prompt_len=64, max_new_tokens=96), mesh, rules)
+        transformer.Transformer(cfg), jax.random.key(0), mesh, rules
+    )
+    state, _ = trainer_lib.init_train_state(
+        optim.make_optimizer(config.optim), params, param_shardings, mesh
+    )
+    sampler = Sampler(
+        cfg, SamplingSettings(max_prompt_len=64, max_new_tokens=96), mesh, rules
+    )
     slots = sampler.init_state(256, meta_width=1)
     kv = on_device(slots.cache)
-    print(json.dumps({"shape": list(shape), "params": on_device(params),
-                      "opt_state": on_device(state.opt_state), "kv_cache": kv,
-                      "slot_records": on_device(slots) - kv}))
+    print(
+        json.dumps(
+            {
+                "shape": list(shape),
+                "params": on_device(params),
+                "opt_state": on_device(state.opt_state),
+                "kv_cache": kv,
+                "slot_records": on_device(slots) - kv,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,17 @@ from scalerl_jax.models import transformer
 
 _STEPS = 20
 # A small network with the variant's dtype policy, norms and head.
-_SHAPE = dict(vocab_size=256, embed_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-              head_dim=32, mlp_dim=256, max_seq_len=64, remat=False)
+_SHAPE = dict(
+    vocab_size=256,
+    embed_dim=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    mlp_dim=256,
+    max_seq_len=64,
+    remat=False,
+)
 
 
 def _summed_updates(cfg, params0, optimizer, tokens_BxS):
@@ -39,7 +48,9 @@ def _summed_updates(cfg, params0, optimizer, tokens_BxS):
 
   @jax.jit
   def step(params, opt_state):
-    updates, opt_state = optimizer.update(jax.grad(loss)(params), opt_state, params)
+    updates, opt_state = optimizer.update(
+        jax.grad(loss)(params), opt_state, params
+    )
     return optax.apply_updates(params, updates), opt_state
 
   params = jax.tree.map(lambda x: x.astype(cfg.pdtype), params0)
@@ -56,14 +67,28 @@ def runs():
   config = scalerl.get_config("qwen3_0.6b")
   # lr 5e-7, eps 1e-15, warmup 100.
   optimizer = optim.make_optimizer(config.optim)
-  variant = dataclasses.replace(transformer.ModelConfig.from_config(config.model), **_SHAPE)
-  reference = dataclasses.replace(variant, param_dtype="float32", compute_dtype="float32")
-  tokens_BxS = jax.random.randint(jax.random.key(2), (8, 33), 0, _SHAPE["vocab_size"])
-  params0 = nn.unbox(transformer.Transformer(reference).init(
-      jax.random.key(0), tokens_BxS[:, :-1])["params"])
+  variant = dataclasses.replace(
+      transformer.ModelConfig.from_config(config.model), **_SHAPE
+  )
+  reference = dataclasses.replace(
+      variant, param_dtype="float32", compute_dtype="float32"
+  )
+  tokens_BxS = jax.random.randint(
+      jax.random.key(2), (8, 33), 0, _SHAPE["vocab_size"]
+  )
+  params0 = nn.unbox(
+      transformer.Transformer(reference).init(
+          jax.random.key(0), tokens_BxS[:, :-1]
+      )["params"]
+  )
   run = lambda cfg: _summed_updates(cfg, params0, optimizer, tokens_BxS)
-  return {"variant": run(variant), "reference": run(reference),
-          "bfloat16_params": run(dataclasses.replace(variant, param_dtype="bfloat16"))}
+  return {
+      "variant": run(variant),
+      "reference": run(reference),
+      "bfloat16_params": run(
+          dataclasses.replace(variant, param_dtype="bfloat16")
+      ),
+  }
 
 
 def _agreement(moved, reference):
@@ -71,14 +96,20 @@ def _agreement(moved, reference):
   against the reference."""
   sum_err = abs(moved.sum() - reference.sum()) / abs(reference.sum())
   norm_err = abs(jnp.linalg.norm(moved) / jnp.linalg.norm(reference) - 1)
-  cosine = moved @ reference / (jnp.linalg.norm(moved) * jnp.linalg.norm(reference))
+  cosine = (
+      moved @ reference / (jnp.linalg.norm(moved) * jnp.linalg.norm(reference))
+  )
   return float(sum_err), float(norm_err), float(cosine)
 
 
 def test_variant_policy_is_float32_master_with_bfloat16_compute():
   for variant in ("qwen3_0.6b", "qwen2.5_0.5b", "llama3_8b"):
     m = scalerl.get_config(variant).model
-    assert (m.param_dtype, m.compute_dtype, m.fp32_lm_head) == ("float32", "bfloat16", True)
+    assert (m.param_dtype, m.compute_dtype, m.fp32_lm_head) == (
+        "float32",
+        "bfloat16",
+        True,
+    )
 
 
 def test_variant_weights_move_as_float32_reference(runs):
@@ -101,7 +132,9 @@ def test_bfloat16_parameters_warn_by_name():
   config = scalerl.get_config("qwen3_0.6b")
   with config.unlocked():
     config.model.param_dtype = "bfloat16"
-  with pytest.warns(config_lib.PrecisionWarning, match="model.param_dtype='bfloat16'"):
+  with pytest.warns(
+      config_lib.PrecisionWarning, match="model.param_dtype='bfloat16'"
+  ):
     config_lib.validate(config)
   with warnings.catch_warnings():
     warnings.simplefilter("error")

@@ -22,7 +22,9 @@ def _counts(lines):
 
 def test_plain_lines_are_throttled_and_the_last_step_is_shown():
   stream = io.StringIO()
-  progress = progress_lib.Progress(total_steps=10, start_step=2, every_s=3600, stream=stream)
+  progress = progress_lib.Progress(
+      total_steps=10, start_step=2, every_s=3600, stream=stream
+  )
   # Within the hour after the first line: silent.
   progress.update(4, pass_rate=0.4251)
   progress.update(10, pass_rate=np.float32(0.75))
@@ -35,7 +37,9 @@ def test_plain_lines_are_throttled_and_the_last_step_is_shown():
 
 def test_plain_lines_every_update_do_not_repeat_the_last():
   stream = io.StringIO()
-  progress = progress_lib.Progress(total_steps=10, start_step=2, every_s=0, stream=stream)
+  progress = progress_lib.Progress(
+      total_steps=10, start_step=2, every_s=0, stream=stream
+  )
   progress.update(4, pass_rate=0.4251)
   progress.update(10, pass_rate=0.75)
   progress.close()

@@ -55,16 +55,36 @@ def _mixed_batch():
     completions += [target, target.replace("Answer:", "Answer: 1")]
     records += [record, record]
   entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=0)[0]
-  rg = {"id": "rg", "prompt": entry["question"], "answer": str(entry["answer"]),
-        "verifier": "reasoning_gym:basic_arithmetic", "metadata": json.dumps(entry)}
-  completions += [f"<answer>{entry['answer']}</answer>", "<answer>0.123</answer>"]
+  rg = {
+      "id": "rg",
+      "prompt": entry["question"],
+      "answer": str(entry["answer"]),
+      "verifier": "reasoning_gym:basic_arithmetic",
+      "metadata": json.dumps(entry),
+  }
+  completions += [
+      f"<answer>{entry['answer']}</answer>",
+      "<answer>0.123</answer>",
+  ]
   records += [rg, rg]
-  math = {"id": "m", "prompt": "half?", "answer": r"\frac{1}{2}", "verifier": "math"}
+  math = {
+      "id": "m",
+      "prompt": "half?",
+      "answer": r"\frac{1}{2}",
+      "verifier": "math",
+  }
   completions += [r"\boxed{0.5}", r"\boxed{2}"]
   records += [math, math]
-  code = {"id": "c", "prompt": "double", "verifier": "code",
-          "answer": json.dumps({"inputs": ["4"], "outputs": ["8"]})}
-  completions += ["```python\nprint(2 * int(input()))\n```", "```python\nprint(4)\n```"]
+  code = {
+      "id": "c",
+      "prompt": "double",
+      "verifier": "code",
+      "answer": json.dumps({"inputs": ["4"], "outputs": ["8"]}),
+  }
+  completions += [
+      "```python\nprint(2 * int(input()))\n```",
+      "```python\nprint(4)\n```",
+  ]
   records += [code, code]
   return completions, records
 
@@ -72,12 +92,17 @@ def _mixed_batch():
 def test_scores_match_in_process_verification(pool):
   completions, records = _mixed_batch()
   scores, stats = pool.score(completions, records)
-  expected = [rewards.verify(c, r, rewards.resolve_spec(r)) for c, r in zip(completions, records)]
+  expected = [
+      rewards.verify(c, r, rewards.resolve_spec(r))
+      for c, r in zip(completions, records)
+  ]
   assert scores.dtype == np.float32 and scores.shape == (len(completions),)
   np.testing.assert_array_equal(scores, expected)
   np.testing.assert_array_equal(scores, [1.0, 0.0] * (len(completions) // 2))
   assert stats["num_completions"] == len(completions)
-  assert stats["num_timeouts"] == stats["num_errors"] == stats["num_crashes"] == 0
+  assert (
+      stats["num_timeouts"] == stats["num_errors"] == stats["num_crashes"] == 0
+  )
   assert 0 < stats["mean_s"] <= stats["slowest_s"] < _TIMEOUT_S
 
 
@@ -121,7 +146,9 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
         psutil.Process(programs[0].ppid()).kill()
         return
 
-  with rewards.RewardPool(_rewards_config(timeout_s=timeout_s, num_workers=1)) as slow_pool:
+  with rewards.RewardPool(
+      _rewards_config(timeout_s=timeout_s, num_workers=1)
+  ) as slow_pool:
     killer = threading.Thread(target=kill_the_worker_once_its_program_runs)
     killer.start()
     scores, stats = slow_pool.score([sleeper], [record])
@@ -134,8 +161,11 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
 
 
 def test_killed_workers_are_replaced(pool):
-  workers = [p for p in psutil.Process().children(recursive=True)
-             if p.ppid() != os.getpid()]  # Children of the fork server.
+  workers = [
+      p
+      for p in psutil.Process().children(recursive=True)
+      if p.ppid() != os.getpid()
+  ]  # Children of the fork server.
   assert len(workers) == 2
   for process in workers:
     process.send_signal(signal.SIGKILL)
@@ -150,15 +180,21 @@ def test_killed_workers_are_replaced(pool):
 
 def test_invalid_completions_score_zero(pool):
   record = {"id": "m", "answer": "7", "verifier": "math"}
-  scores, stats = pool.score([None, 7, b"\\boxed{7}", "\\boxed{7}"], [record] * 4)
+  scores, stats = pool.score(
+      [None, 7, b"\\boxed{7}", "\\boxed{7}"], [record] * 4
+  )
   np.testing.assert_array_equal(scores, [0.0, 0.0, 1.0, 1.0])
   assert stats["num_invalid"] == 2
 
 
 def test_verifier_errors_score_zero_and_are_counted(pool):
-  scores, stats = pool.score([r"\boxed{1}", r"\boxed{1}"],
-                             [{"id": "e", "answer": "", "verifier": "math"},
-                              {"id": "f", "answer": "1", "verifier": "math"}])
+  scores, stats = pool.score(
+      [r"\boxed{1}", r"\boxed{1}"],
+      [
+          {"id": "e", "answer": "", "verifier": "math"},
+          {"id": "f", "answer": "1", "verifier": "math"},
+      ],
+  )
   np.testing.assert_array_equal(scores, [0.0, 1.0])
   assert stats["num_errors"] == 1
 
@@ -172,7 +208,9 @@ def test_malformed_records_raise_before_scoring(pool):
 
 def test_verifier_mode_from_config():
   record = {"id": "b", "answer": "4", "verifier": "builtin"}
-  with rewards.RewardPool(_rewards_config(verifier="math", num_workers=1)) as math_pool:
+  with rewards.RewardPool(
+      _rewards_config(verifier="math", num_workers=1)
+  ) as math_pool:
     # The math verifier accepts a boxed answer the built-in scorer would not.
     scores, _ = math_pool.score([r"\boxed{4}"], [record])
     assert scores[0] == 1.0
@@ -183,30 +221,46 @@ def test_verifier_mode_from_config():
 def test_strip_thinking_from_config_reaches_the_workers(pool):
   # The answer sits only inside a thinking trace the completion never closed.
   record = {"id": "m", "answer": "54", "verifier": "math"}
-  completions = [r"<think> so \boxed{54} and then", r"<think> so \boxed{54} </think>"]
+  completions = [
+      r"<think> so \boxed{54} and then",
+      r"<think> so \boxed{54} </think>",
+  ]
   # Default: every kind strips.
   scores, _ = pool.score(completions, [record] * 2)
   np.testing.assert_array_equal(scores, [0.0, 0.0])
-  with rewards.RewardPool(_rewards_config(strip_thinking=("task", "code"),
-                                          num_workers=1)) as whole_pool:
+  with rewards.RewardPool(
+      _rewards_config(strip_thinking=("task", "code"), num_workers=1)
+  ) as whole_pool:
     scores, _ = whole_pool.score(completions, [record] * 2)
     np.testing.assert_array_equal(scores, [1.0, 1.0])
   with pytest.raises(ValueError, match="rewards.strip_thinking"):
     rewards.RewardPool(_rewards_config(strip_thinking=("maths",)))
 
 
-def test_submit_returns_at_once_and_scores_as_score_does_beside_a_direct_call(pool):
+def test_submit_returns_at_once_and_scores_as_score_does_beside_a_direct_call(
+    pool,
+):
   completions, records = _mixed_batch()
-  scoring = pool.submit([_HANG] + completions, [{"id": "m", "answer": "1", "verifier": "math"}]
-                        + records)
+  scoring = pool.submit(
+      [_HANG] + completions,
+      [{"id": "m", "answer": "1", "verifier": "math"}] + records,
+  )
   assert not scoring.done()  # The hang alone takes the whole timeout.
   # A direct call meanwhile waits its turn: the two batches must not mix.
   direct, direct_stats = pool.score(completions, records)
   scores, stats = scoring.result(timeout=60)
-  np.testing.assert_array_equal(scores, [0.0] + [1.0, 0.0] * (len(completions) // 2))
+  np.testing.assert_array_equal(
+      scores, [0.0] + [1.0, 0.0] * (len(completions) // 2)
+  )
   np.testing.assert_array_equal(direct, scores[1:])
-  assert (stats["num_completions"], stats["num_timeouts"]) == (len(completions) + 1, 1)
-  assert (direct_stats["num_completions"], direct_stats["num_timeouts"]) == (len(completions), 0)
+  assert (stats["num_completions"], stats["num_timeouts"]) == (
+      len(completions) + 1,
+      1,
+  )
+  assert (direct_stats["num_completions"], direct_stats["num_timeouts"]) == (
+      len(completions),
+      0,
+  )
 
 
 def test_submit_raises_score_errors_at_result(pool):
@@ -237,8 +291,10 @@ def test_close_leaves_nothing_behind():
   p = rewards.RewardPool(_rewards_config(num_workers=2))
   # Server + 2.
   assert len(psutil.Process().children(recursive=True)) == len(before) + 3
-  p.score(["```python\nimport time\ntime.sleep(600)\n```"],
-          [{"id": "c", "verifier": "code", "answer": "assert True"}])
+  p.score(
+      ["```python\nimport time\ntime.sleep(600)\n```"],
+      [{"id": "c", "verifier": "code", "answer": "assert True"}],
+  )
   p.close()
   p.close()  # Idempotent.
   assert {p.pid for p in psutil.Process().children(recursive=True)} == before
@@ -268,8 +324,15 @@ def test_copies_of_a_program_for_the_same_code_record_run_once(pool):
   program = "```python\nimport random\nassert random.random() < 0.5\n```"
   record = {"id": "coin", "verifier": "code", "answer": "pass"}
   other = {"id": "coin2", "verifier": "code", "answer": "assert True"}
-  scores, stats = pool.score([program] * 16 + [program], [record] * 16 + [other])
+  scores, stats = pool.score(
+      [program] * 16 + [program], [record] * 16 + [other]
+  )
   assert len(set(scores[:16].tolist())) == 1 and stats["num_completions"] == 17
   # Other kinds are scored one by one, copies too.
-  math = {"id": "m", "prompt": "half?", "answer": r"\frac{1}{2}", "verifier": "math"}
+  math = {
+      "id": "m",
+      "prompt": "half?",
+      "answer": r"\frac{1}{2}",
+      "verifier": "math",
+  }
   assert pool.score([r"\boxed{0.5}"] * 3, [math] * 3)[0].tolist() == [1.0] * 3

@@ -19,8 +19,11 @@ from scalerl_jax.rewards import registry
 def _ctx(wall_s=10.0, cpu_s=2.0, memory_mb=512, spawned=None):
   spawned = spawned if spawned is not None else []
   return registry.VerifyContext(
-      deadline=time.monotonic() + wall_s, code_cpu_s=cpu_s, code_memory_mb=memory_mb,
-      on_spawn=lambda pgid, tmpdir: spawned.append((pgid, tmpdir)))
+      deadline=time.monotonic() + wall_s,
+      code_cpu_s=cpu_s,
+      code_memory_mb=memory_mb,
+      on_spawn=lambda pgid, tmpdir: spawned.append((pgid, tmpdir)),
+  )
 
 
 def _run(source, **ctx_args):
@@ -28,23 +31,29 @@ def _run(source, **ctx_args):
 
 
 def _code_record(expected_output):
-  return {"id": "c", "verifier": "code",
-          "answer": json.dumps([{"input": "", "output": expected_output}])}
+  return {
+      "id": "c",
+      "verifier": "code",
+      "answer": json.dumps([{"input": "", "output": expected_output}]),
+  }
 
 
 def _as_completion(source):
   return f"```python\n{textwrap.dedent(source)}\n```"
 
 
-@pytest.mark.parametrize("attempt", [
-    "open(TARGET, 'w').write('pwned')",
-    "import os; os.close(os.open(TARGET, os.O_WRONLY | os.O_CREAT))",
-    "import pathlib; pathlib.Path(TARGET).write_text('pwned')",
-    "open('inside', 'w').close(); import os; os.rename('inside', TARGET)",
-    "import os; os.symlink(TARGET, 'link'); open('link', 'w').write('pwned')",
-    "import os; os.mkdir(TARGET)",
-    "import shutil; open('inside', 'w').close(); shutil.copy('inside', TARGET)",
-])
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "open(TARGET, 'w').write('pwned')",
+        "import os; os.close(os.open(TARGET, os.O_WRONLY | os.O_CREAT))",
+        "import pathlib; pathlib.Path(TARGET).write_text('pwned')",
+        "open('inside', 'w').close(); import os; os.rename('inside', TARGET)",
+        "import os; os.symlink(TARGET, 'link'); open('link', 'w').write('pwned')",
+        "import os; os.mkdir(TARGET)",
+        "import shutil; open('inside', 'w').close(); shutil.copy('inside', TARGET)",
+    ],
+)
 def test_writing_outside_the_temp_dir_fails_and_scores_zero(tmp_path, attempt):
   target = str(tmp_path / "escaped")
   # The program catches the error and prints the expected output anyway: the
@@ -53,7 +62,10 @@ def test_writing_outside_the_temp_dir_fails_and_scores_zero(tmp_path, attempt):
   result = code_sandbox.run_program(source, "", _ctx())
   assert result.violation and not result.ok
   assert not os.path.exists(target)
-  assert rewards.verify(_as_completion(source), _code_record("done"), "code") == 0.0
+  assert (
+      rewards.verify(_as_completion(source), _code_record("done"), "code")
+      == 0.0
+  )
   assert not os.path.exists(target)
 
 
@@ -65,32 +77,41 @@ def test_existing_files_outside_cannot_be_removed(tmp_path):
   assert victim.read_text() == "data"
 
 
-@pytest.mark.parametrize("attempt", [
-    "import socket; socket.socket()",
-    "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
-    "import socket; socket.getaddrinfo('example.com', 80)",
-    "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9', timeout=1)",
-])
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "import socket; socket.socket()",
+        "import socket; socket.create_connection(('127.0.0.1', 9), timeout=1)",
+        "import socket; socket.getaddrinfo('example.com', 80)",
+        "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9', timeout=1)",
+    ],
+)
 def test_opening_a_socket_fails_and_scores_zero(attempt):
   source = f"try:\n  {attempt}\nexcept Exception:\n  pass\nprint('done')\n"
   result = code_sandbox.run_program(source, "", _ctx())
   assert result.violation and not result.ok
-  assert rewards.verify(_as_completion(source), _code_record("done"), "code") == 0.0
+  assert (
+      rewards.verify(_as_completion(source), _code_record("done"), "code")
+      == 0.0
+  )
 
 
-@pytest.mark.parametrize("attempt", [
-    "import os; os.fork()",
-    "import subprocess; subprocess.run(['sleep', '60'])",
-    "import os; os.system('sleep 60 &')",
-    "import multiprocessing as mp; mp.Process(target=print).start()",
-    "import os; os.kill(os.getppid(), 0)",
-    "import ctypes",
-])
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        "import os; os.fork()",
+        "import subprocess; subprocess.run(['sleep', '60'])",
+        "import os; os.system('sleep 60 &')",
+        "import multiprocessing as mp; mp.Process(target=print).start()",
+        "import os; os.kill(os.getppid(), 0)",
+        "import ctypes",
+    ],
+)
 def test_process_creation_signals_and_native_code_are_blocked(attempt):
   spawned = []
   result = code_sandbox.run_program(attempt, "", _ctx(spawned=spawned))
   assert result.violation
-  (pgid, _), = spawned
+  ((pgid, _),) = spawned
   assert not [p for p in psutil.process_iter(["pid"]) if _in_group(p, pgid)]
 
 
@@ -109,10 +130,12 @@ def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed():
       "with tempfile.NamedTemporaryFile(dir='.') as f: f.write(b'y')\n"
       "os.mkdir('d'); os.rename('a.txt', 'd/b.txt')\n"
       "print(open('d/b.txt').read(), os.getcwd() == os.environ['HOME'])\n",
-      "", _ctx(spawned=spawned))
+      "",
+      _ctx(spawned=spawned),
+  )
   assert result.ok, result
   assert result.stdout == b"xxxxxxxxxx True\n"
-  (_, tmpdir), = spawned
+  ((_, tmpdir),) = spawned
   assert os.path.basename(tmpdir).startswith(code_sandbox.TEMP_PREFIX)
   assert not os.path.exists(tmpdir)
 
@@ -125,10 +148,13 @@ def test_cpu_limit_kills_a_busy_loop():
   assert time.monotonic() - start < 15.0
 
 
-@pytest.mark.parametrize("source", [
-    "x = bytearray(10 ** 10)",
-    "chunks = []\nwhile True: chunks.append(bytearray(10 ** 7))",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = bytearray(10 ** 10)",
+        "chunks = []\nwhile True: chunks.append(bytearray(10 ** 7))",
+    ],
+)
 def test_memory_limit_stops_allocation(source):
   result = _run(source, memory_mb=256, wall_s=30.0)
   # MemoryError, not a hang.
@@ -138,11 +164,12 @@ def test_memory_limit_stops_allocation(source):
 def test_wall_clock_deadline_kills_a_sleeper_and_its_group():
   spawned = []
   start = time.monotonic()
-  result = code_sandbox.run_program("import time\ntime.sleep(60)", "",
-                                    _ctx(wall_s=1.0, spawned=spawned))
+  result = code_sandbox.run_program(
+      "import time\ntime.sleep(60)", "", _ctx(wall_s=1.0, spawned=spawned)
+  )
   assert result.timed_out and result.returncode == -signal.SIGKILL
   assert time.monotonic() - start < 5.0
-  (pgid, tmpdir), = spawned
+  ((pgid, tmpdir),) = spawned
   assert not [p for p in psutil.process_iter(["pid"]) if _in_group(p, pgid)]
   assert not os.path.exists(tmpdir)
 
@@ -154,7 +181,9 @@ def test_output_is_capped():
 
 
 def test_stdin_reaches_the_program():
-  result = code_sandbox.run_program("import sys\nprint(sys.stdin.read()[::-1])", "abc", _ctx())
+  result = code_sandbox.run_program(
+      "import sys\nprint(sys.stdin.read()[::-1])", "abc", _ctx()
+  )
   assert result.ok and result.stdout == b"cba\n"
 
 

@@ -25,9 +25,17 @@ class _FakePool:
       raise ValueError("record 'x' has no answer")
     invalid = sum(not isinstance(c, str) for c in completions)
     scores = np.array([float(c == "yes") for c in completions], np.float32)
-    return scores, {"num_completions": len(completions), "num_timeouts": 1, "num_errors": 2,
-                    "num_crashes": 0, "num_invalid": invalid, "num_worker_restarts": 3,
-                    "slowest_s": 0.5, "mean_s": 0.25, "wall_s": 0.75}
+    return scores, {
+        "num_completions": len(completions),
+        "num_timeouts": 1,
+        "num_errors": 2,
+        "num_crashes": 0,
+        "num_invalid": invalid,
+        "num_worker_restarts": 3,
+        "slowest_s": 0.5,
+        "mean_s": 0.25,
+        "wall_s": 0.75,
+    }
 
   def submit(self, completions, records):
     """`score`, run at once; its result or error in a finished future."""
@@ -50,9 +58,17 @@ def test_one_process_returns_the_pools_scores_and_counts():
   # Verified once, all of it here.
   assert fake.calls == [completions] and fake.closed
   np.testing.assert_array_equal(scores, [1, 0, 0, 1, 1])
-  assert stats == {"num_completions": 5, "num_timeouts": 1, "num_errors": 2, "num_crashes": 0,
-                   "num_invalid": 1, "num_worker_restarts": 3, "slowest_s": 0.5,
-                   "mean_s": 0.25, "wall_s": 0.75}
+  assert stats == {
+      "num_completions": 5,
+      "num_timeouts": 1,
+      "num_errors": 2,
+      "num_crashes": 0,
+      "num_invalid": 1,
+      "num_worker_restarts": 3,
+      "slowest_s": 0.5,
+      "mean_s": 0.25,
+      "wall_s": 0.75,
+  }
 
 
 def test_a_failing_share_raises_its_error():

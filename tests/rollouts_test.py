@@ -40,6 +40,7 @@ _HANG = r"\boxed{5^{5^{5^{5^5}}}}"
 class _LengthTokenizer:
   """Completion text: the answer 1 after an odd number of
   tokens, else 0; or a hang."""
+
   # Completions whose length is a multiple of this hang (0: none).
   hang_every: int = 0
   pad_id: int = 0
@@ -65,10 +66,17 @@ def _prompts(vocab_size: int, scores_seen: list):
   while True:
     lengths = rng.randint(2, 9, _P).astype(np.int32)
     answer = str(int(sum(scores_seen)) % 2)
-    records = tuple({"id": f"p{i + j}", "answer": answer, "verifier": "math"} for j in range(_P))
+    records = tuple(
+        {"id": f"p{i + j}", "answer": answer, "verifier": "math"}
+        for j in range(_P)
+    )
     i += _P
-    yield pipeline_lib.PromptBatch(rng.randint(3, vocab_size, (_P, 8)).astype(np.int32),
-                                   lengths, records, _G)
+    yield pipeline_lib.PromptBatch(
+        rng.randint(3, vocab_size, (_P, 8)).astype(np.int32),
+        lengths,
+        records,
+        _G,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,21 +84,38 @@ def setup():
   config = helpers.tiny_config()
   config.sampling.max_prompt_len, config.sampling.max_new_tokens = 8, 12
   cfg = ModelConfig.from_config(config.model)
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(config.mesh)
-  params, _ = sharding.init_model_params(Transformer(cfg), jax.random.key(0), mesh, rules)
+  mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(
+      config.mesh
+  )
+  params, _ = sharding.init_model_params(
+      Transformer(cfg), jax.random.key(0), mesh, rules
+  )
   # Three stop ids: about one completion in 40 ends at each step.
-  settings = SamplingSettings.from_config(config.sampling, eos_ids=(1, 2, 3), pad_id=0)
+  settings = SamplingSettings.from_config(
+      config.sampling, eos_ids=(1, 2, 3), pad_id=0
+  )
   with config.unlocked():
     config.rewards.timeout_s, config.rewards.num_workers = 1.5, 2
   with rewards.RewardPool(config.rewards) as pool:
-    yield dict(sampler=Sampler(cfg, settings, mesh, rules), params=params, pool=pool,
-               vocab_size=cfg.vocab_size)
+    yield dict(
+        sampler=Sampler(cfg, settings, mesh, rules),
+        params=params,
+        pool=pool,
+        vocab_size=cfg.vocab_size,
+    )
 
 
 def _rollouts(setup, tok, scores_seen=()):
   return rollouts_lib.Rollouts(
-      setup["sampler"], setup["pool"], tok, _prompts(setup["vocab_size"], scores_seen),
-      num_slots=4 * _G, generations=_G, reward_range=(-1.0, 1.0), rng=jax.random.key(7))
+      setup["sampler"],
+      setup["pool"],
+      tok,
+      _prompts(setup["vocab_size"], scores_seen),
+      num_slots=4 * _G,
+      generations=_G,
+      reward_range=(-1.0, 1.0),
+      rng=jax.random.key(7),
+  )
 
 
 def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
@@ -98,7 +123,12 @@ def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
   `overlap`; what happened."""
   scores_seen = []  # Read by the prompt source, as the trainer's curriculum is.
   r = _rollouts(setup, tok or _LengthTokenizer(), scores_seen)
-  params, out = setup["params"], {"groups": [], "ahead": 0, "deferred": 0, "unscored": True}
+  params, out = setup["params"], {
+      "groups": [],
+      "ahead": 0,
+      "deferred": 0,
+      "unscored": True,
+  }
 
   def plan(pull: bool):
     return None if r.fill(params, 2, pull=pull) is None else _STEPS
@@ -129,21 +159,37 @@ def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
 
 def _host(x):
   """A device array as numpy; PRNG keys as their data."""
-  return np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-                    else x)
+  return np.asarray(
+      jax.random.key_data(x)
+      if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+      else x
+  )
 
 
 def _group_rows(groups):
-  return [(g.index, g.record["id"], g.tokens_GxS.tolist(), g.version_GxS.tolist(),
-           g.scores_G.tolist(), g.rewards_G.tolist(), g.completion_lens_G.tolist())
-          for g in groups]
+  return [
+      (
+          g.index,
+          g.record["id"],
+          g.tokens_GxS.tolist(),
+          g.version_GxS.tolist(),
+          g.scores_G.tolist(),
+          g.rewards_G.tolist(),
+          g.completion_lens_G.tolist(),
+      )
+      for g in groups
+  ]
 
 
 def test_overlapped_groups_scores_and_state_equal_the_synchronous_ones(setup):
   sync, overlapped = _run(setup, overlap=False), _run(setup, overlap=True)
   # The overlapped path was taken: calls dispatched before the scores, and
   # fills that needed the pipeline left until the scores were in.
-  assert overlapped["ahead"] >= 3 and overlapped["deferred"] >= 1 and sync["ahead"] == 0
+  assert (
+      overlapped["ahead"] >= 3
+      and overlapped["deferred"] >= 1
+      and sync["ahead"] == 0
+  )
   assert overlapped["unscored"]  # on_harvest ran before the scores were in.
   scores = np.concatenate([g.scores_G for g in sync["groups"]])
   # Mixed: a swap would show.
@@ -151,14 +197,23 @@ def test_overlapped_groups_scores_and_state_equal_the_synchronous_ones(setup):
   assert _group_rows(overlapped["groups"]) == _group_rows(sync["groups"])
   a, b = sync["rollouts"], overlapped["rollouts"]
   assert a.verify_stats == b.verify_stats and a.work == b.work
-  (slots_a, arrays_a, meta_a), (slots_b, arrays_b, meta_b) = a.state(), b.state()
+  (slots_a, arrays_a, meta_a), (slots_b, arrays_b, meta_b) = (
+      a.state(),
+      b.state(),
+  )
   assert meta_a == meta_b and arrays_a.keys() == arrays_b.keys()
   for k in arrays_a:
     np.testing.assert_array_equal(arrays_a[k], arrays_b[k], err_msg=k)
-  jax.tree.map(lambda x, y: np.testing.assert_array_equal(_host(x), _host(y)), slots_a, slots_b)
+  jax.tree.map(
+      lambda x, y: np.testing.assert_array_equal(_host(x), _host(y)),
+      slots_a,
+      slots_b,
+  )
 
 
-def test_a_verification_that_times_out_in_the_overlapped_path_scores_0_and_counts(setup):
+def test_a_verification_that_times_out_in_the_overlapped_path_scores_0_and_counts(
+    setup,
+):
   tok = _LengthTokenizer(hang_every=3)
   out = _run(setup, overlap=True, tok=tok, calls=6)
   assert out["ahead"] >= 1 and tok.hangs >= 1
@@ -173,7 +228,9 @@ def test_step_refuses_a_call_other_than_the_one_dispatched_ahead(setup):
   r = _rollouts(setup, _LengthTokenizer())
   r.fill(setup["params"], 2)
   r.step(setup["params"], 0, _STEPS, lambda groups: _STEPS)
-  with pytest.raises(ValueError, match=f"a call of {_STEPS} steps at version 0 is in flight"):
+  with pytest.raises(
+      ValueError, match=f"a call of {_STEPS} steps at version 0 is in flight"
+  ):
     r.step(setup["params"], 0, _STEPS + 1)
   assert r.step(setup["params"], 0, _STEPS) is not None  # The one dispatched.
   r.state()  # Between calls again.
@@ -187,8 +244,13 @@ class _ParityPool:
     self.pool = pool
 
   def submit(self, texts, records):
-    return self.pool.submit([builtin_task.target_text(r) if len(t) % 2 else t
-                             for t, r in zip(texts, records)], records)
+    return self.pool.submit(
+        [
+            builtin_task.target_text(r) if len(t) % 2 else t
+            for t, r in zip(texts, records)
+        ],
+        records,
+    )
 
 
 def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
@@ -205,7 +267,13 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
   config.rewards.overlap = overlap
   trainer = trainer_lib.Trainer(config, str(tmp_path / f"overlap_{overlap}"))
   trainer.rollouts.pool = _ParityPool(trainer.rollouts.pool)
-  ahead, taken, harvested, draws, decoded = [], [], [0], [], collections.Counter()
+  ahead, taken, harvested, draws, decoded = (
+      [],
+      [],
+      [0],
+      [],
+      collections.Counter(),
+  )
   step, take = trainer.rollouts.step, trainer.buffer.take
 
   def spying_step(params, version, steps, on_harvest):
@@ -213,12 +281,16 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       harvested[0] += len(groups)
       ahead.append(on_harvest(groups))
       return ahead[-1]
+
     decoded[version] += steps
     groups = step(params, version, steps, spy)
     # Dispatched before the scores: what the schedule says now they are in.
     if ahead[-1]:
       assert ahead[-1] == trainer.schedule.decode_steps(
-          decoded[version], trainer.buffer.num_ready(version), trainer.rollouts.in_flight)
+          decoded[version],
+          trainer.buffer.num_ready(version),
+          trainer.rollouts.in_flight,
+      )
     return groups
 
   def checked(batches):
@@ -234,7 +306,11 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
 
   def recording_take(num_groups, version):
     groups = take(num_groups, version)
-    taken.append(None if groups is None else [(g.index, g.scores_G.tolist()) for g in groups])
+    taken.append(
+        None
+        if groups is None
+        else [(g.index, g.scores_G.tolist()) for g in groups]
+    )
     return groups
 
   trainer.rollouts.step, trainer.buffer.take = spying_step, recording_take
@@ -245,24 +321,51 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     curriculum = trainer.curriculum.state_dict()
   finally:
     trainer.close()
-  keep = ("generator/decode_steps", "buffer/size", "buffer/in_flight", "train/loss",
-          "train/reward_mean", "counters/tokens_generated", "verify/num_completions",
-          "prompts_retired")
-  return dict(rows=[{k: r[k] for k in keep} for r in rows], taken=taken, meta=meta,
-              arrays=arrays, curriculum=curriculum, draws=draws), ahead
+  keep = (
+      "generator/decode_steps",
+      "buffer/size",
+      "buffer/in_flight",
+      "train/loss",
+      "train/reward_mean",
+      "counters/tokens_generated",
+      "verify/num_completions",
+      "prompts_retired",
+  )
+  return (
+      dict(
+          rows=[{k: r[k] for k in keep} for r in rows],
+          taken=taken,
+          meta=meta,
+          arrays=arrays,
+          curriculum=curriculum,
+          draws=draws,
+      ),
+      ahead,
+  )
 
 
-def test_the_trainer_takes_the_same_decisions_with_verification_overlapped(tmp_path):
-  (sync, sync_ahead), (overlapped, ahead) = (_trainer_run(tmp_path, overlap)
-                                             for overlap in (False, True))
+def test_the_trainer_takes_the_same_decisions_with_verification_overlapped(
+    tmp_path,
+):
+  (sync, sync_ahead), (overlapped, ahead) = (
+      _trainer_run(tmp_path, overlap) for overlap in (False, True)
+  )
   # Calls dispatched before scores.
   assert not any(sync_ahead) and sum(map(bool, ahead)) >= 2
   assert sync["rows"][-1]["prompts_retired"] >= 1  # The pipeline skips prompts.
   # Every draw from the pipeline saw a curriculum up to date with every group
   # harvested, though calls were planned before the scores were in.
   assert len(overlapped["draws"]) >= 4 and all(overlapped["draws"])
-  assert overlapped["rows"] == sync["rows"] and overlapped["taken"] == sync["taken"]
-  assert overlapped["meta"] == sync["meta"] and overlapped["curriculum"] == sync["curriculum"]
+  assert (
+      overlapped["rows"] == sync["rows"]
+      and overlapped["taken"] == sync["taken"]
+  )
+  assert (
+      overlapped["meta"] == sync["meta"]
+      and overlapped["curriculum"] == sync["curriculum"]
+  )
   assert overlapped["arrays"].keys() == sync["arrays"].keys()
   for k in sync["arrays"]:
-    np.testing.assert_array_equal(overlapped["arrays"][k], sync["arrays"][k], err_msg=k)
+    np.testing.assert_array_equal(
+        overlapped["arrays"][k], sync["arrays"][k], err_msg=k
+    )

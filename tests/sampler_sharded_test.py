@@ -40,7 +40,9 @@ def test_slot_sharded_decode_loop_synchronises_once_per_step(sharded_results):
   # over the slots per step). Writing the cache with a scatter indexed by
   # global slot numbers made XLA all-gather the indices in every layer.
   for window in ("0", "64"):
-    assert sharded_results[(8, 1, 1)]["advance_collectives"][window] == {"all-reduce": 1}
+    assert sharded_results[(8, 1, 1)]["advance_collectives"][window] == {
+        "all-reduce": 1
+    }
 
 
 def test_prefill_of_every_slot_in_order_needs_no_collective(sharded_results):

@@ -31,7 +31,9 @@ def setup():
   params, _ = sharding.init_model_params(model, jax.random.key(0), mesh, rules)
   other, _ = sharding.init_model_params(model, jax.random.key(1), mesh, rules)
   base = SamplingSettings.from_config(config.sampling, eos_ids=(), pad_id=PAD)
-  prompts = np.random.RandomState(0).randint(1, cfg.vocab_size, (len(PROMPT_LENS), 16))
+  prompts = np.random.RandomState(0).randint(
+      1, cfg.vocab_size, (len(PROMPT_LENS), 16)
+  )
 
   samplers = {}
 
@@ -43,8 +45,15 @@ def setup():
       samplers[settings] = Sampler(cfg, settings, mesh, rules)
     return samplers[settings]
 
-  return dict(cfg=cfg, model=model, params=params, other=other, make=make, prompts=prompts,
-              mesh_rules=(mesh, rules))
+  return dict(
+      cfg=cfg,
+      model=model,
+      params=params,
+      other=other,
+      make=make,
+      prompts=prompts,
+      mesh_rules=(mesh, rules),
+  )
 
 
 def _full_forward(model, params, tokens_BxS):
@@ -53,14 +62,17 @@ def _full_forward(model, params, tokens_BxS):
 
 def test_greedy_equals_repeated_argmax_of_full_forward(setup):
   out = setup["make"](temperature=0.0).generate(
-      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0))
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0)
+  )
   # Reference: grow each sequence by the argmax of a full (cache-free) forward
   # pass over everything so far; rows are padded on the right, which a causal
   # model cannot see.
   tokens = np.full((len(PROMPT_LENS), 40), PAD, np.int32)
   for i, n in enumerate(PROMPT_LENS):
     tokens[i, :n] = setup["prompts"][i, :n]
-  forward = jax.jit(lambda t: setup["model"].apply({"params": setup["params"]}, t))
+  forward = jax.jit(
+      lambda t: setup["model"].apply({"params": setup["params"]}, t)
+  )
   for step in range(24):
     logits = np.asarray(forward(tokens))
     for i, n in enumerate(PROMPT_LENS):
@@ -73,15 +85,23 @@ def test_greedy_equals_repeated_argmax_of_full_forward(setup):
 @pytest.mark.parametrize("top_k,top_p", [(0, 1.0), (20, 0.9)])
 def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
   temperature = 0.7
-  out = setup["make"](temperature=temperature, top_k=top_k, top_p=top_p).generate(
-      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(3))
+  out = setup["make"](
+      temperature=temperature, top_k=top_k, top_p=top_p
+  ).generate(setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(3))
   logits = _full_forward(setup["model"], setup["params"], out.tokens)
-  recomputed = np.asarray(token_logprobs(logits[:, :-1], jnp.asarray(out.tokens[:, 1:]),
-                                         temperature))
+  recomputed = np.asarray(
+      token_logprobs(
+          logits[:, :-1], jnp.asarray(out.tokens[:, 1:]), temperature
+      )
+  )
   mask = out.mask[:, 1:]
   assert mask.sum() == 24 * len(PROMPT_LENS)
-  np.testing.assert_allclose(out.logp[:, 1:][mask], recomputed[mask], atol=1e-5, rtol=0)
-  assert (out.logp[~out.mask] == 0).all() and (out.version[~out.mask] == -1).all()
+  np.testing.assert_allclose(
+      out.logp[:, 1:][mask], recomputed[mask], atol=1e-5, rtol=0
+  )
+  assert (out.logp[~out.mask] == 0).all() and (
+      out.version[~out.mask] == -1
+  ).all()
   assert (out.version[out.mask] == 0).all()
 
   # Independent reference of the truncated distribution: sort, keep top-k,
@@ -90,14 +110,16 @@ def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
   expected = np.zeros_like(out.logp_sampling[:, 1:])
   for i, t in zip(*np.nonzero(mask)):
     row = scaled[i, t]
-    order = np.argsort(-row, kind="stable")[:top_k or len(row)]
+    order = np.argsort(-row, kind="stable")[: top_k or len(row)]
     probs = np.exp(row[order] - row[order].max())
     probs /= probs.sum()
     keep = order[(np.cumsum(probs) - probs) < top_p]
     token = out.tokens[i, t + 1]
     assert token in keep
     expected[i, t] = row[token] - np.log(np.exp(row[keep]).sum())
-  np.testing.assert_allclose(out.logp_sampling[:, 1:][mask], expected[mask], atol=1e-5)
+  np.testing.assert_allclose(
+      out.logp_sampling[:, 1:][mask], expected[mask], atol=1e-5
+  )
   if top_k or top_p < 1:
     # Truncation can only raise a kept token's probability.
     assert (out.logp_sampling[out.mask] >= out.logp[out.mask] - 1e-6).all()
@@ -107,8 +129,9 @@ def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
 
 def test_fixed_key_is_deterministic(setup):
   sampler = setup["make"](temperature=0.7)
-  run = lambda seed: sampler.generate(setup["params"], setup["prompts"], PROMPT_LENS,
-                                      jax.random.key(seed))
+  run = lambda seed: sampler.generate(
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(seed)
+  )
   first, again, other = run(7), run(7), run(8)
   np.testing.assert_array_equal(first.tokens, again.tokens)
   np.testing.assert_array_equal(first.logp, again.logp)
@@ -117,9 +140,11 @@ def test_fixed_key_is_deterministic(setup):
 
 def test_top_k_one_equals_greedy(setup):
   greedy = setup["make"](temperature=0.0).generate(
-      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0))
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0)
+  )
   top1 = setup["make"](temperature=1.0, top_k=1).generate(
-      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(5))
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(5)
+  )
   np.testing.assert_array_equal(top1.tokens, greedy.tokens)
   np.testing.assert_allclose(top1.logp, greedy.logp, atol=1e-6)
   assert (top1.logp_sampling == 0).all()  # One candidate: probability 1.
@@ -129,17 +154,20 @@ def _greedy_with_eos(setup):
   """The greedy run without EOS, and a greedy sampler whose EOS id is the 4th
   token that run generated for prompt 1 (so some sequences stop early)."""
   free = setup["make"](temperature=0.0).generate(
-      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0))
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0)
+  )
   eos = int(free.tokens[1, PROMPT_LENS[1] + 3])
   return free, setup["make"](temperature=0.0, eos_ids=(eos,)), eos
 
 
 def test_eos_stops_and_the_rest_is_padding(setup):
   free, sampler, eos = _greedy_with_eos(setup)
-  out = sampler.generate(setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0))
+  out = sampler.generate(
+      setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0)
+  )
   stopped = 0
   for i, n in enumerate(PROMPT_LENS):
-    completion = free.tokens[i, n:n + 24]
+    completion = free.tokens[i, n : n + 24]
     hits = np.flatnonzero(completion == eos)
     end = n + (hits[0] + 1 if hits.size else 24)
     stopped += bool(hits.size)
@@ -149,19 +177,33 @@ def test_eos_stops_and_the_rest_is_padding(setup):
     assert not out.mask[i, end:].any() and (out.version[i, end:] == -1).all()
     assert (out.logp[i, end:] == 0).all()
     assert out.mask[i, n:end].all() and not out.mask[i, :n].any()
-  assert 1 <= stopped < len(PROMPT_LENS) and out.seq_len[1] == PROMPT_LENS[1] + 4
+  assert (
+      1 <= stopped < len(PROMPT_LENS) and out.seq_len[1] == PROMPT_LENS[1] + 4
+  )
 
 
 def _run_slots(sampler, params, prompts, lens, num_slots, seeds):
   """Staggered continuous batching: at most one new prompt per advance call."""
   state = sampler.init_state(num_slots, meta_width=1)
-  queue, results, slot_of, running_at_harvest = list(range(len(lens))), {}, {}, []
+  queue, results, slot_of, running_at_harvest = (
+      list(range(len(lens))),
+      {},
+      {},
+      [],
+  )
   while len(results) < len(lens):
     free = sampler.free_slots(state)
     if queue and free.size:
       i = queue.pop(0)
-      state = sampler.start(state, params, free[:1], prompts[i:i + 1], lens[i:i + 1],
-                            jax.random.key(seeds[i]), meta=np.array([i]))
+      state = sampler.start(
+          state,
+          params,
+          free[:1],
+          prompts[i : i + 1],
+          lens[i : i + 1],
+          jax.random.key(seeds[i]),
+          meta=np.array([i]),
+      )
     state = sampler.advance(state, params, version=0)
     state, done = sampler.harvest(state)
     if len(done.slot):
@@ -179,10 +221,15 @@ def test_continuous_batching_equals_prompts_run_alone(setup, temperature):
   _, _, eos = _greedy_with_eos(setup)
   sampler = setup["make"](temperature=temperature, eos_ids=(eos,))
   prompts, params = setup["prompts"], setup["params"]
-  alone = [_run_slots(sampler, params, prompts[i:i + 1], PROMPT_LENS[i:i + 1], 3, [i])[0][0]
-           for i in range(len(PROMPT_LENS))]
-  results, slot_of, running = _run_slots(sampler, params, prompts, PROMPT_LENS, 3,
-                                         range(len(PROMPT_LENS)))
+  alone = [
+      _run_slots(
+          sampler, params, prompts[i : i + 1], PROMPT_LENS[i : i + 1], 3, [i]
+      )[0][0]
+      for i in range(len(PROMPT_LENS))
+  ]
+  results, slot_of, running = _run_slots(
+      sampler, params, prompts, PROMPT_LENS, 3, range(len(PROMPT_LENS))
+  )
   assert max(len(v) for v in slot_of.values()) >= 2  # Slots were refilled.
   assert max(running) >= 1  # Others kept running while a slot was harvested.
   if temperature == 0:
@@ -203,11 +250,25 @@ def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
   sampler = setup["make"](temperature=1.0)
   prompts, params = setup["prompts"], setup["params"]
   state = sampler.init_state(4, meta_width=1)
-  state = sampler.start(state, params, [3], prompts[3:4], PROMPT_LENS[3:4], jax.random.key(7),
-                        meta=np.array([3]))
+  state = sampler.start(
+      state,
+      params,
+      [3],
+      prompts[3:4],
+      PROMPT_LENS[3:4],
+      jax.random.key(7),
+      meta=np.array([3]),
+  )
   state = sampler.advance(state, params, version=0, num_steps=2)
-  state = sampler.start(state, params, [0, 1, 2], prompts[:3], PROMPT_LENS[:3],
-                        jax.random.key(8), meta=np.arange(3))
+  state = sampler.start(
+      state,
+      params,
+      [0, 1, 2],
+      prompts[:3],
+      PROMPT_LENS[:3],
+      jax.random.key(8),
+      meta=np.arange(3),
+  )
   results = {}
   # Each call decodes several tokens; 64 calls end every sequence.
   for _ in range(64):
@@ -216,8 +277,12 @@ def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
     for row, i in enumerate(done.meta[:, 0]):
       results[int(i)] = jax.tree.map(lambda x: x[row], done)
   assert sorted(results) == [0, 1, 2, 3]
-  refs = [sampler.generate(params, prompts[:3], PROMPT_LENS[:3], jax.random.key(8)),
-          sampler.generate(params, prompts[3:4], PROMPT_LENS[3:4], jax.random.key(7))]
+  refs = [
+      sampler.generate(params, prompts[:3], PROMPT_LENS[:3], jax.random.key(8)),
+      sampler.generate(
+          params, prompts[3:4], PROMPT_LENS[3:4], jax.random.key(7)
+      ),
+  ]
   for i in range(4):
     ref = jax.tree.map(lambda x: x[i % 3], refs[i // 3])
     np.testing.assert_array_equal(results[i].tokens, ref.tokens)
@@ -228,17 +293,27 @@ def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
 def test_in_flight_weight_update(setup):
   sampler = setup["make"](temperature=0.0)
   lens, prompts = PROMPT_LENS, setup["prompts"]
-  old_only = sampler.generate(setup["params"], prompts, lens, jax.random.key(0), version=3)
+  old_only = sampler.generate(
+      setup["params"], prompts, lens, jax.random.key(0), version=3
+  )
   state = sampler.init_state(8)
-  state = sampler.start(state, setup["params"], np.arange(6), prompts, lens, jax.random.key(0))
+  state = sampler.start(
+      state, setup["params"], np.arange(6), prompts, lens, jax.random.key(0)
+  )
   state = sampler.advance(state, setup["params"], version=3, num_steps=6)
   state = sampler.advance(state, setup["other"], version=4, num_steps=100)
   state, out = sampler.harvest(state)
   assert sorted(out.slot) == list(range(6))
   for row, (slot, n) in enumerate(zip(out.slot, lens[out.slot])):
-    np.testing.assert_array_equal(out.tokens[row, :n + 6], old_only.tokens[slot, :n + 6])
-    assert (out.tokens[row, n + 6:n + 24] != old_only.tokens[slot, n + 6:n + 24]).any()
-    np.testing.assert_array_equal(out.version[row, n:n + 24], [3] * 6 + [4] * 18)
+    np.testing.assert_array_equal(
+        out.tokens[row, : n + 6], old_only.tokens[slot, : n + 6]
+    )
+    assert (
+        out.tokens[row, n + 6 : n + 24] != old_only.tokens[slot, n + 6 : n + 24]
+    ).any()
+    np.testing.assert_array_equal(
+        out.version[row, n : n + 24], [3] * 6 + [4] * 18
+    )
     assert (out.version[row, :n] == -1).all()
 
 
@@ -260,7 +335,9 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
   assert sampler.prepare(prepared) is prepared and len(prepares) == 2
   again = sampler.generate(prepared, prompts, PROMPT_LENS, key)
   state = sampler.init_state(8)
-  state = sampler.start(state, prepared, np.arange(6), prompts, PROMPT_LENS, key)
+  state = sampler.start(
+      state, prepared, np.arange(6), prompts, PROMPT_LENS, key
+  )
   for _ in range(5):
     state = sampler.advance(state, prepared, version=0)
   _, slots = sampler.harvest(state)
@@ -312,25 +389,38 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
 
 
 def test_compiled_once_per_bucket_and_cache_donated(setup):
-  sampler = Sampler(setup["cfg"], setup["make"]().settings, *setup["mesh_rules"])
+  sampler = Sampler(
+      setup["cfg"], setup["make"]().settings, *setup["mesh_rules"]
+  )
   for b in (3, 4):  # Both use 4 slots and the 16-token prompt bucket.
-    sampler.generate(setup["params"], setup["prompts"][:b], PROMPT_LENS[:b], jax.random.key(b))
+    sampler.generate(
+        setup["params"],
+        setup["prompts"][:b],
+        PROMPT_LENS[:b],
+        jax.random.key(b),
+    )
   assert sampler._advance._cache_size() == 1
   assert sampler._start._cache_size() == 1
   state = sampler.init_state(4)
   old = jax.tree.leaves(state.cache)
   state = sampler.advance(state, setup["params"], version=0)
-  assert len(old) == 2 * setup["cfg"].num_layers and all(x.is_deleted() for x in old)
+  assert len(old) == 2 * setup["cfg"].num_layers and all(
+      x.is_deleted() for x in old
+  )
 
 
 def test_bad_input_is_a_clear_error_before_compiling(setup):
-  sampler = Sampler(setup["cfg"], setup["make"]().settings, *setup["mesh_rules"])
+  sampler = Sampler(
+      setup["cfg"], setup["make"]().settings, *setup["mesh_rules"]
+  )
   params, prompts = setup["params"], setup["prompts"]
   key = jax.random.key(0)
   with pytest.raises(ValueError, match="max_prompt_len 16"):
     sampler.generate(params, np.ones((1, 20), np.int32), [17], key)
   with pytest.raises(ValueError, match="empty batch"):
-    sampler.generate(params, np.zeros((0, 4), np.int32), np.zeros((0,), np.int32), key)
+    sampler.generate(
+        params, np.zeros((0, 4), np.int32), np.zeros((0,), np.int32), key
+    )
   with pytest.raises(ValueError, match="outside the vocabulary"):
     sampler.generate(params, np.array([[5, 128, 0]]), [2], key)
   with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -339,9 +429,13 @@ def test_bad_input_is_a_clear_error_before_compiling(setup):
     sampler.generate(params, prompts[:2], [3, 0], key)
   with pytest.raises(ValueError, match="prompt_lens"):
     sampler.generate(params, prompts[:2], [3], key)
-  assert sampler._advance._cache_size() == 0 and sampler._start._cache_size() == 0
+  assert (
+      sampler._advance._cache_size() == 0 and sampler._start._cache_size() == 0
+  )
 
-  with pytest.raises(ValueError, match="exceeds the KV cache limit model.max_seq_len 256"):
+  with pytest.raises(
+      ValueError, match="exceeds the KV cache limit model.max_seq_len 256"
+  ):
     setup["make"](max_new_tokens=241)
   with pytest.raises(ValueError, match="outside the vocabulary"):
     setup["make"](eos_ids=(500,))
@@ -357,4 +451,12 @@ def test_bad_input_is_a_clear_error_before_compiling(setup):
   with pytest.raises(ValueError, match="duplicates"):
     sampler.start(state, params, [0, 0], prompts[:2], [4, 4], key)
   with pytest.raises(ValueError, match="meta"):
-    sampler.start(state, params, [0], prompts[:1], [4], key, meta=np.zeros((1, 3), np.int32))
+    sampler.start(
+        state,
+        params,
+        [0],
+        prompts[:1],
+        [4],
+        key,
+        meta=np.zeros((1, 3), np.int32),
+    )

@@ -40,78 +40,144 @@ def run(*argv):
 """
 HOSTILE = {
     "fork_bomb": ("import os\nwhile True:\n  os.fork()\nprint('PWNED')", False),
-    "fork_bomb_below_the_hook": (_FORK_EXEC + textwrap.dedent("""
+    "fork_bomb_below_the_hook": (
+        _FORK_EXEC + textwrap.dedent("""
         n = 0
         for _ in range(200):
           try:
             run('/bin/sleep', '30'); n += 1
           except OSError:
             pass
-        print('PWNED' if n > 50 else n)"""), True),
+        print('PWNED' if n > 50 else n)"""),
+        True,
+    ),
     "memory_bomb": ("x = bytearray(10 ** 10)\nprint('PWNED')", False),
-    "memory_creep": ("a = []\nwhile True:\n  a.append(bytearray(10 ** 7))", False),
+    "memory_creep": (
+        "a = []\nwhile True:\n  a.append(bytearray(10 ** 7))",
+        False,
+    ),
     "infinite_loop": ("print('PWNED', flush=True)\nwhile True:\n  pass", False),
-    "sleep_forever": ("print('PWNED', flush=True)\nimport time\ntime.sleep(10 ** 6)", False),
+    "sleep_forever": (
+        "print('PWNED', flush=True)\nimport time\ntime.sleep(10 ** 6)",
+        False,
+    ),
     "output_flood": ("while True:\n  print('PWNED' * 1000)", False),
-    "thread_bomb": (textwrap.dedent("""
+    "thread_bomb": (
+        textwrap.dedent("""
         import threading, time
         for _ in range(5000):
           threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-        print('PWNED')"""), False),
-    "fd_exhaustion": ("fs = [open(f'f{i}', 'w') for i in range(5000)]\nprint('PWNED')", False),
-    "write_outside_tmp": ("open(TARGET, 'w').write('x')\nprint('PWNED')", False),
-    "delete_the_workdir": ("import shutil\nshutil.rmtree(WORKDIR)\nprint('PWNED')", False),
-    "mkfifo_outside_tmp": ("import os\nos.mkfifo(TARGET)\nprint('PWNED')", True),
-    "shell_writes_outside_tmp": (_FORK_EXEC + textwrap.dedent(f"""
+        print('PWNED')"""),
+        False,
+    ),
+    "fd_exhaustion": (
+        "fs = [open(f'f{i}', 'w') for i in range(5000)]\nprint('PWNED')",
+        False,
+    ),
+    "write_outside_tmp": (
+        "open(TARGET, 'w').write('x')\nprint('PWNED')",
+        False,
+    ),
+    "delete_the_workdir": (
+        "import shutil\nshutil.rmtree(WORKDIR)\nprint('PWNED')",
+        False,
+    ),
+    "mkfifo_outside_tmp": (
+        "import os\nos.mkfifo(TARGET)\nprint('PWNED')",
+        True,
+    ),
+    "shell_writes_outside_tmp": (
+        _FORK_EXEC + textwrap.dedent(f"""
         import time
         run({_SHELL!r}, '-c', 'echo x > ' + TARGET)
         time.sleep(0.5)
-        print('PWNED' if os.path.exists(TARGET) else 'no')"""), True),
-    "disk_fill_in_tmp": (textwrap.dedent("""
+        print('PWNED' if os.path.exists(TARGET) else 'no')"""),
+        True,
+    ),
+    "disk_fill_in_tmp": (
+        textwrap.dedent("""
         for i in range(25):
           with open(f'fill{i}', 'wb') as f:
             f.write(b'x' * (6 << 20))
-        print('PWNED')"""), True),
+        print('PWNED')"""),
+        True,
+    ),
     "read_the_workdir": (
-        "print('PWNED' if 'SECRET' in open(WORKDIR + '/secret.txt').read() else 'no')", True),
-    "read_a_checkpoint": (textwrap.dedent("""
+        "print('PWNED' if 'SECRET' in open(WORKDIR + '/secret.txt').read() else 'no')",
+        True,
+    ),
+    "read_a_checkpoint": (
+        textwrap.dedent(
+            """
         import os
         d = WORKDIR + '/checkpoints/10'
-        print('PWNED' if [open(d + '/' + n, 'rb').read() for n in os.listdir(d)] else 'no')"""),
-        True),
-    "read_the_parents_environment": (textwrap.dedent(f"""
+        print('PWNED' if [open(d + '/' + n, 'rb').read() for n in os.listdir(d)] else 'no')"""
+        ),
+        True,
+    ),
+    "read_the_parents_environment": (
+        textwrap.dedent(f"""
         import os
         env = open(f'/proc/{{os.getppid()}}/environ', 'rb').read()
-        print('PWNED' if b{_CANARY!r} in env else 'no')"""), True),
-    "socket_connect": (textwrap.dedent("""
+        print('PWNED' if b{_CANARY!r} in env else 'no')"""),
+        True,
+    ),
+    "socket_connect": (
+        textwrap.dedent("""
         import socket
         socket.create_connection(('127.0.0.1', PORT), timeout=2).close()
-        print('PWNED')"""), False),
-    "raw_socket_module": (textwrap.dedent("""
+        print('PWNED')"""),
+        False,
+    ),
+    "raw_socket_module": (
+        textwrap.dedent("""
         import _socket
         s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         s.connect(('127.0.0.1', PORT))
-        print('PWNED')"""), False),
-    "ctypes_raw_syscall": (textwrap.dedent("""
+        print('PWNED')"""),
+        False,
+    ),
+    "ctypes_raw_syscall": (
+        textwrap.dedent("""
         import ctypes, os
         libc = ctypes.CDLL(None)
         libc.syscall(62, os.getppid(), 9)  # kill(parent, SIGKILL) on x86-64.
-        print('PWNED')"""), False),
-    "os_system": ("import os\nos.system('touch ' + TARGET)\nprint('PWNED')", False),
-    "subprocess_run": ("import subprocess\nsubprocess.run(['touch', TARGET])\nprint('PWNED')",
-                       False),
-    "kill_the_parent": ("import os\nos.kill(os.getppid(), 9)\nprint('PWNED')", False),
-    "pidfd_kill_the_parent": (textwrap.dedent("""
+        print('PWNED')"""),
+        False,
+    ),
+    "os_system": (
+        "import os\nos.system('touch ' + TARGET)\nprint('PWNED')",
+        False,
+    ),
+    "subprocess_run": (
+        "import subprocess\nsubprocess.run(['touch', TARGET])\nprint('PWNED')",
+        False,
+    ),
+    "kill_the_parent": (
+        "import os\nos.kill(os.getppid(), 9)\nprint('PWNED')",
+        False,
+    ),
+    "pidfd_kill_the_parent": (
+        textwrap.dedent("""
         import os, signal
         signal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)
-        print('PWNED')"""), True),
-    "raise_rlimits": (textwrap.dedent("""
+        print('PWNED')"""),
+        True,
+    ),
+    "raise_rlimits": (
+        textwrap.dedent("""
         import resource
         inf = resource.RLIM_INFINITY
         resource.setrlimit(resource.RLIMIT_AS, (inf, inf))
-        print('PWNED')"""), False),
-    "write_proc_self_mem": ("f = open('/proc/self/mem', 'wb')\nprint('PWNED')", False),
-    "write_to_inherited_fds": (textwrap.dedent("""
+        print('PWNED')"""),
+        False,
+    ),
+    "write_proc_self_mem": (
+        "f = open('/proc/self/mem', 'wb')\nprint('PWNED')",
+        False,
+    ),
+    "write_to_inherited_fds": (
+        textwrap.dedent("""
         import os
         n = 0
         for fd in range(3, 256):
@@ -119,15 +185,21 @@ HOSTILE = {
             os.write(fd, b'x'); n += 1
           except OSError:
             pass
-        print('PWNED' if n else 'no')"""), False),
+        print('PWNED' if n else 'no')"""),
+        False,
+    ),
     "overwrite_the_verifier": (
-        "open(VERIFIER, 'a').write('\\nraise SystemExit')\nprint('PWNED')", False),
+        "open(VERIFIER, 'a').write('\\nraise SystemExit')\nprint('PWNED')",
+        False,
+    ),
 }
 
 
 def _layers():
   bwrap_ok, why = isolation.bwrap_works()
-  bwrap_skip = pytest.mark.skipif(not bwrap_ok, reason=f"bubblewrap does not run here: {why}")
+  bwrap_skip = pytest.mark.skipif(
+      not bwrap_ok, reason=f"bubblewrap does not run here: {why}"
+  )
   for name, (_, needs_lower) in HOSTILE.items():
     yield pytest.param(name, "bwrap", marks=bwrap_skip, id=f"{name}-bwrap")
     if not needs_lower:  # The others would breach: docs/reliability.md.
@@ -177,8 +249,12 @@ def world(tmp_path_factory):
   with pytest.MonkeyPatch.context() as patch:
     patch.setenv("TMPDIR", str(sandboxes))
     patch.setenv(_CANARY, "1")
-    yield {"workdir": workdir, "sandboxes": sandboxes, "server": server,
-           "outside": tmp_path_factory.mktemp("outside")}
+    yield {
+        "workdir": workdir,
+        "sandboxes": sandboxes,
+        "server": server,
+        "outside": tmp_path_factory.mktemp("outside"),
+    }
   server.sock.close()
 
 
@@ -186,7 +262,9 @@ def world(tmp_path_factory):
 def pools(world):
   del world  # Its environment reaches the pools' processes.
   opened = {}
-  yield lambda layer: opened.get(layer) or opened.setdefault(layer, _pool(layer))
+  yield lambda layer: opened.get(layer) or opened.setdefault(
+      layer, _pool(layer)
+  )
   for pool in opened.values():
     pool.close()
 
@@ -194,14 +272,22 @@ def pools(world):
 def _pool(layer):
   config = scalerl.get_config()
   with config.unlocked():
-    config.rewards.update(timeout_s=3.0, num_workers=1, code_cpu_s=1.0, code_memory_mb=256,
-                          code_isolation=layer)
+    config.rewards.update(
+        timeout_s=3.0,
+        num_workers=1,
+        code_cpu_s=1.0,
+        code_memory_mb=256,
+        code_isolation=layer,
+    )
   return rewards.RewardPool(config.rewards)
 
 
 def _record(tests_output):
-  return {"id": "hostile", "verifier": "code",
-          "answer": json.dumps([{"input": "", "output": tests_output}])}
+  return {
+      "id": "hostile",
+      "verifier": "code",
+      "answer": json.dumps([{"input": "", "output": tests_output}]),
+  }
 
 
 def _completion(source):
@@ -209,13 +295,17 @@ def _completion(source):
 
 
 @pytest.mark.parametrize("name,layer", list(_layers()))
-def test_hostile_program_scores_zero_and_changes_nothing_outside(world, pools, name, layer):
+def test_hostile_program_scores_zero_and_changes_nothing_outside(
+    world, pools, name, layer
+):
   target = world["outside"] / f"{name}-{layer}"
   source = HOSTILE[name][0]
-  for placeholder, value in (("TARGET", repr(str(target))),
-                             ("WORKDIR", repr(str(world["workdir"]))),
-                             ("PORT", str(world["server"].port)),
-                             ("VERIFIER", repr(rewards.code_sandbox.__file__))):
+  for placeholder, value in (
+      ("TARGET", repr(str(target))),
+      ("WORKDIR", repr(str(world["workdir"]))),
+      ("PORT", str(world["server"].port)),
+      ("VERIFIER", repr(rewards.code_sandbox.__file__)),
+  ):
     source = source.replace(placeholder, value)
   before = _snapshot(world["workdir"])
   verifier_before = _snapshot(os.path.dirname(rewards.code_sandbox.__file__))
@@ -225,7 +315,10 @@ def test_hostile_program_scores_zero_and_changes_nothing_outside(world, pools, n
   assert scores.tolist() == [0.0]
   assert not target.exists()
   assert _snapshot(world["workdir"]) == before
-  assert _snapshot(os.path.dirname(rewards.code_sandbox.__file__)) == verifier_before
+  assert (
+      _snapshot(os.path.dirname(rewards.code_sandbox.__file__))
+      == verifier_before
+  )
   assert world["server"].connections == connections
   # Every sandbox's directory is gone.
   assert not os.listdir(world["sandboxes"])
@@ -235,12 +328,20 @@ def test_hostile_program_scores_zero_and_changes_nothing_outside(world, pools, n
 
 
 def test_auto_warns_at_start_up_when_bubblewrap_is_missing(monkeypatch):
-  monkeypatch.setattr(isolation, "bwrap_works", lambda: (False, "bwrap is not installed"))
+  monkeypatch.setattr(
+      isolation, "bwrap_works", lambda: (False, "bwrap is not installed")
+  )
   with pytest.MonkeyPatch.context() as patch:
     warnings = []
-    patch.setattr(isolation.logging, "warning", lambda msg, *args: warnings.append(msg % args))
+    patch.setattr(
+        isolation.logging,
+        "warning",
+        lambda msg, *args: warnings.append(msg % args),
+    )
     isolation.check("auto")
   assert len(warnings) == 1 and "SANDBOX: bwrap is not installed" in warnings[0]
-  with pytest.raises(RuntimeError, match="code_isolation='bwrap': bwrap is not installed"):
+  with pytest.raises(
+      RuntimeError, match="code_isolation='bwrap': bwrap is not installed"
+  ):
     isolation.check("bwrap")
   assert not isolation.use_bwrap("auto")

@@ -46,8 +46,21 @@ def table1_run(index, seed):
   return compute, sigmoid.sigmoid(compute, a, b, c_mid, R0) + noise
 
 
-def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_steps=200,
-                  eval_every=5, seconds_per_step=36.0, stderr=None, extra_lines=()):
+def write_workdir(
+    workdir,
+    *,
+    a,
+    b,
+    c_mid_step,
+    seed,
+    r0=0.2,
+    noise=NOISE,
+    num_steps=200,
+    eval_every=5,
+    seconds_per_step=36.0,
+    stderr=None,
+    extra_lines=()
+):
   """Writes `<workdir>/metrics.jsonl` of a fabricated run.
 
   Args:
@@ -72,10 +85,16 @@ def write_workdir(workdir, *, a, b, c_mid_step, seed, r0=0.2, noise=NOISE, num_s
   scores = {}
   with open(os.path.join(workdir, workdir_lib.METRICS_FILE), "w") as f:
     for step in range(num_steps + 1):
-      row = {"step": step, "compute/flops": step * FLOPS_PER_STEP,
-             "compute/device_seconds": step * seconds_per_step, "train/loss": 0.1}
+      row = {
+          "step": step,
+          "compute/flops": step * FLOPS_PER_STEP,
+          "compute/device_seconds": step * seconds_per_step,
+          "train/loss": 0.1,
+      }
       if step % eval_every == 0:
-        score = sigmoid.sigmoid(step, a, b, c_mid_step, r0) + rng.normal(0, noise)
+        score = sigmoid.sigmoid(step, a, b, c_mid_step, r0) + rng.normal(
+            0, noise
+        )
         row["val/mean_at_k"] = scores[step] = float(np.clip(score, 0, 1))
         if stderr is not None:
           row["val/mean_at_k_stderr"] = stderr

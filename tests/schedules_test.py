@@ -9,9 +9,12 @@ from scalerl_jax.rl import schedules
 
 
 def _schedule(name, k, p=4, call=16, per_train_step=40):
-  return schedules.SCHEDULES.get(name)(max_off_policy=k, prompts_per_step=p,
-                                   decode_steps_per_call=call,
-                                   decode_steps_per_train_step=per_train_step)
+  return schedules.SCHEDULES.get(name)(
+      max_off_policy=k,
+      prompts_per_step=p,
+      decode_steps_per_call=call,
+      decode_steps_per_train_step=per_train_step,
+  )
 
 
 @pytest.mark.parametrize("k", [1, 4, 8])
@@ -34,7 +37,11 @@ def test_pipeline_rl_starts_exactly_what_can_be_trained_within_k_versions(k):
 def test_pipeline_rl_decodes_its_share_then_only_while_the_trainer_waits():
   s = _schedule("pipeline_rl", k=2, p=4, call=16, per_train_step=40)
   # Its share of a train step: calls of 16, 16, then the remaining 8.
-  assert [s.decode_steps(d, ready=9, in_flight=3) for d in (0, 16, 32)] == [16, 16, 8]
+  assert [s.decode_steps(d, ready=9, in_flight=3) for d in (0, 16, 32)] == [
+      16,
+      16,
+      8,
+  ]
   # The trainer has its batch.
   assert s.decode_steps(40, ready=4, in_flight=3) == 0
   # The trainer would wait.
@@ -48,7 +55,15 @@ def test_pipeline_rl_decodes_its_share_then_only_while_the_trainer_waits():
 
 def test_ppo_off_policy_starts_k_batches_every_k_steps_and_finishes_them():
   s = _schedule("ppo_off_policy", k=3, p=4)
-  assert [s.max_starts(v, backlog=0) for v in range(7)] == [12, 0, 0, 12, 0, 0, 12]
+  assert [s.max_starts(v, backlog=0) for v in range(7)] == [
+      12,
+      0,
+      0,
+      12,
+      0,
+      0,
+      12,
+  ]
   assert s.max_starts(3, backlog=5) == 7  # 5 of the set already started.
   # Every started sequence finishes with the weights of the
   # step that started it.
@@ -73,17 +88,26 @@ def test_make_binds_the_config():
   config = scalerl.get_config()
   s = schedules.make(config)
   assert isinstance(s, schedules.PipelineRL)
-  assert (s.max_off_policy, s.prompts_per_step, s.decode_steps_per_call,
-          s.decode_steps_per_train_step) == (
-              config.buffer.max_off_policy, config.data.prompts_per_step,
-              config.sampling.decode_steps_per_call, config.buffer.decode_steps_per_train_step)
+  assert (
+      s.max_off_policy,
+      s.prompts_per_step,
+      s.decode_steps_per_call,
+      s.decode_steps_per_train_step,
+  ) == (
+      config.buffer.max_off_policy,
+      config.data.prompts_per_step,
+      config.sampling.decode_steps_per_call,
+      config.buffer.decode_steps_per_train_step,
+  )
 
 
 def test_a_new_schedule_is_one_registered_class_and_config_accepts_its_name():
   config = scalerl.get_config()
   with config.unlocked():
     config.buffer.schedule = "on_policy"
-  with pytest.raises(config_lib.ConfigError, match="buffer.schedule: 'on_policy' is not one of"):
+  with pytest.raises(
+      config_lib.ConfigError, match="buffer.schedule: 'on_policy' is not one of"
+  ):
     config_lib.validate(config)
 
   @schedules.SCHEDULES.register("on_policy")
@@ -98,7 +122,9 @@ def test_a_new_schedule_is_one_registered_class_and_config_accepts_its_name():
 
   try:
     config_lib.validate(config)
-    assert schedules.make(config).max_starts(0, 0) == config.data.prompts_per_step
+    assert (
+        schedules.make(config).max_starts(0, 0) == config.data.prompts_per_step
+    )
     with pytest.raises(ValueError, match="'on_policy' is already registered"):
       schedules.SCHEDULES.register("on_policy")(OnPolicy)
   finally:

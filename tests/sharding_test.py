@@ -25,12 +25,23 @@ def test_parameters_are_really_sharded(sharded_results):
   assert sharded_results[(8, 1, 1)]["q_shard_shape"] == [2, 64, 16, 8]
   assert sharded_results[(2, 2, 2)]["q_shard_shape"] == [2, 32, 8, 8]
   assert sharded_results[(1, 1, 8)]["q_shard_shape"] == [2, 64, 2, 8]
-  assert sharded_results[(1, 1, 8)]["q_spec"] == ["None", "fsdp", "tensor", "None"]
+  assert sharded_results[(1, 1, 8)]["q_spec"] == [
+      "None",
+      "fsdp",
+      "tensor",
+      "None",
+  ]
   # embedding [V=128, D=64]: vocab over tensor, embed over fsdp.
   assert sharded_results[(2, 2, 2)]["embedding_shard_shape"] == [64, 32]
   # The batch of 8 rows splits over data x fsdp.
-  assert [sharded_results[s]["batch_shard_rows"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]] == [1, 2, 8]
-  divisors = [sharded_results[s]["batch_divisor"] for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]]
+  assert [
+      sharded_results[s]["batch_shard_rows"]
+      for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]
+  ] == [1, 2, 8]
+  divisors = [
+      sharded_results[s]["batch_divisor"]
+      for s in [(8, 1, 1), (2, 2, 2), (1, 1, 8)]
+  ]
   assert divisors == [8, 4, 1]
   assert all(r["num_devices_holding_q"] == 8 for r in sharded_results.values())
 

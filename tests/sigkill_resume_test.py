@@ -57,8 +57,14 @@ def _kill_plan(seed=0):
   rng = random.Random(seed)
   plan = [("after_step0_validation", None)]
   for kind in ("checkpoint_write", "time", "checkpoint_write", "time"):
-    plan.append((kind, rng.choice([1, 2]) if kind == "checkpoint_write"
-                 else round(rng.uniform(0.0, 1.0), 3)))
+    plan.append(
+        (
+            kind,
+            rng.choice([1, 2])
+            if kind == "checkpoint_write"
+            else round(rng.uniform(0.0, 1.0), 3),
+        )
+    )
   return plan
 
 
@@ -91,9 +97,10 @@ class _Trigger:
 
   def due(self):
     if self.kind == "after_step0_validation":
-      return (_metric_steps(self.workdir) == [0]
-              and not any(e.isdigit() or _TMP_MARK in e
-                          for e in _checkpoint_entries(self.workdir)))
+      return _metric_steps(self.workdir) == [0] and not any(
+          e.isdigit() or _TMP_MARK in e
+          for e in _checkpoint_entries(self.workdir)
+      )
     if self.kind == "checkpoint_write":
       self.writes_seen |= _tmp_dirs(self.workdir) - self.tmp_at_start
       return len(self.writes_seen) >= self.parameter
@@ -105,12 +112,21 @@ class _Trigger:
 
 
 def _start(workdir, cache_dir, log):
-  env = dict(os.environ, PYTHONPATH=_ROOT, JAX_PLATFORMS="cpu",
-             JAX_COMPILATION_CACHE_DIR=cache_dir,
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  return subprocess.Popen([sys.executable, "-m", "tests.sigkill_resume_test", workdir],
-                          cwd=_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+  env = dict(
+      os.environ,
+      PYTHONPATH=_ROOT,
+      JAX_PLATFORMS="cpu",
+      JAX_COMPILATION_CACHE_DIR=cache_dir,
+      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+  )
+  return subprocess.Popen(
+      [sys.executable, "-m", "tests.sigkill_resume_test", workdir],
+      cwd=_ROOT,
+      env=env,
+      stdout=log,
+      stderr=subprocess.STDOUT,
+  )
 
 
 def _tail(log_path):
@@ -132,9 +148,12 @@ def _kill_once(workdir, cache_dir, log_path, kind, parameter):
     trigger = _Trigger(workdir, kind, parameter)
     deadline = time.monotonic() + _LIFE_TIMEOUT_S
     while not trigger.due():
-      assert process.poll() is None, (
-          f"the run ended before the kill ({kind}, {parameter}): {_tail(log_path)}")
-      assert time.monotonic() < deadline, f"no kill moment ({kind}, {parameter}) came"
+      assert (
+          process.poll() is None
+      ), f"the run ended before the kill ({kind}, {parameter}): {_tail(log_path)}"
+      assert (
+          time.monotonic() < deadline
+      ), f"no kill moment ({kind}, {parameter}) came"
       time.sleep(_POLL_S)
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -147,15 +166,23 @@ def _final_state(workdir):
   directory = os.path.join(workdir, "checkpoints")
   # Verifies the files.
   step = checkpoint_lib.Checkpointer(directory).latest_step()
-  return step, ocp.StandardCheckpointer().restore(os.path.join(directory, str(step), "state"))
+  return step, ocp.StandardCheckpointer().restore(
+      os.path.join(directory, str(step), "state")
+  )
 
 
 def _stream(workdir):
   """metrics.jsonl without the wall-clock measurements."""
   with open(os.path.join(workdir, metrics_lib.METRICS_FILE)) as f:
     rows = [json.loads(line) for line in f]
-  return [{k: v for k, v in r.items()
-           if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY} for r in rows]
+  return [
+      {
+          k: v
+          for k, v in r.items()
+          if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY
+      }
+      for r in rows
+  ]
 
 
 def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
@@ -179,7 +206,9 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
     workdir_lib.lock_workdir(killed).close()
   _finish(killed, cache_dir, log_path)
 
-  assert cut_writes >= 2, "fewer than two kills landed inside a checkpoint write"
+  assert (
+      cut_writes >= 2
+  ), "fewer than two kills landed inside a checkpoint write"
   step_a, state_a = _final_state(reference)
   step_b, state_b = _final_state(killed)
   assert step_a == step_b == _NUM_STEPS
@@ -190,17 +219,26 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
   stream = _stream(killed)
   assert [r["step"] for r in stream] == list(range(_NUM_STEPS + 1))
   assert stream == _stream(reference)
-  print(f"sigkill: 5 kills ({cut_writes} inside a checkpoint write), reference run "
-        f"{reference_s:.1f} s, whole test {time.monotonic() - start:.1f} s")
+  print(
+      f"sigkill: 5 kills ({cut_writes} inside a checkpoint write), reference run "
+      f"{reference_s:.1f} s, whole test {time.monotonic() - start:.1f} s"
+  )
 
 
 def _leaves(tree):
   """(path, numpy array) per leaf; typed PRNG keys as their key data."""
+
   def host(v):
-    return np.asarray(jax.random.key_data(v) if jax.dtypes.issubdtype(
-        v.dtype, jax.dtypes.prng_key) else v)
-  return [(jax.tree_util.keystr(p), host(v))
-          for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]]
+    return np.asarray(
+        jax.random.key_data(v)
+        if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key)
+        else v
+    )
+
+  return [
+      (jax.tree_util.keystr(p), host(v))
+      for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+  ]
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ SEEDS = (0, 1, 2)
 TABLE1 = scaling_helpers.TABLE1
 
 
-@pytest.mark.parametrize("index", range(len(TABLE1)), ids=[t[0] for t in TABLE1])
+@pytest.mark.parametrize(
+    "index", range(len(TABLE1)), ids=[t[0] for t in TABLE1]
+)
 def test_whole_run_recovers_a_and_b(index):
   _, c_mid, b, a = TABLE1[index]
   for seed in SEEDS:
@@ -26,8 +28,10 @@ def test_sigmoid_values_by_hand():
   # At C_mid half the gain is reached: 0.3 + (0.7 - 0.3) / 2 = 0.5;
   # at C = 0 it is R_0; at C = 2 C_mid with B = 1:
   # 0.3 + 0.4 / (1 + 1/2) = 0.56666...
-  np.testing.assert_allclose(sigmoid.sigmoid([0.0, 10.0, 20.0], 0.7, 1.0, 10.0, 0.3),
-                             [0.3, 0.5, 0.3 + 0.4 / 1.5])
+  np.testing.assert_allclose(
+      sigmoid.sigmoid([0.0, 10.0, 20.0], 0.7, 1.0, 10.0, 0.3),
+      [0.3, 0.5, 0.3 + 0.4 / 1.5],
+  )
 
 
 def test_compute_unit_only_rescales_c_mid():
@@ -41,8 +45,13 @@ def test_compute_unit_only_rescales_c_mid():
 
 def test_paper_grids_and_threshold():
   compute, score = scaling_helpers.table1_run(0, 1)
-  fit = sigmoid.fit(compute, score, min_compute=1500, a_grid=np.arange(0.45, 0.8001, 0.005),
-                    c_mid_grid=np.linspace(100, 40000, 100))
+  fit = sigmoid.fit(
+      compute,
+      score,
+      min_compute=1500,
+      a_grid=np.arange(0.45, 0.8001, 0.005),
+      c_mid_grid=np.linspace(100, 40000, 100),
+  )
   assert fit.num_points == int((compute >= 1500).sum())
   assert fit.compute_range[0] >= 1500
   assert abs(fit.a - 0.610) <= 0.01 and abs(fit.b / 1.92 - 1) <= 0.1
@@ -65,7 +74,9 @@ def test_default_grids_follow_small_runs():
 
 def test_fitted_marks_the_points_used():
   compute, score = scaling_helpers.table1_run(0, 0)
-  fit = sigmoid.fit(np.r_[0.0, compute], np.r_[0.3, score], min_compute=compute[3])
+  fit = sigmoid.fit(
+      np.r_[0.0, compute], np.r_[0.3, score], min_compute=compute[3]
+  )
   used = fit.fitted(np.r_[0.0, compute])
   # Compute 0 and the first three points.
   assert not used[:4].any() and used[4:].all()
@@ -80,16 +91,27 @@ def test_r0_measured_at_compute_zero_or_given():
   assert abs(given.a - 0.610) <= 0.01
 
 
-@pytest.mark.parametrize("compute, score, match", [
-    ([1.0, 2.0, 3.0], [0.1, 0.2, 0.3], "at least 4 points"),
-    ([1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, np.nan, 0.3, 0.3], "non-finite"),
-    ([1.0, 2.0, np.inf, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], "non-finite"),
-    ([1.0, 3.0, 2.0, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], "strictly increasing"),
-    ([1.0, 2.0, 2.0, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], "strictly increasing"),
-    ([-1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], ">= 0"),
-    ([1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, 1.2, 0.3, 0.3], r"\[0, 1\]"),
-    ([1.0, 2.0, 3.0, 4.0], [0.1, 0.2, 0.3], "equal length"),
-])
+@pytest.mark.parametrize(
+    "compute, score, match",
+    [
+        ([1.0, 2.0, 3.0], [0.1, 0.2, 0.3], "at least 4 points"),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, np.nan, 0.3, 0.3], "non-finite"),
+        ([1.0, 2.0, np.inf, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], "non-finite"),
+        (
+            [1.0, 3.0, 2.0, 4.0, 5.0],
+            [0.1, 0.2, 0.2, 0.3, 0.3],
+            "strictly increasing",
+        ),
+        (
+            [1.0, 2.0, 2.0, 4.0, 5.0],
+            [0.1, 0.2, 0.2, 0.3, 0.3],
+            "strictly increasing",
+        ),
+        ([-1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, 0.2, 0.3, 0.3], ">= 0"),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], [0.1, 0.2, 1.2, 0.3, 0.3], r"\[0, 1\]"),
+        ([1.0, 2.0, 3.0, 4.0], [0.1, 0.2, 0.3], "equal length"),
+    ],
+)
 def test_unusable_input_raises(compute, score, match):
   with pytest.raises(ValueError, match=match):
     sigmoid.fit(compute, score)
@@ -129,7 +151,9 @@ def test_ceiling_outside_the_grid_is_flagged():
   compute, score = scaling_helpers.table1_run(2, 0)  # A = 0.71.
   fit = sigmoid.fit(compute, score, a_grid=np.arange(0.45, 0.65, 0.005))
   assert fit.a == pytest.approx(0.645)
-  assert any(w.startswith("A=") and "edge of its grid" in w for w in fit.warnings), fit.warnings
+  assert any(
+      w.startswith("A=") and "edge of its grid" in w for w in fit.warnings
+  ), fit.warnings
 
 
 def test_bad_grid_raises():

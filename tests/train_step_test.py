@@ -23,11 +23,20 @@ def _setup(loss="cispo"):
   config.optim.warmup_steps = 0
   cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
-  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  params = nn.unbox(
+      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+  )["params"]
   optimizer = optim.make_optimizer(config.optim)
-  spec = ts.StepSpec(model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
-                     adv_norm="batch", zero_variance_filter=True, num_prompts=P,
-                     num_generations=G, temperature=1.0)
+  spec = ts.StepSpec(
+      model=model,
+      optimizer=optimizer,
+      loss=losses.LossParams.from_config(config.rl),
+      adv_norm="batch",
+      zero_variance_filter=True,
+      num_prompts=P,
+      num_generations=G,
+      temperature=1.0,
+  )
   step = jax.jit(functools.partial(ts.train_step, spec=spec))
   return model, params, ts.init_state(params, optimizer), step
 
@@ -38,14 +47,21 @@ def _batch(model, params, rewards):
   mask = np.zeros((P * G, S), np.float32)
   mask[:, 4:10] = 1
   logp, _ = ts.policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
-  return {"tokens_BxS": tokens, "mask_BxS": mask,
-          "gen_logp_BxS": np.asarray(logp) * mask,  # On-policy: rho = 1.
-          "rewards_PxG": np.asarray(rewards, np.float32)}
+  return {
+      "tokens_BxS": tokens,
+      "mask_BxS": mask,
+      "gen_logp_BxS": np.asarray(logp) * mask,  # On-policy: rho = 1.
+      "rewards_PxG": np.asarray(rewards, np.float32),
+  }
 
 
 def _same(a, b):
-  return all(np.array_equal(x, y) for x, y in
-             zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+  return all(
+      np.array_equal(x, y)
+      for x, y in zip(
+          jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+      )
+  )
 
 
 def test_step_updates_params_and_filters_zero_variance_groups():
@@ -66,7 +82,9 @@ def test_entropy_covers_every_generated_token_dropped_groups_included():
   # Group 1 is dropped from the loss.
   batch = _batch(model, params, [[1, 0], [1, 1]])
   _, metrics = step(state, batch)
-  _, entropy_BxS = ts.policy_logprobs(model, params, jnp.asarray(batch["tokens_BxS"]), 1.0)
+  _, entropy_BxS = ts.policy_logprobs(
+      model, params, jnp.asarray(batch["tokens_BxS"]), 1.0
+  )
   entropy_BxS, mask = np.asarray(entropy_BxS, np.float64), batch["mask_BxS"]
   # All 4 completions x 6 tokens.
   every = (entropy_BxS * mask).sum() / mask.sum()
@@ -83,15 +101,21 @@ def test_all_zero_variance_leaves_params_and_optimizer_state_bit_identical():
   state, _ = step(state, _batch(model, params, [[1, 0], [0, 1]]))
   before = jax.device_get(state)
   new_state, metrics = step(state, _batch(model, params, [[0, 0], [1, 1]]))
-  assert float(metrics["loss_tokens"]) == 0.0 and float(metrics["l2_grads"]) == 0.0
-  assert float(metrics["no_signal"]) == 1.0 and float(metrics["l2_updates"]) == 0.0
+  assert (
+      float(metrics["loss_tokens"]) == 0.0 and float(metrics["l2_grads"]) == 0.0
+  )
+  assert (
+      float(metrics["no_signal"]) == 1.0 and float(metrics["l2_updates"]) == 0.0
+  )
   assert float(metrics["nonfinite"]) == 0.0
   assert int(new_state.step) == 2  # The policy version still advances.
   assert _same(new_state.params, before.params)
   assert _same(new_state.opt_state, before.opt_state)
   # A batch with signal is applied and reports no_signal = 0.
   newer, metrics = step(new_state, _batch(model, params, [[1, 0], [0, 1]]))
-  assert float(metrics["no_signal"]) == 0.0 and not _same(newer.params, before.params)
+  assert float(metrics["no_signal"]) == 0.0 and not _same(
+      newer.params, before.params
+  )
 
 
 def test_non_finite_gradient_leaves_state_unchanged():
@@ -111,7 +135,9 @@ def test_non_finite_gradient_leaves_state_unchanged():
 
 def test_policy_logprobs_align_with_targets():
   model, params, _, _ = _setup()
-  tokens = jnp.asarray(np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32)
+  tokens = jnp.asarray(
+      np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32
+  )
   logp, entropy = ts.policy_logprobs(model, params, tokens, 1.0)
   logits = model.apply({"params": params}, tokens)
   want = jax.nn.log_softmax(logits[:, 2])[np.arange(2), tokens[:, 3]]

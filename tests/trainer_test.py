@@ -36,7 +36,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def base_dir(tmp_path_factory):
   path = tmp_path_factory.mktemp("base")
   experiment.Experiment.build(helpers.rl_test_config(), str(path))
-  assert os.path.isdir(path / "base_policy") and os.path.isfile(path / "tokenizer.model")
+  assert os.path.isdir(path / "base_policy") and os.path.isfile(
+      path / "tokenizer.model"
+  )
   return path
 
 
@@ -55,7 +57,10 @@ def _assert_lag_within_bound(rows, k):
   """The off-policy bound held at every step: no token over k,
   no group evicted."""
   for r in rows:
-    assert r["staleness/max"] <= k and r["staleness/over_k"] == 0, (r["step"], r)
+    assert r["staleness/max"] <= k and r["staleness/over_k"] == 0, (
+        r["step"],
+        r,
+    )
     assert r["buffer/evicted_stale"] == 0, r
 
 
@@ -104,21 +109,37 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
 @pytest.mark.parametrize("schedule", ["pipeline_rl", "ppo_off_policy"])
 def test_resume_is_bit_identical(base_dir, tmp_path, schedule):
   straight = _workdir(base_dir, tmp_path, "straight")
-  trainer_lib.train_and_evaluate(helpers.rl_test_config(schedule, num_steps=4), straight)
+  trainer_lib.train_and_evaluate(
+      helpers.rl_test_config(schedule, num_steps=4), straight
+  )
   split = _workdir(base_dir, tmp_path, "split")
-  trainer_lib.train_and_evaluate(helpers.rl_test_config(schedule, num_steps=2), split)
-  trainer_lib.train_and_evaluate(helpers.rl_test_config(schedule, num_steps=4), split)
+  trainer_lib.train_and_evaluate(
+      helpers.rl_test_config(schedule, num_steps=2), split
+  )
+  trainer_lib.train_and_evaluate(
+      helpers.rl_test_config(schedule, num_steps=4), split
+  )
 
   config = helpers.rl_test_config(schedule, num_steps=4)
   params_a, step_a = _final_params(config, straight)
   params_b, step_b = _final_params(config, split)
   assert step_a == step_b == 4
-  for a, b in zip(jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b)):
+  for a, b in zip(
+      jax.tree_util.tree_leaves(params_a), jax.tree_util.tree_leaves(params_b)
+  ):
     np.testing.assert_array_equal(a, b)
+
   # The metric streams agree too, apart from wall-clock measurements.
   def strip(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")
-             and k != "compute/device_seconds"} for r in rows]
+    return [
+        {
+            k: v
+            for k, v in r.items()
+            if not k.startswith("time/") and k != "compute/device_seconds"
+        }
+        for r in rows
+    ]
+
   assert strip(_metrics(straight)) == strip(_metrics(split))
 
 
@@ -136,7 +157,9 @@ def test_ppo_off_policy_takes_k_steps_per_generated_set(base_dir, tmp_path):
 
 
 @pytest.mark.parametrize("k", [1, 4, 8])
-def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(base_dir, tmp_path, k):
+def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(
+    base_dir, tmp_path, k
+):
   config = helpers.rl_test_config("pipeline_rl")
   p = config.data.prompts_per_step
   config.buffer.max_off_policy = k
@@ -151,13 +174,17 @@ def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(base_
   # Held back, never evicted: every group it started was trained on in turn.
   _assert_lag_within_bound([dict(r, step=i) for i, r in enumerate(rows)], k)
   # It ran as far ahead as k allows: after each step's take, k batches wait.
-  assert [r["buffer/size"] + r["buffer/in_flight"] for r in rows] == [k * p] * (k + 2)
+  assert [r["buffer/size"] + r["buffer/in_flight"] for r in rows] == [k * p] * (
+      k + 2
+  )
   # The batch of step i was generated i versions earlier
   # until the lag reached k.
   assert [r["staleness/max"] for r in rows] == [min(i, k) for i in range(k + 2)]
 
 
-def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(base_dir, tmp_path):
+def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(
+    base_dir, tmp_path
+):
   # A schedule (and a buffer) that believe k = 3 in a run whose k is 1: tokens
   # lag up to 3, and the metrics say so instead of clipping the lags at 1.
   config = helpers.rl_test_config("pipeline_rl")
@@ -170,18 +197,31 @@ def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(base_di
     rows = []
     for step in range(1, 6):
       row = trainer.run_step()
-      rows.append({"step": step, **row,
-                   **trainer.monitors.scalars(trainer.monitors.check(step, row))})
+      rows.append(
+          {
+              "step": step,
+              **row,
+              **trainer.monitors.scalars(trainer.monitors.check(step, row)),
+          }
+      )
   finally:
     trainer.close()
   assert [r["staleness/max"] for r in rows] == [0, 1, 2, 3, 3]
-  assert [r["staleness/over_k"] > 0 for r in rows] == [False, False, True, True, True]
+  assert [r["staleness/over_k"] > 0 for r in rows] == [
+      False,
+      False,
+      True,
+      True,
+      True,
+  ]
   assert [r["alert/staleness"] for r in rows] == [0, 0, 1, 1, 1]
   with pytest.raises(AssertionError):
     _assert_lag_within_bound(rows, 1)
 
 
-def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path):
+def test_compute_counts_every_generated_token_trained_or_not(
+    base_dir, tmp_path
+):
   config = helpers.rl_test_config("pipeline_rl")
   # Runs ahead; stops mid-sequence.
   config.buffer.decode_steps_per_train_step = 40
@@ -201,20 +241,32 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     for i in range(len(buffer_meta["records"])):
       prompt_lens += buffer_arrays[f"{i}/prompt_lens_G"].tolist()
       lengths += buffer_arrays[f"{i}/completion_lens_G"].tolist()
-    partial = sorted(k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len"))
+    partial = sorted(
+        k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len")
+    )
     for row in partial:
       prompt_lens.append(int(roll_arrays[f"{row}/prompt_len"]))
       lengths.append(int(roll_arrays[f"{row}/seq_len"]) - prompt_lens[-1])
     running = np.asarray(slots.active)
-    assert running.any() and len(buffer_meta["records"]) > config.data.prompts_per_step
+    assert (
+        running.any()
+        and len(buffer_meta["records"]) > config.data.prompts_per_step
+    )
     prompt_lens += np.asarray(slots.prompt_len)[running].tolist()
-    lengths += (np.asarray(slots.length) - np.asarray(slots.prompt_len))[running].tolist()
-    expected = compute.generation_flops(trainer.exp.model_cfg, prompt_lens, lengths)
+    lengths += (np.asarray(slots.length) - np.asarray(slots.prompt_len))[
+        running
+    ].tolist()
+    expected = compute.generation_flops(
+        trainer.exp.model_cfg, prompt_lens, lengths
+    )
     assert trainer.meter.flops == trainer.rollouts.work["flops"] == expected
     assert trainer.rollouts.work["tokens_generated"] == sum(lengths)
     # Most of it is not in the next batch, and some of it
     # never teaches anything.
-    rewards = [buffer_arrays[f"{i}/rewards_G"] for i in range(len(buffer_meta["records"]))]
+    rewards = [
+        buffer_arrays[f"{i}/rewards_G"]
+        for i in range(len(buffer_meta["records"]))
+    ]
     assert any(r.min() == r.max() for r in rewards)
 
     row = trainer.run_step()
@@ -226,12 +278,18 @@ def test_compute_counts_every_generated_token_trained_or_not(base_dir, tmp_path)
     trainer.close()
 
 
-def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run, tmp_path):
+def test_export_matches_transformers_and_evaluate_reproduces_validation(
+    e2e_run, tmp_path
+):
   config, workdir, last = e2e_run
   # Trained with 4 prompts per step (16 sampler slots); the default config has
   # more. Export and evaluate read the run's recorded config and only its
   # parameters, so neither is told.
-  assert config.data.prompts_per_step == 4 != scalerl.get_config().data.prompts_per_step
+  assert (
+      config.data.prompts_per_step
+      == 4
+      != scalerl.get_config().data.prompts_per_step
+  )
   assert workdir_lib.load_config(workdir).to_dict() == config.to_dict()
   out = str(tmp_path / "hf")
   files = policy.export_checkpoint(workdir, out)
@@ -253,26 +311,48 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(e2e_run,
 def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
   _, workdir, _ = e2e_run
   out = tmp_path / "hf"
-  proc = subprocess.run([sys.executable, "-m", "launch.export", f"--workdir={workdir}",
-                         f"--out={out}"], cwd=REPO, capture_output=True, text=True,
-                        timeout=600, check=False)
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "launch.export",
+          f"--workdir={workdir}",
+          f"--out={out}",
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert (out / "model.safetensors").is_file() and (out / "tokenizer.model").is_file()
+  assert (out / "model.safetensors").is_file() and (
+      out / "tokenizer.model"
+  ).is_file()
 
 
-def test_resume_with_a_changed_field_warns_naming_it(e2e_run, tmp_path, monkeypatch):
+def test_resume_with_a_changed_field_warns_naming_it(
+    e2e_run, tmp_path, monkeypatch
+):
   config, workdir, _ = e2e_run
   resumed_dir = str(tmp_path / "resumed")
   shutil.copytree(workdir, resumed_dir)
   warnings = []
-  monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
+  monkeypatch.setattr(
+      absl_logging, "warning", lambda msg, *args: warnings.append(msg % args)
+  )
   changed = copy.deepcopy(config)
   changed.trainer.log_every = config.trainer.log_every + 1
   # Resumes at its last step, 4 of 4.
   trainer_lib.train_and_evaluate(changed, resumed_dir)
   field = f"trainer.log_every: {config.trainer.log_every} -> {config.trainer.log_every + 1}"
-  assert [w for w in warnings if "differs from the recorded one" in w and field in w]
-  assert workdir_lib.load_config(resumed_dir).trainer.log_every == changed.trainer.log_every
+  assert [
+      w for w in warnings if "differs from the recorded one" in w and field in w
+  ]
+  assert (
+      workdir_lib.load_config(resumed_dir).trainer.log_every
+      == changed.trainer.log_every
+  )
 
 
 def test_a_second_run_on_a_busy_workdir_is_refused(tmp_path):

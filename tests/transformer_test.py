@@ -13,9 +13,13 @@ from tests import helpers
 
 
 def _model(**overrides):
-  cfg = transformer.ModelConfig.from_config(helpers.tiny_config(**overrides).model)
+  cfg = transformer.ModelConfig.from_config(
+      helpers.tiny_config(**overrides).model
+  )
   model = transformer.Transformer(cfg)
-  params = nn.unbox(model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+  params = nn.unbox(
+      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+  )["params"]
   return cfg, _Jitted(model), params
 
 
@@ -27,27 +31,43 @@ class _Jitted:
 
 
 def _tokens(shape, vocab, seed=0):
-  return jnp.asarray(np.random.RandomState(seed).randint(0, vocab, shape), jnp.int32)
+  return jnp.asarray(
+      np.random.RandomState(seed).randint(0, vocab, shape), jnp.int32
+  )
 
 
-@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True},
-                                       {"tie_embeddings": False}])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"qkv_bias": True}, {"qk_norm": True}, {"tie_embeddings": False}],
+)
 def test_param_count_matches_formula(overrides):
   cfg, _, params = _model(**overrides)
-  assert sum(x.size for x in jax.tree_util.tree_leaves(params)) == cfg.num_params()
+  assert (
+      sum(x.size for x in jax.tree_util.tree_leaves(params)) == cfg.num_params()
+  )
 
 
 def test_every_parameter_has_logical_axes():
   cfg = transformer.ModelConfig.from_config(
-      helpers.tiny_config(qkv_bias=True, qk_norm=True, tie_embeddings=False).model)
-  boxed = jax.eval_shape(lambda: transformer.Transformer(cfg).init(
-      jax.random.key(0), jnp.zeros((1, 1), jnp.int32)))["params"]
+      helpers.tiny_config(
+          qkv_bias=True, qk_norm=True, tie_embeddings=False
+      ).model
+  )
+  boxed = jax.eval_shape(
+      lambda: transformer.Transformer(cfg).init(
+          jax.random.key(0), jnp.zeros((1, 1), jnp.int32)
+      )
+  )["params"]
   specs = jax.tree_util.tree_leaves(
-      nn.get_partition_spec(boxed), is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+      nn.get_partition_spec(boxed),
+      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+  )
   shapes = jax.tree_util.tree_leaves(nn.unbox(boxed))
   assert len(specs) == len(shapes) == 17
   for spec, shape in zip(specs, shapes):
-    assert len(spec) == len(shape.shape) and all(isinstance(n, str) for n in spec)
+    assert len(spec) == len(shape.shape) and all(
+        isinstance(n, str) for n in spec
+    )
 
 
 def test_causality_future_token_does_not_change_past_logits():
@@ -63,9 +83,15 @@ def test_causality_future_token_does_not_change_past_logits():
 _forward = jax.jit(decode.forward, static_argnums=0)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"qkv_bias": True}, {"qk_norm": True},
-                                       {"tie_embeddings": False, "qkv_bias": True,
-                                        "qk_norm": True}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"qkv_bias": True},
+        {"qk_norm": True},
+        {"tie_embeddings": False, "qkv_bias": True, "qk_norm": True},
+    ],
+)
 def test_kv_cache_decode_equals_full_forward(overrides):
   cfg, model, params = _model(**overrides)
   tokens = _tokens((3, 14), cfg.vocab_size, seed=1)
@@ -73,16 +99,30 @@ def test_kv_cache_decode_equals_full_forward(overrides):
   prepared = decode.prepare(cfg, params)
   cache = decode.init_cache(cfg, batch=3, length=32)
   # Prefill 5 tokens, then a 3-token chunk, then one token at a time.
-  logits, cache = _forward(cfg, prepared, tokens[:, :5], jnp.broadcast_to(jnp.arange(5), (3, 5)),
-                           cache)
+  logits, cache = _forward(
+      cfg,
+      prepared,
+      tokens[:, :5],
+      jnp.broadcast_to(jnp.arange(5), (3, 5)),
+      cache,
+  )
   pieces = [logits]
-  logits, cache = _forward(cfg, prepared, tokens[:, 5:8],
-                           jnp.broadcast_to(jnp.arange(5, 8), (3, 3)), cache)
+  logits, cache = _forward(
+      cfg,
+      prepared,
+      tokens[:, 5:8],
+      jnp.broadcast_to(jnp.arange(5, 8), (3, 3)),
+      cache,
+  )
   pieces.append(logits)
   for t in range(8, 14):
-    logits, cache = _forward(cfg, prepared, tokens[:, t:t + 1], jnp.full((3, 1), t), cache)
+    logits, cache = _forward(
+        cfg, prepared, tokens[:, t : t + 1], jnp.full((3, 1), t), cache
+    )
     pieces.append(logits)
-  np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(
+      np.concatenate(pieces, axis=1), full, atol=1e-5, rtol=0
+  )
 
 
 def test_kv_cache_layout():
@@ -93,27 +133,41 @@ def test_kv_cache_layout():
   cache = decode.init_cache(cfg, batch=2, length=8)
   assert len(cache["k"]) == len(cache["v"]) == cfg.num_layers
   k, e = cfg.num_kv_heads, cfg.head_dim
-  assert cache["k"][0].shape == (2, k, e, 8) and cache["v"][0].shape == (2, k, 8, e)
+  assert cache["k"][0].shape == (2, k, e, 8) and cache["v"][0].shape == (
+      2,
+      k,
+      8,
+      e,
+  )
   pos = jnp.array([[0, 1, 2], [4, 5, 6]])
   _, cache = _forward(cfg, decode.prepare(cfg, params), tokens, pos, cache)
   for name, axis in (("k", 3), ("v", 2)):
-    written = np.abs(np.asarray(cache[name][1])).sum(axis=tuple(
-        a for a in range(4) if a not in (0, axis)))
+    written = np.abs(np.asarray(cache[name][1])).sum(
+        axis=tuple(a for a in range(4) if a not in (0, axis))
+    )
     assert (written[0, :3] > 0).all() and (written[0, 3:] == 0).all()
-    assert (written[1, 4:7] > 0).all() and (written[1, [0, 1, 2, 3, 7]] == 0).all()
+    assert (written[1, 4:7] > 0).all() and (
+        written[1, [0, 1, 2, 3, 7]] == 0
+    ).all()
 
 
 def test_kv_cache_rows_at_different_positions():
   """Each row writes and attends at its own position
   (what sampler slots need)."""
   cfg, model, params = _model()
-  short, long = _tokens((1, 4), cfg.vocab_size, 2), _tokens((1, 9), cfg.vocab_size, 3)
+  short, long = _tokens((1, 4), cfg.vocab_size, 2), _tokens(
+      (1, 9), cfg.vocab_size, 3
+  )
   ref_short = model.apply({"params": params}, short)
   ref_long = model.apply({"params": params}, long)
   prepared = decode.prepare(cfg, params)
   cache = decode.init_cache(cfg, batch=2, length=16)
-  padded = jnp.concatenate([jnp.pad(short[:, :3], ((0, 0), (0, 5))), long[:, :8]], axis=0)
-  _, cache = _forward(cfg, prepared, padded, jnp.broadcast_to(jnp.arange(8), (2, 8)), cache)
+  padded = jnp.concatenate(
+      [jnp.pad(short[:, :3], ((0, 0), (0, 5))), long[:, :8]], axis=0
+  )
+  _, cache = _forward(
+      cfg, prepared, padded, jnp.broadcast_to(jnp.arange(8), (2, 8)), cache
+  )
   # Row 0 continues at position 3 (its padding beyond is overwritten / never
   # visible), row 1 at position 8.
   step = jnp.concatenate([short[:, 3:4], long[:, 8:9]], axis=0)
@@ -128,19 +182,28 @@ def test_kv_cache_decode_in_bfloat16_tracks_full_forward():
   full = model.apply({"params": params}, tokens)
   cache = decode.init_cache(cfg, batch=2, length=8)
   assert cache["k"][0].dtype == jnp.bfloat16
-  logits, _ = _forward(cfg, decode.prepare(cfg, params), tokens,
-                       jnp.broadcast_to(jnp.arange(6), (2, 6)), cache)
+  logits, _ = _forward(
+      cfg,
+      decode.prepare(cfg, params),
+      tokens,
+      jnp.broadcast_to(jnp.arange(6), (2, 6)),
+      cache,
+  )
   assert logits.dtype == jnp.float32
   np.testing.assert_allclose(logits, full, atol=0.05, rtol=0)
 
 
 def test_fp32_lm_head_returns_float32_under_bfloat16():
-  cfg, model, params = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=True)
+  cfg, model, params = _model(
+      compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=True
+  )
   assert all(x.dtype == jnp.bfloat16 for x in jax.tree_util.tree_leaves(params))
   tokens = _tokens((2, 6), cfg.vocab_size)
   logits = model.apply({"params": params}, tokens)
   assert logits.dtype == jnp.float32
-  cfg16, model16, _ = _model(compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=False)
+  cfg16, model16, _ = _model(
+      compute_dtype="bfloat16", param_dtype="bfloat16", fp32_lm_head=False
+  )
   logits16 = model16.apply({"params": params}, tokens)
   assert logits16.dtype == jnp.bfloat16
   # Same network; only the head's precision differs, so the two
@@ -153,7 +216,9 @@ def test_token_logprobs_matches_log_softmax():
   targets = jnp.array([[0, 4, 2], [1, 1, 3]])
   got = transformer.token_logprobs(logits, targets, temperature=0.5)
   ref = jax.nn.log_softmax(logits / 0.5, axis=-1)
-  want = np.take_along_axis(np.asarray(ref), np.asarray(targets)[..., None], -1)[..., 0]
+  want = np.take_along_axis(
+      np.asarray(ref), np.asarray(targets)[..., None], -1
+  )[..., 0]
   np.testing.assert_allclose(got, want, atol=1e-6)
 
 

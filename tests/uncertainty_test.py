@@ -20,8 +20,15 @@ def first_half_fits():
     for seed in SEEDS:
       compute, score = scaling_helpers.table1_run(i, seed)
       ex = uncertainty.extrapolate(compute, score, 0.5)
-      out.append((TABLE1[i][3], ex,
-                  uncertainty.bootstrap(compute, score, ex.fit, num_samples=100, seed=seed)))
+      out.append(
+          (
+              TABLE1[i][3],
+              ex,
+              uncertainty.bootstrap(
+                  compute, score, ex.fit, num_samples=100, seed=seed
+              ),
+          )
+      )
   return out
 
 
@@ -35,7 +42,9 @@ def test_first_half_uncertainty_covers_true_a(first_half_fits):
   # A 95% interval misses now and then by design (over 100 seeds per curve it
   # covered A 92-94% of the time, its std 1.0-1.3x the true spread of A), so
   # require the rate, and that no miss is far outside.
-  covered = [lo <= a <= hi for a, _, u in first_half_fits for lo, hi in [u.a_interval]]
+  covered = [
+      lo <= a <= hi for a, _, u in first_half_fits for lo, hi in [u.a_interval]
+  ]
   assert np.mean(covered) >= 0.8, covered
   for a, ex, u in first_half_fits:
     assert abs(ex.fit.a - a) <= 4 * u.a_std, ex
@@ -52,7 +61,9 @@ def test_final_error_by_hand():
   ex = uncertainty.extrapolate(compute, score, 0.5, r0=0.3)
   assert ex.split == pytest.approx(0.5 * 20 * 2542)
   assert ex.held_out == int((compute > ex.split).sum()) == 50
-  assert ex.final_prediction == pytest.approx(0.3 + 0.31 / (1 + (1 / 20) ** 1.92), abs=1e-4)
+  assert ex.final_prediction == pytest.approx(
+      0.3 + 0.31 / (1 + (1 / 20) ** 1.92), abs=1e-4
+  )
   assert ex.final_error == pytest.approx(-0.05, abs=1e-4)
   assert ex.max_abs_error == pytest.approx(0.05, abs=1e-4)
   assert ex.mean_abs_error == pytest.approx(0.05 / 50, abs=1e-4)
@@ -62,12 +73,16 @@ def test_bootstrap_is_seeded_and_uses_the_fitted_points():
   compute, score = scaling_helpers.table1_run(3, 0)
   fit = sigmoid.fit(compute, score, min_compute=compute[10])
   u1 = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=7)
-  assert u1 == uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=7)
+  assert u1 == uncertainty.bootstrap(
+      compute, score, fit, num_samples=50, seed=7
+  )
   assert u1.num_samples == 50 and 0 < u1.a_std < 0.01
   # The skipped points are not resampled: garbage there changes nothing.
   noisy = score.copy()
   noisy[:10] = 0.0
-  assert uncertainty.bootstrap(compute, noisy, fit, num_samples=50, seed=7) == u1
+  assert (
+      uncertainty.bootstrap(compute, noisy, fit, num_samples=50, seed=7) == u1
+  )
 
 
 def test_bootstrap_can_hold_a_at_the_fit():
@@ -76,7 +91,9 @@ def test_bootstrap_can_hold_a_at_the_fit():
   compute, score = scaling_helpers.table1_run(0, 0)
   fit = sigmoid.fit(compute, score)
   free = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=3)
-  held = uncertainty.bootstrap(compute, score, fit, num_samples=50, seed=3, fix_a=True)
+  held = uncertainty.bootstrap(
+      compute, score, fit, num_samples=50, seed=3, fix_a=True
+  )
   assert held.a_std == 0 and held.a_interval == (fit.a, fit.a)
   assert 0 < held.b_std < free.b_std and free.a_std > 0
 

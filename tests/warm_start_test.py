@@ -23,7 +23,9 @@ def test_base_seed_follows_seed_unless_fixed():
 
 
 def test_fixed_base_seed_shares_one_cached_base_across_seeds():
-  fp = lambda seed, base: warm_start.fingerprint(_config(seed, base), vocab_size=384)
+  fp = lambda seed, base: warm_start.fingerprint(
+      _config(seed, base), vocab_size=384
+  )
   assert fp(1, 0) == fp(2, 0) == fp(0, -1) == fp(0, 0)
   assert fp(1, -1) != fp(2, -1)
   assert fp(1, -1) == fp(0, 1)
@@ -42,10 +44,14 @@ def test_fixed_base_seed_gives_seeds_the_same_initial_policy(tmp_path):
     np.testing.assert_array_equal(a, b)
   config = _config(1, -1)
   config.trainer.warm_start_steps = 0
-  other = jax.tree.leaves(jax.device_get(experiment.Experiment.build(config, str(tmp_path)).params))
+  other = jax.tree.leaves(
+      jax.device_get(experiment.Experiment.build(config, str(tmp_path)).params)
+  )
   assert any(not np.array_equal(a, b) for a, b in zip(params[0], other))
 
 
 def test_base_seed_below_minus_one_is_refused():
-  with pytest.raises(config_lib.ConfigError, match=r"trainer.warm_start_seed: .*-1"):
+  with pytest.raises(
+      config_lib.ConfigError, match=r"trainer.warm_start_seed: .*-1"
+  ):
     config_lib.validate(_config(0, -2))

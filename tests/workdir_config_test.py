@@ -30,7 +30,9 @@ def test_a_process_reads_the_record_with_its_own_process_id(tmp_path):
   config.mesh.process_id = 0  # Process 0 writes the record.
   workdir_lib.record_config(config, str(tmp_path))
   assert workdir_lib.load_config(str(tmp_path)).mesh.process_id == 0
-  assert workdir_lib.load_config(str(tmp_path), process_id=3).mesh.process_id == 3
+  assert (
+      workdir_lib.load_config(str(tmp_path), process_id=3).mesh.process_id == 3
+  )
 
 
 def test_differences_name_each_field_with_both_values():
@@ -41,28 +43,43 @@ def test_differences_name_each_field_with_both_values():
   assert workdir_lib.config_differences(old, new) == [
       f"data.builtin_difficulty: {old.data.builtin_difficulty!r} -> (1,)",
       f"data.prompts_per_step: {old.data.prompts_per_step} -> 4",
-      "rl.loss: 'cispo' -> 'dapo'"]
+      "rl.loss: 'cispo' -> 'dapo'",
+  ]
   assert workdir_lib.config_differences(old, scalerl.get_config()) == []
 
 
 def test_a_changed_resume_warns_naming_the_field_and_records_the_new_config(
-    tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
   first = scalerl.get_config()
   workdir_lib.record_config(first, str(tmp_path))
   warnings = []
-  monkeypatch.setattr(absl_logging, "warning", lambda msg, *args: warnings.append(msg % args))
+  monkeypatch.setattr(
+      absl_logging, "warning", lambda msg, *args: warnings.append(msg % args)
+  )
   resumed = scalerl.get_config()
   resumed.trainer.num_steps = first.trainer.num_steps + 10
   changed = workdir_lib.record_config(resumed, str(tmp_path))
   expected = f"trainer.num_steps: {first.trainer.num_steps} -> {first.trainer.num_steps + 10}"
   assert changed == [expected]
   (warning,) = warnings
-  assert expected in warning and "differs from the recorded one in 1 fields" in warning
-  assert workdir_lib.load_config(str(tmp_path)).trainer.num_steps == resumed.trainer.num_steps
-  assert workdir_lib.record_config(resumed, str(tmp_path)) == [] and len(warnings) == 1
+  assert (
+      expected in warning
+      and "differs from the recorded one in 1 fields" in warning
+  )
+  assert (
+      workdir_lib.load_config(str(tmp_path)).trainer.num_steps
+      == resumed.trainer.num_steps
+  )
+  assert (
+      workdir_lib.record_config(resumed, str(tmp_path)) == []
+      and len(warnings) == 1
+  )
 
 
 def test_a_workdir_without_a_record_is_named(tmp_path):
-  with pytest.raises(FileNotFoundError, match=f"{tmp_path}/config.json: no recorded config"):
+  with pytest.raises(
+      FileNotFoundError, match=f"{tmp_path}/config.json: no recorded config"
+  ):
     workdir_lib.load_config(str(tmp_path))
   assert not os.path.exists(tmp_path / workdir_lib.CONFIG_FILE)

@@ -21,4 +21,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """One point per normalisation of the group-relative advantages."""
   del arg
-  return [{"name": f"norm_{norm}", "rl.adv_norm": norm} for norm in ("prompt", "batch", "none")]
+  return [
+      {"name": f"norm_{norm}", "rl.adv_norm": norm}
+      for norm in ("prompt", "batch", "none")
+  ]

@@ -21,4 +21,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """One point per aggregation; the loss stays CISPO."""
   del arg
-  return [{"name": f"{agg}_avg", "rl.aggregation": agg} for agg in ("sample", "prompt", "token")]
+  return [
+      {"name": f"{agg}_avg", "rl.aggregation": agg}
+      for agg in ("sample", "prompt", "token")
+  ]

@@ -29,6 +29,10 @@ def get_sweep(arg=None):
   points = []
   for factor in _FACTORS:
     prompts = max(1, round(data.prompts_per_step * factor))
-    points.append({"name": f"batch{prompts * data.generations_per_prompt}",
-                   "data.prompts_per_step": prompts})
+    points.append(
+        {
+            "name": f"batch{prompts * data.generations_per_prompt}",
+            "data.prompts_per_step": prompts,
+        }
+    )
   return points

@@ -21,5 +21,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """LM-head logits in float32 (ScaleRL) or in the compute dtype."""
   del arg
-  return [{"name": "fp32_head", "model.fp32_lm_head": True},
-          {"name": "compute_dtype_head", "model.fp32_lm_head": False}]
+  return [
+      {"name": "fp32_head", "model.fp32_lm_head": True},
+      {"name": "compute_dtype_head", "model.fp32_lm_head": False},
+  ]

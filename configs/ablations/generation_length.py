@@ -34,9 +34,11 @@ def _point(config, new_tokens):
   scale = new_tokens / s.max_new_tokens
   if s.interruption.enabled and scale != 1:
     point["sampling.interruption.thinking_budget_min"] = round(
-        s.interruption.thinking_budget_min * scale)
+        s.interruption.thinking_budget_min * scale
+    )
     point["sampling.interruption.thinking_budget_max"] = round(
-        s.interruption.thinking_budget_max * scale)
+        s.interruption.thinking_budget_max * scale
+    )
   return point
 
 

@@ -33,6 +33,11 @@ def get_sweep(arg=None):
   points = []
   for factor in _FACTORS:
     generations = max(2, round(data.generations_per_prompt * factor))
-    points.append({"name": f"gen{generations}", "data.generations_per_prompt": generations,
-                   "data.prompts_per_step": max(1, round(batch / generations))})
+    points.append(
+        {
+            "name": f"gen{generations}",
+            "data.generations_per_prompt": generations,
+            "data.prompts_per_step": max(1, round(batch / generations)),
+        }
+    )
   return points

@@ -21,4 +21,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """One point per loss; every other choice stays ScaleRL's."""
   del arg
-  return [{"name": loss, "rl.loss": loss} for loss in ("grpo", "dapo", "gspo", "cispo")]
+  return [
+      {"name": loss, "rl.loss": loss}
+      for loss in ("grpo", "dapo", "gspo", "cispo")
+  ]

@@ -24,4 +24,8 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """One point per variant of the base's family (CPU or checkpoint-shaped)."""
   cpu = get_config(arg).variant.endswith("_cpu")
-  return [{"name": v, "variant": v} for v in scalerl.VARIANTS if v.endswith("_cpu") == cpu]
+  return [
+      {"name": v, "variant": v}
+      for v in scalerl.VARIANTS
+      if v.endswith("_cpu") == cpu
+  ]

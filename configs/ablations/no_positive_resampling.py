@@ -23,5 +23,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """Retirement on (ScaleRL) and off."""
   del arg
-  return [{"name": "npr_on", "curriculum.no_positive_resampling": True},
-          {"name": "npr_off", "curriculum.no_positive_resampling": False}]
+  return [
+      {"name": "npr_on", "curriculum.no_positive_resampling": True},
+      {"name": "npr_off", "curriculum.no_positive_resampling": False},
+  ]

@@ -38,6 +38,14 @@ def get_sweep(arg=None):
   config = get_config(arg)
   slots = schedules.num_slots(config)
   decode_steps = _RUN_AHEAD * config.sampling.max_new_tokens
-  return [{"name": f"{short}_k{k}", "buffer.schedule": schedule, "buffer.max_off_policy": k,
-           "sampling.num_slots": slots, "buffer.decode_steps_per_train_step": decode_steps}
-          for schedule, short in _SCHEDULES.items() for k in _MAX_OFF_POLICY]
+  return [
+      {
+          "name": f"{short}_k{k}",
+          "buffer.schedule": schedule,
+          "buffer.max_off_policy": k,
+          "sampling.num_slots": slots,
+          "buffer.decode_steps_per_train_step": decode_steps,
+      }
+      for schedule, short in _SCHEDULES.items()
+      for k in _MAX_OFF_POLICY
+  ]

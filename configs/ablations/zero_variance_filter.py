@@ -23,5 +23,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """Filter on (ScaleRL) and off."""
   del arg
-  return [{"name": "filter_on", "rl.zero_variance_filter": True},
-          {"name": "filter_off", "rl.zero_variance_filter": False}]
+  return [
+      {"name": "filter_on", "rl.zero_variance_filter": True},
+      {"name": "filter_off", "rl.zero_variance_filter": False},
+  ]

@@ -30,14 +30,18 @@ def check_json(value: Any, where: str = "extra") -> None:
   if isinstance(value, dict):
     for k, v in value.items():
       if not isinstance(k, str):
-        raise TypeError(f"{where}: key {k!r} is not a str; JSON keys must be strings")
+        raise TypeError(
+            f"{where}: key {k!r} is not a str; JSON keys must be strings"
+        )
       check_json(v, f"{where}[{k!r}]")
   elif isinstance(value, (list, tuple)):
     for i, v in enumerate(value):
       check_json(v, f"{where}[{i}]")
   elif value is not None and not isinstance(value, (str, int, float, bool)):
-    raise TypeError(f"{where}: {type(value).__name__} is not JSON-serialisable "
-                    "(convert numpy scalars with int()/float(), bytes to str)")
+    raise TypeError(
+        f"{where}: {type(value).__name__} is not JSON-serialisable "
+        "(convert numpy scalars with int()/float(), bytes to str)"
+    )
 
 
 def _encode_host(tree: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
@@ -46,17 +50,28 @@ def _encode_host(tree: Any, arrays: dict[str, np.ndarray], where: str) -> Any:
     for k in tree:
       if not isinstance(k, str):
         raise TypeError(f"{where}: key {k!r} is not a str")
-    return {"dict": {k: _encode_host(v, arrays, f"{where}[{k!r}]") for k, v in tree.items()}}
+    return {
+        "dict": {
+            k: _encode_host(v, arrays, f"{where}[{k!r}]")
+            for k, v in tree.items()
+        }
+    }
   if isinstance(tree, (list, tuple)):
     kind = "list" if isinstance(tree, list) else "tuple"
-    return {kind: [_encode_host(v, arrays, f"{where}[{i}]") for i, v in enumerate(tree)]}
+    return {
+        kind: [
+            _encode_host(v, arrays, f"{where}[{i}]") for i, v in enumerate(tree)
+        ]
+    }
   if tree is None:
     return {"none": None}
   # A copy: the asynchronous write must not see later edits.
   array = np.array(tree, copy=True)
   if array.dtype.kind not in "biufc":
-    raise TypeError(f"{where}: dtype {array.dtype} cannot be checkpointed; host_state "
-                    "leaves must be bool, integer, float or complex arrays")
+    raise TypeError(
+        f"{where}: dtype {array.dtype} cannot be checkpointed; host_state "
+        "leaves must be bool, integer, float or complex arrays"
+    )
   leaf = {"shape": list(array.shape), "dtype": array.dtype.name}
   if array.size:
     leaf["array"] = f"a{len(arrays)}"
@@ -79,8 +94,10 @@ def decode_host(layout: Any, arrays: dict[str, np.ndarray]) -> Any:
     return np.zeros(shape, dtype)
   array = np.asarray(arrays[layout["array"]])
   if array.shape != shape:
-    raise ValueError(f"host_state leaf {layout['array']}: stored shape {array.shape} differs "
-                     f"from its layout {shape}; the checkpoint is corrupt")
+    raise ValueError(
+        f"host_state leaf {layout['array']}: stored shape {array.shape} differs "
+        f"from its layout {shape}; the checkpoint is corrupt"
+    )
   return array.astype(dtype, copy=False)
 
 
@@ -96,8 +113,10 @@ def encode_host(tree: Any) -> tuple[Any, dict[str, np.ndarray]]:
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> jax.ShapeDtypeStruct:
   sharding = getattr(leaf, "sharding", None)
   if sharding is None:
-    raise ValueError(f"abstract_state leaf {_path_name(path)!r} has no sharding; build it as "
-                     "jax.ShapeDtypeStruct(shape, dtype, sharding=...)")
+    raise ValueError(
+        f"abstract_state leaf {_path_name(path)!r} has no sharding; build it as "
+        "jax.ShapeDtypeStruct(shape, dtype, sharding=...)"
+    )
   return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
 
 
@@ -120,17 +139,31 @@ def check_fits(stored: Any, abstract: Any, partial: bool, where: str) -> None:
   unexpected (unless `partial`: `abstract` is a part of the state) or
   reshaped keys.
   """
-  have = {_path_name(p): tuple(m.shape)
-          for p, m in jax.tree_util.tree_flatten_with_path(stored)[0]}
-  want = {_path_name(p): _stored_shape(leaf)
-          for p, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
-  problems = [f"shape of {k!r} is {have[k]} in the checkpoint but {want[k]} in the model"
-              for k in want if k in have and have[k] != want[k]]
-  problems += [f"{k!r} is missing from the checkpoint" for k in want if k not in have]
-  problems += [f"{k!r} is in the checkpoint but not in the model" for k in have
-               if k not in want and not partial]
+  have = {
+      _path_name(p): tuple(m.shape)
+      for p, m in jax.tree_util.tree_flatten_with_path(stored)[0]
+  }
+  want = {
+      _path_name(p): _stored_shape(leaf)
+      for p, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]
+  }
+  problems = [
+      f"shape of {k!r} is {have[k]} in the checkpoint but {want[k]} in the model"
+      for k in want
+      if k in have and have[k] != want[k]
+  ]
+  problems += [
+      f"{k!r} is missing from the checkpoint" for k in want if k not in have
+  ]
+  problems += [
+      f"{k!r} is in the checkpoint but not in the model"
+      for k in have
+      if k not in want and not partial
+  ]
   if problems:
     shown = "; ".join(problems[:5])
     more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-    raise ValueError(f"{where}: the checkpoint does not fit the state to restore "
-                     f"({len(problems)} problems): {shown}{more}")
+    raise ValueError(
+        f"{where}: the checkpoint does not fit the state to restore "
+        f"({len(problems)} problems): {shown}{more}"
+    )

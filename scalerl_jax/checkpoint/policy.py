@@ -22,8 +22,13 @@ from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
 
-def _policy(workdir: str, step: Optional[int], require_checkpoint: bool,
-            process_id: Optional[int]) -> tuple[Experiment, Any, int]:
+
+def _policy(
+    workdir: str,
+    step: Optional[int],
+    require_checkpoint: bool,
+    process_id: Optional[int],
+) -> tuple[Experiment, Any, int]:
   """(experiment, params, step) of checkpoint `step` (None: the latest).
 
   Without a checkpoint: the base policy at step 0, unless `require_checkpoint`
@@ -39,16 +44,22 @@ def _policy(workdir: str, step: Optional[int], require_checkpoint: bool,
     if step is None:
       return exp, exp.params, 0
     abstract = sharding.abstract(exp.params, exp.param_shardings)
-    part = checkpointer.restore(step, {"train": {"params": abstract}}, partial=True)
+    part = checkpointer.restore(
+        step, {"train": {"params": abstract}}, partial=True
+    )
     return exp, part.state["train"]["params"], step
   finally:
     checkpointer.close()
 
 
-def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
-                        num_prompts: Optional[int] = None,
-                        samples: Optional[int] = None, repeats: int = 1,
-                        process_id: Optional[int] = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    workdir: str,
+    step: Optional[int] = None,
+    num_prompts: Optional[int] = None,
+    samples: Optional[int] = None,
+    repeats: int = 1,
+    process_id: Optional[int] = None,
+) -> dict[str, Any]:
   """Validation mean@k / pass@k of checkpoint `step` (default: the latest).
 
   Without any checkpoint the base policy is evaluated. `num_prompts` and
@@ -62,7 +73,9 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  exp, params, step = _policy(workdir, step, require_checkpoint=False, process_id=process_id)
+  exp, params, step = _policy(
+      workdir, step, require_checkpoint=False, process_id=process_id
+  )
   pool = exp.reward_pool()
   base_key = evaluation.validation_key(exp.config)
   runs = []
@@ -70,8 +83,11 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
     batches = exp.eval_batches(num_prompts, samples)
     for r in range(repeats):
       key = base_key if r == 0 else jax.random.fold_in(base_key, r)
-      runs.append(evaluation.evaluate(exp.sampler, params, batches, exp.tok, pool, key,
-                                      version=step))
+      runs.append(
+          evaluation.evaluate(
+              exp.sampler, params, batches, exp.tok, pool, key, version=step
+          )
+      )
       if repeats > 1:
         logging.info("Evaluation %d/%d: %s", r + 1, repeats, runs[-1])
   finally:
@@ -84,14 +100,20 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None,
   return result
 
 
-def export_checkpoint(workdir: str, out: str, step: Optional[int] = None,
-                      process_id: Optional[int] = None) -> list[str]:
+def export_checkpoint(
+    workdir: str,
+    out: str,
+    step: Optional[int] = None,
+    process_id: Optional[int] = None,
+) -> list[str]:
   """Writes the policy of checkpoint `step` (default: the latest) to `out`.
 
   Returns the files written (safetensors, config.json, tokenizer); raises
   FileNotFoundError when the workdir holds no checkpoint.
   """
-  exp, params, _ = _policy(workdir, step, require_checkpoint=True, process_id=process_id)
+  exp, params, _ = _policy(
+      workdir, step, require_checkpoint=True, process_id=process_id
+  )
   files = hf_io.save_checkpoint(params, exp.model_cfg, out)
   tok_path = exp.tok.path
   if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):

@@ -46,6 +46,7 @@ _ANSWER_VALUE = re.compile(r"\s*([+-]?)([0-9]+)\s*")
 @dataclasses.dataclass(frozen=True)
 class Problem:
   """One arithmetic expression: `operands[0] ops[0] operands[1] ...`."""
+
   operands: tuple[int, ...]
   ops: str
 
@@ -57,8 +58,9 @@ class Problem:
   def expression(self) -> str:
     return _format(self.operands, self.ops)
 
-  def steps(self, slip_prob: float = 0.0,
-            rng: Optional[np.random.Generator] = None) -> list[str]:
+  def steps(
+      self, slip_prob: float = 0.0, rng: Optional[np.random.Generator] = None
+  ) -> list[str]:
     """The expression after each rewrite, from the original to the value.
 
     With probability `slip_prob` a rewrite is off by one of `SLIP_OFFSETS`
@@ -74,7 +76,7 @@ class Problem:
       value = a * b if ops[i] == "*" else a + b if ops[i] == "+" else a - b
       if slip_prob and rng.random() < slip_prob:
         value += int(rng.choice(SLIP_OFFSETS))
-      operands[i:i + 2] = [value]
+      operands[i : i + 2] = [value]
       del ops[i]
       chain.append(_format(operands, ops))
     return chain
@@ -95,14 +97,17 @@ def parse_expression(expression: str) -> Problem:
   """The Problem of an expression such as `7+5*3-4`; ValueError if not one."""
   if not re.fullmatch(r"[1-9]([-+*][1-9])+", expression):
     raise ValueError(
-        f"{expression!r} is not a built-in task expression (digits 1-9 joined by + - *)")
+        f"{expression!r} is not a built-in task expression (digits 1-9 joined by + - *)"
+    )
   return Problem(tuple(int(c) for c in expression[0::2]), expression[1::2])
 
 
 def split_of(expression: str) -> str:
   """The split ('train' or 'val') that an expression belongs to, by its hash."""
   digest = hashlib.blake2b(expression.encode(), digest_size=8).digest()
-  return "val" if int.from_bytes(digest, "little") % _VAL_BUCKETS == 0 else "train"
+  return (
+      "val" if int.from_bytes(digest, "little") % _VAL_BUCKETS == 0 else "train"
+  )
 
 
 def prompt_text(problem: Problem) -> str:
@@ -110,9 +115,12 @@ def prompt_text(problem: Problem) -> str:
   return f"Compute {problem.expression}"
 
 
-def solution_text(problem: Problem, slip_prob: float = 0.0,
-                  rng: Optional[np.random.Generator] = None,
-                  answer_slip_prob: float = 0.0) -> str:
+def solution_text(
+    problem: Problem,
+    slip_prob: float = 0.0,
+    rng: Optional[np.random.Generator] = None,
+    answer_slip_prob: float = 0.0,
+) -> str:
   """The worked target: the `<think>` trace of rewrites, then the Answer line.
 
   `slip_prob` slips rewrites (`Problem.steps`); `answer_slip_prob` misstates
@@ -128,16 +136,24 @@ def solution_text(problem: Problem, slip_prob: float = 0.0,
   return f"{THINK_OPEN} {' = '.join(steps)} {THINK_CLOSE}\n{ANSWER_PREFIX} {answer}"
 
 
-def target_text(record: Mapping[str, Any], slip_prob: float = 0.0,
-                rng: Optional[np.random.Generator] = None,
-                answer_slip_prob: float = 0.0) -> str:
+def target_text(
+    record: Mapping[str, Any],
+    slip_prob: float = 0.0,
+    rng: Optional[np.random.Generator] = None,
+    answer_slip_prob: float = 0.0,
+) -> str:
   """`solution_text` of a built-in record; ValueError for any other record."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: target_text needs a built-in task record, got "
-        f"source {record.get('source')!r}")
-  return solution_text(parse_expression(json.loads(record["metadata"])["expression"]),
-                       slip_prob, rng, answer_slip_prob)
+        f"source {record.get('source')!r}"
+    )
+  return solution_text(
+      parse_expression(json.loads(record["metadata"])["expression"]),
+      slip_prob,
+      rng,
+      answer_slip_prob,
+  )
 
 
 def make_record(problem: Problem) -> dict[str, str]:
@@ -148,7 +164,9 @@ def make_record(problem: Problem) -> dict[str, str]:
       "answer": str(problem.value),
       "source": SOURCE,
       "verifier": VERIFIER,
-      "metadata": json.dumps({"level": problem.level, "expression": problem.expression}),
+      "metadata": json.dumps(
+          {"level": problem.level, "expression": problem.expression}
+      ),
   }
 
 
@@ -172,23 +190,34 @@ def score_builtin(completion: Optional[str], answer: Optional[str]) -> float:
   value = _ANSWER_VALUE.fullmatch(completion, start + len(ANSWER_PREFIX))
   if value is None:
     return 0.0
-  return float(_canonical_integer(*value.groups()) == _canonical_integer(*reference.groups()))
+  return float(
+      _canonical_integer(*value.groups())
+      == _canonical_integer(*reference.groups())
+  )
 
 
 def _num_expressions(level: int) -> int:
-  return (_MAX_OPERAND - _MIN_OPERAND + 1) ** (level + 1) * len(_OPERATORS) ** level
+  return (_MAX_OPERAND - _MIN_OPERAND + 1) ** (level + 1) * len(
+      _OPERATORS
+  ) ** level
 
 
 def _random_problem(level: int, rng: np.random.Generator) -> Problem:
   operands = rng.integers(_MIN_OPERAND, _MAX_OPERAND + 1, size=level + 1)
   ops = rng.integers(0, len(_OPERATORS), size=level)
-  return Problem(tuple(int(v) for v in operands), "".join(_OPERATORS[i] for i in ops))
+  return Problem(
+      tuple(int(v) for v in operands), "".join(_OPERATORS[i] for i in ops)
+  )
 
 
-def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) -> list[Problem]:
+def _draw_level(
+    level: int, count: int, split: str, rng: np.random.Generator
+) -> list[Problem]:
   """Up to `count` distinct problems of one level in `split`."""
   total = _num_expressions(level)
-  in_split = total / _VAL_BUCKETS if split == "val" else total * (1 - 1 / _VAL_BUCKETS)
+  in_split = (
+      total / _VAL_BUCKETS if split == "val" else total * (1 - 1 / _VAL_BUCKETS)
+  )
   if count <= _SAMPLE_MAX_FRACTION * in_split:
     problems, seen = [], set()
     while len(problems) < count:
@@ -202,7 +231,8 @@ def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) ->
     raise ValueError(
         f"data.builtin_num_{split}: {count} distinct level-{level} problems asked for, more "
         f"than the sampler can draw from the ~{int(in_split)} in the {split} split; "
-        "lower the number of problems or add levels to data.builtin_difficulty")
+        "lower the number of problems or add levels to data.builtin_difficulty"
+    )
   digits = range(_MIN_OPERAND, _MAX_OPERAND + 1)
   candidates = []
   for operands in itertools.product(digits, repeat=level + 1):
@@ -214,7 +244,9 @@ def _draw_level(level: int, count: int, split: str, rng: np.random.Generator) ->
   return [candidates[i] for i in sorted(chosen)]
 
 
-def builtin_problems(levels: Sequence[int], num: int, seed: int, split: str) -> list[Problem]:
+def builtin_problems(
+    levels: Sequence[int], num: int, seed: int, split: str
+) -> list[Problem]:
   """`num` distinct problems of `split`, spread evenly over `levels`, shuffled.
 
   Deterministic; a level short of its share gives all it has.
@@ -227,8 +259,12 @@ def builtin_problems(levels: Sequence[int], num: int, seed: int, split: str) -> 
   field = f"data.builtin_num_{split}"
   if num <= 0:
     raise ValueError(f"{field}: must be > 0, got {num}")
-  if not levels or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in levels):
-    raise ValueError(f"data.builtin_difficulty: levels must be integers >= 1, got {levels}")
+  if not levels or any(
+      isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in levels
+  ):
+    raise ValueError(
+        f"data.builtin_difficulty: levels must be integers >= 1, got {levels}"
+    )
   levels = sorted(set(levels))
   rng = np.random.default_rng([seed, SPLITS.index(split)])
   problems = []
@@ -240,10 +276,13 @@ def builtin_problems(levels: Sequence[int], num: int, seed: int, split: str) -> 
     raise ValueError(
         f"{field}: {num} problems asked for, but levels {tuple(levels)} hold only "
         f"{len(problems)} distinct {split} problems; lower it or add harder levels to "
-        "data.builtin_difficulty")
+        "data.builtin_difficulty"
+    )
   return [problems[i] for i in rng.permutation(len(problems))]
 
 
-def builtin_prompts(levels: Sequence[int], num: int, seed: int, split: str) -> list[dict[str, str]]:
+def builtin_prompts(
+    levels: Sequence[int], num: int, seed: int, split: str
+) -> list[dict[str, str]]:
   """Prompt records of `builtin_problems(levels, num, seed, split)`."""
   return [make_record(p) for p in builtin_problems(levels, num, seed, split)]

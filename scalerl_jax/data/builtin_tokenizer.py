@@ -25,10 +25,17 @@ _CORPUS_PROBLEMS = 2000
 def corpus(code: bool = False) -> list[str]:
   """The training lines: prompts and worked targets (of code too if `code`)."""
   lines = []
-  for problem in builtin_task.builtin_problems(_CORPUS_LEVELS, _CORPUS_PROBLEMS, 0, "train"):
-    lines += [builtin_task.prompt_text(problem), builtin_task.solution_text(problem)]
+  for problem in builtin_task.builtin_problems(
+      _CORPUS_LEVELS, _CORPUS_PROBLEMS, 0, "train"
+  ):
+    lines += [
+        builtin_task.prompt_text(problem),
+        builtin_task.solution_text(problem),
+    ]
   if code:
-    for record in builtin_code.code_prompts(_CORPUS_LEVELS[:3], _CORPUS_PROBLEMS, 0, "train"):
+    for record in builtin_code.code_prompts(
+        _CORPUS_LEVELS[:3], _CORPUS_PROBLEMS, 0, "train"
+    ):
       lines += [record["prompt"], builtin_code.target_text(record)]
   return lines
 
@@ -44,16 +51,32 @@ def write_model(path: str, vocab_size: int, code: bool = False) -> bytes:
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(corpus(code)), model_writer=model,
-        vocab_size=vocab_size, hard_vocab_limit=False, model_type="bpe",
-        pad_id=_PAD, unk_id=_UNK, bos_id=_BOS, eos_id=_EOS,
-        user_defined_symbols=[builtin_task.THINK_OPEN, builtin_task.THINK_CLOSE],
-        split_digits=True, byte_fallback=True,
-        normalization_rule_name="identity", remove_extra_whitespaces=False,
-        add_dummy_prefix=False, num_threads=1, minloglevel=2)
+        sentence_iterator=iter(corpus(code)),
+        model_writer=model,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        model_type="bpe",
+        pad_id=_PAD,
+        unk_id=_UNK,
+        bos_id=_BOS,
+        eos_id=_EOS,
+        user_defined_symbols=[
+            builtin_task.THINK_OPEN,
+            builtin_task.THINK_CLOSE,
+        ],
+        split_digits=True,
+        byte_fallback=True,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        num_threads=1,
+        minloglevel=2,
+    )
   except RuntimeError as e:
-    raise ValueError(f"model.vocab_size: {vocab_size} is too small for the built-in "
-                     f"tokenizer ({e})") from None
+    raise ValueError(
+        f"model.vocab_size: {vocab_size} is too small for the built-in "
+        f"tokenizer ({e})"
+    ) from None
   out = epath.Path(path)
   out.parent.mkdir(parents=True, exist_ok=True)
   # Every process of a multi-host run trains this same file at once: each

@@ -20,8 +20,15 @@ TEMPLATE_FILE = "chat_template.jinja"
 CONFIG_FILE = "tokenizer_config.json"
 # Special tokens transformers passes to every template by name (its
 # SPECIAL_TOKENS_ATTRIBUTES).
-SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                       "cls_token", "mask_token")
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 Message = Mapping[str, Any]
 
@@ -33,7 +40,9 @@ def _jinja():
     import jinja2.ext  # pylint: disable=g-import-not-at-top
     import jinja2.sandbox  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise ImportError("rendering chat templates needs jinja2 (pip install jinja2)") from None
+    raise ImportError(
+        "rendering chat templates needs jinja2 (pip install jinja2)"
+    ) from None
   return jinja2
 
 
@@ -43,12 +52,15 @@ def _environment():
 
   class GenerationBlock(jinja2.ext.Extension):
     """`{% generation %}` block: marks assistant text; renders its body."""
+
     tags = {"generation"}
 
     def parse(self, parser):
       lineno = next(parser.stream).lineno
       body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-      return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+      return jinja2.nodes.CallBlock(
+          self.call_method("_body"), [], [], body
+      ).set_lineno(lineno)
 
     def _body(self, caller):
       return caller()
@@ -56,16 +68,26 @@ def _environment():
   def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
-  def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+  def tojson(
+      x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
+  ):
     # Jinja's own tojson escapes HTML characters; templates expect plain JSON.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+        x,
+        ensure_ascii=ensure_ascii,
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+    )
 
   def strftime_now(fmt):
     return datetime.datetime.now().strftime(fmt)
 
   env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-      trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+      trim_blocks=True,
+      lstrip_blocks=True,
+      extensions=[GenerationBlock, jinja2.ext.loopcontrols],
+  )
   env.filters["tojson"] = tojson
   env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
   return env
@@ -78,17 +100,25 @@ class ChatTemplate:
   `SPECIAL_TOKEN_NAMES` the checkpoint defines to their text.
   """
 
-  def __init__(self, source: str, where: str, special_tokens: Mapping[str, str]):
+  def __init__(
+      self, source: str, where: str, special_tokens: Mapping[str, str]
+  ):
     self.source = source
     self.where = where
     self.special_tokens = dict(special_tokens)
     try:
       self._template = _environment().from_string(source)
     except _jinja().exceptions.TemplateSyntaxError as e:
-      raise ValueError(f"{where}: chat template does not parse (line {e.lineno}: {e})") from None
+      raise ValueError(
+          f"{where}: chat template does not parse (line {e.lineno}: {e})"
+      ) from None
 
-  def render(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-             **kwargs: Any) -> str:
+  def render(
+      self,
+      messages: Sequence[Message],
+      add_generation_prompt: bool = True,
+      **kwargs: Any,
+  ) -> str:
     """`messages` as `apply_chat_template(..., tokenize=False)` writes them.
 
     `kwargs` (e.g. `enable_thinking`) override same-named special tokens.
@@ -98,9 +128,13 @@ class ChatTemplate:
     """
     variables = {**self.special_tokens, **kwargs}
     try:
-      return self._template.render(messages=[dict(m) for m in messages], tools=None,
-                                   documents=None, add_generation_prompt=add_generation_prompt,
-                                   **variables)
+      return self._template.render(
+          messages=[dict(m) for m in messages],
+          tools=None,
+          documents=None,
+          add_generation_prompt=add_generation_prompt,
+          **variables,
+      )
     except _jinja().exceptions.TemplateError as e:
       raise ValueError(f"{self.where}: chat template failed: {e}") from None
 
@@ -120,17 +154,26 @@ def _template_text(value: Any, where: str) -> Optional[str]:
   if isinstance(value, str):
     return value
   if isinstance(value, list) and all(
-      isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)
-      for t in value):
+      isinstance(t, dict)
+      and isinstance(t.get("name"), str)
+      and isinstance(t.get("template"), str)
+      for t in value
+  ):
     named = {t["name"]: t["template"] for t in value}
     if "default" not in named:
-      raise ValueError(f"{where}: chat_template names {sorted(named)} and no 'default'")
+      raise ValueError(
+          f"{where}: chat_template names {sorted(named)} and no 'default'"
+      )
     return named["default"]
-  raise ValueError(f"{where}: chat_template must be a string or a list of "
-                   "{'name', 'template'} objects")
+  raise ValueError(
+      f"{where}: chat_template must be a string or a list of "
+      "{'name', 'template'} objects"
+  )
 
 
-def load(directory: epath.PathLike, settings: Mapping[str, Any]) -> Optional[ChatTemplate]:
+def load(
+    directory: epath.PathLike, settings: Mapping[str, Any]
+) -> Optional[ChatTemplate]:
   """`directory`'s template (chat_template.jinja, else `settings`), or None.
 
   Raises:
@@ -145,5 +188,9 @@ def load(directory: epath.PathLike, settings: Mapping[str, Any]) -> Optional[Cha
     source = _template_text(settings.get("chat_template"), where)
     if source is None:
       return None
-  special = {name: special_token_text(settings, name) for name in SPECIAL_TOKEN_NAMES}
-  return ChatTemplate(source, where, {k: v for k, v in special.items() if v is not None})
+  special = {
+      name: special_token_text(settings, name) for name in SPECIAL_TOKEN_NAMES
+  }
+  return ChatTemplate(
+      source, where, {k: v for k, v in special.items() if v is not None}
+  )

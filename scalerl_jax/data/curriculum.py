@@ -24,7 +24,9 @@ def zero_variance_mask(scores_PxG: np.ndarray) -> np.ndarray:
   """Boolean [P]: True where a group's G > 0 scores are all equal."""
   scores_PxG = np.asarray(scores_PxG)
   if scores_PxG.ndim != 2 or scores_PxG.shape[1] == 0:
-    raise ValueError(f"scores must be [P, G] with G > 0, got shape {scores_PxG.shape}")
+    raise ValueError(
+        f"scores must be [P, G] with G > 0, got shape {scores_PxG.shape}"
+    )
   return np.all(scores_PxG == scores_PxG[:, :1], axis=1)
 
 
@@ -35,9 +37,13 @@ class Curriculum:
   `no_positive_resampling=False` none does, but the history is kept.
   """
 
-  def __init__(self, retire_threshold: float = 0.9, no_positive_resampling: bool = True):
+  def __init__(
+      self, retire_threshold: float = 0.9, no_positive_resampling: bool = True
+  ):
     if not 0 < retire_threshold <= 1:
-      raise ValueError(f"curriculum.retire_threshold: {retire_threshold} must be in (0, 1]")
+      raise ValueError(
+          f"curriculum.retire_threshold: {retire_threshold} must be in (0, 1]"
+      )
     self.retire_threshold = float(retire_threshold)
     self.no_positive_resampling = bool(no_positive_resampling)
     self._score_sum: dict[str, float] = {}
@@ -51,9 +57,14 @@ class Curriculum:
   @classmethod
   def from_config(cls, curriculum_config: Any) -> Curriculum:
     """A fresh curriculum from `config.curriculum`."""
-    return cls(curriculum_config.retire_threshold, curriculum_config.no_positive_resampling)
+    return cls(
+        curriculum_config.retire_threshold,
+        curriculum_config.no_positive_resampling,
+    )
 
-  def update(self, prompt_ids: Sequence[str], scores_PxG: np.ndarray) -> list[str]:
+  def update(
+      self, prompt_ids: Sequence[str], scores_PxG: np.ndarray
+  ) -> list[str]:
     """Adds finished groups; returns the ids this retires, in order.
 
     `prompt_ids` may repeat; `scores_PxG` are verifier scores in [0, 1].
@@ -65,25 +76,37 @@ class Curriculum:
     if scores_PxG.ndim != 2 or scores_PxG.shape[0] != len(prompt_ids):
       raise ValueError(
           f"Curriculum.update: scores of shape {scores_PxG.shape} for {len(prompt_ids)} prompts; "
-          "expected [P, G]")
+          "expected [P, G]"
+      )
     if not np.all((scores_PxG >= 0) & (scores_PxG <= 1)):
-      raise ValueError("Curriculum.update: scores must be in [0, 1] (verifier scores, not "
-                       "rewards)")
+      raise ValueError(
+          "Curriculum.update: scores must be in [0, 1] (verifier scores, not "
+          "rewards)"
+      )
     if not all(isinstance(i, str) for i in prompt_ids):
-      raise ValueError("Curriculum.update: prompt ids must be strings (record['id'])")
+      raise ValueError(
+          "Curriculum.update: prompt ids must be strings (record['id'])"
+      )
     if not len(prompt_ids):
       return []
     zero_var_P = zero_variance_mask(scores_PxG)
     self._groups += len(prompt_ids)
     self._zero_variance_groups += int(zero_var_P.sum())
-    self._all_correct_groups += int((zero_var_P & (scores_PxG[:, 0] == 1)).sum())
+    self._all_correct_groups += int(
+        (zero_var_P & (scores_PxG[:, 0] == 1)).sum()
+    )
     self._all_wrong_groups += int((zero_var_P & (scores_PxG[:, 0] == 0)).sum())
     newly_retired = []
     for prompt_id, scores_G in zip(prompt_ids, scores_PxG):
-      self._score_sum[prompt_id] = self._score_sum.get(prompt_id, 0.0) + float(scores_G.sum())
+      self._score_sum[prompt_id] = self._score_sum.get(prompt_id, 0.0) + float(
+          scores_G.sum()
+      )
       self._count[prompt_id] = self._count.get(prompt_id, 0) + scores_G.size
-      if (self.no_positive_resampling and prompt_id not in self._retired
-          and self.pass_rate(prompt_id) >= self.retire_threshold - _EPS):
+      if (
+          self.no_positive_resampling
+          and prompt_id not in self._retired
+          and self.pass_rate(prompt_id) >= self.retire_threshold - _EPS
+      ):
         self._retired.add(prompt_id)
         newly_retired.append(prompt_id)
     return newly_retired
@@ -101,7 +124,9 @@ class Curriculum:
     """Whether No-Positive-Resampling has removed the prompt for good."""
     return prompt_id in self._retired
 
-  def filter_records(self, records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+  def filter_records(
+      self, records: Iterable[Mapping[str, Any]]
+  ) -> list[Mapping[str, Any]]:
     """The records whose prompt (`record["id"]`) is not retired, in order."""
     return [r for r in records if r["id"] not in self._retired]
 
@@ -112,7 +137,8 @@ class Curriculum:
         "prompts_retired": len(self._retired),
         "groups_seen": self._groups,
         "zero_variance_groups": self._zero_variance_groups,
-        "zero_variance_fraction": self._zero_variance_groups / max(self._groups, 1),
+        "zero_variance_fraction": self._zero_variance_groups
+        / max(self._groups, 1),
         "all_correct_groups": self._all_correct_groups,
         "all_wrong_groups": self._all_wrong_groups,
     }
@@ -140,18 +166,27 @@ class Curriculum:
     expected = set(cls().state_dict())
     if set(state) != expected:
       raise ValueError(
-          f"Curriculum state: keys {sorted(set(state))} differ from {sorted(expected)}")
+          f"Curriculum state: keys {sorted(set(state))} differ from {sorted(expected)}"
+      )
     if state["version"] != _STATE_VERSION:
       raise ValueError(
-          f"Curriculum state: version {state['version']} is not {_STATE_VERSION}")
-    ids, sums, counts = state["prompt_ids"], state["score_sums"], state["counts"]
+          f"Curriculum state: version {state['version']} is not {_STATE_VERSION}"
+      )
+    ids, sums, counts = (
+        state["prompt_ids"],
+        state["score_sums"],
+        state["counts"],
+    )
     if not len(ids) == len(sums) == len(counts):
       raise ValueError(
           f"Curriculum state: {len(ids)} prompt ids, {len(sums)} score sums, {len(counts)} "
-          "counts")
+          "counts"
+      )
     unknown = set(state["retired"]) - set(ids)
     if unknown:
-      raise ValueError(f"Curriculum state: retired prompts without history: {sorted(unknown)[:5]}")
+      raise ValueError(
+          f"Curriculum state: retired prompts without history: {sorted(unknown)[:5]}"
+      )
     curriculum = cls(state["retire_threshold"], state["no_positive_resampling"])
     curriculum._score_sum = {i: float(s) for i, s in zip(ids, sums)}
     curriculum._count = {i: int(c) for i, c in zip(ids, counts)}

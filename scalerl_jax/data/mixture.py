@@ -16,7 +16,13 @@ import numpy as np
 
 from scalerl_jax.data import curriculum as curriculum_lib
 
-_OWN_FIELDS = ("weight", "source", "verifier", "retire_threshold", "no_positive_resampling")
+_OWN_FIELDS = (
+    "weight",
+    "source",
+    "verifier",
+    "retire_threshold",
+    "no_positive_resampling",
+)
 SEP = "/"  # Between a domain's name and a record's own id.
 
 
@@ -31,14 +37,20 @@ def weights(config: ml_collections.ConfigDict) -> dict[str, float]:
   for name in names(config):
     weight = config.data.mixture[name].get("weight", None)
     if not isinstance(weight, (int, float)) or weight <= 0:
-      raise ValueError(f"data.mixture.{name}.weight: must be a number > 0, got {weight!r}")
+      raise ValueError(
+          f"data.mixture.{name}.weight: must be a number > 0, got {weight!r}"
+      )
     if SEP in name:
-      raise ValueError(f"data.mixture.{name}: a domain name may not hold {SEP!r}")
+      raise ValueError(
+          f"data.mixture.{name}: a domain name may not hold {SEP!r}"
+      )
     out[name] = float(weight)
   return out
 
 
-def domain_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+def domain_config(
+    config: ml_collections.ConfigDict, name: str
+) -> ml_collections.ConfigDict:
   """The single-source config of domain `name`: data.* overridden by it.
 
   Raises:
@@ -52,7 +64,9 @@ def domain_config(config: ml_collections.ConfigDict, name: str) -> ml_collection
     if key in _OWN_FIELDS:
       continue
     if key not in sub.data:
-      raise ValueError(f"data.mixture.{name}.{key}: not a data.* field or one of {_OWN_FIELDS}")
+      raise ValueError(
+          f"data.mixture.{name}.{key}: not a data.* field or one of {_OWN_FIELDS}"
+      )
     sub.data[key] = value
   if "source" not in fields:
     raise ValueError(f"data.mixture.{name}.source: must be set")
@@ -98,13 +112,18 @@ def train_metrics(groups: Sequence[Any]) -> dict[str, float]:
   out = {}
   for name, gs in sorted(by_domain.items()):
     scores = np.stack([g.scores_G for g in gs])
-    out.update({
-        f"train/{name}/count": float(len(gs)),
-        f"train/{name}/reward_mean": float(scores.mean()),
-        f"train/{name}/zero_variance_frac": float(
-            curriculum_lib.zero_variance_mask(scores).mean()),
-        f"train/{name}/mean_length": float(
-            np.concatenate([g.completion_lens_G for g in gs]).mean())})
+    out.update(
+        {
+            f"train/{name}/count": float(len(gs)),
+            f"train/{name}/reward_mean": float(scores.mean()),
+            f"train/{name}/zero_variance_frac": float(
+                curriculum_lib.zero_variance_mask(scores).mean()
+            ),
+            f"train/{name}/mean_length": float(
+                np.concatenate([g.completion_lens_G for g in gs]).mean()
+            ),
+        }
+    )
   return out
 
 
@@ -125,17 +144,22 @@ class Curricula:
       fields = config.data.mixture[name]
       out[name] = curriculum_lib.Curriculum(
           fields.get("retire_threshold", base.retire_threshold),
-          fields.get("no_positive_resampling", base.no_positive_resampling))
+          fields.get("no_positive_resampling", base.no_positive_resampling),
+      )
     return cls(out)
 
   def _of(self, prompt_id: str) -> curriculum_lib.Curriculum:
     name = prompt_id.split(SEP, 1)[0]
     if name not in self._by_domain:
-      raise ValueError(f"prompt {prompt_id!r} belongs to no domain of data.mixture "
-                       f"({sorted(self._by_domain)})")
+      raise ValueError(
+          f"prompt {prompt_id!r} belongs to no domain of data.mixture "
+          f"({sorted(self._by_domain)})"
+      )
     return self._by_domain[name]
 
-  def update(self, prompt_ids: Sequence[str], scores_PxG: np.ndarray) -> list[str]:
+  def update(
+      self, prompt_ids: Sequence[str], scores_PxG: np.ndarray
+  ) -> list[str]:
     retired = []
     for prompt_id, scores_G in zip(prompt_ids, np.asarray(scores_PxG)):
       retired += self._of(prompt_id).update([prompt_id], scores_G[None])
@@ -146,20 +170,31 @@ class Curricula:
 
   def metrics(self) -> dict[str, float]:
     per = {name: c.metrics() for name, c in self._by_domain.items()}
-    total = {k: sum(m[k] for m in per.values())
-             for k in next(iter(per.values())) if k != "zero_variance_fraction"}
-    total["zero_variance_fraction"] = total["zero_variance_groups"] / max(total["groups_seen"], 1)
+    total = {
+        k: sum(m[k] for m in per.values())
+        for k in next(iter(per.values()))
+        if k != "zero_variance_fraction"
+    }
+    total["zero_variance_fraction"] = total["zero_variance_groups"] / max(
+        total["groups_seen"], 1
+    )
     for name, m in per.items():
       total.update({f"curriculum/{name}/{k}": v for k, v in m.items()})
     return total
 
   def state_dict(self) -> dict[str, Any]:
-    return {"domains": {name: c.state_dict() for name, c in self._by_domain.items()}}
+    return {
+        "domains": {name: c.state_dict() for name, c in self._by_domain.items()}
+    }
 
   @classmethod
   def from_state_dict(cls, state: Mapping[str, Any]) -> Curricula:
-    return cls({name: curriculum_lib.Curriculum.from_state_dict(s)
-                for name, s in state["domains"].items()})
+    return cls(
+        {
+            name: curriculum_lib.Curriculum.from_state_dict(s)
+            for name, s in state["domains"].items()
+        }
+    )
 
 
 def make_curriculum(config: ml_collections.ConfigDict):

@@ -37,6 +37,7 @@ _TFDS_BUILDER_PACKAGES = ("text", "question_answering", "summarization")
 @dataclasses.dataclass(frozen=True)
 class MalformedRow:
   """A row that could not become a prompt record, and why."""
+
   location: str  # "path:line" for JSONL, "name/split[index]" for TFDS.
   reason: str
 
@@ -48,9 +49,20 @@ def _text_id(prefix: str, text: str) -> str:
   return f"{prefix}:{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
-def _record(id_: str, prompt: str, answer: str, source: str, verifier: str,
-            metadata: dict[str, Any]) -> dict[str, str]:
-  return dict(zip(RECORD_FIELDS, (id_, prompt, answer, source, verifier, json.dumps(metadata))))
+def _record(
+    id_: str,
+    prompt: str,
+    answer: str,
+    source: str,
+    verifier: str,
+    metadata: dict[str, Any],
+) -> dict[str, str]:
+  return dict(
+      zip(
+          RECORD_FIELDS,
+          (id_, prompt, answer, source, verifier, json.dumps(metadata)),
+      )
+  )
 
 
 def _report(what: str, malformed: list[MalformedRow]) -> None:
@@ -59,11 +71,17 @@ def _report(what: str, malformed: list[MalformedRow]) -> None:
   lines = [str(row) for row in malformed[:_MAX_LOGGED_ROWS]]
   if len(malformed) > _MAX_LOGGED_ROWS:
     lines.append(f"... and {len(malformed) - _MAX_LOGGED_ROWS} more")
-  logging.warning("%s: skipped %d malformed rows:\n  %s", what, len(malformed),
-                  "\n  ".join(lines))
+  logging.warning(
+      "%s: skipped %d malformed rows:\n  %s",
+      what,
+      len(malformed),
+      "\n  ".join(lines),
+  )
 
 
-def _final_answer(answer: Any, delimiter: str) -> tuple[Optional[str], Optional[str]]:
+def _final_answer(
+    answer: Any, delimiter: str
+) -> tuple[Optional[str], Optional[str]]:
   """(reference answer, None), or (None, why not) for a row's answer value.
 
   The answer is the text after `delimiter`'s last occurrence ("": all of it).
@@ -75,8 +93,11 @@ def _final_answer(answer: Any, delimiter: str) -> tuple[Optional[str], Optional[
   if delimiter:
     at = answer.rfind(delimiter)
     if at < 0:
-      return None, f"has no {delimiter!r} before its final answer (data.answer_delimiter)"
-    answer = answer[at + len(delimiter):]
+      return (
+          None,
+          f"has no {delimiter!r} before its final answer (data.answer_delimiter)",
+      )
+    answer = answer[at + len(delimiter) :]
   if not answer.strip():
     return None, "is empty"
   return answer.strip() if delimiter else answer, None
@@ -95,8 +116,12 @@ def _check_row(row: Any, prompt_field: str) -> Optional[str]:
   return None
 
 
-def read_jsonl(path: str, prompt_field: str = "prompt", answer_field: str = "answer",
-               answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
+def read_jsonl(
+    path: str,
+    prompt_field: str = "prompt",
+    answer_field: str = "answer",
+    answer_delimiter: str = "",
+) -> tuple[list[dict[str, str]], list[MalformedRow]]:
   """Prompt records of a JSONL file, and its malformed rows with their lines.
 
   Rows may set "id" and "verifier"; other fields go to the metadata.
@@ -113,14 +138,20 @@ def read_jsonl(path: str, prompt_field: str = "prompt", answer_field: str = "ans
     try:
       line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-      malformed.append(MalformedRow(location, f"invalid UTF-8 ({e.reason} at byte {e.start})"))
+      malformed.append(
+          MalformedRow(
+              location, f"invalid UTF-8 ({e.reason} at byte {e.start})"
+          )
+      )
       continue
     if not line.strip():
       continue
     try:
       row = json.loads(line)
     except json.JSONDecodeError as e:
-      malformed.append(MalformedRow(location, f"invalid JSON ({e.msg} at column {e.colno})"))
+      malformed.append(
+          MalformedRow(location, f"invalid JSON ({e.msg} at column {e.colno})")
+      )
       continue
     reason = _check_row(row, prompt_field)
     if reason is None:
@@ -137,8 +168,16 @@ def read_jsonl(path: str, prompt_field: str = "prompt", answer_field: str = "ans
     first_line[id_] = number
     own = (prompt_field, answer_field) + _JSONL_OWN_FIELDS
     extra = {k: v for k, v in row.items() if k not in own}
-    records.append(_record(id_, row[prompt_field], answer, "jsonl",
-                           row.get("verifier", "math"), extra))
+    records.append(
+        _record(
+            id_,
+            row[prompt_field],
+            answer,
+            "jsonl",
+            row.get("verifier", "math"),
+            extra,
+        )
+    )
   return records, malformed
 
 
@@ -154,8 +193,14 @@ def _tfds_value(example: dict[str, Any], field: str) -> Any:
   return value
 
 
-def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer_field: str,
-                 answer_delimiter: str = "") -> tuple[list[dict[str, str]], list[MalformedRow]]:
+def tfds_prompts(
+    name: str,
+    split: str,
+    data_dir: str,
+    prompt_field: str,
+    answer_field: str,
+    answer_delimiter: str = "",
+) -> tuple[list[dict[str, str]], list[MalformedRow]]:
   """Prompt records of a TFDS split (array_record format), and malformed ones.
 
   Fields "a/b" name nested features; `data_dir` "" is TFDS's default.
@@ -164,6 +209,7 @@ def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer
     ValueError: a field is not a feature of the dataset.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   for package in _TFDS_BUILDER_PACKAGES:
     importlib.import_module(f"tensorflow_datasets.{package}")
   source = tfds.data_source(name, split=split, data_dir=data_dir or None)
@@ -172,26 +218,37 @@ def tfds_prompts(name: str, split: str, data_dir: str, prompt_field: str, answer
     example = source[index]
     location = f"{name}/{split}[{index}]"
     values = {}
-    for config_field, field in (("tfds_prompt_field", prompt_field),
-                                ("tfds_answer_field", answer_field)):
+    for config_field, field in (
+        ("tfds_prompt_field", prompt_field),
+        ("tfds_answer_field", answer_field),
+    ):
       try:
         values[config_field] = _tfds_value(example, field)
       except (KeyError, TypeError):
-        raise ValueError(f"data.{config_field}: {field!r} is not a feature of {name}; "
-                         f"features: {sorted(example)}") from None
+        raise ValueError(
+            f"data.{config_field}: {field!r} is not a feature of {name}; "
+            f"features: {sorted(example)}"
+        ) from None
     prompt = values["tfds_prompt_field"]
     answer, why = _final_answer(values["tfds_answer_field"], answer_delimiter)
     if not isinstance(prompt, str) or not prompt.strip():
-      malformed.append(MalformedRow(location, f"{prompt_field!r} is not non-empty text"))
+      malformed.append(
+          MalformedRow(location, f"{prompt_field!r} is not non-empty text")
+      )
     elif why is not None:
       malformed.append(MalformedRow(location, f"{answer_field!r} {why}"))
     else:
-      records.append(_record(f"tfds:{name}:{split}:{index}", prompt, answer, "tfds", "math", {}))
+      records.append(
+          _record(
+              f"tfds:{name}:{split}:{index}", prompt, answer, "tfds", "math", {}
+          )
+      )
   return records, malformed
 
 
-def reasoning_gym_prompts(name: str, split: str, size: int, val_size: int,
-                          seed: int) -> list[dict[str, str]]:
+def reasoning_gym_prompts(
+    name: str, split: str, size: int, val_size: int, seed: int
+) -> list[dict[str, str]]:
   """Prompt records of a reasoning-gym dataset; metadata holds each entry.
 
   Training drops questions repeated or shared with validation.
@@ -203,35 +260,57 @@ def reasoning_gym_prompts(name: str, split: str, size: int, val_size: int,
   try:
     import reasoning_gym  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise ImportError("data.source='reasoning_gym' needs the reasoning-gym package "
-                      "(pip install 'scalerl_jax[tasks]')") from None
+    raise ImportError(
+        "data.source='reasoning_gym' needs the reasoning-gym package "
+        "(pip install 'scalerl_jax[tasks]')"
+    ) from None
 
   def entries(split_seed, split_size):
     try:
-      return list(reasoning_gym.create_dataset(name, size=split_size, seed=split_seed))
+      return list(
+          reasoning_gym.create_dataset(name, size=split_size, seed=split_seed)
+      )
     except (ValueError, KeyError, AssertionError) as e:
-      raise ValueError(f"data.reasoning_gym_name: cannot create {name!r} ({e})") from None
+      raise ValueError(
+          f"data.reasoning_gym_name: cannot create {name!r} ({e})"
+      ) from None
 
   taken = set()
   if split == "train":
     taken = {e["question"] for e in entries(2 * seed + 1, val_size)}
   records, duplicates = [], 0
-  for entry in entries(2 * seed + (split == "val"), size if split == "train" else val_size):
+  for entry in entries(
+      2 * seed + (split == "val"), size if split == "train" else val_size
+  ):
     if entry["question"] in taken:
       duplicates += 1
       continue
     taken.add(entry["question"])
     answer = "" if entry.get("answer") is None else str(entry["answer"])
     try:
-      records.append(_record(_text_id(f"reasoning_gym:{name}", entry["question"]),
-                             entry["question"], answer, "reasoning_gym",
-                             f"reasoning_gym:{name}", entry))
+      records.append(
+          _record(
+              _text_id(f"reasoning_gym:{name}", entry["question"]),
+              entry["question"],
+              answer,
+              "reasoning_gym",
+              f"reasoning_gym:{name}",
+              entry,
+          )
+      )
     except TypeError as e:
-      raise ValueError(f"data.reasoning_gym_name: {name!r} entries are not "
-                       f"JSON-serialisable ({e})") from None
+      raise ValueError(
+          f"data.reasoning_gym_name: {name!r} entries are not "
+          f"JSON-serialisable ({e})"
+      ) from None
   if duplicates:
-    logging.info("reasoning_gym %s/%s: dropped %d questions repeated within the split or "
-                 "shared with validation", name, split, duplicates)
+    logging.info(
+        "reasoning_gym %s/%s: dropped %d questions repeated within the split or "
+        "shared with validation",
+        name,
+        split,
+        duplicates,
+    )
   return records
 
 
@@ -247,16 +326,27 @@ def _builtin_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   # measured on the same held-out set (as the paper's fixed 1,000 prompts).
   seed = config.seed if split == "train" else VAL_SEED
   field = f"builtin_num_{split}"
-  records = builtin_task.builtin_prompts(d.builtin_difficulty, d[field], seed, split)
+  records = builtin_task.builtin_prompts(
+      d.builtin_difficulty, d[field], seed, split
+  )
   return records, [], field, "builtin"
 
 
-def _reasoning_gym_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+def _reasoning_gym_split(
+    config: ml_collections.ConfigDict, split: str
+) -> _Loaded:
   d, field = config.data, "reasoning_gym_name"
   if not d[field]:
-    raise ValueError(f"data.{field}: must be set when data.source='reasoning_gym'")
-  records = reasoning_gym_prompts(d[field], split, d.reasoning_gym_size,
-                                  d.reasoning_gym_val_size, config.seed)
+    raise ValueError(
+        f"data.{field}: must be set when data.source='reasoning_gym'"
+    )
+  records = reasoning_gym_prompts(
+      d[field],
+      split,
+      d.reasoning_gym_size,
+      d.reasoning_gym_val_size,
+      config.seed,
+  )
   return records, [], field, "reasoning_gym"
 
 
@@ -265,10 +355,18 @@ def _tfds_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   field = "tfds_split" if split == "train" else "tfds_val_split"
   for required in ("tfds_name", field):
     if not d[required]:
-      raise ValueError(f"data.{required}: must be set for the {split} split of "
-                       "data.source='tfds'")
-  records, malformed = tfds_prompts(d.tfds_name, d[field], d.tfds_data_dir, d.tfds_prompt_field,
-                                    d.tfds_answer_field, d.answer_delimiter)
+      raise ValueError(
+          f"data.{required}: must be set for the {split} split of "
+          "data.source='tfds'"
+      )
+  records, malformed = tfds_prompts(
+      d.tfds_name,
+      d[field],
+      d.tfds_data_dir,
+      d.tfds_prompt_field,
+      d.tfds_answer_field,
+      d.answer_delimiter,
+  )
   return records, malformed, field, f"tfds {d.tfds_name}/{d[field]}"
 
 
@@ -276,27 +374,40 @@ def _jsonl_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   d = config.data
   field = "jsonl_train" if split == "train" else "jsonl_val"
   if not d[field]:
-    raise ValueError(f"data.{field}: must be set for the {split} split of data.source='jsonl'")
-  records, malformed = read_jsonl(d[field], d.jsonl_prompt_field, d.jsonl_answer_field,
-                                  d.answer_delimiter)
+    raise ValueError(
+        f"data.{field}: must be set for the {split} split of data.source='jsonl'"
+    )
+  records, malformed = read_jsonl(
+      d[field], d.jsonl_prompt_field, d.jsonl_answer_field, d.answer_delimiter
+  )
   return records, malformed, field, d[field]
 
 
-def _builtin_code_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+def _builtin_code_split(
+    config: ml_collections.ConfigDict, split: str
+) -> _Loaded:
   d = config.data
   seed = config.seed if split == "train" else VAL_SEED
   field = f"builtin_num_{split}"
-  records = builtin_code.code_prompts(tuple(d.builtin_difficulty), d[field], seed, split)
+  records = builtin_code.code_prompts(
+      tuple(d.builtin_difficulty), d[field], seed, split
+  )
   return records, [], field, "builtin_code"
 
 
-_LOADERS = {"builtin": _builtin_split, "builtin_code": _builtin_code_split,
-            "reasoning_gym": _reasoning_gym_split,
-            "tfds": _tfds_split, "jsonl": _jsonl_split}
+_LOADERS = {
+    "builtin": _builtin_split,
+    "builtin_code": _builtin_code_split,
+    "reasoning_gym": _reasoning_gym_split,
+    "tfds": _tfds_split,
+    "jsonl": _jsonl_split,
+}
 SOURCES = tuple(_LOADERS)  # The values `data.source` allows.
 
 
-def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str, str]]:
+def load_prompts(
+    config: ml_collections.ConfigDict, split: str
+) -> list[dict[str, str]]:
   """The non-empty prompt records of `split` ('train' or 'val').
 
   Raises:
@@ -307,16 +418,28 @@ def load_prompts(config: ml_collections.ConfigDict, split: str) -> list[dict[str
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
   if mixture.names(config):
     mixture.weights(config)  # Checks them.
-    return [record for name in mixture.names(config)
-            for record in mixture.tag(load_prompts(mixture.domain_config(config, name), split),
-                                      name, config.data.mixture[name].get("verifier", ""))]
+    return [
+        record
+        for name in mixture.names(config)
+        for record in mixture.tag(
+            load_prompts(mixture.domain_config(config, name), split),
+            name,
+            config.data.mixture[name].get("verifier", ""),
+        )
+    ]
   if config.data.source not in _LOADERS:
-    raise ValueError(f"data.source: {config.data.source!r} is not one of {SOURCES}")
+    raise ValueError(
+        f"data.source: {config.data.source!r} is not one of {SOURCES}"
+    )
   records, malformed, field, where = _LOADERS[config.data.source](config, split)
   _report(where, malformed)
   if not records:
     detail = ""
     if malformed:
-      detail = f"; all {len(malformed)} rows are malformed, first: {malformed[0]}"
-    raise ValueError(f"data.{field}: {where} has no usable {split} prompts{detail}")
+      detail = (
+          f"; all {len(malformed)} rows are malformed, first: {malformed[0]}"
+      )
+    raise ValueError(
+        f"data.{field}: {where} has no usable {split} prompts{detail}"
+    )
   return records

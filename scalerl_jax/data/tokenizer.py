@@ -39,11 +39,21 @@ class Tokenizer:
   `eos_token_id`s of generation_config.json.
   """
 
-  def __init__(self, backend: Any, *, path: str, vocab_size: int, bos_id: Optional[int],
-               eos_id: int, pad_id: int, think_id: Optional[int],
-               end_think_id: Optional[int], stop_ids: Sequence[int] = (),
-               chat_template: Optional[chat_template_lib.ChatTemplate] = None,
-               special_pieces: Optional[Mapping[str, int]] = None):
+  def __init__(
+      self,
+      backend: Any,
+      *,
+      path: str,
+      vocab_size: int,
+      bos_id: Optional[int],
+      eos_id: int,
+      pad_id: int,
+      think_id: Optional[int],
+      end_think_id: Optional[int],
+      stop_ids: Sequence[int] = (),
+      chat_template: Optional[chat_template_lib.ChatTemplate] = None,
+      special_pieces: Optional[Mapping[str, int]] = None,
+  ):
     # spm.SentencePieceProcessor or tokenizers.Tokenizer.
     self._backend = backend
     self.path = path
@@ -58,15 +68,21 @@ class Tokenizer:
     # SentencePiece does not read control pieces (`<s>`) in text; rendered
     # templates print them, and transformers reads them as their ids.
     self._special_pieces = dict(special_pieces or {})
-    self._special_re = re.compile("|".join(
-        re.escape(t) for t in sorted(self._special_pieces, key=len, reverse=True)))
+    self._special_re = re.compile(
+        "|".join(
+            re.escape(t)
+            for t in sorted(self._special_pieces, key=len, reverse=True)
+        )
+    )
     # Special ids decode drops: all the tokenizer marks special except the
     # thinking tags, which verifiers must see to strip the thinking.
     self._skip_ids = frozenset()
     if not isinstance(backend, spm.SentencePieceProcessor):
       self._skip_ids = frozenset(
-          i for i, t in backend.get_added_tokens_decoder().items()
-          if t.special and i not in (think_id, end_think_id))
+          i
+          for i, t in backend.get_added_tokens_decoder().items()
+          if t.special and i not in (think_id, end_think_id)
+      )
 
   def encode(self, text: str) -> list[int]:
     """Ids of `text`, without BOS or EOS; special-token text becomes its id."""
@@ -76,8 +92,9 @@ class Tokenizer:
       return self._backend.encode(text)
     ids, start = [], 0
     for match in self._special_re.finditer(text):
-      ids += self._backend.encode(text[start:match.start()]) + [
-          self._special_pieces[match.group()]]
+      ids += self._backend.encode(text[start : match.start()]) + [
+          self._special_pieces[match.group()]
+      ]
       start = match.end()
     return ids + self._backend.encode(text[start:])
 
@@ -110,11 +127,13 @@ class Tokenizer:
     if self.think_id is None:
       return -1
     at = np.flatnonzero(np.asarray(prompt_ids) == self.think_id)
-    if not at.size or self.decode(prompt_ids[at[-1] + 1:]).strip():
+    if not at.size or self.decode(prompt_ids[at[-1] + 1 :]).strip():
       return -1
     return int(at[-1])
 
-  def completion_text(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> str:
+  def completion_text(
+      self, prompt_ids: Sequence[int], completion_ids: Sequence[int]
+  ) -> str:
     """The text verifiers score, after the prompt's open `<think>` if any.
 
     A final stop id is dropped.
@@ -157,17 +176,23 @@ def _generation_stop_ids(directory: epath.Path, vocab_size: int) -> list[int]:
   ids = [value] if isinstance(value, int) else value
   if ids is None:
     return []
-  if (not isinstance(ids, list) or
-      not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
-    raise ValueError(f"{path}: eos_token_id must be an int or a list of ints, got {value!r}")
+  if not isinstance(ids, list) or not all(
+      isinstance(i, int) and not isinstance(i, bool) for i in ids
+  ):
+    raise ValueError(
+        f"{path}: eos_token_id must be an int or a list of ints, got {value!r}"
+    )
   bad = [i for i in ids if not 0 <= i < vocab_size]
   if bad:
-    raise ValueError(f"{path}: eos_token_id {bad} outside the tokenizer's {vocab_size} ids")
+    raise ValueError(
+        f"{path}: eos_token_id {bad} outside the tokenizer's {vocab_size} ids"
+    )
   return ids
 
 
-def _from_sentencepiece(model_proto: bytes, path: str,
-                        settings: Mapping[str, Any]) -> dict[str, Any]:
+def _from_sentencepiece(
+    model_proto: bytes, path: str, settings: Mapping[str, Any]
+) -> dict[str, Any]:
   sp = spm.SentencePieceProcessor()
   try:
     sp.LoadFromSerializedProto(model_proto)
@@ -189,27 +214,42 @@ def _from_sentencepiece(model_proto: bytes, path: str,
   for name in chat_template_lib.SPECIAL_TOKEN_NAMES:
     text = chat_template_lib.special_token_text(settings, name)
     piece_id = sp.piece_to_id(text) if text else -1
-    if piece_id >= 0 and sp.id_to_piece(piece_id) == text and (
-        sp.IsControl(piece_id) or sp.IsUnknown(piece_id)):
+    if (
+        piece_id >= 0
+        and sp.id_to_piece(piece_id) == text
+        and (sp.IsControl(piece_id) or sp.IsUnknown(piece_id))
+    ):
       special_pieces[text] = piece_id
-  return dict(backend=sp, path=path, vocab_size=sp.vocab_size(), bos_id=known(sp.bos_id()),
-              eos_id=eos, pad_id=eos if pad is None else pad,
-              think_id=piece(THINK_TOKENS[0]), end_think_id=piece(THINK_TOKENS[1]),
-              special_pieces=special_pieces)
+  return dict(
+      backend=sp,
+      path=path,
+      vocab_size=sp.vocab_size(),
+      bos_id=known(sp.bos_id()),
+      eos_id=eos,
+      pad_id=eos if pad is None else pad,
+      think_id=piece(THINK_TOKENS[0]),
+      end_think_id=piece(THINK_TOKENS[1]),
+      special_pieces=special_pieces,
+  )
 
 
-def _from_tokenizer_json(path: epath.Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+def _from_tokenizer_json(
+    path: epath.Path, settings: Mapping[str, Any]
+) -> dict[str, Any]:
   try:
     import tokenizers  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ImportError(
         f"{path}: reading tokenizer.json needs the `tokenizers` package "
-        "(pip install 'scalerl_jax[hf]')") from None
+        "(pip install 'scalerl_jax[hf]')"
+    ) from None
   try:
     tok = tokenizers.Tokenizer.from_str(path.read_text())
   except Exception as e:
     # tokenizers raises its own Exception type on bad JSON.
-    raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from None
+    raise ValueError(
+        f"{path}: not a Hugging Face tokenizer.json ({e})"
+    ) from None
 
   # Which tokens are BOS/EOS/PAD is stated beside tokenizer.json, not in it.
   def token_id(name):
@@ -225,12 +265,19 @@ def _from_tokenizer_json(path: epath.Path, settings: Mapping[str, Any]) -> dict[
   if eos is None:
     raise ValueError(
         f"{path.parent}: no eos_token in tokenizer_config.json or special_tokens_map.json; "
-        "the sampler needs one to stop generating")
+        "the sampler needs one to stop generating"
+    )
   pad = token_id("pad_token")
-  return dict(backend=tok, path=str(path), vocab_size=tok.get_vocab_size(with_added_tokens=True),
-              bos_id=token_id("bos_token"), eos_id=eos, pad_id=eos if pad is None else pad,
-              think_id=tok.token_to_id(THINK_TOKENS[0]),
-              end_think_id=tok.token_to_id(THINK_TOKENS[1]))
+  return dict(
+      backend=tok,
+      path=str(path),
+      vocab_size=tok.get_vocab_size(with_added_tokens=True),
+      bos_id=token_id("bos_token"),
+      eos_id=eos,
+      pad_id=eos if pad is None else pad,
+      think_id=tok.token_to_id(THINK_TOKENS[0]),
+      end_think_id=tok.token_to_id(THINK_TOKENS[1]),
+  )
 
 
 def load_tokenizer(path: str) -> Tokenizer:
@@ -249,7 +296,9 @@ def load_tokenizer(path: str) -> Tokenizer:
         p = p / name
         break
     else:
-      raise FileNotFoundError(f"{path}: directory holds neither tokenizer.model nor tokenizer.json")
+      raise FileNotFoundError(
+          f"{path}: directory holds neither tokenizer.model nor tokenizer.json"
+      )
   elif not p.exists():
     raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
   settings = _settings(p.parent)
@@ -257,11 +306,16 @@ def load_tokenizer(path: str) -> Tokenizer:
     fields = _from_tokenizer_json(p, settings)
   else:
     fields = _from_sentencepiece(p.read_bytes(), str(p), settings)
-  return Tokenizer(**fields, stop_ids=_generation_stop_ids(p.parent, fields["vocab_size"]),
-                   chat_template=chat_template_lib.load(p.parent, settings))
+  return Tokenizer(
+      **fields,
+      stop_ids=_generation_stop_ids(p.parent, fields["vocab_size"]),
+      chat_template=chat_template_lib.load(p.parent, settings),
+  )
 
 
-def train_builtin_tokenizer(path: str, vocab_size: int, code: bool = False) -> Tokenizer:
+def train_builtin_tokenizer(
+    path: str, vocab_size: int, code: bool = False
+) -> Tokenizer:
   """Trains the built-in model (builtin_tokenizer.write_model) and reads it."""
   model = builtin_tokenizer.write_model(path, vocab_size, code)
   return Tokenizer(**_from_sentencepiece(model, str(epath.Path(path)), {}))
@@ -284,10 +338,14 @@ def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
     else:
       domains = (config.data.get("mixture", None) or {}).values()
       sources = {config.data.source} | {d.get("source", "") for d in domains}
-      tok = train_builtin_tokenizer(str(path), config.model.vocab_size,
-                                    code=builtin_code.SOURCE in sources)
+      tok = train_builtin_tokenizer(
+          str(path),
+          config.model.vocab_size,
+          code=builtin_code.SOURCE in sources,
+      )
   if tok.vocab_size > config.model.vocab_size:
     raise ValueError(
         f"model.vocab_size: {config.model.vocab_size} is smaller than the "
-        f"{tok.vocab_size} ids of the tokenizer {tok.path}")
+        f"{tok.vocab_size} ids of the tokenizer {tok.path}"
+    )
   return tok

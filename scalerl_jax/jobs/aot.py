@@ -42,10 +42,12 @@ from scalerl_jax.sampling.sampler import Sampler
 INSTALL = 'pip install "jax[tpu]==0.10.2"'
 # TPU generation in a slice name -> plan.ACCELERATORS key (HBM and peak FLOP/s).
 GENERATIONS = {"v5e": "tpu_v5e", "v5p": "tpu_v5p", "v6e": "tpu_v6e"}
-TOPOLOGY_FORMS = ("v5e:<X>x<Y> (e.g. v5e:2x2, v5e:4x8, v5e:16x16), "
-                  "v5p:<X>x<Y>x<Z> (e.g. v5p:2x2x1, v5p:4x4x4, v5p:8x8x8), "
-                  "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16); "
-                  "chip counts are multiples of 4 (one host)")
+TOPOLOGY_FORMS = (
+    "v5e:<X>x<Y> (e.g. v5e:2x2, v5e:4x8, v5e:16x16), "
+    "v5p:<X>x<Y>x<Z> (e.g. v5p:2x2x1, v5p:4x4x4, v5p:8x8x8), "
+    "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16); "
+    "chip counts are multiples of 4 (one host)"
+)
 _TOPOLOGY = re.compile(r"^(v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
 
 
@@ -63,18 +65,25 @@ def slice_devices(topology: str) -> tuple[list[Any], plan_lib.Accelerator]:
   match = _TOPOLOGY.match(topology)
   three_d = match is not None and match.group(4) is not None
   if match is None or three_d != (match.group(1) == "v5p"):
-    raise CompileError(f"--topology={topology!r}: expected one of {TOPOLOGY_FORMS}")
+    raise CompileError(
+        f"--topology={topology!r}: expected one of {TOPOLOGY_FORMS}"
+    )
   if importlib.util.find_spec("libtpu") is None:
-    raise CompileError(f"the TPU compiler (libtpu) is not installed; install it with {INSTALL}")
+    raise CompileError(
+        f"the TPU compiler (libtpu) is not installed; install it with {INSTALL}"
+    )
   # libtpu allows one process per machine unless told otherwise; compiling
   # touches no chip, so tests and a running compile may share it.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+
   try:
     desc = topologies.get_topology_desc(topology_name=topology, platform="tpu")
   except Exception as e:  # pylint: disable=broad-except
-    raise CompileError(f"--topology={topology!r}: libtpu refused it ({str(e).splitlines()[0]}); "
-                       f"expected one of {TOPOLOGY_FORMS}") from None
+    raise CompileError(
+        f"--topology={topology!r}: libtpu refused it ({str(e).splitlines()[0]}); "
+        f"expected one of {TOPOLOGY_FORMS}"
+    ) from None
   return list(desc.devices), plan_lib.ACCELERATORS[GENERATIONS[match.group(1)]]
 
 
@@ -84,13 +93,18 @@ Memory = plan_lib.Memory
 def compiled_memory(compiled: Any) -> Memory:
   """The compiler's buffer assignment of `compiled`, per chip."""
   m = compiled.memory_analysis()
-  return Memory(int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
-                int(m.alias_size_in_bytes), int(m.temp_size_in_bytes))
+  return Memory(
+      int(m.argument_size_in_bytes),
+      int(m.output_size_in_bytes),
+      int(m.alias_size_in_bytes),
+      int(m.temp_size_in_bytes),
+  )
 
 
 @dataclasses.dataclass
 class Result:
   """One program compiled for the slice, against the planner's estimate."""
+
   name: str
   estimate: Memory  # scalerl_jax.jobs.plan's.
   beside: int  # Bytes the rest of the run keeps allocated while this runs.
@@ -110,13 +124,16 @@ class Result:
 
 def _shard_bytes(tree: Any) -> int:
   """Per-chip bytes of a tree of sharded ShapeDtypeStructs (largest shard)."""
-  return sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
-             for x in jax.tree.leaves(tree))
+  return sum(
+      math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+      for x in jax.tree.leaves(tree)
+  )
 
 
 @dataclasses.dataclass
 class _Programs:
   """Each program as a thunk returning its `Lowered`, with its bytes beside."""
+
   lower: dict[str, Callable[[], Any]]
   beside: dict[str, int]
   # A decode step's least traffic: the regrouped weights and every slot's full
@@ -130,31 +147,55 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
   model = transformer.Transformer(model_cfg)
   param_sh = sharding.param_shardings(model, mesh, rules)
   tokens = np.zeros((1, 1), np.int32)
-  params = sharding.abstract(nn.unbox(jax.eval_shape(
-      lambda: model.init(jax.random.key(0), tokens)["params"])), param_sh)
+  params = sharding.abstract(
+      nn.unbox(
+          jax.eval_shape(
+              lambda: model.init(jax.random.key(0), tokens)["params"]
+          )
+      ),
+      param_sh,
+  )
   optimizer = optim.make_optimizer(config.optim)
   state_sh = trainer.train_state_shardings(optimizer, params, param_sh, mesh)
-  train_state = sharding.abstract(jax.eval_shape(
-      functools.partial(train_step_lib.init_state, optimizer=optimizer), params), state_sh)
-  step, batch_sh = trainer.jit_train_step(config, model, mesh, rules, optimizer, state_sh)
+  train_state = sharding.abstract(
+      jax.eval_shape(
+          functools.partial(train_step_lib.init_state, optimizer=optimizer),
+          params,
+      ),
+      state_sh,
+  )
+  step, batch_sh = trainer.jit_train_step(
+      config, model, mesh, rules, optimizer, state_sh
+  )
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
-  batch = {"tokens_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.int32),
-           "mask_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
-           "gen_logp_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
-           "rewards_PxG": jax.ShapeDtypeStruct((p, g), jnp.float32)}
+  batch = {
+      "tokens_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.int32),
+      "mask_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
+      "gen_logp_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
+      "rewards_PxG": jax.ShapeDtypeStruct((p, g), jnp.float32),
+  }
   batch = sharding.abstract(batch, batch_sh)
 
   # Token ids only shape constants baked into the programs; the phrase's
   # length is a stand-in (one id per word) that no buffer depends on.
   phrase = (3,) * len(config.sampling.interruption.phrase.split())
-  sampler = Sampler.from_config(config, mesh, rules, eos_ids=(1,), pad_id=0,
-                                think_close_id=2, phrase_ids=phrase)
+  sampler = Sampler.from_config(
+      config,
+      mesh,
+      rules,
+      eos_ids=(1,),
+      pad_id=0,
+      think_close_id=2,
+      phrase_ids=phrase,
+  )
   weights = sampler.prepared_shape(params)
   num_slots = schedules.num_slots(config)
   slots = sampler.state_shape(num_slots, meta_width=1)
   val_slots = sampler.state_shape(
-      evaluation.num_slots(config, sharding.batch_divisor(mesh, rules)), meta_width=1)
+      evaluation.num_slots(config, sharding.batch_divisor(mesh, rules)),
+      meta_width=1,
+  )
   width = config.sampling.max_prompt_len
 
   def prefill(state):
@@ -162,40 +203,65 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
     rows = sharding.named_sharding(mesh, rules, ("act_batch",))
     rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
     return lambda: sampler.lower(
-        "start", state, weights, jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
+        "start",
+        state,
+        weights,
+        jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
         jax.ShapeDtypeStruct((n, width), jnp.int32, sharding=rows_len),
         jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
         jax.ShapeDtypeStruct((n, 1), jnp.int32, sharding=rows_len),
-        jax.random.key(0), in_order=True)
+        jax.random.key(0),
+        in_order=True,
+    )
 
   def decode(state):
-    return lambda: sampler.lower("advance", state, weights, np.int32(0), np.int32(1), window=0)
+    return lambda: sampler.lower(
+        "advance", state, weights, np.int32(0), np.int32(1), window=0
+    )
 
   def train():
     with sharding.activate(mesh, rules):
       return step.lower(train_state, batch)
 
-  held = {"train_state": _shard_bytes(train_state), "slots": _shard_bytes(slots),
-          "weights": _shard_bytes(weights), "opt_state": _shard_bytes(train_state.opt_state)}
+  held = {
+      "train_state": _shard_bytes(train_state),
+      "slots": _shard_bytes(slots),
+      "weights": _shard_bytes(weights),
+      "opt_state": _shard_bytes(train_state.opt_state),
+  }
   return _Programs(
-      lower={"train_step": train, "prepare": lambda: sampler.lower("prepare", params),
-             "prefill": prefill(slots), "decode": decode(slots),
-             "val_prefill": prefill(val_slots), "val_decode": decode(val_slots)},
+      lower={
+          "train_step": train,
+          "prepare": lambda: sampler.lower("prepare", params),
+          "prefill": prefill(slots),
+          "decode": decode(slots),
+          "val_prefill": prefill(val_slots),
+          "val_decode": decode(val_slots),
+      },
       # While a program runs, the rest of the run holds: the train state during
       # generation (its params are the prepare's argument), and the rollout
       # slots during training and validation (slots survive between phases).
-      beside={"train_step": held["slots"],
-              "prepare": held["slots"] + held["opt_state"],
-              "prefill": held["train_state"], "decode": held["train_state"],
-              "val_prefill": held["train_state"] + held["slots"],
-              "val_decode": held["train_state"] + held["slots"]},
-      decode_floor={"decode": held["weights"] + _shard_bytes(slots.cache),
-                    "val_decode": held["weights"] + _shard_bytes(val_slots.cache)})
+      beside={
+          "train_step": held["slots"],
+          "prepare": held["slots"] + held["opt_state"],
+          "prefill": held["train_state"],
+          "decode": held["train_state"],
+          "val_prefill": held["train_state"] + held["slots"],
+          "val_decode": held["train_state"] + held["slots"],
+      },
+      decode_floor={
+          "decode": held["weights"] + _shard_bytes(slots.cache),
+          "val_decode": held["weights"] + _shard_bytes(val_slots.cache),
+      },
+  )
 
 
-def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
-                      only: Optional[list[str]] = None,
-                      progress: Callable[[str], None] = lambda _: None) -> tuple[list[Result], plan_lib.Accelerator, dict]:
+def compile_for_slice(
+    config: ml_collections.ConfigDict,
+    topology: str,
+    only: Optional[list[str]] = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[list[Result], plan_lib.Accelerator, dict]:
   """Compiles every program of `config` (or those in `only`) for `topology`.
 
   Returns (results in program order, the chip's published figures, the mesh
@@ -213,14 +279,20 @@ def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
     if only and name not in only:
       continue
     progress(f"compiling {name} for {topology} ({len(devices)} chips)")
-    result = Result(name, estimates[name], programs.beside[name],
-                    decode_floor=programs.decode_floor.get(name, 0))
+    result = Result(
+        name,
+        estimates[name],
+        programs.beside[name],
+        decode_floor=programs.decode_floor.get(name, 0),
+    )
     start = time.perf_counter()
     try:
       compiled = lower().compile()
       result.compiled = compiled_memory(compiled)
       result.cost = _cost(compiled)
-      result.pallas_calls = compiled.as_text().count("custom_call_target=\"tpu_custom_call\"")
+      result.pallas_calls = compiled.as_text().count(
+          'custom_call_target="tpu_custom_call"'
+      )
     except Exception as e:  # pylint: disable=broad-except
       if "RESOURCE_EXHAUSTED" not in str(e) and "memory" not in str(e).lower():
         raise
@@ -230,19 +302,33 @@ def compile_for_slice(config: ml_collections.ConfigDict, topology: str,
   return results, chip, dict(mesh.shape)
 
 
-def results_json(results: list[Result], chip: plan_lib.Accelerator, mesh_shape: dict,
-                 topology: str) -> dict:
+def results_json(
+    results: list[Result],
+    chip: plan_lib.Accelerator,
+    mesh_shape: dict,
+    topology: str,
+) -> dict:
   """The report's numbers as plain data (`launch.compile --json`)."""
-  return {"topology": topology, "chip": chip.name, "hbm_bytes": chip.hbm_bytes,
-          "mesh_shape": mesh_shape,
-          "programs": [dict(dataclasses.asdict(r), fits=r.fits(chip.hbm_bytes)) for r in results]}
+  return {
+      "topology": topology,
+      "chip": chip.name,
+      "hbm_bytes": chip.hbm_bytes,
+      "mesh_shape": mesh_shape,
+      "programs": [
+          dict(dataclasses.asdict(r), fits=r.fits(chip.hbm_bytes))
+          for r in results
+      ],
+  }
 
 
 def _cost(compiled: Any) -> dict:
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return {k: float(v) for k, v in (cost or {}).items()
-          if k in ("flops", "bytes accessed", "optimal_seconds")}
+  return {
+      k: float(v)
+      for k, v in (cost or {}).items()
+      if k in ("flops", "bytes accessed", "optimal_seconds")
+  }
 
 
 def _first_lines(message: str, n: int = 3) -> str:
@@ -250,22 +336,31 @@ def _first_lines(message: str, n: int = 3) -> str:
   return " | ".join(lines[:n])
 
 
-def format_report(results: list[Result], chip: plan_lib.Accelerator, mesh_shape: dict,
-                  topology: str) -> str:
+def format_report(
+    results: list[Result],
+    chip: plan_lib.Accelerator,
+    mesh_shape: dict,
+    topology: str,
+) -> str:
   """Per-chip bytes of every program: compiler, planner, ratio and fit."""
   gb = lambda n: f"{n / plan_lib.GB:8.3f}"
-  lines = [f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
-           f"({chip.hbm_bytes / plan_lib.GB:.0f} GB HBM each), mesh {mesh_shape}", "",
-           "Per chip, GB (compiler | planner estimate):",
-           f"  {'program':12s} {'args':>8s} {'outputs':>8s} {'aliased':>8s} {'temps':>8s} "
-           f"{'peak':>8s} | {'plan':>8s} {'ratio':>6s} | {'beside':>8s} {'total':>8s} "
-           f"{'fits':>5s} {'compile':>8s}"]
+  lines = [
+      f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
+      f"({chip.hbm_bytes / plan_lib.GB:.0f} GB HBM each), mesh {mesh_shape}",
+      "",
+      "Per chip, GB (compiler | planner estimate):",
+      f"  {'program':12s} {'args':>8s} {'outputs':>8s} {'aliased':>8s} {'temps':>8s} "
+      f"{'peak':>8s} | {'plan':>8s} {'ratio':>6s} | {'beside':>8s} {'total':>8s} "
+      f"{'fits':>5s} {'compile':>8s}",
+  ]
   for r in results:
     est = r.estimate.peak
     if r.compiled is None:
-      lines.append(f"  {r.name:12s} {'refused':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} | "
-                   f"{gb(est)} {'':>6s} | {gb(r.beside)} {'':>8s} {'no':>5s} "
-                   f"{r.compile_s:7.1f}s")
+      lines.append(
+          f"  {r.name:12s} {'refused':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} | "
+          f"{gb(est)} {'':>6s} | {gb(r.beside)} {'':>8s} {'no':>5s} "
+          f"{r.compile_s:7.1f}s"
+      )
       lines.append(f"      compiler: {r.error}")
       continue
     c = r.compiled
@@ -273,17 +368,23 @@ def format_report(results: list[Result], chip: plan_lib.Accelerator, mesh_shape:
         f"  {r.name:12s} {gb(c.arguments)} {gb(c.outputs)} {gb(c.aliased)} {gb(c.temporaries)} "
         f"{gb(c.peak)} | {gb(est)} {est / max(c.peak, 1):6.2f} | {gb(r.beside)} "
         f"{gb(c.peak + r.beside)} {'yes' if r.fits(chip.hbm_bytes) else 'no':>5s} "
-        f"{r.compile_s:7.1f}s")
+        f"{r.compile_s:7.1f}s"
+    )
   for r in results:
     if r.decode_floor and r.cost and "bytes accessed" in r.cost:
-      lines.append(f"  {r.name}: the compiler's bytes accessed per decode step "
-                   f"{r.cost['bytes accessed'] / plan_lib.GB:.3f} GB = "
-                   f"{r.cost['bytes accessed'] / r.decode_floor:.2f}x the floor (weights + full "
-                   f"cache read once, {r.decode_floor / plan_lib.GB:.3f} GB)")
+      lines.append(
+          f"  {r.name}: the compiler's bytes accessed per decode step "
+          f"{r.cost['bytes accessed'] / plan_lib.GB:.3f} GB = "
+          f"{r.cost['bytes accessed'] / r.decode_floor:.2f}x the floor (weights + full "
+          f"cache read once, {r.decode_floor / plan_lib.GB:.3f} GB)"
+      )
   fits = all(r.fits(chip.hbm_bytes) for r in results)
-  lines += ["", f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
-            f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
-            f"{chip.hbm_bytes / plan_lib.GB:.0f} GB per chip.",
-            "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
-            "(exact, from the shardings)."]
+  lines += [
+      "",
+      f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
+      f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
+      f"{chip.hbm_bytes / plan_lib.GB:.0f} GB per chip.",
+      "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
+      "(exact, from the shardings).",
+  ]
   return "\n".join(lines) + "\n"

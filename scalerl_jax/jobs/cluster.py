@@ -47,6 +47,7 @@ _AUTO_DETECTED = {"mesh.distributed": True}
 @dataclasses.dataclass(frozen=True)
 class Options:
   """Where and how to run; `launch/cluster.py` has one flag per field."""
+
   name: str  # Workload / job / JobSet name.
   python: str = "python"  # Interpreter in the train command.
   tpu_type: str = ""  # xpk: e.g. v5p-64 (TensorCores), v5litepod-16 (chips).
@@ -70,6 +71,7 @@ class Options:
 @dataclasses.dataclass(frozen=True)
 class Job:
   """What a target emits, and how its tool takes it."""
+
   text: str  # The xpk command line, the sbatch script or the JobSet manifest.
   argv: list[str]  # The tool invocation that submits it.
   # Fed to `argv` (script or manifest); None when `argv` is all.
@@ -87,21 +89,28 @@ def tpu_devices(tpu_type: str) -> int:
   match = _TPU_TYPE.fullmatch(tpu_type)
   gen = match and match["gen"]
   if gen not in _TPU_CORES_PER_DEVICE:
-    hint = " (xpk calls TPU v5e 'v5litepod')" if tpu_type.startswith("v5e") else ""
+    hint = (
+        " (xpk calls TPU v5e 'v5litepod')" if tpu_type.startswith("v5e") else ""
+    )
     raise ValueError(
         f"--tpu_type={tpu_type!r}: expected <generation>-<size> as xpk names it, e.g. "
-        f"v5p-64 or v5litepod-16, generation one of {sorted(_TPU_CORES_PER_DEVICE)}{hint}")
+        f"v5p-64 or v5litepod-16, generation one of {sorted(_TPU_CORES_PER_DEVICE)}{hint}"
+    )
   sizes = [int(s) for s in match["size"].split("x")]
   if len(sizes) > 1:  # A topology counts chips.
     return math.prod(sizes)
   cores = _TPU_CORES_PER_DEVICE[gen]
   if not sizes[0] or sizes[0] % cores:
-    raise ValueError(f"--tpu_type={tpu_type!r}: {gen} counts {cores} TensorCores per chip; "
-                     f"{sizes[0]} is not a multiple")
+    raise ValueError(
+        f"--tpu_type={tpu_type!r}: {gen} counts {cores} TensorCores per chip; "
+        f"{sizes[0]} is not a multiple"
+    )
   return sizes[0] // cores
 
 
-def check_mesh(config: ml_collections.ConfigDict, num_devices: int, where: str) -> tuple[int, ...]:
+def check_mesh(
+    config: ml_collections.ConfigDict, num_devices: int, where: str
+) -> tuple[int, ...]:
   """`config.mesh.shape` with its -1 resolved for the target's `num_devices`.
 
   ValueError names the config field that is invalid or does not fit, and the
@@ -122,9 +131,14 @@ def check_mesh(config: ml_collections.ConfigDict, num_devices: int, where: str) 
   return sharding.resolve_mesh_shape(config.mesh.shape, num_devices)
 
 
-def train_argv(config_arg: str, workdir: str, overrides: dict[str, Any],
-               target_fields: dict[str, Any], python: str,
-               escape: Callable[[str], str] = lambda s: s) -> list[str]:
+def train_argv(
+    config_arg: str,
+    workdir: str,
+    overrides: dict[str, Any],
+    target_fields: dict[str, Any],
+    python: str,
+    escape: Callable[[str], str] = lambda s: s,
+) -> list[str]:
   """The `launch.train` argv: user config and overrides, then `target_fields`.
 
   `escape` is applied to every argument that comes from the user. ValueError
@@ -132,13 +146,23 @@ def train_argv(config_arg: str, workdir: str, overrides: dict[str, Any],
   """
   for field, value in target_fields.items():
     if field in overrides and overrides[field] != value:
-      raise ValueError(f"--config.{field}={sweep.format_value(overrides[field])}: the target "
-                       f"sets it to {sweep.format_value(value)}; drop the flag")
+      raise ValueError(
+          f"--config.{field}={sweep.format_value(overrides[field])}: the target "
+          f"sets it to {sweep.format_value(value)}; drop the flag"
+      )
   user = [f"--config={config_arg}", f"--workdir={workdir}"] + [
-      f"--config.{k}={sweep.format_value(v)}" for k, v in overrides.items()
-      if k not in target_fields]
-  return [python, "-m", "launch.train"] + [escape(a) for a in user] + [
-      f"--config.{k}={sweep.format_value(v)}" for k, v in target_fields.items()]
+      f"--config.{k}={sweep.format_value(v)}"
+      for k, v in overrides.items()
+      if k not in target_fields
+  ]
+  return (
+      [python, "-m", "launch.train"]
+      + [escape(a) for a in user]
+      + [
+          f"--config.{k}={sweep.format_value(v)}"
+          for k, v in target_fields.items()
+      ]
+  )
 
 
 def _require(options, target, *fields):
@@ -150,15 +174,26 @@ def _require(options, target, *fields):
 def _xpk(config, config_arg, overrides, workdir, o: Options) -> Job:
   _require(o, "xpk", "tpu_type", "cluster")
   if bool(o.docker_image) == bool(o.base_docker_image):
-    raise ValueError("--target=xpk needs one of --docker_image (used as is) or "
-                     "--base_docker_image (xpk adds this repository to it)")
+    raise ValueError(
+        "--target=xpk needs one of --docker_image (used as is) or "
+        "--base_docker_image (xpk adds this repository to it)"
+    )
   if o.num_slices < 1:
     raise ValueError(f"--num_slices must be >= 1; got {o.num_slices}")
   devices = tpu_devices(o.tpu_type) * o.num_slices
-  shape = check_mesh(config, devices, f"{o.num_slices} x {o.tpu_type} = {devices} TPU devices")
+  shape = check_mesh(
+      config, devices, f"{o.num_slices} x {o.tpu_type} = {devices} TPU devices"
+  )
   train = train_argv(config_arg, workdir, overrides, _AUTO_DETECTED, o.python)
-  argv = ["xpk", "workload", "create", f"--cluster={o.cluster}", f"--workload={o.name}",
-          f"--tpu-type={o.tpu_type}", f"--num-slices={o.num_slices}"]
+  argv = [
+      "xpk",
+      "workload",
+      "create",
+      f"--cluster={o.cluster}",
+      f"--workload={o.name}",
+      f"--tpu-type={o.tpu_type}",
+      f"--num-slices={o.num_slices}",
+  ]
   if o.project:
     argv.append(f"--project={o.project}")
   if o.zone:
@@ -166,15 +201,20 @@ def _xpk(config, config_arg, overrides, workdir, o: Options) -> Job:
   if o.docker_image:
     argv.append(f"--docker-image={o.docker_image}")
   else:
-    argv += [f"--base-docker-image={o.base_docker_image}", f"--script-dir={o.repo_dir}"]
+    argv += [
+        f"--base-docker-image={o.base_docker_image}",
+        f"--script-dir={o.repo_dir}",
+    ]
   argv.append(f"--command={shlex.join(train)}")
   return Job(shlex.join(argv), argv, None, shape, devices)
 
 
 def _gpu_hosts(config, o: Options, target) -> tuple[int, tuple[int, ...]]:
   if o.num_nodes < 1 or o.gpus_per_node < 1:
-    raise ValueError(f"--target={target} needs --num_nodes and --gpus_per_node >= 1; got "
-                     f"{o.num_nodes} and {o.gpus_per_node}")
+    raise ValueError(
+        f"--target={target} needs --num_nodes and --gpus_per_node >= 1; got "
+        f"{o.num_nodes} and {o.gpus_per_node}"
+    )
   devices = o.num_nodes * o.gpus_per_node
   where = f"{o.num_nodes} nodes x {o.gpus_per_node} GPUs = {devices} devices"
   return devices, check_mesh(config, devices, where)
@@ -183,18 +223,24 @@ def _gpu_hosts(config, o: Options, target) -> tuple[int, tuple[int, ...]]:
 def _slurm(config, config_arg, overrides, workdir, o: Options) -> Job:
   devices, shape = _gpu_hosts(config, o, "slurm")
   train = train_argv(config_arg, workdir, overrides, _AUTO_DETECTED, o.python)
-  lines = ["#!/bin/bash", f"#SBATCH --job-name={o.name}", f"#SBATCH --nodes={o.num_nodes}",
-           f"#SBATCH --ntasks-per-node={o.gpus_per_node}",
-           f"#SBATCH --gpus-per-node={o.gpus_per_node}"]
+  lines = [
+      "#!/bin/bash",
+      f"#SBATCH --job-name={o.name}",
+      f"#SBATCH --nodes={o.num_nodes}",
+      f"#SBATCH --ntasks-per-node={o.gpus_per_node}",
+      f"#SBATCH --gpus-per-node={o.gpus_per_node}",
+  ]
   if o.partition:
     lines.append(f"#SBATCH --partition={o.partition}")
   if o.time_limit:
     lines.append(f"#SBATCH --time={o.time_limit}")
   lines += [
       "# One process per GPU: jax.distributed.initialize reads srun's SLURM_* variables.",
-      "set -euo pipefail", f"cd {shlex.quote(o.repo_dir)}",
+      "set -euo pipefail",
+      f"cd {shlex.quote(o.repo_dir)}",
       # One failed process would leave the others waiting in a collective.
-      f"srun --kill-on-bad-exit=1 {shlex.join(train)}"]
+      f"srun --kill-on-bad-exit=1 {shlex.join(train)}",
+  ]
   script = "\n".join(lines) + "\n"
   return Job(script, ["sbatch"], script, shape, devices)
 
@@ -202,34 +248,67 @@ def _slurm(config, config_arg, overrides, workdir, o: Options) -> Job:
 def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
   devices, shape = _gpu_hosts(config, o, "jobset")
   _require(o, "jobset", "docker_image")
-  fields = {"mesh.distributed": True,
-            # Pod 0 of job 0, through the headless service JobSet names
-            # after itself.
-            "mesh.coordinator_address": f"{o.name}-{_WORKERS}-0-0.{o.name}:{COORDINATOR_PORT}",
-            "mesh.num_processes": o.num_nodes,
-            # Kubernetes expands $(VAR).
-            "mesh.process_id": f"$({_PROCESS_ID_ENV})"}
+  fields = {
+      "mesh.distributed": True,
+      # Pod 0 of job 0, through the headless service JobSet names
+      # after itself.
+      "mesh.coordinator_address": f"{o.name}-{_WORKERS}-0-0.{o.name}:{COORDINATOR_PORT}",
+      "mesh.num_processes": o.num_nodes,
+      # Kubernetes expands $(VAR).
+      "mesh.process_id": f"$({_PROCESS_ID_ENV})",
+  }
   # Kubernetes would also expand a user's "$(X)" and turn "$$" into "$".
-  command = train_argv(config_arg, workdir, overrides, fields, o.python,
-                       escape=lambda s: s.replace("$", "$$"))
+  command = train_argv(
+      config_arg,
+      workdir,
+      overrides,
+      fields,
+      o.python,
+      escape=lambda s: s.replace("$", "$$"),
+  )
   index = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
   container = {
-      "name": "train", "image": o.docker_image, "command": command,
-      "env": [{"name": _PROCESS_ID_ENV, "valueFrom": {"fieldRef": {"fieldPath": index}}}],
+      "name": "train",
+      "image": o.docker_image,
+      "command": command,
+      "env": [
+          {
+              "name": _PROCESS_ID_ENV,
+              "valueFrom": {"fieldRef": {"fieldPath": index}},
+          }
+      ],
       "ports": [{"containerPort": COORDINATOR_PORT}],
       "resources": {"limits": {"nvidia.com/gpu": o.gpus_per_node}},
       # NCCL exchanges data through /dev/shm, which container runtimes cap
       # at 64 MB.
-      "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
-  pod = {"restartPolicy": "Never", "containers": [container],
-         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]}
-  job = {"parallelism": o.num_nodes, "completions": o.num_nodes, "completionMode": "Indexed",
-         "backoffLimit": 0, "template": {"spec": pod}}
+      "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+  }
+  pod = {
+      "restartPolicy": "Never",
+      "containers": [container],
+      "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+  }
+  job = {
+      "parallelism": o.num_nodes,
+      "completions": o.num_nodes,
+      "completionMode": "Indexed",
+      "backoffLimit": 0,
+      "template": {"spec": pod},
+  }
   manifest = {
-      "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": o.name},
-      "spec": {"network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-               "replicatedJobs": [{"name": _WORKERS, "replicas": 1,
-                                   "template": {"spec": job}}]}}
+      "apiVersion": "jobset.x-k8s.io/v1alpha2",
+      "kind": "JobSet",
+      "metadata": {"name": o.name},
+      "spec": {
+          "network": {
+              "enableDNSHostnames": True,
+              "publishNotReadyAddresses": True,
+          },
+          "replicatedJobs": [
+              {"name": _WORKERS, "replicas": 1, "template": {"spec": job}}
+          ],
+      },
+  }
   text = yaml.safe_dump(manifest, sort_keys=False)
   return Job(text, ["kubectl", "apply", "-f", "-"], text, shape, devices)
 
@@ -237,8 +316,14 @@ def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
 TARGETS = {"xpk": _xpk, "slurm": _slurm, "jobset": _jobset}
 
 
-def build(target: str, config: ml_collections.ConfigDict, config_arg: str,
-          overrides: dict[str, Any], workdir: str, options: Options) -> Job:
+def build(
+    target: str,
+    config: ml_collections.ConfigDict,
+    config_arg: str,
+    overrides: dict[str, Any],
+    workdir: str,
+    options: Options,
+) -> Job:
   """What `target` runs: the train command of `config` wrapped for its tool.
 
   `config` has the user's `overrides` (dotted field -> value, in flag order)
@@ -248,8 +333,10 @@ def build(target: str, config: ml_collections.ConfigDict, config_arg: str,
   if target not in TARGETS:
     raise ValueError(f"--target={target!r}: choose one of {sorted(TARGETS)}")
   if not _NAME.fullmatch(options.name) or len(options.name) > _MAX_NAME:
-    raise ValueError(f"--name={options.name!r}: use at most {_MAX_NAME} characters matching "
-                     f"{_NAME.pattern} (xpk and Kubernetes names)")
+    raise ValueError(
+        f"--name={options.name!r}: use at most {_MAX_NAME} characters matching "
+        f"{_NAME.pattern} (xpk and Kubernetes names)"
+    )
   return TARGETS[target](config, config_arg, overrides, workdir, options)
 
 
@@ -257,6 +344,10 @@ def submit(job: Job) -> int:
   """Hands `job` to its tool (xpk, sbatch or kubectl); returns its exit code."""
   tool = job.argv[0]
   if shutil.which(tool) is None:
-    raise FileNotFoundError(f"{tool} is not installed or not on PATH; run with --dry_run to "
-                            "print what it would be given")
-  return subprocess.run(job.argv, input=job.stdin, text=True, check=False).returncode
+    raise FileNotFoundError(
+        f"{tool} is not installed or not on PATH; run with --dry_run to "
+        "print what it would be given"
+    )
+  return subprocess.run(
+      job.argv, input=job.stdin, text=True, check=False
+  ).returncode

@@ -40,6 +40,7 @@ GB = 1e9  # Vendors state HBM capacity in GB of 10^9 bytes; so does the report.
 @dataclasses.dataclass(frozen=True)
 class Accelerator:
   """Published per-chip figures of one accelerator."""
+
   name: str
   hbm_bytes: float  # HBM capacity per chip.
   peak_flops: float  # Dense bf16 FLOP/s per chip.
@@ -49,11 +50,21 @@ class Accelerator:
 # Published per-chip figures: HBM capacity and dense bf16 peak. NVIDIA's
 # datasheets list 1,979 bf16 TFLOP/s "with sparsity"; dense is half.
 ACCELERATORS = {
-    "tpu_v5e": Accelerator("TPU v5e", 16 * GB, 197e12, 'Google Cloud TPU docs, "TPU v5e"'),
-    "tpu_v5p": Accelerator("TPU v5p", 95 * GB, 459e12, 'Google Cloud TPU docs, "TPU v5p"'),
-    "tpu_v6e": Accelerator("TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"'),
-    "h100": Accelerator("NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet"),
-    "h200": Accelerator("NVIDIA H200 SXM", 141 * GB, 989e12, "NVIDIA H200 datasheet"),
+    "tpu_v5e": Accelerator(
+        "TPU v5e", 16 * GB, 197e12, 'Google Cloud TPU docs, "TPU v5e"'
+    ),
+    "tpu_v5p": Accelerator(
+        "TPU v5p", 95 * GB, 459e12, 'Google Cloud TPU docs, "TPU v5p"'
+    ),
+    "tpu_v6e": Accelerator(
+        "TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"'
+    ),
+    "h100": Accelerator(
+        "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet"
+    ),
+    "h200": Accelerator(
+        "NVIDIA H200 SXM", 141 * GB, 989e12, "NVIDIA H200 datasheet"
+    ),
 }
 
 
@@ -63,7 +74,9 @@ def abstract_mesh(mesh_cfg: Any, num_devices: int) -> AbstractMesh:
   return AbstractMesh(shape, tuple(mesh_cfg.axes))
 
 
-def shard_elements(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) -> int:
+def shard_elements(
+    shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh
+) -> int:
   """Entries in one device's shard of an array of `shape` laid out by `spec`.
 
   Each dimension keeps ceil(size / ways) entries, as XLA pads uneven shards;
@@ -72,11 +85,19 @@ def shard_elements(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh
   return math.prod(_local_shape(shape, spec, mesh))
 
 
-def _local_shape(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh) -> list[int]:
+def _local_shape(
+    shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh
+) -> list[int]:
   local = []
   for i, size in enumerate(shape):
     axes = spec[i] if i < len(spec) else None
-    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    axes = (
+        ()
+        if axes is None
+        else (axes,)
+        if isinstance(axes, str)
+        else tuple(axes)
+    )
     local.append(-(-size // math.prod(mesh.shape[a] for a in axes)))
   return local
 
@@ -92,17 +113,28 @@ def tpu_tiled(local_shape: Sequence[int], itemsize: int) -> list[int]:
   return dims
 
 
-def shard_bytes(shape: Sequence[int], spec: PartitionSpec, mesh: AbstractMesh, itemsize: int,
-                platform: str) -> int:
+def shard_bytes(
+    shape: Sequence[int],
+    spec: PartitionSpec,
+    mesh: AbstractMesh,
+    itemsize: int,
+    platform: str,
+) -> int:
   """Bytes of one device's shard of `shape` laid out by `spec` (TPU: tiled)."""
   local = _local_shape(shape, spec, mesh)
-  return math.prod(tpu_tiled(local, itemsize) if platform == "tpu" else local) * itemsize
+  return (
+      math.prod(tpu_tiled(local, itemsize) if platform == "tpu" else local)
+      * itemsize
+  )
 
 
 def tree_bytes(abstract: Any, specs: Any, mesh: AbstractMesh) -> int:
   """Per-device bytes, untiled, of ShapeDtypeStructs laid out by `specs`."""
-  sizes = jax.tree.map(lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
-                       abstract, specs)
+  sizes = jax.tree.map(
+      lambda x, s: shard_elements(x.shape, s, mesh) * x.dtype.itemsize,
+      abstract,
+      specs,
+  )
   return sum(jax.tree.leaves(sizes))
 
 
@@ -115,8 +147,9 @@ def default_num_slots(config: ml_collections.ConfigDict) -> int:
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
 
 
-def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int,
-                     attention: str) -> list[Residual]:
+def _block_residuals(
+    cfg: transformer.ModelConfig, b: int, t: int, attention: str
+) -> list[Residual]:
   """(shape, logical axes, bytes) one block keeps for its backward pass."""
   c = np.dtype(cfg.dtype).itemsize
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -142,9 +175,16 @@ def _block_residuals(cfg: transformer.ModelConfig, b: int, t: int,
   return out
 
 
-def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
-                     rows: int, seq_len: int, remat: bool, chunk: int = 0,
-                     platform: str = "tpu") -> int:
+def activation_bytes(
+    cfg: transformer.ModelConfig,
+    mesh: AbstractMesh,
+    rules: sharding.Rules,
+    rows: int,
+    seq_len: int,
+    remat: bool,
+    chunk: int = 0,
+    platform: str = "tpu",
+) -> int:
   """Per-device bytes of the train step's activations over `rows` sequences.
 
   A floor: the main residuals of every layer (with `remat` only each layer's
@@ -155,12 +195,20 @@ def activation_bytes(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sh
   t = seq_len - 1
 
   def size(items):
-    return sum(shard_bytes(shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform)
-               for shape, axes, nbytes in items)
+    return sum(
+        shard_bytes(
+            shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform
+        )
+        for shape, axes, nbytes in items
+    )
 
   block = _block_residuals(cfg, rows, t, _resolve_attention(cfg, platform, t))
   positions = min(chunk, t) if chunk else t
-  logits = ((rows, positions, cfg.vocab_size), ("act_batch", "act_len", "act_vocab"), 4)
+  logits = (
+      (rows, positions, cfg.vocab_size),
+      ("act_batch", "act_len", "act_vocab"),
+      4,
+  )
   head = size([block[0], logits, logits])
   if remat:
     return cfg.num_layers * size(block[:1]) + size(block) + head
@@ -177,43 +225,70 @@ def _without(axes: Any, name: str) -> Any:
   return kept or None
 
 
-def _resolve_attention(cfg: transformer.ModelConfig, platform: str, seq_len: int) -> str:
+def _resolve_attention(
+    cfg: transformer.ModelConfig, platform: str, seq_len: int
+) -> str:
   """The attention implementation `cfg.attention` runs as on `platform`."""
   if cfg.attention == attention_lib.AUTO:
     return attention_lib.pick(platform, seq_len, cfg.dtype)
   return cfg.attention
 
 
-def _sampler_temps(cfg: transformer.ModelConfig, mesh: AbstractMesh, rules: sharding.Rules,
-                   rows: int, width: int, cache_len: int, kv_bytes: int,
-                   platform: str) -> tuple[int, int]:
+def _sampler_temps(
+    cfg: transformer.ModelConfig,
+    mesh: AbstractMesh,
+    rules: sharding.Rules,
+    rows: int,
+    width: int,
+    cache_len: int,
+    kv_bytes: int,
+    platform: str,
+) -> tuple[int, int]:
   """Temporaries of a prefill of `rows` slots `width` wide, and of a decode."""
   c = np.dtype(cfg.dtype).itemsize
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
 
   def size(items):
-    return sum(shard_bytes(shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform)
-               for shape, axes, nbytes in items)
+    return sum(
+        shard_bytes(
+            shape, nn.logical_to_mesh_axes(axes, rules), mesh, nbytes, platform
+        )
+        for shape, axes, nbytes in items
+    )
 
   rows_axes = ("act_batch", "act_kv_heads", None, None)
   cache = [((rows, k, e, width), rows_axes, kv_bytes)] * (2 * cfg.num_layers)
   # tokens, logp, logp_sampling, version, uniform (4 B each) and mask (1 B).
   records = [((rows, cache_len), ("act_batch", None), 4)] * 5 + [
-      ((rows, cache_len), ("act_batch", None), 1)]
-  layer = [((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),
-           ((rows, width, k, q + 2, e), ("act_batch", None, "act_kv_heads", None, None), c),
-           ((rows, width, 3 * cfg.mlp_dim), ("act_batch", None, "act_mlp"), c)]
+      ((rows, cache_len), ("act_batch", None), 1)
+  ]
+  layer = [
+      ((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),
+      (
+          (rows, width, k, q + 2, e),
+          ("act_batch", None, "act_kv_heads", None, None),
+          c,
+      ),
+      ((rows, width, 3 * cfg.mlp_dim), ("act_batch", None, "act_mlp"), c),
+  ]
   if _resolve_attention(cfg, platform, width) == "plain":
-    layer += [((rows, k, width * q, width), rows_axes, 4),
-              ((rows, k, width * q, width), rows_axes, c)]
+    layer += [
+        ((rows, k, width * q, width), rows_axes, 4),
+        ((rows, k, width * q, width), rows_axes, c),
+    ]
   logits = ((rows, cfg.vocab_size), ("act_batch", "act_vocab"), 4)
-  scores = ((rows, k, q, cache_len), ("act_batch", "act_kv_heads", None, None), 4)
+  scores = (
+      (rows, k, q, cache_len),
+      ("act_batch", "act_kv_heads", None, None),
+      4,
+  )
   return size(cache + records + layer), size([logits] * 3 + [scores])
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """Per-device bytes and per-step FLOPs of one config on one mesh."""
+
   mesh_shape: dict[str, int]
   num_slots: int
   train_rows: int  # P x G sequences per train step.
@@ -278,11 +353,13 @@ class Plan:
 def _check_divides(what: str, count: int, ways: int) -> None:
   if count % ways:
     raise config_lib.ConfigError(
-        f"{what}: {count} does not divide over the {ways}-way batch sharding of the mesh")
+        f"{what}: {count} does not divide over the {ways}-way batch sharding of the mesh"
+    )
 
 
-def make_plan(config: ml_collections.ConfigDict, num_devices: int,
-              platform: str = "tpu") -> Plan:
+def make_plan(
+    config: ml_collections.ConfigDict, num_devices: int, platform: str = "tpu"
+) -> Plan:
   """Counts memory and FLOPs for `config` on `num_devices` devices.
 
   `config.model` gives the model's shape (an `hf_path` checkpoint is not
@@ -299,67 +376,134 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
   num_slots = default_num_slots(config)
   rows = config.data.prompts_per_step * config.data.generations_per_prompt
   _check_divides("sampling.num_slots", num_slots, batch_ways)
-  _check_divides("data.prompts_per_step x data.generations_per_prompt", rows, batch_ways)
+  _check_divides(
+      "data.prompts_per_step x data.generations_per_prompt", rows, batch_ways
+  )
 
   model = transformer.Transformer(cfg)
-  params = nn.unbox(jax.eval_shape(
-      lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))["params"]))
-  param_specs = jax.tree.map(lambda s: s.spec, sharding.param_shardings(model, mesh, rules))
+  params = nn.unbox(
+      jax.eval_shape(
+          lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))[
+              "params"
+          ]
+      )
+  )
+  param_specs = jax.tree.map(
+      lambda s: s.spec, sharding.param_shardings(model, mesh, rules)
+  )
   optimizer = optim.make_optimizer(config.optim)
   opt_state = jax.eval_shape(optimizer.init, params)
   # The trainer's layout (tests/plan_test.py checks it on real arrays).
-  opt_specs = sharding.opt_state_shardings(optimizer, params, param_specs, PartitionSpec())
+  opt_specs = sharding.opt_state_shardings(
+      optimizer, params, param_specs, PartitionSpec()
+  )
   # The sampler's regrouped weights (`decode.prepare`), laid out by their names.
   prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
-  layer_specs = tuple({name: nn.logical_to_mesh_axes(decode.PREPARED_AXES[name], rules)
-                       for name in layer} for layer in prepared["layers"])
+  layer_specs = tuple(
+      {
+          name: nn.logical_to_mesh_axes(decode.PREPARED_AXES[name], rules)
+          for name in layer
+      }
+      for layer in prepared["layers"]
+  )
 
   s = config.sampling
-  settings = SamplingSettings(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
-                              kv_cache_dtype=s.kv_cache_dtype)
-  state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, num_slots, 1))
-  state_specs = jax.tree.map(lambda sh: sh.spec,
-                             slots.state_shardings(mesh, rules, cfg.num_layers))
+  settings = SamplingSettings(
+      max_prompt_len=s.max_prompt_len,
+      max_new_tokens=s.max_new_tokens,
+      kv_cache_dtype=s.kv_cache_dtype,
+  )
+  state = jax.eval_shape(
+      functools.partial(slots.empty_state, cfg, settings, num_slots, 1)
+  )
+  state_specs = jax.tree.map(
+      lambda sh: sh.spec, slots.state_shardings(mesh, rules, cfg.num_layers)
+  )
   kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
 
   seq_len = settings.cache_len
   divisor = sharding.batch_divisor(mesh, rules)
   val_slots = evaluation.num_slots(config, divisor)
-  val_state = jax.eval_shape(functools.partial(slots.empty_state, cfg, settings, val_slots, 1))
+  val_state = jax.eval_shape(
+      functools.partial(slots.empty_state, cfg, settings, val_slots, 1)
+  )
   kv_bytes = np.dtype(transformer.DTYPES[s.kv_cache_dtype]).itemsize
-  temps = functools.partial(_sampler_temps, cfg, mesh, rules, width=s.max_prompt_len,
-                            cache_len=seq_len, kv_bytes=kv_bytes, platform=platform)
+  temps = functools.partial(
+      _sampler_temps,
+      cfg,
+      mesh,
+      rules,
+      width=s.max_prompt_len,
+      cache_len=seq_len,
+      kv_bytes=kv_bytes,
+      platform=platform,
+  )
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
-  batch_bytes = 3 * 4 * shard_elements((rows, seq_len), rows_spec, mesh) + rows * 4
+  batch_bytes = (
+      3 * 4 * shard_elements((rows, seq_len), rows_spec, mesh) + rows * 4
+  )
   head = {k: v for k, v in prepared.items() if k != "layers"}
-  head_specs = {"embedding": param_specs["embedding"],
-                "final_norm": param_specs["final_norm"]["scale"],
-                "head": (PartitionSpec(*reversed(param_specs["embedding"])) if cfg.tie_embeddings
-                         else param_specs["lm_head"])}
+  head_specs = {
+      "embedding": param_specs["embedding"],
+      "final_norm": param_specs["final_norm"]["scale"],
+      "head": (
+          PartitionSpec(*reversed(param_specs["embedding"]))
+          if cfg.tie_embeddings
+          else param_specs["lm_head"]
+      ),
+  }
   unsharded = lambda spec: PartitionSpec(*(_without(a, "fsdp") for a in spec))
   # The LM head gathered over fsdp, in float32 (the FP32 head).
   head_name = "embedding" if cfg.tie_embeddings else "lm_head"
-  gathered_head = 4 * shard_elements(params[head_name].shape,
-                                     unsharded(param_specs[head_name]), mesh)
-  one_layer = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype),
-                           params["layers"])
-  layer_specs_1 = jax.tree.map(lambda sp: unsharded(PartitionSpec(*sp[1:])),
-                               param_specs["layers"])
+  gathered_head = 4 * shard_elements(
+      params[head_name].shape, unsharded(param_specs[head_name]), mesh
+  )
+  one_layer = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype), params["layers"]
+  )
+  layer_specs_1 = jax.tree.map(
+      lambda sp: unsharded(PartitionSpec(*sp[1:])), param_specs["layers"]
+  )
   gathered = 2 * (gathered_head + tree_bytes(one_layer, layer_specs_1, mesh))
-  decode_gathered = gathered_head + tree_bytes(prepared["layers"][0], jax.tree.map(
-      unsharded, layer_specs[0], is_leaf=lambda x: isinstance(x, PartitionSpec)), mesh)
+  decode_gathered = gathered_head + tree_bytes(
+      prepared["layers"][0],
+      jax.tree.map(
+          unsharded,
+          layer_specs[0],
+          is_leaf=lambda x: isinstance(x, PartitionSpec),
+      ),
+      mesh,
+  )
   (prefill_temps, decode_temps), (val_prefill_temps, val_decode_temps) = (
-      temps(num_slots), temps(val_slots))
-  acts = functools.partial(activation_bytes, cfg, mesh, rules, seq_len=seq_len, platform=platform,
-                           chunk=config.trainer.logprob_chunk)
+      temps(num_slots),
+      temps(val_slots),
+  )
+  acts = functools.partial(
+      activation_bytes,
+      cfg,
+      mesh,
+      rules,
+      seq_len=seq_len,
+      platform=platform,
+      chunk=config.trainer.logprob_chunk,
+  )
   microbatches = config.trainer.microbatches
-  accum = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params)
+  accum = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params
+  )
   return Plan(
-      mesh_shape=dict(mesh.shape), num_slots=num_slots, train_rows=rows, seq_len=seq_len,
-      remat=cfg.remat, params=tree_bytes(params, param_specs, mesh),
+      mesh_shape=dict(mesh.shape),
+      num_slots=num_slots,
+      train_rows=rows,
+      seq_len=seq_len,
+      remat=cfg.remat,
+      params=tree_bytes(params, param_specs, mesh),
       opt_state=tree_bytes(opt_state, opt_specs, mesh),
-      grads=tree_bytes(params, param_specs, mesh), kv_cache=kv_cache,
-      grad_accum=tree_bytes(accum, param_specs, mesh) if microbatches > 1 else 0,
+      grads=tree_bytes(params, param_specs, mesh),
+      kv_cache=kv_cache,
+      grad_accum=tree_bytes(accum, param_specs, mesh)
+      if microbatches > 1
+      else 0,
       slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
       decode_weights=tree_bytes(prepared["layers"], layer_specs, mesh),
       activations_remat=acts(rows=rows // microbatches, remat=True),
@@ -367,18 +511,25 @@ def make_plan(config: ml_collections.ConfigDict, num_devices: int,
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
       rows_per_device=-(-rows // microbatches // batch_ways),
       generation_flops=compute.generation_flops(
-          cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows),
+          cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows
+      ),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes, gathered=gathered, decode_gathered=decode_gathered,
+      batch=batch_bytes,
+      gathered=gathered,
+      decode_gathered=decode_gathered,
       prepared_rest=tree_bytes(head, head_specs, mesh),
-      prefill_temps=prefill_temps, decode_temps=decode_temps,
+      prefill_temps=prefill_temps,
+      decode_temps=decode_temps,
       val_slot_state=tree_bytes(val_state, state_specs, mesh),
-      val_prefill_temps=val_prefill_temps, val_decode_temps=val_decode_temps)
+      val_prefill_temps=val_prefill_temps,
+      val_decode_temps=val_decode_temps,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
   """Per-device bytes of one compiled program (XLA's buffer assignment)."""
+
   arguments: int
   outputs: int
   aliased: int  # Outputs written into donated arguments.
@@ -389,8 +540,9 @@ class Memory:
     return self.arguments + self.outputs - self.aliased + self.temporaries
 
 
-def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
-                      platform: str = "tpu") -> dict[str, Memory]:
+def program_estimates(
+    config: ml_collections.ConfigDict, num_devices: int, platform: str = "tpu"
+) -> dict[str, Memory]:
   """Per-device `Memory` of each program a run compiles, named as in `aot`."""
   p = make_plan(config, num_devices, platform)
   state = p.params + p.opt_state
@@ -400,19 +552,26 @@ def program_estimates(config: ml_collections.ConfigDict, num_devices: int,
     return Memory(weights + slots, slots, slots, temps)
 
   return {
-      "train_step": Memory(state + p.batch, state, state,
-                           p.grads + p.grad_accum + p.activations + p.gathered + p.params),
+      "train_step": Memory(
+          state + p.batch,
+          state,
+          state,
+          p.grads + p.grad_accum + p.activations + p.gathered + p.params,
+      ),
       "prepare": Memory(p.params, weights, 0, 0),
       "prefill": sampler(p.slot_state, p.prefill_temps),
       "decode": sampler(p.slot_state, p.decode_temps + p.decode_gathered),
       "val_prefill": sampler(p.val_slot_state, p.val_prefill_temps),
-      "val_decode": sampler(p.val_slot_state, p.val_decode_temps + p.decode_gathered),
+      "val_decode": sampler(
+          p.val_slot_state, p.val_decode_temps + p.decode_gathered
+      ),
   }
 
 
 @dataclasses.dataclass(frozen=True)
 class Fit:
   """How a plan sits on one accelerator."""
+
   accelerator: Accelerator
   fits: bool  # peak <= (1 - margin) x HBM.
   free_bytes: float  # (1 - margin) x HBM - peak; negative when it does not fit.
@@ -427,20 +586,35 @@ def fit(plan: Plan, accelerator: Accelerator, margin: float) -> Fit:
   usable = (1.0 - margin) * accelerator.hbm_bytes
   rows = 0
   if plan.generate_peak <= usable:
-    rows = max(int((usable - plan.train_peak + plan.activations) // plan.activations_per_row), 0)
+    rows = max(
+        int(
+            (usable - plan.train_peak + plan.activations)
+            // plan.activations_per_row
+        ),
+        0,
+    )
   device_flops = math.prod(plan.mesh_shape.values()) * accelerator.peak_flops
-  return Fit(accelerator, plan.peak <= usable, usable - plan.peak, rows,
-             plan.generation_flops / device_flops, plan.train_flops / device_flops)
+  return Fit(
+      accelerator,
+      plan.peak <= usable,
+      usable - plan.peak,
+      rows,
+      plan.generation_flops / device_flops,
+      plan.train_flops / device_flops,
+  )
 
 
-def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float) -> str:
+def format_report(
+    plan: Plan, accelerators: Sequence[Accelerator], margin: float
+) -> str:
   """The planner's printout: per-device memory, FLOPs, and a fit table."""
   gb = lambda n: f"{n / GB:10.3f} GB"
   act = "remat" if plan.remat else "no remat"
   lines = [
       f"mesh {plan.mesh_shape}; {plan.num_slots} sampler slots; train batch "
       f"{plan.train_rows} x {plan.seq_len} tokens ({plan.rows_per_device} rows per device)",
-      "", "Per device:",
+      "",
+      "Per device:",
       f"  parameters                 {gb(plan.params)}",
       f"  optimizer state (AdamW)    {gb(plan.opt_state)}",
       f"  gradients                  {gb(plan.grads)}",
@@ -452,20 +626,26 @@ def format_report(plan: Plan, accelerators: Sequence[Accelerator], margin: float
       f"  decode weights (generate)  {gb(plan.decode_weights)}",
       f"  {'peak, train (' + act + ')':27s}{gb(plan.train_peak)}",
       f"  peak, generate             {gb(plan.generate_peak)}",
-      "", "Per RL step (every completion at the full budget):",
+      "",
+      "Per RL step (every completion at the full budget):",
       f"  generation FLOPs  {plan.generation_flops:.4g}",
       f"  training FLOPs    {plan.train_flops:.4g}",
-      "", f"Fit with {margin:.0%} of HBM kept free (time at peak bf16 FLOP/s, a lower bound):",
+      "",
+      f"Fit with {margin:.0%} of HBM kept free (time at peak bf16 FLOP/s, a lower bound):",
       f"  {'accelerator':16s} {'HBM GB':>7s} {'TFLOP/s':>8s} {'fits':>5s} {'free GB':>9s} "
-      f"{'rows/dev':>8s} {'gen s':>9s} {'train s':>9s} {'step s':>9s}"]
+      f"{'rows/dev':>8s} {'gen s':>9s} {'train s':>9s} {'step s':>9s}",
+  ]
   for acc in accelerators:
     f = fit(plan, acc, margin)
     lines.append(
         f"  {acc.name:16s} {acc.hbm_bytes / GB:7.0f} {acc.peak_flops / 1e12:8.0f} "
         f"{'yes' if f.fits else 'no':>5s} {f.free_bytes / GB:9.2f} {f.rows_that_fit:8d} "
-        f"{f.generate_s:9.3g} {f.train_s:9.3g} {f.generate_s + f.train_s:9.3g}")
-  lines.append(f"  (rows/dev: train sequences per device that would fit; this batch puts "
-               f"{plan.rows_per_device} on each)")
+        f"{f.generate_s:9.3g} {f.train_s:9.3g} {f.generate_s + f.train_s:9.3g}"
+    )
+  lines.append(
+      f"  (rows/dev: train sequences per device that would fit; this batch puts "
+      f"{plan.rows_per_device} on each)"
+  )
   return "\n".join(lines) + "\n"
 
 
@@ -482,6 +662,7 @@ def accelerators_named(names: Sequence[str]) -> list[Accelerator]:
   """`ACCELERATORS` entries by key, in order; ValueError names unknown ones."""
   unknown = [n for n in names if n not in ACCELERATORS]
   if unknown:
-    raise ValueError(f"unknown accelerators {unknown}; choose from {sorted(ACCELERATORS)}")
+    raise ValueError(
+        f"unknown accelerators {unknown}; choose from {sorted(ACCELERATORS)}"
+    )
   return [ACCELERATORS[n] for n in names]
-

@@ -38,6 +38,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 @dataclasses.dataclass(frozen=True)
 class Point:
   """One run of a grid."""
+
   name: str  # Also the name of its workdir.
   variant: str  # configs/scalerl.py variant.
   overrides: dict[str, Any]  # Dotted field -> value, on top of the variant.
@@ -46,6 +47,7 @@ class Point:
 @dataclasses.dataclass(frozen=True)
 class Outcome:
   """What happened to one point in a local sweep."""
+
   # "skipped" (already finished), "finished", "failed" or "incomplete".
   state: str
   returncode: Optional[int]
@@ -56,7 +58,9 @@ class Outcome:
 def _load_module(path):
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path}: no such sweep file")
-  name = "_sweep_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+  name = "_sweep_" + re.sub(
+      r"\W", "_", os.path.splitext(os.path.basename(path))[0]
+  )
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -78,14 +82,20 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   module = _load_module(path)
   base = module.get_config(arg or None)
   reference = workdir_lib.config_leaves(base_config(f"variant={base.variant}"))
-  shared = {k: v for k, v in workdir_lib.config_leaves(base).items() if reference.get(k) != v and k != "variant"}
+  shared = {
+      k: v
+      for k, v in workdir_lib.config_leaves(base).items()
+      if reference.get(k) != v and k != "variant"
+  }
   points, names = [], set()
   for i, raw in enumerate(module.get_sweep(arg or None)):
     raw = dict(raw)
     name = raw.pop("name", None)
     if not isinstance(name, str) or not _NAME.match(name) or name in names:
-      raise ValueError(f"{path}: point {i} needs a unique 'name' of letters, digits and "
-                       f"'_.=+-' (it names the workdir); got {name!r}")
+      raise ValueError(
+          f"{path}: point {i} needs a unique 'name' of letters, digits and "
+          f"'_.=+-' (it names the workdir); got {name!r}"
+      )
     names.add(name)
     point = Point(name, raw.pop("variant", base.variant), {**shared, **raw})
     try:
@@ -98,7 +108,9 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   return points
 
 
-def build_config(point: Point, base_config: BaseConfig) -> ml_collections.ConfigDict:
+def build_config(
+    point: Point, base_config: BaseConfig
+) -> ml_collections.ConfigDict:
   """The validated config of `point`: its variant with its overrides applied.
 
   ValueError (or ConfigError) names the point and the override or field.
@@ -108,10 +120,19 @@ def build_config(point: Point, base_config: BaseConfig) -> ml_collections.Config
     *parents, leaf = key.split(".")
     node = config
     for part in parents:
-      node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
-    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node or isinstance(
-        node[leaf], ml_collections.ConfigDict):
-      raise ValueError(f"point {point.name!r}: {key!r} is not a field of {BASE_CONFIG}")
+      node = (
+          node.get(part)
+          if isinstance(node, ml_collections.ConfigDict)
+          else None
+      )
+    if (
+        not isinstance(node, ml_collections.ConfigDict)
+        or leaf not in node
+        or isinstance(node[leaf], ml_collections.ConfigDict)
+    ):
+      raise ValueError(
+          f"point {point.name!r}: {key!r} is not a field of {BASE_CONFIG}"
+      )
     try:
       node[leaf] = value
     except TypeError as e:
@@ -133,18 +154,29 @@ def format_value(value: Any) -> str:
     return repr(value)
   if isinstance(value, (tuple, list)):
     return repr(tuple(value))
-  raise TypeError(f"cannot pass a {type(value).__name__} ({value!r}) as a config flag")
+  raise TypeError(
+      f"cannot pass a {type(value).__name__} ({value!r}) as a config flag"
+  )
 
 
-def train_command(point: Point, workdir: str, python: str = "python") -> list[str]:
+def train_command(
+    point: Point, workdir: str, python: str = "python"
+) -> list[str]:
   """The argv that trains `point` in `workdir`, run from the repository root.
 
   `launch.train` with `--config=configs/scalerl.py:variant=...`, then one
   `--config.<field>=<value>` per override, sorted by field.
   """
-  return [python, "-m", "launch.train", f"--config={BASE_CONFIG}:variant={point.variant}",
-          f"--workdir={workdir}"] + [
-              f"--config.{k}={format_value(v)}" for k, v in sorted(point.overrides.items())]
+  return [
+      python,
+      "-m",
+      "launch.train",
+      f"--config={BASE_CONFIG}:variant={point.variant}",
+      f"--workdir={workdir}",
+  ] + [
+      f"--config.{k}={format_value(v)}"
+      for k, v in sorted(point.overrides.items())
+  ]
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
@@ -161,10 +193,14 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
   return overrides
 
 
-def with_overrides(points: Sequence[Point], overrides: dict[str, Any],
-                   base_config: BaseConfig) -> list[Point]:
+def with_overrides(
+    points: Sequence[Point], overrides: dict[str, Any], base_config: BaseConfig
+) -> list[Point]:
   """Every point with `overrides` applied on top, validated like the points."""
-  out = [dataclasses.replace(p, overrides={**p.overrides, **overrides}) for p in points]
+  out = [
+      dataclasses.replace(p, overrides={**p.overrides, **overrides})
+      for p in points
+  ]
   for p in out:
     build_config(p, base_config)
   return out
@@ -180,8 +216,10 @@ def select(points: Sequence[Point], names: Sequence[str]) -> list[Point]:
   known = [p.name for p in points]
   unknown = [n for n in names if n not in known]
   if unknown:
-    raise ValueError(f"no point named {', '.join(map(repr, unknown))}; the grid has "
-                     f"{', '.join(known)}")
+    raise ValueError(
+        f"no point named {', '.join(map(repr, unknown))}; the grid has "
+        f"{', '.join(known)}"
+    )
   return [p for p in points if p.name in names]
 
 
@@ -192,22 +230,38 @@ def share_warm_start(points: Sequence[Point], sweep_dir: str) -> list[Point]:
   the same model and warm-start settings then train the base policy once.
   """
   shared = os.path.join(os.path.abspath(sweep_dir), workdir_lib.BASE_POLICY_DIR)
-  return [p if "trainer.warm_start_dir" in p.overrides else dataclasses.replace(
-      p, overrides={**p.overrides, "trainer.warm_start_dir": shared}) for p in points]
+  return [
+      p
+      if "trainer.warm_start_dir" in p.overrides
+      else dataclasses.replace(
+          p, overrides={**p.overrides, "trainer.warm_start_dir": shared}
+      )
+      for p in points
+  ]
 
 
-def write_commands(points: Sequence[Point], sweep_dir: str, path: str, repo_root: str,
-                   python: str = "python") -> list[str]:
+def write_commands(
+    points: Sequence[Point],
+    sweep_dir: str,
+    path: str,
+    repo_root: str,
+    python: str = "python",
+) -> list[str]:
   """Writes each point's shell command line to `path`; returns the lines.
 
   They are to be run from `repo_root` (e.g. by a cluster scheduler).
   """
   sweep_dir = os.path.abspath(sweep_dir)
-  lines = [shlex.join(train_command(p, os.path.join(sweep_dir, p.name), python)) for p in points]
+  lines = [
+      shlex.join(train_command(p, os.path.join(sweep_dir, p.name), python))
+      for p in points
+  ]
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
-    f.write(f"# {len(lines)} runs; run each line from {repo_root}. A run is finished when "
-            f"<workdir>/{workdir_lib.DONE_FILE} exists.\n")
+    f.write(
+        f"# {len(lines)} runs; run each line from {repo_root}. A run is finished when "
+        f"<workdir>/{workdir_lib.DONE_FILE} exists.\n"
+    )
     f.write("\n".join(lines) + "\n")
   return lines
 
@@ -218,9 +272,16 @@ def _tail(path, lines=5):
     return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
 
 
-def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parallel: int = 1,
-              python: str = sys.executable, poll_s: float = 1.0,
-              command: Optional[Callable[[Point, str], list[str]]] = None) -> dict[str, Outcome]:
+def run_local(
+    points: Sequence[Point],
+    sweep_dir: str,
+    repo_root: str,
+    *,
+    parallel: int = 1,
+    python: str = sys.executable,
+    poll_s: float = 1.0,
+    command: Optional[Callable[[Point, str], list[str]]] = None,
+) -> dict[str, Outcome]:
   """Runs the unfinished points as local processes, `parallel` at a time.
 
   Each runs from `repo_root`, its output appended to `<workdir>/log.txt`. A
@@ -246,10 +307,17 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
         os.makedirs(workdir, exist_ok=True)
         argv = command(p, workdir)
         log = open(os.path.join(workdir, LOG), "ab")
-        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
+        log.write(
+            f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode()
+        )
         log.flush()
-        running[p.name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=repo_root), log, workdir)
+        running[p.name] = (
+            subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, cwd=repo_root
+            ),
+            log,
+            workdir,
+        )
         logging.info("%s: started in %s", p.name, workdir)
       time.sleep(poll_s)
       for name, (proc, log, workdir) in list(running.items()):
@@ -258,9 +326,17 @@ def run_local(points: Sequence[Point], sweep_dir: str, repo_root: str, *, parall
         log.close()
         del running[name]
         done = os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
-        state = "failed" if proc.returncode else ("finished" if done else "incomplete")
-        outcomes[name] = Outcome(state, proc.returncode, log.name,
-                                 "" if state == "finished" else _tail(log.name))
+        state = (
+            "failed"
+            if proc.returncode
+            else ("finished" if done else "incomplete")
+        )
+        outcomes[name] = Outcome(
+            state,
+            proc.returncode,
+            log.name,
+            "" if state == "finished" else _tail(log.name),
+        )
         logging.info("%s: %s (exit code %d)", name, state, proc.returncode)
   finally:
     for proc, log, _ in running.values():

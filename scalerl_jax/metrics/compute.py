@@ -18,7 +18,9 @@ DEVICE_SECONDS_KEY = "compute/device_seconds"
 def matmul_params(cfg: ModelConfig) -> int:
   """Weights used in a matmul per token, the LM head included (tied or not)."""
   d, e = cfg.embed_dim, cfg.head_dim
-  per_layer = d * e * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * d * cfg.mlp_dim
+  per_layer = (
+      d * e * (2 * cfg.num_heads + 2 * cfg.num_kv_heads) + 3 * d * cfg.mlp_dim
+  )
   return cfg.num_layers * per_layer + d * cfg.vocab_size
 
 
@@ -39,8 +41,12 @@ def prefill_flops(cfg: ModelConfig, prompt_lens: Sequence[int]) -> int:
   return sum(forward_flops(cfg, int(p)) for p in prompt_lens)
 
 
-def decode_flops(cfg: ModelConfig, prompt_lens: Sequence[int], start_lens: Sequence[int],
-                 end_lens: Sequence[int]) -> int:
+def decode_flops(
+    cfg: ModelConfig,
+    prompt_lens: Sequence[int],
+    start_lens: Sequence[int],
+    end_lens: Sequence[int],
+) -> int:
   """FLOPs of decoding each sequence from `start_lens` to `end_lens` tokens.
 
   Lengths count prompt + completion. The first completion token's
@@ -54,15 +60,20 @@ def decode_flops(cfg: ModelConfig, prompt_lens: Sequence[int], start_lens: Seque
   return total
 
 
-def generation_flops(cfg: ModelConfig, prompt_lens: Sequence[int],
-                     completion_lens: Sequence[int]) -> int:
+def generation_flops(
+    cfg: ModelConfig, prompt_lens: Sequence[int], completion_lens: Sequence[int]
+) -> int:
   """FLOPs of sampling: a causal pass over p + c - 1 tokens per sequence."""
   prompt_lens, completion_lens = list(prompt_lens), list(completion_lens)
   if len(prompt_lens) != len(completion_lens):
-    raise ValueError(f"{len(prompt_lens)} prompt lengths but {len(completion_lens)} "
-                     "completion lengths")
+    raise ValueError(
+        f"{len(prompt_lens)} prompt lengths but {len(completion_lens)} "
+        "completion lengths"
+    )
   ends = [int(p) + int(c) for p, c in zip(prompt_lens, completion_lens)]
-  return prefill_flops(cfg, prompt_lens) + decode_flops(cfg, prompt_lens, prompt_lens, ends)
+  return prefill_flops(cfg, prompt_lens) + decode_flops(
+      cfg, prompt_lens, prompt_lens, ends
+  )
 
 
 def train_flops(cfg: ModelConfig, seq_lens: Sequence[int]) -> int:
@@ -77,17 +88,27 @@ class ComputeMeter:
     self.flops: int | float = 0
     self.device_seconds: float = 0.0
 
-  def add(self, flops: int | float = 0, wall_seconds: float = 0.0, num_devices: int = 1) -> None:
+  def add(
+      self,
+      flops: int | float = 0,
+      wall_seconds: float = 0.0,
+      num_devices: int = 1,
+  ) -> None:
     """Adds `flops` done in `wall_seconds` while `num_devices` were occupied."""
     if flops < 0 or wall_seconds < 0 or num_devices < 1:
-      raise ValueError(f"ComputeMeter.add: need flops >= 0, wall_seconds >= 0 and "
-                       f"num_devices >= 1; got {flops}, {wall_seconds}, {num_devices}")
+      raise ValueError(
+          f"ComputeMeter.add: need flops >= 0, wall_seconds >= 0 and "
+          f"num_devices >= 1; got {flops}, {wall_seconds}, {num_devices}"
+      )
     self.flops += flops
     self.device_seconds += wall_seconds * num_devices
 
   def scalars(self) -> dict[str, float]:
     """The totals under their metric names, for every metrics line."""
-    return {FLOPS_KEY: float(self.flops), DEVICE_SECONDS_KEY: float(self.device_seconds)}
+    return {
+        FLOPS_KEY: float(self.flops),
+        DEVICE_SECONDS_KEY: float(self.device_seconds),
+    }
 
   def state_dict(self) -> dict[str, int | float]:
     """JSON-able totals, for the checkpoint's `extra`."""
@@ -96,11 +117,19 @@ class ComputeMeter:
   def load_state_dict(self, state: Mapping[str, Any]) -> None:
     """Restores saved totals; ValueError on unknown keys or negative values."""
     if set(state) != {"flops", "device_seconds"}:
-      raise ValueError(f"ComputeMeter state: keys {sorted(state)} are not "
-                       "['device_seconds', 'flops']")
+      raise ValueError(
+          f"ComputeMeter state: keys {sorted(state)} are not "
+          "['device_seconds', 'flops']"
+      )
     for key in ("flops", "device_seconds"):
       value = state[key]
-      if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"ComputeMeter state: {key}={value!r} is not a non-negative number")
+      if (
+          isinstance(value, bool)
+          or not isinstance(value, (int, float))
+          or not value >= 0
+      ):
+        raise ValueError(
+            f"ComputeMeter state: {key}={value!r} is not a non-negative number"
+        )
     self.flops = state["flops"]
     self.device_seconds = float(state["device_seconds"])

@@ -27,6 +27,7 @@ Row = dict[str, float]
 @dataclasses.dataclass(frozen=True)
 class Alert:
   """One check that fired at one step."""
+
   name: str  # The check's registry name; the metric is alert/<name>.
   step: int
   message: str  # Names the metric, its value and the config field crossed.
@@ -38,6 +39,7 @@ class AlertStop(RuntimeError):
 
 class _Check(abc.ABC):
   """A check: `__call__(row)` returns a message when it fires, else None."""
+
   # Attributes (JSON values) that remember earlier steps.
   _STATE: tuple[str, ...] = ()
 
@@ -58,11 +60,13 @@ _CHECKS: dict[str, Callable[[ml_collections.ConfigDict], Optional[_Check]]] = {}
 
 def _register(name: str):
   """Registers a check class; its `from_config` returns None when disabled."""
+
   def register(cls):
     if name in _CHECKS:
       raise ValueError(f"monitor {name!r} is already registered")
     _CHECKS[name] = cls.from_config
     return cls
+
   return register
 
 
@@ -91,13 +95,16 @@ class _EntropyCollapse(_Check):
     if self.first is None:
       self.first = entropy
     if entropy < self.min_fraction * self.first:
-      return (f"train/entropy {entropy:.4g} < monitor.entropy_min_fraction {self.min_fraction:g}"
-              f" x its first value {self.first:.4g}: the policy is collapsing")
+      return (
+          f"train/entropy {entropy:.4g} < monitor.entropy_min_fraction {self.min_fraction:g}"
+          f" x its first value {self.first:.4g}: the policy is collapsing"
+      )
     return None
 
 
 class _AboveLimit(_Check):
   """Fires when a row's value of one of `keys` exceeds `monitor.<field>`."""
+
   keys: tuple[str, ...] = ()
   field = ""
   trained_only = True  # Skip steps whose loss saw no token.
@@ -123,7 +130,11 @@ class _AboveLimit(_Check):
 
 @_register("truncation")
 class _Truncation(_AboveLimit):
-  keys, field, trained_only = ("train/truncation_rate",), "truncation_rate_max", False
+  keys, field, trained_only = (
+      ("train/truncation_rate",),
+      "truncation_rate_max",
+      False,
+  )
   note = " (completions hitting the length limit precede instability)"
 
 
@@ -150,7 +161,11 @@ class _RewardStuck(_Check):
   @classmethod
   def from_config(cls, config):
     steps = config.monitor.reward_stuck_steps
-    return cls(steps, config.rl.reward_incorrect, config.rl.reward_correct) if steps else None
+    return (
+        cls(steps, config.rl.reward_incorrect, config.rl.reward_correct)
+        if steps
+        else None
+    )
 
   def __call__(self, row):
     if "train/reward_mean" not in row:
@@ -161,8 +176,10 @@ class _RewardStuck(_Check):
       self.streaks[kind] = self.streaks[kind] + 1 if reward == level else 0
     for kind, streak in self.streaks.items():
       if streak >= self.steps:
-        return (f"train/reward_mean {reward:g}: every completion {kind} for {streak} steps in a "
-                f"row (monitor.reward_stuck_steps {self.steps}); no group carries a signal")
+        return (
+            f"train/reward_mean {reward:g}: every completion {kind} for {streak} steps in a "
+            f"row (monitor.reward_stuck_steps {self.steps}); no group carries a signal"
+        )
     return None
 
 
@@ -185,8 +202,10 @@ class _ValidationDrop(_Check):
     value = row["val/mean_at_k"]
     self.best = value if self.best is None else max(self.best, value)
     if value < self.best - self.max_drop:
-      return (f"val/mean_at_k {value:.4g} fell more than monitor.val_drop_max "
-              f"{self.max_drop:g} below its best {self.best:.4g}")
+      return (
+          f"val/mean_at_k {value:.4g} fell more than monitor.val_drop_max "
+          f"{self.max_drop:g} below its best {self.best:.4g}"
+      )
     return None
 
 
@@ -208,13 +227,17 @@ class _StalenessFault(_Check):
     evicted = row.get("buffer/evicted_stale", self.evicted)
     new_evictions, self.evicted = evicted - self.evicted, evicted
     if over > 0:
-      return (f"staleness/over_k {over:g}: tokens trained with a lag above "
-              f"buffer.max_off_policy {self.max_off_policy} (staleness/max "
-              f"{row.get('staleness/max', float('nan')):g}); the off-policy bound is broken")
+      return (
+          f"staleness/over_k {over:g}: tokens trained with a lag above "
+          f"buffer.max_off_policy {self.max_off_policy} (staleness/max "
+          f"{row.get('staleness/max', float('nan')):g}); the off-policy bound is broken"
+      )
     if new_evictions > 0:
-      return (f"buffer/evicted_stale rose by {new_evictions:g}: groups staler than "
-              f"buffer.max_off_policy {self.max_off_policy} were thrown away; the schedule "
-              "let the generator run too far ahead")
+      return (
+          f"buffer/evicted_stale rose by {new_evictions:g}: groups staler than "
+          f"buffer.max_off_policy {self.max_off_policy} were thrown away; the schedule "
+          "let the generator run too far ahead"
+      )
     return None
 
 
@@ -234,8 +257,10 @@ class Monitors:
   def from_config(cls, config: ml_collections.ConfigDict) -> "Monitors":
     """The checks `config.monitor` enables (a threshold of 0 leaves one out)."""
     checks = {name: make(config) for name, make in _CHECKS.items()}
-    return cls({k: v for k, v in checks.items() if v is not None},
-               config.monitor.stop_on_alert)
+    return cls(
+        {k: v for k, v in checks.items() if v is not None},
+        config.monitor.stop_on_alert,
+    )
 
   def check(self, step: int, row: Row) -> list[Alert]:
     """Logs and returns, in registration order, the alerts that `row` raises."""

@@ -37,8 +37,13 @@ class _Lines:
 class Progress:
   """One line: step/total, steps/s since the start, ETA and live values."""
 
-  def __init__(self, total_steps: int, start_step: int = 0, every_s: float = 30.0,
-               stream: Optional[TextIO] = None):
+  def __init__(
+      self,
+      total_steps: int,
+      start_step: int = 0,
+      every_s: float = 30.0,
+      stream: Optional[TextIO] = None,
+  ):
     """Shows the line at `start_step`, where the rate starts counting.
 
     `every_s` spaces plain lines off a terminal; `stream` defaults to stderr.
@@ -47,14 +52,27 @@ class Progress:
     tty = stream.isatty()
     self._plain = not tty
     self._live: dict[str, float] = {}  # Shown in the order first given.
-    self._bar = _Bar(total=total_steps, initial=start_step, unit="step",
-                     file=stream if tty else _Lines(stream), dynamic_ncols=tty,
-                     ncols=None if tty else 0, mininterval=0.1 if tty else every_s,
-                     miniters=1, smoothing=0)
+    self._bar = _Bar(
+        total=total_steps,
+        initial=start_step,
+        unit="step",
+        file=stream if tty else _Lines(stream),
+        dynamic_ncols=tty,
+        ncols=None if tty else 0,
+        mininterval=0.1 if tty else every_s,
+        miniters=1,
+        smoothing=0,
+    )
 
   def update(self, step: int, **live: Any) -> None:
     """Shows `step` and the `live` scalars; None keeps the value shown."""
-    self._live.update({name: float(np.asarray(v)) for name, v in live.items() if v is not None})
+    self._live.update(
+        {
+            name: float(np.asarray(v))
+            for name, v in live.items()
+            if v is not None
+        }
+    )
     self._bar.set_postfix(self._live, refresh=False)
     self._bar.update(step - self._bar.n)
 

@@ -21,8 +21,6 @@ import tensorboardX
 from scalerl_jax import workdir as workdir_lib
 
 
-
-
 def _plain(value: Any) -> int | float:
   """A Python int or float from a Python/numpy/JAX scalar."""
   array = np.asarray(value)
@@ -47,7 +45,9 @@ class MetricWriter:
     import) so that it follows `jax.distributed.initialize`.
     """
     self.workdir = workdir
-    self.is_primary = jax.process_index() == 0 if is_primary is None else is_primary
+    self.is_primary = (
+        jax.process_index() == 0 if is_primary is None else is_primary
+    )
     self.path = os.path.join(workdir, workdir_lib.METRICS_FILE)
     self._jsonl: Optional[TextIO] = None
     self._tb: Optional[tensorboardX.SummaryWriter] = None
@@ -70,8 +70,10 @@ class MetricWriter:
       # A unique suffix: tensorboardX names files by the second, and a writer
       # reopened within that second would overwrite the previous file.
       self._tb = tensorboardX.SummaryWriter(
-          os.path.join(self.workdir, workdir_lib.TB_DIR), purge_step=self._purge_step,
-          filename_suffix=f".{time.time_ns()}")
+          os.path.join(self.workdir, workdir_lib.TB_DIR),
+          purge_step=self._purge_step,
+          filename_suffix=f".{time.time_ns()}",
+      )
     for name, value in values.items():
       self._tb.add_scalar(name, value, int(step))
     self._tb.flush()
@@ -98,15 +100,24 @@ class MetricWriter:
         row_step = json.loads(line)["step"]
       except (json.JSONDecodeError, TypeError, KeyError) as e:
         if lineno == len(lines):
-          logging.warning("%s:%d: dropping an incomplete last line (%s)", self.path, lineno, e)
+          logging.warning(
+              "%s:%d: dropping an incomplete last line (%s)",
+              self.path,
+              lineno,
+              e,
+          )
           continue
-        raise ValueError(f"{self.path}:{lineno}: not a metrics line ({e!r}); fix or remove it "
-                         "before resuming") from e
+        raise ValueError(
+            f"{self.path}:{lineno}: not a metrics line ({e!r}); fix or remove it "
+            "before resuming"
+        ) from e
       if row_step <= step:
         kept.append(line + "\n")
       else:
         dropped += 1
-    fd, tmp = tempfile.mkstemp(dir=self.workdir, prefix=workdir_lib.METRICS_FILE + ".", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=self.workdir, prefix=workdir_lib.METRICS_FILE + ".", suffix=".tmp"
+    )
     try:
       with os.fdopen(fd, "w") as f:
         f.writelines(kept)
@@ -117,7 +128,12 @@ class MetricWriter:
       os.unlink(tmp)
       raise
     if dropped:
-      logging.info("%s: dropped %d lines after step %d (resuming)", self.path, dropped, step)
+      logging.info(
+          "%s: dropped %d lines after step %d (resuming)",
+          self.path,
+          dropped,
+          step,
+      )
 
   def close(self) -> None:
     """Closes the files; a later `write` reopens them."""

@@ -41,12 +41,17 @@ _IMPLS: dict[str, AttentionFn] = {}
 
 def register_attention(name: str) -> Callable[[AttentionFn], AttentionFn]:
   """Decorator registering an implementation as `model.attention=name`."""
+
   def register(fn: AttentionFn) -> AttentionFn:
     if name in _IMPLS or name == AUTO:
-      raise ValueError(f"attention {name!r} is already registered" if name != AUTO
-                       else f"attention {AUTO!r} is reserved for `pick`")
+      raise ValueError(
+          f"attention {name!r} is already registered"
+          if name != AUTO
+          else f"attention {AUTO!r} is reserved for `pick`"
+      )
     _IMPLS[name] = fn
     return fn
+
   return register
 
 
@@ -78,8 +83,15 @@ def resolve(name: str, seq_len: int, dtype) -> str:
   return pick(platform(), seq_len, dtype) if name == AUTO else name
 
 
-def apply(name: str, q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
-          segment_ids_BxT: Optional[jax.Array] = None, *, dtype) -> jax.Array:
+def apply(
+    name: str,
+    q_BxTxHxE: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+    segment_ids_BxT: Optional[jax.Array] = None,
+    *,
+    dtype,
+) -> jax.Array:
   """Causal attention by implementation `name` (a value of `choices()`).
 
   q and k come with the rotary embedding applied; `segment_ids_BxT` None
@@ -88,7 +100,9 @@ def apply(name: str, q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.
   impl = resolve(name, q_BxTxHxE.shape[1], dtype)
   if impl not in _IMPLS:
     raise ValueError(f"model.attention: {name!r} is not one of {choices()}")
-  return _IMPLS[impl](q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype=dtype)
+  return _IMPLS[impl](
+      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype=dtype
+  )
 
 
 def visible(segment_ids_BxT: Optional[jax.Array], b: int, t: int) -> jax.Array:
@@ -96,7 +110,9 @@ def visible(segment_ids_BxT: Optional[jax.Array], b: int, t: int) -> jax.Array:
   causal_TxT = jnp.tril(jnp.ones((t, t), bool))
   if segment_ids_BxT is None:
     return jnp.broadcast_to(causal_TxT, (b, t, t))
-  return causal_TxT[None] & (segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :])
+  return causal_TxT[None] & (
+      segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
+  )
 
 
 # --- blockwise: online softmax over key blocks, flash-style backward ---------
@@ -118,7 +134,10 @@ def _block_visible(seg_BxR, q, c):
   def at(i, seg_BxC):
     kpos_C = i * c + jnp.arange(c)
     causal_RxC = qpos_R[:, None] >= kpos_C[None, :]
-    return (causal_RxC[None] & (seg_BxR[:, :, None] == seg_BxC[:, None, :]))[:, None]
+    return (causal_RxC[None] & (seg_BxR[:, :, None] == seg_BxC[:, None, :]))[
+        :, None
+    ]
+
   return at
 
 
@@ -128,28 +147,50 @@ def _scores(q_BxKxRxE, k_BxKxCxE, dtype):
 
 def _bmm(x, y, x_axis, y_axis, dtype):
   """Batched over (B, K): contracts `x_axis` of x with `y_axis` of y."""
-  return jax.lax.dot_general(x.astype(dtype), y.astype(dtype),
-                             (((x_axis,), (y_axis,)), ((0, 1), (0, 1))),
-                             preferred_element_type=jnp.float32)
+  return jax.lax.dot_general(
+      x.astype(dtype),
+      y.astype(dtype),
+      (((x_axis,), (y_axis,)), ((0, 1), (0, 1))),
+      preferred_element_type=jnp.float32,
+  )
 
 
 def _blockwise_inputs(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, c):
   b, t, h, e = q_BxTxHxE.shape
   k = k_BxTxKxE.shape[2]
   g = h // k
-  q_BxKxRxE = q_BxTxHxE.reshape(b, t, k, g, e).transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
-  seg_BxT = (jnp.zeros((b, t), jnp.int32) if segment_ids_BxT is None
-             else segment_ids_BxT.astype(jnp.int32))
+  q_BxKxRxE = (
+      q_BxTxHxE.reshape(b, t, k, g, e)
+      .transpose(0, 2, 1, 3, 4)
+      .reshape(b, k, t * g, e)
+  )
+  seg_BxT = (
+      jnp.zeros((b, t), jnp.int32)
+      if segment_ids_BxT is None
+      else segment_ids_BxT.astype(jnp.int32)
+  )
   n = -(-t // c)
-  seg_JxBxC = jnp.pad(seg_BxT, ((0, 0), (0, n * c - t))).reshape(b, n, c).transpose(1, 0, 2)
-  blocks = (jnp.arange(n), _key_blocks(k_BxTxKxE, c), _key_blocks(v_BxTxKxE, c), seg_JxBxC)
+  seg_JxBxC = (
+      jnp.pad(seg_BxT, ((0, 0), (0, n * c - t)))
+      .reshape(b, n, c)
+      .transpose(1, 0, 2)
+  )
+  blocks = (
+      jnp.arange(n),
+      _key_blocks(k_BxTxKxE, c),
+      _key_blocks(v_BxTxKxE, c),
+      seg_JxBxC,
+  )
   return q_BxKxRxE, jnp.repeat(seg_BxT, g, axis=1), blocks, g
 
 
-def _blockwise_forward(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c):
+def _blockwise_forward(
+    q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c
+):
   """(out [B, K, R, E] float32, log-sum-exp [B, K, R]) by online softmax."""
   q_BxKxRxE, seg_BxR, blocks, g = _blockwise_inputs(
-      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, c)
+      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, c
+  )
   at = _block_visible(seg_BxR, g, c)
 
   def step(carry, block):
@@ -157,78 +198,120 @@ def _blockwise_forward(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, 
     i, k_BxKxCxE, v_BxKxCxE, seg_BxC = block
     vis = at(i, seg_BxC)
     s_BxKxRxC = _scores(q_BxKxRxE, k_BxKxCxE, dtype)
-    new_max = jnp.maximum(max_BxKxR, jnp.max(jnp.where(vis, s_BxKxRxC, _NEG), axis=-1))
+    new_max = jnp.maximum(
+        max_BxKxR, jnp.max(jnp.where(vis, s_BxKxRxC, _NEG), axis=-1)
+    )
     p_BxKxRxC = jnp.where(vis, jnp.exp(s_BxKxRxC - new_max[..., None]), 0.0)
     rescale = jnp.exp(max_BxKxR - new_max)
-    acc = acc_BxKxRxE * rescale[..., None] + _bmm(p_BxKxRxC, v_BxKxCxE, 3, 2, dtype)
+    acc = acc_BxKxRxE * rescale[..., None] + _bmm(
+        p_BxKxRxC, v_BxKxCxE, 3, 2, dtype
+    )
     return (new_max, sum_BxKxR * rescale + p_BxKxRxC.sum(-1), acc), None
 
   b, k, m, e = q_BxKxRxE.shape
-  init = (jnp.full((b, k, m), _NEG), jnp.zeros((b, k, m)), jnp.zeros((b, k, m, e)))
+  init = (
+      jnp.full((b, k, m), _NEG),
+      jnp.zeros((b, k, m)),
+      jnp.zeros((b, k, m, e)),
+  )
   (max_BxKxR, sum_BxKxR, acc_BxKxRxE), _ = jax.lax.scan(step, init, blocks)
   return acc_BxKxRxE / sum_BxKxR[..., None], max_BxKxR + jnp.log(sum_BxKxR)
 
 
 def _to_heads(x_BxKxRxE, t):
   b, k, m, e = x_BxKxRxE.shape
-  return x_BxKxRxE.reshape(b, k, t, m // t, e).transpose(0, 2, 1, 3, 4).reshape(b, t, -1, e)
+  return (
+      x_BxKxRxE.reshape(b, k, t, m // t, e)
+      .transpose(0, 2, 1, 3, 4)
+      .reshape(b, t, -1, e)
+  )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _blockwise(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c):
-  out_BxKxRxE, _ = _blockwise_forward(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c)
+  out_BxKxRxE, _ = _blockwise_forward(
+      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c
+  )
   return _to_heads(out_BxKxRxE, q_BxTxHxE.shape[1]).astype(dtype)
 
 
 def _blockwise_fwd(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c):
   out_BxKxRxE, lse_BxKxR = _blockwise_forward(
-      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c)
+      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype, c
+  )
   out = _to_heads(out_BxKxRxE, q_BxTxHxE.shape[1]).astype(dtype)
-  return out, (q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, out_BxKxRxE, lse_BxKxR)
+  return out, (
+      q_BxTxHxE,
+      k_BxTxKxE,
+      v_BxTxKxE,
+      segment_ids_BxT,
+      out_BxKxRxE,
+      lse_BxKxR,
+  )
 
 
 def _blockwise_bwd(dtype, c, residuals, dout_BxTxHxE):
   """Recomputes each key block's probabilities from the saved log-sum-exp."""
-  q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, out_BxKxRxE, lse_BxKxR = residuals
+  q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, out_BxKxRxE, lse_BxKxR = (
+      residuals
+  )
   b, t, h, e = q_BxTxHxE.shape
   q_BxKxRxE, seg_BxR, blocks, g = _blockwise_inputs(
-      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, c)
+      q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, c
+  )
   at = _block_visible(seg_BxR, g, c)
   k = k_BxTxKxE.shape[2]
-  dout_BxKxRxE = dout_BxTxHxE.astype(jnp.float32).reshape(b, t, k, g, e).transpose(
-      0, 2, 1, 3, 4).reshape(b, k, t * g, e)
+  dout_BxKxRxE = (
+      dout_BxTxHxE.astype(jnp.float32)
+      .reshape(b, t, k, g, e)
+      .transpose(0, 2, 1, 3, 4)
+      .reshape(b, k, t * g, e)
+  )
   delta_BxKxR = jnp.sum(dout_BxKxRxE * out_BxKxRxE, axis=-1)
 
   def step(dq_BxKxRxE, block):
     i, k_BxKxCxE, v_BxKxCxE, seg_BxC = block
     s_BxKxRxC = _scores(q_BxKxRxE, k_BxKxCxE, dtype)
-    p_BxKxRxC = jnp.where(at(i, seg_BxC), jnp.exp(s_BxKxRxC - lse_BxKxR[..., None]), 0.0)
+    p_BxKxRxC = jnp.where(
+        at(i, seg_BxC), jnp.exp(s_BxKxRxC - lse_BxKxR[..., None]), 0.0
+    )
     dv_BxKxCxE = _bmm(p_BxKxRxC, dout_BxKxRxE, 2, 2, dtype)
     dp_BxKxRxC = _bmm(dout_BxKxRxE, v_BxKxCxE, 3, 3, dtype)
-    ds_BxKxRxC = p_BxKxRxC * (dp_BxKxRxC - delta_BxKxR[..., None]) * (e ** -0.5)
+    ds_BxKxRxC = p_BxKxRxC * (dp_BxKxRxC - delta_BxKxR[..., None]) * (e**-0.5)
     dq = dq_BxKxRxE + _bmm(ds_BxKxRxC, k_BxKxCxE, 3, 2, dtype)
     dk_BxKxCxE = _bmm(ds_BxKxRxC, q_BxKxRxE, 2, 2, dtype)
     return dq, (dk_BxKxCxE, dv_BxKxCxE)
 
   dq_BxKxRxE, (dk_JxBxKxCxE, dv_JxBxKxCxE) = jax.lax.scan(
-      step, jnp.zeros_like(dout_BxKxRxE), blocks)
+      step, jnp.zeros_like(dout_BxKxRxE), blocks
+  )
 
   def from_blocks(x_JxBxKxCxE, like):
     n = x_JxBxKxCxE.shape[0]
     x = x_JxBxKxCxE.transpose(1, 0, 3, 2, 4).reshape(b, n * c, k, e)[:, :t]
     return x.astype(like.dtype)
 
-  return (_to_heads(dq_BxKxRxE, t).astype(q_BxTxHxE.dtype),
-          from_blocks(dk_JxBxKxCxE, k_BxTxKxE), from_blocks(dv_JxBxKxCxE, v_BxTxKxE), None)
+  return (
+      _to_heads(dq_BxKxRxE, t).astype(q_BxTxHxE.dtype),
+      from_blocks(dk_JxBxKxCxE, k_BxTxKxE),
+      from_blocks(dv_JxBxKxCxE, v_BxTxKxE),
+      None,
+  )
 
 
 _blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
 
 
 @register_attention("blockwise")
-def blockwise(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
-              segment_ids_BxT: Optional[jax.Array] = None, *, dtype,
-              block_size: int = BLOCKWISE_BLOCK) -> jax.Array:
+def blockwise(
+    q_BxTxHxE: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+    segment_ids_BxT: Optional[jax.Array] = None,
+    *,
+    dtype,
+    block_size: int = BLOCKWISE_BLOCK,
+) -> jax.Array:
   """Online softmax over key blocks in pure JAX (any backend).
 
   Neither pass holds more than [B, H, T, block_size] scores.
@@ -246,6 +329,7 @@ def _mesh_axes(mesh, b: int, k: int):
   Heads are split only where query and kv heads share their mesh axes; a
   dimension its axes do not divide is not split.
   """
+
   def axes(name, size):
     # One name per call: flax maps a mesh axis once.
     spec = nn.logical_to_mesh_axes((name,))[0]
@@ -254,19 +338,36 @@ def _mesh_axes(mesh, b: int, k: int):
     return spec if size % ways == 0 else None
 
   heads = axes("act_heads", k)
-  return axes("act_batch", b), heads if heads == axes("act_kv_heads", k) else None
+  return (
+      axes("act_batch", b),
+      heads if heads == axes("act_kv_heads", k) else None,
+  )
 
 
-def _splash_local(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, block, interpret):
+def _splash_local(
+    q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, block, interpret
+):
   """The splash kernel on one device's rows and heads (T a block multiple)."""
   _, t, h, e = q_BxTxHxE.shape
   k = k_BxTxKxE.shape[2]
-  sizes = sa.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                        block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                        block_q_dq=block, block_kv_dq=block)
+  sizes = sa.BlockSizes(
+      block_q=block,
+      block_kv=block,
+      block_kv_compute=block,
+      block_q_dkv=block,
+      block_kv_dkv=block,
+      block_kv_dkv_compute=block,
+      block_q_dq=block,
+      block_kv_dq=block,
+  )
   make = sa.make_splash_mqa if k == 1 else sa.make_splash_mha
-  kernel = make(sa.MultiHeadMask([sa.CausalMask((t, t))] * h), block_sizes=sizes,
-                head_shards=1, q_seq_shards=1, interpret=interpret)
+  kernel = make(
+      sa.MultiHeadMask([sa.CausalMask((t, t))] * h),
+      block_sizes=sizes,
+      head_shards=1,
+      q_seq_shards=1,
+      interpret=interpret,
+  )
 
   def one_row(q_HxTxE, k_KxTxE, v_KxTxE, seg_T):
     if k == 1:
@@ -275,15 +376,24 @@ def _splash_local(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, block, in
     return kernel(q_HxTxE, k_KxTxE, v_KxTxE, segment_ids=seg)
 
   out_BxHxTxE = jax.vmap(one_row)(
-      (q_BxTxHxE * (e ** -0.5)).transpose(0, 2, 1, 3), k_BxTxKxE.transpose(0, 2, 1, 3),
-      v_BxTxKxE.transpose(0, 2, 1, 3), segment_ids_BxT)
+      (q_BxTxHxE * (e**-0.5)).transpose(0, 2, 1, 3),
+      k_BxTxKxE.transpose(0, 2, 1, 3),
+      v_BxTxKxE.transpose(0, 2, 1, 3),
+      segment_ids_BxT,
+  )
   return out_BxHxTxE.transpose(0, 2, 1, 3)
 
 
 @register_attention("splash")
-def splash(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
-           segment_ids_BxT: Optional[jax.Array] = None, *, dtype,
-           interpret: Optional[bool] = None) -> jax.Array:
+def splash(
+    q_BxTxHxE: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+    segment_ids_BxT: Optional[jax.Array] = None,
+    *,
+    dtype,
+    interpret: Optional[bool] = None,
+) -> jax.Array:
   """Pallas' splash attention, sharded over the mesh's batch and head axes.
 
   Under a mesh (`sharding.activate`) it runs in shard_map over the axes of
@@ -295,10 +405,14 @@ def splash(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
   t = q_BxTxHxE.shape[1]
   block = min(SPLASH_BLOCK, -(-t // 128) * 128)
   pad = ((0, 0), (0, -(-t // block) * block - t))
-  args = [jnp.pad(x.astype(dtype), pad + ((0, 0), (0, 0)))
-          for x in (q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)]
+  args = [
+      jnp.pad(x.astype(dtype), pad + ((0, 0), (0, 0)))
+      for x in (q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
+  ]
   if segment_ids_BxT is not None:
-    args.append(jnp.pad(segment_ids_BxT.astype(jnp.int32), pad, constant_values=-1))
+    args.append(
+        jnp.pad(segment_ids_BxT.astype(jnp.int32), pad, constant_values=-1)
+    )
   body = functools.partial(_splash_local, block=block, interpret=interpret)
   if segment_ids_BxT is None:
     body = functools.partial(body, segment_ids_BxT=None)
@@ -307,20 +421,31 @@ def splash(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
     batch, heads = _mesh_axes(mesh, q_BxTxHxE.shape[0], k_BxTxKxE.shape[2])
     spec = PartitionSpec(batch, None, heads, None)
     specs = (spec,) * 3 + (PartitionSpec(batch, None),) * (len(args) - 3)
-    body = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=spec, check_vma=False)
+    body = jax.shard_map(
+        body, mesh=mesh, in_specs=specs, out_specs=spec, check_vma=False
+    )
   return body(*args)[:, :t]
 
 
 # --- cudnn: jax.nn.dot_product_attention on GPU ------------------------------
 
 
-def _dot_product_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, dtype,
-                           implementation):
+def _dot_product_attention(
+    q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, dtype, implementation
+):
   if segment_ids_BxT is not None:
-    raise ValueError("model.attention='cudnn' takes no segment ids (right padding needs none)")
+    raise ValueError(
+        "model.attention='cudnn' takes no segment ids (right padding needs none)"
+    )
   return jax.nn.dot_product_attention(
-      q_BxTxHxE.astype(dtype), k_BxTxKxE.astype(dtype), v_BxTxKxE.astype(dtype),
-      is_causal=True, implementation=implementation)
+      q_BxTxHxE.astype(dtype),
+      k_BxTxKxE.astype(dtype),
+      v_BxTxKxE.astype(dtype),
+      is_causal=True,
+      implementation=implementation,
+  )
 
 
-register_attention("cudnn")(functools.partial(_dot_product_attention, implementation="cudnn"))
+register_attention("cudnn")(
+    functools.partial(_dot_product_attention, implementation="cudnn")
+)

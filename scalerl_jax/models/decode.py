@@ -24,8 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from scalerl_jax.models import attention as attention_lib
-from scalerl_jax.models.transformer import (ModelConfig, apply_rope, attention, lm_head,
-                                            rms_norm, rope_frequencies)
+from scalerl_jax.models.transformer import (
+    ModelConfig,
+    apply_rope,
+    attention,
+    lm_head,
+    rms_norm,
+    rope_frequencies,
+)
 
 # {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E]}
 Cache = dict[str, tuple[jax.Array, ...]]
@@ -34,21 +40,30 @@ KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
 VALUE_AXES = ("act_batch", "act_kv_heads", "act_len", "head_dim")
 
 PREPARED_AXES = {  # Logical names of the prepared weights (see `prepare`).
-    "attn_norm": ("norm",), "mlp_norm": ("norm",), "q_norm": ("head_dim",),
-    "k_norm": ("head_dim",), "qkv": ("embed", "kv_heads", None, "head_dim"),
-    "qkv_bias": ("kv_heads", None, "head_dim"), "o": ("heads", "embed"),
-    "gate_up": ("embed", None, "mlp"), "down": ("mlp", "embed"),
+    "attn_norm": ("norm",),
+    "mlp_norm": ("norm",),
+    "q_norm": ("head_dim",),
+    "k_norm": ("head_dim",),
+    "qkv": ("embed", "kv_heads", None, "head_dim"),
+    "qkv_bias": ("kv_heads", None, "head_dim"),
+    "o": ("heads", "embed"),
+    "gate_up": ("embed", None, "mlp"),
+    "down": ("mlp", "embed"),
 }
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> Cache:
   """An empty cache of `length` positions for `batch` rows."""
   if length > cfg.max_seq_len:
-    raise ValueError(f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}")
+    raise ValueError(
+        f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}"
+    )
   dtype = dtype or cfg.dtype
   k, e, n = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
-  return {"k": tuple(jnp.zeros((batch, k, e, length), dtype) for _ in range(n)),
-          "v": tuple(jnp.zeros((batch, k, length, e), dtype) for _ in range(n))}
+  return {
+      "k": tuple(jnp.zeros((batch, k, e, length), dtype) for _ in range(n)),
+      "v": tuple(jnp.zeros((batch, k, length, e), dtype) for _ in range(n)),
+  }
 
 
 def cache_length(cache: Cache) -> int:
@@ -57,8 +72,10 @@ def cache_length(cache: Cache) -> int:
 
 def cache_prefix(cache: Cache, length: int) -> Cache:
   """A copy of the first `length` positions of every row."""
-  return {"k": tuple(x[..., :length] for x in cache["k"]),
-          "v": tuple(x[:, :, :length] for x in cache["v"])}
+  return {
+      "k": tuple(x[..., :length] for x in cache["k"]),
+      "v": tuple(x[:, :, :length] for x in cache["v"]),
+  }
 
 
 def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
@@ -67,23 +84,33 @@ def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
   Row ids out of range are dropped.
   """
   p = cache_length(part)
-  return {"k": tuple(old.at[rows, ..., :p].set(new, mode="drop")
-                     for old, new in zip(cache["k"], part["k"])),
-          "v": tuple(old.at[rows, :, :p].set(new, mode="drop")
-                     for old, new in zip(cache["v"], part["v"]))}
+  return {
+      "k": tuple(
+          old.at[rows, ..., :p].set(new, mode="drop")
+          for old, new in zip(cache["k"], part["k"])
+      ),
+      "v": tuple(
+          old.at[rows, :, :p].set(new, mode="drop")
+          for old, new in zip(cache["v"], part["v"])
+      ),
+  }
 
 
-def _write_rows(cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array,
-                axis: int) -> jax.Array:
+def _write_rows(
+    cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array, axis: int
+) -> jax.Array:
   """Writes update[b] into cache[b] from start[b] along the cache's `axis`.
 
   A start too late for the update to fit is moved back until it does. One
   dynamic-update-slice per row, not a scatter: docs/design/models.md.
   """
+
   def write(row_X, update_X, start):
     starts = [jnp.zeros((), start.dtype)] * row_X.ndim
     starts[axis - 1] = start
-    return jax.lax.dynamic_update_slice(row_X, update_X.astype(row_X.dtype), starts)
+    return jax.lax.dynamic_update_slice(
+        row_X, update_X.astype(row_X.dtype), starts
+    )
 
   return jax.vmap(write)(cache_BxX, update_BxX, start_B)
 
@@ -97,16 +124,23 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
   d = cfg.embed_dim
   layers = []
   for i in range(cfg.num_layers):
+
     def kernel(tree, i=i):
       return tree["kernel"][i].astype(dtype)
 
     # Query head k * Q + q reads kv head k (as in `attention`), so [D, H, E]
     # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1.
     layer = {
-        "attn_norm": stacked["attn_norm"]["scale"][i], "mlp_norm": stacked["mlp_norm"]["scale"][i],
-        "qkv": jnp.concatenate([kernel(attn["q"]).reshape(d, k, h // k, e),
-                                kernel(attn["k"])[:, :, None], kernel(attn["v"])[:, :, None]],
-                               axis=2),
+        "attn_norm": stacked["attn_norm"]["scale"][i],
+        "mlp_norm": stacked["mlp_norm"]["scale"][i],
+        "qkv": jnp.concatenate(
+            [
+                kernel(attn["q"]).reshape(d, k, h // k, e),
+                kernel(attn["k"])[:, :, None],
+                kernel(attn["v"])[:, :, None],
+            ],
+            axis=2,
+        ),
         # [H * E, D]: as [H, E, D], XLA:CPU transposed it on every step.
         "o": kernel(attn["o"]).reshape(h * e, d),
         "gate_up": jnp.stack([kernel(mlp["gate"]), kernel(mlp["up"])], axis=1),
@@ -114,20 +148,38 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
     }
     if cfg.qkv_bias:
       layer["qkv_bias"] = jnp.concatenate(
-          [attn["q"]["bias"][i].reshape(k, h // k, e), attn["k"]["bias"][i][:, None],
-           attn["v"]["bias"][i][:, None]], axis=1).astype(dtype)
+          [
+              attn["q"]["bias"][i].reshape(k, h // k, e),
+              attn["k"]["bias"][i][:, None],
+              attn["v"]["bias"][i][:, None],
+          ],
+          axis=1,
+      ).astype(dtype)
     if cfg.qk_norm:
       layer["q_norm"] = attn["q_norm"]["scale"][i]
       layer["k_norm"] = attn["k_norm"]["scale"][i]
-    layers.append({name: nn.with_logical_constraint(w, PREPARED_AXES[name])
-                   for name, w in layer.items()})
+    layers.append(
+        {
+            name: nn.with_logical_constraint(w, PREPARED_AXES[name])
+            for name, w in layer.items()
+        }
+    )
   head = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
-  return {"embedding": params["embedding"], "final_norm": params["final_norm"]["scale"],
-          "head": head, "layers": tuple(layers)}
+  return {
+      "embedding": params["embedding"],
+      "final_norm": params["final_norm"]["scale"],
+      "head": head,
+      "layers": tuple(layers),
+  }
 
 
-def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
-            pos_BxT: jax.Array, cache: Cache) -> tuple[jax.Array, Cache]:
+def forward(
+    cfg: ModelConfig,
+    prepared: dict[str, Any],
+    tokens_BxT: jax.Array,
+    pos_BxT: jax.Array,
+    cache: Cache,
+) -> tuple[jax.Array, Cache]:
   """Writes T tokens per row into the cache; returns their next-token logits.
 
   `pos_BxT` is consecutive within a row and below S; a row whose tokens would
@@ -146,41 +198,66 @@ def forward(cfg: ModelConfig, prepared: dict[str, Any], tokens_BxT: jax.Array,
   # A prefill of a fresh cache (T consecutive positions below S = T are
   # 0..T-1) attends over its own tokens with the configured kernel; plain
   # stays on the cache path below, the same math.
-  prefill_kernel = attention_lib.resolve(cfg.attention, t, dtype) if t == s > 1 else "plain"
+  prefill_kernel = (
+      attention_lib.resolve(cfg.attention, t, dtype) if t == s > 1 else "plain"
+  )
   x_BxTxD = jnp.take(prepared["embedding"], tokens_BxT, axis=0).astype(dtype)
   keys, values = [], []
-  for layer, key_cache, value_cache in zip(prepared["layers"], cache["k"], cache["v"]):
+  for layer, key_cache, value_cache in zip(
+      prepared["layers"], cache["k"], cache["v"]
+  ):
     normed = rms_norm(x_BxTxD, layer["attn_norm"], cfg.norm_eps, dtype)
     qkv_BxTxKxJxE = jnp.einsum("btd,dkje->btkje", normed, layer["qkv"])
     if cfg.qkv_bias:
       qkv_BxTxKxJxE = qkv_BxTxKxJxE + layer["qkv_bias"][None, None]
     q_BxTxKxQxE = qkv_BxTxKxJxE[:, :, :, :g]
-    k_BxTxKxE, v_BxTxKxE = qkv_BxTxKxJxE[:, :, :, g], qkv_BxTxKxJxE[:, :, :, g + 1]
+    k_BxTxKxE, v_BxTxKxE = (
+        qkv_BxTxKxJxE[:, :, :, g],
+        qkv_BxTxKxJxE[:, :, :, g + 1],
+    )
     if cfg.qk_norm:
       q_BxTxKxQxE = rms_norm(q_BxTxKxQxE, layer["q_norm"], cfg.norm_eps, dtype)
       k_BxTxKxE = rms_norm(k_BxTxKxE, layer["k_norm"], cfg.norm_eps, dtype)
-    q_BxTxKxQxE = apply_rope(q_BxTxKxQxE.reshape(b, t, h, e), pos_BxT,
-                             inv_freq).reshape(b, t, k, g, e)
+    q_BxTxKxQxE = apply_rope(
+        q_BxTxKxQxE.reshape(b, t, h, e), pos_BxT, inv_freq
+    ).reshape(b, t, k, g, e)
     k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
     key_cache = nn.with_logical_constraint(
-        _write_rows(key_cache, k_BxTxKxE.transpose(0, 2, 3, 1), pos_BxT[:, 0], axis=3),
-        KEY_AXES)
+        _write_rows(
+            key_cache, k_BxTxKxE.transpose(0, 2, 3, 1), pos_BxT[:, 0], axis=3
+        ),
+        KEY_AXES,
+    )
     value_cache = nn.with_logical_constraint(
-        _write_rows(value_cache, v_BxTxKxE.transpose(0, 2, 1, 3), pos_BxT[:, 0], axis=2),
-        VALUE_AXES)
+        _write_rows(
+            value_cache, v_BxTxKxE.transpose(0, 2, 1, 3), pos_BxT[:, 0], axis=2
+        ),
+        VALUE_AXES,
+    )
     keys.append(key_cache)
     values.append(value_cache)
     if prefill_kernel != "plain":
       out_BxTxKxQxE = attention_lib.apply(
-          prefill_kernel, q_BxTxKxQxE.reshape(b, t, h, e), k_BxTxKxE, v_BxTxKxE,
-          dtype=dtype).reshape(b, t, k, g, e)
+          prefill_kernel,
+          q_BxTxKxQxE.reshape(b, t, h, e),
+          k_BxTxKxE,
+          v_BxTxKxE,
+          dtype=dtype,
+      ).reshape(b, t, k, g, e)
     else:
-      out_BxTxKxQxE = attention(q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype)
+      out_BxTxKxQxE = attention(
+          q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype
+      )
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
     gate_up_BxTx2xI = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
     hidden_BxTxI = nn.silu(gate_up_BxTx2xI[:, :, 0]) * gate_up_BxTx2xI[:, :, 1]
     x_BxTxD = nn.with_logical_constraint(
-        x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]), ("act_batch", "act_len", "act_embed"))
+        x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]),
+        ("act_batch", "act_len", "act_embed"),
+    )
   x_BxTxD = rms_norm(x_BxTxD, prepared["final_norm"], cfg.norm_eps, dtype)
-  return lm_head(cfg, x_BxTxD, prepared["head"]), {"k": tuple(keys), "v": tuple(values)}
+  return lm_head(cfg, x_BxTxD, prepared["head"]), {
+      "k": tuple(keys),
+      "v": tuple(values),
+  }

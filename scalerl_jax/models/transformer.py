@@ -37,6 +37,7 @@ ROPE_SCALINGS = ("none", "llama3")
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
   """Llama 3.1 frequency scaling of the rotary embedding."""
+
   type: str = "none"  # One of ROPE_SCALINGS.
   factor: float = 8.0
   low_freq_factor: float = 1.0
@@ -47,6 +48,7 @@ class RopeScaling:
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """`config.model`'s fields (configs/scalerl.py) but `hf_path`; hashable."""
+
   vocab_size: int
   embed_dim: int
   num_layers: int
@@ -70,8 +72,13 @@ class ModelConfig:
 
   @classmethod
   def from_config(cls, m: Any) -> "ModelConfig":
-    names = [f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"]
-    return cls(**{name: m[name] for name in names}, rope_scaling=RopeScaling(**m.rope_scaling))
+    names = [
+        f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"
+    ]
+    return cls(
+        **{name: m[name] for name in names},
+        rope_scaling=RopeScaling(**m.rope_scaling),
+    )
 
   @property
   def dtype(self):
@@ -101,7 +108,7 @@ def _logical_init(init, names):
 def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
   """Inverse frequencies [E/2] of the rotary embedding, optionally scaled."""
   exponents = np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim
-  inv_freq = 1.0 / (cfg.rope_theta ** exponents)
+  inv_freq = 1.0 / (cfg.rope_theta**exponents)
   scaling = cfg.rope_scaling
   if scaling.type == "llama3":
     # Llama 3.1: long wavelengths are divided by `factor`, short ones kept,
@@ -109,9 +116,12 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
     low_wavelen = scaling.original_max_position / scaling.low_freq_factor
     high_wavelen = scaling.original_max_position / scaling.high_freq_factor
     wavelen = 2 * np.pi / inv_freq
-    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
-    smooth = ((scaling.original_max_position / wavelen - scaling.low_freq_factor)
-              / (scaling.high_freq_factor - scaling.low_freq_factor))
+    scaled = np.where(
+        wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq
+    )
+    smooth = (
+        scaling.original_max_position / wavelen - scaling.low_freq_factor
+    ) / (scaling.high_freq_factor - scaling.low_freq_factor)
     smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
     medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
     inv_freq = np.where(medium, smoothed, scaled)
@@ -120,26 +130,41 @@ def rope_frequencies(cfg: ModelConfig) -> np.ndarray:
   return inv_freq.astype(np.float32)
 
 
-def apply_rope(x_BxTxAxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+def apply_rope(
+    x_BxTxAxE: jax.Array, pos_BxT: jax.Array, inv_freq: np.ndarray
+) -> jax.Array:
   """Rotates pairs (i, i + E/2) of each head by position * frequency."""
-  angles_BxTxE2 = pos_BxT.astype(jnp.float32)[:, :, None] * inv_freq[None, None, :]
+  angles_BxTxE2 = (
+      pos_BxT.astype(jnp.float32)[:, :, None] * inv_freq[None, None, :]
+  )
   angles_BxTxE = jnp.concatenate([angles_BxTxE2, angles_BxTxE2], axis=-1)
   cos = jnp.cos(angles_BxTxE)[:, :, None, :].astype(x_BxTxAxE.dtype)
   sin = jnp.sin(angles_BxTxE)[:, :, None, :].astype(x_BxTxAxE.dtype)
   half = x_BxTxAxE.shape[-1] // 2
-  rotated = jnp.concatenate([-x_BxTxAxE[..., half:], x_BxTxAxE[..., :half]], axis=-1)
+  rotated = jnp.concatenate(
+      [-x_BxTxAxE[..., half:], x_BxTxAxE[..., :half]], axis=-1
+  )
   return x_BxTxAxE * cos + rotated * sin
 
 
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float, dtype) -> jax.Array:
   """x / rms(x) * scale over the last axis; statistics in float32."""
   x32 = x.astype(jnp.float32)
-  normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-  return normed.astype(dtype) * scale.astype(dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+  normed = x32 * jax.lax.rsqrt(
+      jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps
+  )
+  return normed.astype(dtype) * scale.astype(dtype).reshape(
+      (1,) * (x.ndim - 1) + (-1,)
+  )
 
 
-def attention(q_BxTxKxQxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: jax.Array,
-              visible_BxTxS: jax.Array, dtype) -> jax.Array:
+def attention(
+    q_BxTxKxQxE: jax.Array,
+    keys_BxKxExS: jax.Array,
+    values_BxKxSxE: jax.Array,
+    visible_BxTxS: jax.Array,
+    dtype,
+) -> jax.Array:
   """Grouped-query softmax attention -> [B, T, K, Q, E], scores in float32.
 
   Query head k * Q + q reads kv head k. Keys come as [B, K, E, S], values as
@@ -150,26 +175,47 @@ def attention(q_BxTxKxQxE: jax.Array, keys_BxKxExS: jax.Array, values_BxKxSxE: j
   q_BxKxRxE = q_BxTxKxQxE.transpose(0, 2, 1, 3, 4).reshape(b, k, t * g, e)
   batch = ((0, 1), (0, 1))
   scores_BxKxRxS = jax.lax.dot_general(
-      q_BxKxRxE, keys_BxKxExS.astype(dtype), (((3,), (2,)), batch),
-      preferred_element_type=jnp.float32) * (e ** -0.5)
+      q_BxKxRxE,
+      keys_BxKxExS.astype(dtype),
+      (((3,), (2,)), batch),
+      preferred_element_type=jnp.float32,
+  ) * (e**-0.5)
   visible_Bx1xTx1xS = visible_BxTxS[:, None, :, None, :]
-  scores_BxKxTxQxS = jnp.where(visible_Bx1xTx1xS, scores_BxKxRxS.reshape(b, k, t, g, s),
-                               jnp.finfo(jnp.float32).min)
-  probs_BxKxRxS = jax.nn.softmax(scores_BxKxTxQxS, axis=-1).astype(dtype).reshape(b, k, t * g, s)
-  out_BxKxRxE = jax.lax.dot_general(probs_BxKxRxS, values_BxKxSxE.astype(dtype),
-                                    (((3,), (2,)), batch))
+  scores_BxKxTxQxS = jnp.where(
+      visible_Bx1xTx1xS,
+      scores_BxKxRxS.reshape(b, k, t, g, s),
+      jnp.finfo(jnp.float32).min,
+  )
+  probs_BxKxRxS = (
+      jax.nn.softmax(scores_BxKxTxQxS, axis=-1)
+      .astype(dtype)
+      .reshape(b, k, t * g, s)
+  )
+  out_BxKxRxE = jax.lax.dot_general(
+      probs_BxKxRxS, values_BxKxSxE.astype(dtype), (((3,), (2,)), batch)
+  )
   return out_BxKxRxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
 
 
 @attention_lib.register_attention("plain")
-def plain_attention(q_BxTxHxE: jax.Array, k_BxTxKxE: jax.Array, v_BxTxKxE: jax.Array,
-                    segment_ids_BxT: Optional[jax.Array] = None, *, dtype) -> jax.Array:
+def plain_attention(
+    q_BxTxHxE: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+    segment_ids_BxT: Optional[jax.Array] = None,
+    *,
+    dtype,
+) -> jax.Array:
   """`attention` behind models/attention.py's interface: [B, T, T] scores."""
   b, t, h, e = q_BxTxHxE.shape
   k = k_BxTxKxE.shape[2]
-  out_BxTxKxQxE = attention(q_BxTxHxE.reshape(b, t, k, h // k, e),
-                            k_BxTxKxE.transpose(0, 2, 3, 1), v_BxTxKxE.transpose(0, 2, 1, 3),
-                            attention_lib.visible(segment_ids_BxT, b, t), dtype)
+  out_BxTxKxQxE = attention(
+      q_BxTxHxE.reshape(b, t, k, h // k, e),
+      k_BxTxKxE.transpose(0, 2, 3, 1),
+      v_BxTxKxE.transpose(0, 2, 1, 3),
+      attention_lib.visible(segment_ids_BxT, b, t),
+      dtype,
+  )
   return out_BxTxKxQxE.reshape(b, t, h, e)
 
 
@@ -181,13 +227,18 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    scale = self.param("scale", _logical_init(nn.initializers.ones, (self.axis_name,)),
-                       (x.shape[-1],), self.param_dtype)
+    scale = self.param(
+        "scale",
+        _logical_init(nn.initializers.ones, (self.axis_name,)),
+        (x.shape[-1],),
+        self.param_dtype,
+    )
     return rms_norm(x, scale, self.eps, self.dtype)
 
 
 class Dense(nn.Module):
   """x [..., *in_shape] -> [..., *out_shape]; kernel kept multi-axis, named."""
+
   in_shape: tuple[int, ...]
   out_shape: tuple[int, ...]
   names: tuple[str, ...]  # Logical names of the kernel's in + out axes.
@@ -197,25 +248,39 @@ class Dense(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     n_in, n_out = len(self.in_shape), len(self.out_shape)
-    init = nn.initializers.lecun_normal(in_axis=tuple(range(n_in)),
-                                        out_axis=tuple(range(n_in, n_in + n_out)))
-    kernel = self.param("kernel", _logical_init(init, self.names),
-                        self.in_shape + self.out_shape, self.cfg.pdtype)
+    init = nn.initializers.lecun_normal(
+        in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
+    )
+    kernel = self.param(
+        "kernel",
+        _logical_init(init, self.names),
+        self.in_shape + self.out_shape,
+        self.cfg.pdtype,
+    )
     # One 2-D matmul: contracting several axes at once made XLA:CPU transpose
     # the activations first (docs/design/models.md). The reshapes are free.
-    lead = x.shape[:x.ndim - n_in]
-    y = jnp.dot(x.astype(self.cfg.dtype).reshape(-1, math.prod(self.in_shape)),
-                kernel.astype(self.cfg.dtype).reshape(math.prod(self.in_shape), -1))
+    lead = x.shape[: x.ndim - n_in]
+    y = jnp.dot(
+        x.astype(self.cfg.dtype).reshape(-1, math.prod(self.in_shape)),
+        kernel.astype(self.cfg.dtype).reshape(math.prod(self.in_shape), -1),
+    )
     y = y.reshape(lead + self.out_shape)
     if self.use_bias:
-      bias = self.param("bias", _logical_init(nn.initializers.zeros, self.names[n_in:]),
-                        self.out_shape, self.cfg.pdtype)
-      y = y + bias.astype(self.cfg.dtype).reshape((1,) * (y.ndim - n_out) + self.out_shape)
+      bias = self.param(
+          "bias",
+          _logical_init(nn.initializers.zeros, self.names[n_in:]),
+          self.out_shape,
+          self.cfg.pdtype,
+      )
+      y = y + bias.astype(self.cfg.dtype).reshape(
+          (1,) * (y.ndim - n_out) + self.out_shape
+      )
     return y
 
 
 class Attention(nn.Module):
   """Causal grouped-query self-attention with rotary embeddings."""
+
   cfg: ModelConfig
 
   @nn.compact
@@ -223,26 +288,53 @@ class Attention(nn.Module):
     cfg = self.cfg
     h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     d = (cfg.embed_dim,)
-    q = Dense(d, (h, e), ("embed", "heads", "head_dim"), cfg, cfg.qkv_bias, name="q")(x_BxTxD)
-    kk = Dense(d, (k, e), ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="k")(x_BxTxD)
-    v = Dense(d, (k, e), ("embed", "kv_heads", "head_dim"), cfg, cfg.qkv_bias, name="v")(x_BxTxD)
+    q = Dense(
+        d, (h, e), ("embed", "heads", "head_dim"), cfg, cfg.qkv_bias, name="q"
+    )(x_BxTxD)
+    kk = Dense(
+        d,
+        (k, e),
+        ("embed", "kv_heads", "head_dim"),
+        cfg,
+        cfg.qkv_bias,
+        name="k",
+    )(x_BxTxD)
+    v = Dense(
+        d,
+        (k, e),
+        ("embed", "kv_heads", "head_dim"),
+        cfg,
+        cfg.qkv_bias,
+        name="v",
+    )(x_BxTxD)
     if cfg.qk_norm:
-      q = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="q_norm")(q)
-      kk = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="k_norm")(kk)
+      q = RMSNorm(
+          cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="q_norm"
+      )(q)
+      kk = RMSNorm(
+          cfg.norm_eps, cfg.dtype, cfg.pdtype, "head_dim", name="k_norm"
+      )(kk)
     inv_freq = rope_frequencies(cfg)
     q_BxTxHxE = nn.with_logical_constraint(
-        apply_rope(q, pos_BxT, inv_freq), ("act_batch", "act_len", "act_heads", "head_dim"))
+        apply_rope(q, pos_BxT, inv_freq),
+        ("act_batch", "act_len", "act_heads", "head_dim"),
+    )
     k_BxTxKxE = apply_rope(kk, pos_BxT, inv_freq)
     # Causal in token order (positions are 0..T-1 in every caller).
     out_BxTxHxE = nn.with_logical_constraint(
-        attention_lib.apply(cfg.attention, q_BxTxHxE, k_BxTxKxE, v, dtype=cfg.dtype),
-        ("act_batch", "act_len", "act_heads", "head_dim"))
-    return Dense((h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg,
-                 name="o")(out_BxTxHxE)
+        attention_lib.apply(
+            cfg.attention, q_BxTxHxE, k_BxTxKxE, v, dtype=cfg.dtype
+        ),
+        ("act_batch", "act_len", "act_heads", "head_dim"),
+    )
+    return Dense(
+        (h, e), (cfg.embed_dim,), ("heads", "head_dim", "embed"), cfg, name="o"
+    )(out_BxTxHxE)
 
 
 class Mlp(nn.Module):
   """SwiGLU: down(silu(gate(x)) * up(x))."""
+
   cfg: ModelConfig
 
   @nn.compact
@@ -252,32 +344,45 @@ class Mlp(nn.Module):
     gate = Dense(d, f, ("embed", "mlp"), cfg, name="gate")(x_BxTxD)
     up = Dense(d, f, ("embed", "mlp"), cfg, name="up")(x_BxTxD)
     hidden_BxTxI = nn.with_logical_constraint(
-        nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp"))
+        nn.silu(gate) * up, ("act_batch", "act_len", "act_mlp")
+    )
     return Dense(f, d, ("mlp", "embed"), cfg, name="down")(hidden_BxTxI)
 
 
 class Block(nn.Module):
   """Pre-norm decoder block; scanned over layers by `Transformer`."""
+
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, x_BxTxD, pos_BxT):
     cfg = self.cfg
-    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="attn_norm")(x_BxTxD)
+    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="attn_norm")(
+        x_BxTxD
+    )
     x_BxTxD = x_BxTxD + Attention(cfg, name="attn")(normed, pos_BxT)
-    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="mlp_norm")(x_BxTxD)
+    normed = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="mlp_norm")(
+        x_BxTxD
+    )
     x_BxTxD = x_BxTxD + Mlp(cfg, name="mlp")(normed)
-    x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
+    x_BxTxD = nn.with_logical_constraint(
+        x_BxTxD, ("act_batch", "act_len", "act_embed")
+    )
     return x_BxTxD, None
 
 
 class Transformer(nn.Module):
   """The policy network: tokens (+ positions) -> logits."""
+
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT: jax.Array, pos_BxT: Optional[jax.Array] = None,
-               return_hidden: bool = False) -> jax.Array:
+  def __call__(
+      self,
+      tokens_BxT: jax.Array,
+      pos_BxT: Optional[jax.Array] = None,
+      return_hidden: bool = False,
+  ) -> jax.Array:
     """Logits [B, T, V] (float32 when `fp32_lm_head`), causal in token order.
 
     `pos_BxT` sets only the rotary phase (default 0..T-1). `return_hidden`
@@ -286,12 +391,19 @@ class Transformer(nn.Module):
     """
     cfg = self.cfg
     if pos_BxT is None:
-      pos_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
+      pos_BxT = jnp.broadcast_to(
+          jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape
+      )
     embedding_VxD = self.param(
-        "embedding", _logical_init(nn.initializers.normal(0.02), ("vocab", "embed")),
-        (cfg.vocab_size, cfg.embed_dim), cfg.pdtype)
+        "embedding",
+        _logical_init(nn.initializers.normal(0.02), ("vocab", "embed")),
+        (cfg.vocab_size, cfg.embed_dim),
+        cfg.pdtype,
+    )
     x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(cfg.dtype)
-    x_BxTxD = nn.with_logical_constraint(x_BxTxD, ("act_batch", "act_len", "act_embed"))
+    x_BxTxD = nn.with_logical_constraint(
+        x_BxTxD, ("act_batch", "act_len", "act_embed")
+    )
 
     # prevent_cse: the scan is unrolled, so nothing else stops XLA from
     # merging remat's recomputation with the forward pass, which keeps every
@@ -300,46 +412,70 @@ class Transformer(nn.Module):
     # Unrolled: faster than a while loop on XLA:CPU (docs/design/models.md);
     # the parameters stay stacked either way.
     blocks = nn.scan(
-        block, variable_axes={"params": 0}, split_rngs={"params": True},
-        in_axes=nn.broadcast, length=cfg.num_layers, unroll=cfg.num_layers,
-        metadata_params={nn.PARTITION_NAME: "layers"})
+        block,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=nn.broadcast,
+        length=cfg.num_layers,
+        unroll=cfg.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
     x_BxTxD, _ = blocks(cfg, name="layers")(x_BxTxD, pos_BxT)
     if return_hidden:
       return x_BxTxD
-    x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(x_BxTxD)
+    x_BxTxD = RMSNorm(cfg.norm_eps, cfg.dtype, cfg.pdtype, name="final_norm")(
+        x_BxTxD
+    )
 
     if cfg.tie_embeddings:
       head_DxV = embedding_VxD.T
     else:
       head_DxV = self.param(
-          "lm_head", _logical_init(nn.initializers.lecun_normal(), ("embed", "vocab")),
-          (cfg.embed_dim, cfg.vocab_size), cfg.pdtype)
+          "lm_head",
+          _logical_init(nn.initializers.lecun_normal(), ("embed", "vocab")),
+          (cfg.embed_dim, cfg.vocab_size),
+          cfg.pdtype,
+      )
     return lm_head(cfg, x_BxTxD, head_DxV)
 
 
-def lm_head(cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array) -> jax.Array:
+def lm_head(
+    cfg: ModelConfig, x_BxTxD: jax.Array, head_DxV: jax.Array
+) -> jax.Array:
   """The final projection; in float32 when `cfg.fp32_lm_head`."""
   if cfg.fp32_lm_head:
-    logits_BxTxV = jnp.dot(x_BxTxD.astype(jnp.float32), head_DxV.astype(jnp.float32),
-                           precision=jax.lax.Precision.HIGHEST)
+    logits_BxTxV = jnp.dot(
+        x_BxTxD.astype(jnp.float32),
+        head_DxV.astype(jnp.float32),
+        precision=jax.lax.Precision.HIGHEST,
+    )
   else:
     logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
-  return nn.with_logical_constraint(logits_BxTxV, ("act_batch", "act_len", "act_vocab"))
+  return nn.with_logical_constraint(
+      logits_BxTxV, ("act_batch", "act_len", "act_vocab")
+  )
 
 
-def output_logits(cfg: ModelConfig, params: Any, x_BxTxD: jax.Array) -> jax.Array:
+def output_logits(
+    cfg: ModelConfig, params: Any, x_BxTxD: jax.Array
+) -> jax.Array:
   """`Transformer`'s logits from its `return_hidden` output (or a slice)."""
   head_DxV = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
-  x_BxTxD = rms_norm(x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype)
+  x_BxTxD = rms_norm(
+      x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype
+  )
   return lm_head(cfg, x_BxTxD, head_DxV)
 
 
-def token_logprobs(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
-                   temperature: float = 1.0) -> jax.Array:
+def token_logprobs(
+    logits_BxTxV: jax.Array, targets_BxT: jax.Array, temperature: float = 1.0
+) -> jax.Array:
   """log softmax(logits / temperature)[target] in float32, per position."""
   logits = logits_BxTxV.astype(jnp.float32)
   if temperature != 1.0:
     logits = logits / temperature
   logz_BxT = jax.nn.logsumexp(logits, axis=-1)
-  picked_BxT = jnp.take_along_axis(logits, targets_BxT[..., None], axis=-1)[..., 0]
+  picked_BxT = jnp.take_along_axis(logits, targets_BxT[..., None], axis=-1)[
+      ..., 0
+  ]
   return picked_BxT - logz_BxT

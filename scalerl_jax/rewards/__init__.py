@@ -14,5 +14,13 @@ from scalerl_jax.rewards.registry import resolve_spec
 from scalerl_jax.rewards.registry import verify
 from scalerl_jax.rewards.registry import VerifyContext
 
-__all__ = ["RewardPool", "VerifyContext", "code_sandbox", "math_answer", "register_verifier",
-           "resolve_spec", "task", "verify"]
+__all__ = [
+    "RewardPool",
+    "VerifyContext",
+    "code_sandbox",
+    "math_answer",
+    "register_verifier",
+    "resolve_spec",
+    "task",
+    "verify",
+]

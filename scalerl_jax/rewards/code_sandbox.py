@@ -43,6 +43,7 @@ _CLONE_NEWUSER = 0x10000000
 @dataclasses.dataclass(frozen=True)
 class ProgramResult:
   """What one sandboxed run did."""
+
   returncode: int  # Negative: killed by that signal.
   stdout: bytes  # At most MAX_OUTPUT_BYTES.
   timed_out: bool  # Killed at the wall-clock deadline.
@@ -60,7 +61,11 @@ class ProgramResult:
 
 @functools.cache
 def _libc() -> Optional[ctypes.CDLL]:
-  return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+  return (
+      ctypes.CDLL(None, use_errno=True)
+      if sys.platform.startswith("linux")
+      else None
+  )
 
 
 def die_with_parent() -> None:
@@ -105,9 +110,14 @@ def _kill(pid: int, kill: Callable[[int, int], None]) -> None:
     pass  # Gone already.
 
 
-def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
-            ctx: registry.VerifyContext, info: list[int]
-            ) -> tuple[subprocess.Popen, Optional[int]]:
+def _launch(
+    tmp: str,
+    program: str,
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+    ctx: registry.VerifyContext,
+    info: list[int],
+) -> tuple[subprocess.Popen, Optional[int]]:
   """Starts the confined interpreter on `program`.
 
   Returns the process and, under bubblewrap, its program's pid; appends the
@@ -120,19 +130,41 @@ def _launch(tmp: str, program: str, stdin: IO[bytes], stdout: IO[bytes],
     info.append(info_r)
     argv = isolation.command(
         [(program, "main.py"), (_BOOT_SCRIPT, "boot.py")],
-        [isolation.interpreter(), "-I", "-S", "-B", f"{root}/boot.py", root, f"{root}/main.py"],
-        info_fd=info_w)
+        [
+            isolation.interpreter(),
+            "-I",
+            "-S",
+            "-B",
+            f"{root}/boot.py",
+            root,
+            f"{root}/main.py",
+        ],
+        info_fd=info_w,
+    )
   else:
     root, info_w = tmp, None
     argv = [sys.executable, "-I", "-S", "-B", _BOOT_SCRIPT, tmp, program]
   try:
     proc = subprocess.Popen(
-        argv, stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp,
-        env={"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8",
-             "PYTHONHASHSEED": "0"},
-        preexec_fn=functools.partial(_confine_child, ctx.code_cpu_s, ctx.code_memory_mb,
-                                     not bwrap),
-        start_new_session=True, close_fds=True, pass_fds=() if info_w is None else (info_w,))
+        argv,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": root,
+            "TMPDIR": root,
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+        },
+        preexec_fn=functools.partial(
+            _confine_child, ctx.code_cpu_s, ctx.code_memory_mb, not bwrap
+        ),
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=() if info_w is None else (info_w,),
+    )
   finally:
     if info_w is not None:
       os.close(info_w)
@@ -163,7 +195,9 @@ def _wait(proc: subprocess.Popen, timeout: float) -> bool:
   return proc.poll() is not None
 
 
-def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> ProgramResult:
+def run_program(
+    source: str, stdin: str, ctx: registry.VerifyContext
+) -> ProgramResult:
   """Runs `source` as a sandboxed Python program, fed `stdin`.
 
   `ctx` gives the deadline, the CPU and memory limits and the spawn/reap
@@ -176,10 +210,14 @@ def run_program(source: str, stdin: str, ctx: registry.VerifyContext) -> Program
     program = os.path.join(tmp, "main.py")
     with open(program, "w", encoding="utf-8", errors="replace") as f:
       f.write(source)
-    with open(os.path.join(tmp, "stdin"), "w", encoding="utf-8", errors="replace") as f:
+    with open(
+        os.path.join(tmp, "stdin"), "w", encoding="utf-8", errors="replace"
+    ) as f:
       f.write(stdin)
     out_path = os.path.join(tmp, "stdout")
-    with open(os.path.join(tmp, "stdin"), "rb") as fin, open(out_path, "wb") as fout:
+    with open(os.path.join(tmp, "stdin"), "rb") as fin, open(
+        out_path, "wb"
+    ) as fout:
       proc, child = _launch(tmp, program, fin, fout, ctx, info)
     ctx.on_spawn(proc.pid, tmp)
     timed_out = True
@@ -212,8 +250,10 @@ def _text(value: Any, what: str) -> str:
     return value
   if isinstance(value, list) and all(isinstance(v, str) for v in value):
     return "\n".join(value)
-  raise ValueError(f"Code test {what} must be a string or a list of strings, "
-                   f"got {type(value).__name__}")
+  raise ValueError(
+      f"Code test {what} must be a string or a list of strings, "
+      f"got {type(value).__name__}"
+  )
 
 
 def parse_tests(answer: str) -> Union[str, list[tuple[str, str]]]:
@@ -236,12 +276,15 @@ def parse_tests(answer: str) -> Union[str, list[tuple[str, str]]]:
     raise ValueError(f"Code tests look like JSON but do not parse: {e}") from e
   if isinstance(spec, dict) and {"inputs", "outputs"} <= spec.keys():
     pairs = list(zip(spec["inputs"], spec["outputs"], strict=True))
-  elif isinstance(spec, list) and all(isinstance(c, dict) and {"input", "output"} <= c.keys()
-                                      for c in spec):
+  elif isinstance(spec, list) and all(
+      isinstance(c, dict) and {"input", "output"} <= c.keys() for c in spec
+  ):
     pairs = [(c["input"], c["output"]) for c in spec]
   else:
-    raise ValueError('Code tests must be {"inputs": [...], "outputs": [...]} or '
-                     '[{"input": ..., "output": ...}, ...]')
+    raise ValueError(
+        'Code tests must be {"inputs": [...], "outputs": [...]} or '
+        '[{"input": ..., "output": ...}, ...]'
+    )
   if not pairs:
     raise ValueError("A code record has an empty list of test cases")
   return [(_text(i, "input"), _text(o, "output")) for i, o in pairs]
@@ -255,8 +298,12 @@ def _lines(text: str) -> list[str]:
 
 
 @registry.register_verifier("code", kind="code")
-def verify_code(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
-                option: str) -> float:
+def verify_code(
+    completion: str,
+    record: Mapping[str, Any],
+    ctx: registry.VerifyContext,
+    option: str,
+) -> float:
   """1.0 if the completion's program passes every test of the record."""
   del option
   tests = parse_tests(record["answer"])
@@ -269,6 +316,8 @@ def verify_code(completion: str, record: Mapping[str, Any], ctx: registry.Verify
     result = run_program(program, stdin, ctx)
     if not result.ok:
       return 0.0
-    if _lines(result.stdout.decode("utf-8", errors="replace")) != _lines(expected):
+    if _lines(result.stdout.decode("utf-8", errors="replace")) != _lines(
+        expected
+    ):
       return 0.0
   return 1.0

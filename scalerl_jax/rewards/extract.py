@@ -31,7 +31,7 @@ def answer_region(text: str) -> Optional[str]:
   close = text.rfind(THINK_CLOSE)
   if text.rfind(THINK_OPEN) > close:
     return None
-  return text if close < 0 else text[close + len(THINK_CLOSE):]
+  return text if close < 0 else text[close + len(THINK_CLOSE) :]
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -86,7 +86,7 @@ def extract_final_answer(text: str) -> Optional[str]:
   if close >= 0:
     open_ = text.rfind("<answer>", 0, close)
     if open_ >= 0:
-      candidates.append((close, text[open_ + len("<answer>"):close]))
+      candidates.append((close, text[open_ + len("<answer>") : close]))
   last_line = None
   for last_line in _ANSWER_LINE.finditer(text):
     pass
@@ -110,7 +110,7 @@ def extract_code(text: str) -> Optional[str]:
   parts = text.split("```")
   # Odd parts lie between an opening and a closing fence; an unclosed last
   # fence leaves an odd part at the very end, which does not count.
-  for block in reversed(parts[1:len(parts) - 1:2]):
+  for block in reversed(parts[1 : len(parts) - 1 : 2]):
     first_line, newline, body = block.partition("\n")
     if newline and first_line.strip().lower() in _CODE_LANGS:
       return body

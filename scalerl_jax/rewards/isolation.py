@@ -44,17 +44,34 @@ def interpreter() -> str:
   return os.path.realpath(sys.executable)
 
 
-def command(files: Sequence[tuple[str, str]], argv: Sequence[str],
-            info_fd: Optional[int] = None) -> list[str]:
+def command(
+    files: Sequence[tuple[str, str]],
+    argv: Sequence[str],
+    info_fd: Optional[int] = None,
+) -> list[str]:
   """The bubblewrap argv that runs `argv` confined, as PID 1 of its namespace.
 
   `files` are (path outside, path inside SANDBOX_ROOT), bound read-only;
   `argv` names paths as the program sees them; bwrap writes the program's
   pid to `info_fd` (`read_child_pid`).
   """
-  args = ["bwrap", "--unshare-all", "--as-pid-1", "--die-with-parent", "--cap-drop", "ALL",
-          *_system_binds(), "--proc", "/proc", "--dev", "/dev",
-          "--size", str(TMPFS_BYTES), "--tmpfs", SANDBOX_ROOT]
+  args = [
+      "bwrap",
+      "--unshare-all",
+      "--as-pid-1",
+      "--die-with-parent",
+      "--cap-drop",
+      "ALL",
+      *_system_binds(),
+      "--proc",
+      "/proc",
+      "--dev",
+      "/dev",
+      "--size",
+      str(TMPFS_BYTES),
+      "--tmpfs",
+      SANDBOX_ROOT,
+  ]
   for outside, inside in files:
     args += ["--ro-bind", outside, os.path.join(SANDBOX_ROOT, inside)]
   if info_fd is not None:
@@ -83,13 +100,19 @@ def bwrap_works() -> tuple[bool, str]:
   if shutil.which("bwrap") is None:
     return False, "bwrap is not installed (apt-get install bubblewrap)"
   try:
-    run = subprocess.run(command([], [interpreter(), "-I", "-S", "-c", "pass"]),
-                         capture_output=True, timeout=30, check=False)
+    run = subprocess.run(
+        command([], [interpreter(), "-I", "-S", "-c", "pass"]),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
   except (OSError, subprocess.TimeoutExpired) as e:
     return False, f"bwrap did not run: {e}"
   if run.returncode != 0:
-    return False, (f"bwrap exited with status {run.returncode}: "
-                   f"{run.stderr.decode(errors='replace').strip()[:300]}")
+    return False, (
+        f"bwrap exited with status {run.returncode}: "
+        f"{run.stderr.decode(errors='replace').strip()[:300]}"
+    )
   return True, ""
 
 
@@ -116,4 +139,6 @@ def check(mode: str) -> None:
       "SANDBOX: %s. Generated code runs under the Python audit hook and rlimits alone, which "
       "code that reaches C (ctypes, _posixsubprocess) can go around, and which let it read "
       "your files (workdir, checkpoints, home). Install bubblewrap, or set "
-      "rewards.code_isolation='python' to accept this (docs/reliability.md).", why)
+      "rewards.code_isolation='python' to accept this (docs/reliability.md).",
+      why,
+  )

@@ -42,7 +42,9 @@ def _parse_gold(answer: str) -> list:
   # Gold answers repeat once per generation of a prompt; parse each once.
   parsed = _math_verify().parse(_as_math(answer), parsing_timeout=None)
   if not parsed:
-    raise ValueError(f"math-verify cannot parse the gold answer {answer[:200]!r}")
+    raise ValueError(
+        f"math-verify cannot parse the gold answer {answer[:200]!r}"
+    )
   return parsed
 
 
@@ -57,12 +59,18 @@ def is_equivalent(predicted: str, gold: str) -> bool:
   if len(predicted) > MAX_ANSWER_CHARS:
     return False
   pred_parsed = mv.parse(_as_math(predicted), parsing_timeout=None)
-  return bool(pred_parsed) and bool(mv.verify(gold_parsed, pred_parsed, timeout_seconds=None))
+  return bool(pred_parsed) and bool(
+      mv.verify(gold_parsed, pred_parsed, timeout_seconds=None)
+  )
 
 
 @registry.register_verifier("math", kind="math")
-def verify_math(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
-                option: str) -> float:
+def verify_math(
+    completion: str,
+    record: Mapping[str, Any],
+    ctx: registry.VerifyContext,
+    option: str,
+) -> float:
   """1.0 if the completion's final answer equals `record["answer"]`."""
   del ctx, option  # Pure computation; the pool's timeout bounds it.
   answer = extract.extract_final_answer(completion)

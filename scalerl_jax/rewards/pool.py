@@ -43,6 +43,7 @@ _POLL_S = 0.2
 @dataclasses.dataclass
 class _Slot:
   """One worker process and what it is doing."""
+
   pid: int
   conn: mp_connection.Connection
   started: float
@@ -57,6 +58,7 @@ class _Slot:
 @dataclasses.dataclass
 class _Batch:
   """Results and counters of one `score` call."""
+
   scores_C: np.ndarray
   seconds_C: np.ndarray
   timeouts: int = 0
@@ -66,8 +68,12 @@ class _Batch:
   server_restarted: bool = False  # The fork server was replaced in this call.
 
 
-def _code_duplicates(texts: Sequence[Any], records: Sequence[Mapping[str, Any]],
-                     specs: Sequence[str], valid_C: np.ndarray) -> dict[int, int]:
+def _code_duplicates(
+    texts: Sequence[Any],
+    records: Sequence[Mapping[str, Any]],
+    specs: Sequence[str],
+    valid_C: np.ndarray,
+) -> dict[int, int]:
   """Index -> its first copy's index, for code sent again for the same tests."""
   # A sandbox run is the costliest verification, and a group whose policy has
   # sharpened sends the same program many times: copies share one run.
@@ -97,22 +103,30 @@ class RewardPool:
     isolation.check(rewards_config.code_isolation)
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
-      raise ValueError(f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}")
+      raise ValueError(
+          f"rewards.verifier: {self._mode!r} is not one of {registry.MODES}"
+      )
     strip_thinking = tuple(rewards_config.strip_thinking)
     if not set(strip_thinking) <= set(registry.KINDS):
       raise ValueError(
-          f"rewards.strip_thinking: {strip_thinking!r} is not a subset of {registry.KINDS}")
+          f"rewards.strip_thinking: {strip_thinking!r} is not a subset of {registry.KINDS}"
+      )
     self._timeout_s = float(rewards_config.timeout_s)
     self._settings = worker.WorkerSettings(
-        timeout_s=self._timeout_s, code_cpu_s=float(rewards_config.code_cpu_s),
+        timeout_s=self._timeout_s,
+        code_cpu_s=float(rewards_config.code_cpu_s),
         code_memory_mb=int(rewards_config.code_memory_mb),
         code_isolation=rewards_config.code_isolation,
-        memory_mb=int(rewards_config.worker_memory_mb), strip_thinking=strip_thinking)
+        memory_mb=int(rewards_config.worker_memory_mb),
+        strip_thinking=strip_thinking,
+    )
     self._restarts = 0
     self._lock = threading.Lock()  # One call at a time, from whichever thread.
     # `submit`'s thread lives as long as the pool: a fork server dies with the
     # thread that started it (PR_SET_PDEATHSIG).
-    self._thread = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward_pool")
+    self._thread = futures.ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="reward_pool"
+    )
     self._slots: list[_Slot] = []
     self._control: Optional[mp_connection.Connection] = None
     self._zygote: Optional[subprocess.Popen] = None
@@ -125,10 +139,19 @@ class RewardPool:
       self._server.settimeout(_POLL_S)
       # The package root goes first on the path, so that the fork server
       # imports this very scalerl_jax whatever the working directory.
-      root = os.path.dirname(os.path.dirname(os.path.abspath(scalerl_jax.__file__)))
-      env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-          p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-      self._zygote_cmd = ([sys.executable, "-m", "scalerl_jax.rewards.zygote", path], env)
+      root = os.path.dirname(
+          os.path.dirname(os.path.abspath(scalerl_jax.__file__))
+      )
+      env = dict(
+          os.environ,
+          PYTHONPATH=os.pathsep.join(
+              p for p in (root, os.environ.get("PYTHONPATH", "")) if p
+          ),
+      )
+      self._zygote_cmd = (
+          [sys.executable, "-m", "scalerl_jax.rewards.zygote", path],
+          env,
+      )
       self._start_server()
       for _ in range(rewards_config.num_workers):
         self._slots.append(self._start_worker())
@@ -159,8 +182,12 @@ class RewardPool:
       raise RuntimeError(
           f"The reward fork server failed twice while scoring one batch (exit status "
           f"{status}); something keeps killing the verifier processes (the out-of-memory "
-          "killer? see rewards.worker_memory_mb)")
-    logging.warning("The reward fork server died (exit status %s); starting a new one", status)
+          "killer? see rewards.worker_memory_mb)"
+      )
+    logging.warning(
+        "The reward fork server died (exit status %s); starting a new one",
+        status,
+    )
     batch.server_restarted = True
     self._control.close()
     self._start_server()
@@ -176,10 +203,12 @@ class RewardPool:
         if status is not None:
           raise RuntimeError(
               f"The reward fork server exited with status {status}; its traceback is on "
-              "stderr") from None
+              "stderr"
+          ) from None
         if time.monotonic() > deadline:
           raise RuntimeError(
-              f"The reward fork server did not connect within {_START_TIMEOUT_S:.0f} s") from None
+              f"The reward fork server did not connect within {_START_TIMEOUT_S:.0f} s"
+          ) from None
         continue
       sock.setblocking(True)
       return mp_connection.Connection(sock.detach())
@@ -188,15 +217,19 @@ class RewardPool:
     """Waits for the fork server's answer `(kind, ...)`."""
     if not self._control.poll(_START_TIMEOUT_S):
       raise RuntimeError(
-          f"The reward fork server did not answer within {_START_TIMEOUT_S:.0f} s")
+          f"The reward fork server did not answer within {_START_TIMEOUT_S:.0f} s"
+      )
     try:
       message = self._control.recv()
     except EOFError:
       raise RuntimeError(
           f"The reward fork server exited (status {self._zygote.wait()}); its traceback is on "
-          "stderr") from None
+          "stderr"
+      ) from None
     if message[0] != kind:
-      raise RuntimeError(f"The reward fork server answered {message!r}, expected {kind!r}")
+      raise RuntimeError(
+          f"The reward fork server answered {message!r}, expected {kind!r}"
+      )
     return message
 
   def _start_worker(self) -> _Slot:
@@ -258,11 +291,13 @@ class RewardPool:
         batch.seconds_C[slot.task] = now - slot.sent
       elif not slot.ready:
         raise RuntimeError(
-            "A reward worker died while starting; its traceback is on stderr") from None
+            "A reward worker died while starting; its traceback is on stderr"
+        ) from None
       self._replace(index, batch)
 
-  def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
-            ) -> tuple[np.ndarray, dict[str, float]]:
+  def score(
+      self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+  ) -> tuple[np.ndarray, dict[str, float]]:
     """Scores each completion (str, or UTF-8 bytes) against its record.
 
     Returns:
@@ -277,14 +312,16 @@ class RewardPool:
     """
     if len(completions) != len(records):
       raise ValueError(
-          f"score: {len(completions)} completions but {len(records)} records")
+          f"score: {len(completions)} completions but {len(records)} records"
+      )
     with self._lock:
       if not self._slots:
         raise RuntimeError("score: this RewardPool is closed")
       return self._score(completions, records)
 
-  def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
-             ) -> futures.Future:
+  def submit(
+      self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+  ) -> futures.Future:
     """A future of `score`, run in the pool's own thread; returns at once.
 
     Raises:
@@ -294,39 +331,65 @@ class RewardPool:
       raise RuntimeError("submit: this RewardPool is closed")
     return self._thread.submit(self.score, completions, records)
 
-  def _score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
-             ) -> tuple[np.ndarray, dict[str, float]]:
+  def _score(
+      self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+  ) -> tuple[np.ndarray, dict[str, float]]:
     """`score`, with the lock held."""
     specs = [registry.resolve_spec(record, self._mode) for record in records]
     start = time.monotonic()
-    batch = _Batch(np.zeros(len(completions), np.float32), np.zeros(len(completions)))
+    batch = _Batch(
+        np.zeros(len(completions), np.float32), np.zeros(len(completions))
+    )
     valid_C = np.array([isinstance(c, (str, bytes)) for c in completions], bool)
-    texts = [c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c
-             for c in completions]
+    texts = [
+        c.decode("utf-8", errors="replace") if isinstance(c, bytes) else c
+        for c in completions
+    ]
     copy_of = _code_duplicates(texts, records, specs, valid_C)
     pending = collections.deque(
-        (i, texts[i]) for i in range(len(texts)) if valid_C[i] and i not in copy_of)
+        (i, texts[i])
+        for i in range(len(texts))
+        if valid_C[i] and i not in copy_of
+    )
     while pending or any(slot.task is not None for slot in self._slots):
       self._dispatch(pending, records, specs, batch)
       self._wait(batch)
     for i, first in copy_of.items():
-      batch.scores_C[i], batch.seconds_C[i] = batch.scores_C[first], batch.seconds_C[first]
+      batch.scores_C[i], batch.seconds_C[i] = (
+          batch.scores_C[first],
+          batch.seconds_C[first],
+      )
     timed = batch.seconds_C[valid_C]
-    stats = {"num_completions": len(completions), "num_timeouts": batch.timeouts,
-             "num_errors": batch.errors, "num_crashes": batch.crashes,
-             "num_invalid": int((~valid_C).sum()), "num_worker_restarts": self._restarts,
-             "slowest_s": float(timed.max()) if timed.size else 0.0,
-             "mean_s": float(timed.mean()) if timed.size else 0.0,
-             "wall_s": time.monotonic() - start}
+    stats = {
+        "num_completions": len(completions),
+        "num_timeouts": batch.timeouts,
+        "num_errors": batch.errors,
+        "num_crashes": batch.crashes,
+        "num_invalid": int((~valid_C).sum()),
+        "num_worker_restarts": self._restarts,
+        "slowest_s": float(timed.max()) if timed.size else 0.0,
+        "mean_s": float(timed.mean()) if timed.size else 0.0,
+        "wall_s": time.monotonic() - start,
+    }
     if batch.timeouts or batch.errors or batch.crashes:
       logging.warning(
           "Rewards: %d timeouts, %d errors, %d worker crashes among %d completions "
-          "(all scored 0). First error: %s", batch.timeouts, batch.errors, batch.crashes,
-          len(completions), batch.first_error or "-")
+          "(all scored 0). First error: %s",
+          batch.timeouts,
+          batch.errors,
+          batch.crashes,
+          len(completions),
+          batch.first_error or "-",
+      )
     return batch.scores_C, stats
 
-  def _dispatch(self, pending: collections.deque, records: Sequence[Mapping[str, Any]],
-                specs: Sequence[str], batch: _Batch) -> None:
+  def _dispatch(
+      self,
+      pending: collections.deque,
+      records: Sequence[Mapping[str, Any]],
+      specs: Sequence[str],
+      batch: _Batch,
+  ) -> None:
     """Hands pending completions to idle, ready workers."""
     for index, slot in enumerate(self._slots):
       if not (pending and slot.ready and slot.task is None):
@@ -349,9 +412,15 @@ class RewardPool:
         deadlines.append(slot.sent + self._timeout_s)
       elif not slot.ready:
         deadlines.append(slot.started + _START_TIMEOUT_S)
-    waiting = [slot.conn for slot in self._slots if slot.task is not None or not slot.ready]
+    waiting = [
+        slot.conn
+        for slot in self._slots
+        if slot.task is not None or not slot.ready
+    ]
     if waiting:
-      mp_connection.wait(waiting, timeout=max(0.0, min(deadlines) - time.monotonic()))
+      mp_connection.wait(
+          waiting, timeout=max(0.0, min(deadlines) - time.monotonic())
+      )
     now = time.monotonic()
     for index in range(len(self._slots)):
       self._receive(index, batch, now)
@@ -362,7 +431,8 @@ class RewardPool:
         self._replace(index, batch)
       elif not slot.ready and now >= slot.started + _START_TIMEOUT_S:
         raise RuntimeError(
-            f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s")
+            f"A reward worker did not start within {_START_TIMEOUT_S:.0f} s"
+        )
 
   def close(self) -> None:
     """Stops the fork server, its workers and what they left. Idempotent.

@@ -25,8 +25,11 @@ MODES = ("auto",) + KINDS
 @dataclasses.dataclass(frozen=True)
 class VerifyContext:
   """Limits and hooks a verifier may need; built per call by the worker."""
+
   # time.monotonic() by which any subprocess a verifier starts is reaped.
-  deadline: float = dataclasses.field(default_factory=lambda: time.monotonic() + 10.0)
+  deadline: float = dataclasses.field(
+      default_factory=lambda: time.monotonic() + 10.0
+  )
   code_cpu_s: float = 2.0  # CPU-time limit of one candidate program run.
   code_memory_mb: int = 512  # Address-space limit of a candidate program.
   code_isolation: str = "auto"  # The sandbox's lower layer (isolation.MODES).
@@ -50,16 +53,22 @@ class _Entry:
 _VERIFIERS: dict[str, _Entry] = {}
 
 
-def register_verifier(name: str, *, kind: str, takes_option: bool = False,
-                      required_fields: tuple[str, ...] = ("answer",)
-                      ) -> Callable[[Verifier], Verifier]:
+def register_verifier(
+    name: str,
+    *,
+    kind: str,
+    takes_option: bool = False,
+    required_fields: tuple[str, ...] = ("answer",),
+) -> Callable[[Verifier], Verifier]:
   """Decorator registering a verifier under `name`, the spec's prefix.
 
   `takes_option`: the spec carries `:option` (e.g. a dataset name).
   `required_fields`: the string fields a record must hold for it.
   """
   if kind not in KINDS:
-    raise ValueError(f"register_verifier({name!r}): kind {kind!r} is not one of {KINDS}")
+    raise ValueError(
+        f"register_verifier({name!r}): kind {kind!r} is not one of {KINDS}"
+    )
 
   def decorator(fn: Verifier) -> Verifier:
     if name in _VERIFIERS:
@@ -80,7 +89,8 @@ def _split(spec: str) -> tuple[_Entry, str]:
   entry = _VERIFIERS.get(name)
   if entry is None:
     raise ValueError(
-        f"Unknown verifier {spec!r}; registered: {', '.join(registered_verifiers())}")
+        f"Unknown verifier {spec!r}; registered: {', '.join(registered_verifiers())}"
+    )
   if entry.takes_option and not option:
     raise ValueError(f"Verifier {spec!r} needs an option: '{name}:<name>'")
   if not entry.takes_option and option:
@@ -105,28 +115,40 @@ def resolve_spec(record: Mapping[str, Any], mode: str = "auto") -> str:
   if mode not in MODES:
     raise ValueError(f"rewards.verifier: {mode!r} is not one of {MODES}")
   if not isinstance(record, Mapping):
-    raise ValueError(f"A prompt record must be a dict, got {type(record).__name__}")
+    raise ValueError(
+        f"A prompt record must be a dict, got {type(record).__name__}"
+    )
   rid = record.get("id", "<no id>")
   if mode in ("math", "code"):
     spec = mode
   else:
     spec = record.get("verifier")
     if not isinstance(spec, str) or not spec:
-      raise ValueError(f"Record {rid!r} has no 'verifier' field (rewards.verifier={mode!r})")
+      raise ValueError(
+          f"Record {rid!r} has no 'verifier' field (rewards.verifier={mode!r})"
+      )
   entry, _ = _split(spec)
   if mode == "task" and entry.kind != "task":
     raise ValueError(
         f"Record {rid!r} has verifier {spec!r}, which is not a task scorer "
-        f"(rewards.verifier='task')")
+        f"(rewards.verifier='task')"
+    )
   for field in entry.required_fields:
     if not isinstance(record.get(field), str):
-      raise ValueError(f"Record {rid!r} needs a string {field!r} field for verifier {spec!r}")
+      raise ValueError(
+          f"Record {rid!r} needs a string {field!r} field for verifier {spec!r}"
+      )
   return spec
 
 
-def verify(completion: str, record: Mapping[str, Any], spec: str,
-           ctx: Optional[VerifyContext] = None, *,
-           strip_thinking: Collection[str] = KINDS) -> float:
+def verify(
+    completion: str,
+    record: Mapping[str, Any],
+    spec: str,
+    ctx: Optional[VerifyContext] = None,
+    *,
+    strip_thinking: Collection[str] = KINDS,
+) -> float:
   """Scores one completion in this process, in [0, 1] (no timeout).
 
   `strip_thinking`: the kinds that see only the answer region.

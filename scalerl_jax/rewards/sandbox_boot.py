@@ -13,16 +13,37 @@ import sys
 # Exit status of a program stopped by the hook.
 VIOLATION_EXIT_CODE = 113
 
-_BLOCKED_EVENTS = frozenset({
-    "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system",
-    "subprocess.Popen", "os.kill", "os.killpg", "resource.setrlimit", "resource.prlimit",
-})
+_BLOCKED_EVENTS = frozenset(
+    {
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "os.kill",
+        "os.killpg",
+        "resource.setrlimit",
+        "resource.prlimit",
+    }
+)
 _BLOCKED_PREFIXES = ("socket.", "ctypes.")
 # Path-changing events -> how many of their leading arguments are paths.
 _PATH_EVENTS = {
-    "os.chmod": 1, "os.chown": 1, "os.link": 2, "os.mkdir": 1, "os.remove": 1,
-    "os.removexattr": 1, "os.rename": 2, "os.rmdir": 1, "os.setxattr": 1,
-    "os.symlink": 2, "os.truncate": 1, "os.utime": 1, "shutil.rmtree": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.link": 2,
+    "os.mkdir": 1,
+    "os.remove": 1,
+    "os.removexattr": 1,
+    "os.rename": 2,
+    "os.rmdir": 1,
+    "os.setxattr": 1,
+    "os.symlink": 2,
+    "os.truncate": 1,
+    "os.utime": 1,
+    "shutil.rmtree": 1,
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -53,7 +74,7 @@ def make_hook(root):
       if isinstance(flags, int) and flags & _WRITE_FLAGS and not inside(path):
         _violation(f"writing {path!r}")
     elif event in _PATH_EVENTS:
-      for path in args[:_PATH_EVENTS[event]]:
+      for path in args[: _PATH_EVENTS[event]]:
         if not inside(path):
           _violation(f"{event} on {path!r}")
 

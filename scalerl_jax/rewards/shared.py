@@ -17,8 +17,14 @@ import numpy as np
 from scalerl_jax.rewards.pool import RewardPool
 
 # Stats summed over the processes' shares; slowest_s and wall_s: the maximum.
-_SUMMED = ("num_completions", "num_timeouts", "num_errors", "num_crashes", "num_invalid",
-           "num_worker_restarts")
+_SUMMED = (
+    "num_completions",
+    "num_timeouts",
+    "num_errors",
+    "num_crashes",
+    "num_invalid",
+    "num_worker_restarts",
+)
 _MAXED = ("slowest_s", "wall_s")
 
 
@@ -32,8 +38,9 @@ class SharedRewardPool:
   def __init__(self, pool: RewardPool):
     self.pool = pool
 
-  def score(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
-            ) -> tuple[np.ndarray, dict[str, float]]:
+  def score(
+      self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+  ) -> tuple[np.ndarray, dict[str, float]]:
     """`RewardPool.score` of all completions; the same on every process.
 
     Raises:
@@ -41,22 +48,30 @@ class SharedRewardPool:
     """
     return self.submit(completions, records).result()
 
-  def submit(self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
-             ) -> SharedScoring:
+  def submit(
+      self, completions: Sequence[Any], records: Sequence[Mapping[str, Any]]
+  ) -> SharedScoring:
     """Starts verifying this process's share; returns at once.
 
     Raises:
       ValueError: the lengths differ.
     """
     if len(completions) != len(records):
-      raise ValueError(f"score: {len(completions)} completions but {len(records)} records")
+      raise ValueError(
+          f"score: {len(completions)} completions but {len(records)} records"
+      )
     n, me = len(completions), jax.process_index()
     if not n:  # The same on every process: nothing to gather.
       return SharedScoring(0, 0, self.pool.submit(completions, records))
     share = -(-n // jax.process_count())
     lo, hi = min(me * share, n), min((me + 1) * share, n)
     return SharedScoring(
-        n, share, self.pool.submit(completions[lo:hi], records[lo:hi]) if hi > lo else None)
+        n,
+        share,
+        self.pool.submit(completions[lo:hi], records[lo:hi])
+        if hi > lo
+        else None,
+    )
 
   def close(self) -> None:
     """Closes this process's pool."""
@@ -94,10 +109,13 @@ class SharedScoring:
     try:
       if self._mine is not None:
         mine, stats = self._mine.result()
-        scores[:len(mine)] = mine
+        scores[: len(mine)] = mine
         timed = stats["num_completions"] - stats["num_invalid"]
-        info[:-1] = ([stats[k] for k in _SUMMED] + [stats[k] for k in _MAXED]
-                     + [stats["mean_s"] * timed, timed])
+        info[:-1] = (
+            [stats[k] for k in _SUMMED]
+            + [stats[k] for k in _MAXED]
+            + [stats["mean_s"] * timed, timed]
+        )
     except (ValueError, RuntimeError) as e:
       error, info[-1] = e, 1.0
     all_scores, all_info = multihost_utils.process_allgather((scores, info))
@@ -105,11 +123,18 @@ class SharedScoring:
       raise error
     failed = np.flatnonzero(all_info[:, -1])
     if failed.size:
-      raise RuntimeError(f"score: verifying failed on processes {failed.tolist()}; "
-                         "their logs name the cause")
+      raise RuntimeError(
+          f"score: verifying failed on processes {failed.tolist()}; "
+          "their logs name the cause"
+      )
     total = all_info.sum(axis=0)
     stats = {k: int(total[i]) for i, k in enumerate(_SUMMED)}
-    stats.update({k: float(all_info[:, len(_SUMMED) + i].max()) for i, k in enumerate(_MAXED)})
+    stats.update(
+        {
+            k: float(all_info[:, len(_SUMMED) + i].max())
+            for i, k in enumerate(_MAXED)
+        }
+    )
     timed = total[-2]
     stats["mean_s"] = float(total[-3] / timed) if timed else 0.0
-    return all_scores.reshape(-1)[:self._n], stats
+    return all_scores.reshape(-1)[: self._n], stats

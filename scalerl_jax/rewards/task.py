@@ -17,8 +17,12 @@ from scalerl_jax.rewards import registry
 
 
 @registry.register_verifier("builtin", kind="task")
-def verify_builtin(completion: str, record: Mapping[str, Any], ctx: registry.VerifyContext,
-                   option: str) -> float:
+def verify_builtin(
+    completion: str,
+    record: Mapping[str, Any],
+    ctx: registry.VerifyContext,
+    option: str,
+) -> float:
   """The built-in task's score of the completion against `record["answer"]`."""
   del ctx, option
   return score_builtin(completion, record["answer"])
@@ -31,14 +35,23 @@ def _score_answer_fn(name: str) -> Callable[..., float]:
   except ImportError as e:
     raise ImportError(
         "reasoning_gym verifiers need the reasoning-gym package: "
-        "pip install 'scalerl_jax[tasks]'") from e
+        "pip install 'scalerl_jax[tasks]'"
+    ) from e
   return factory.get_score_answer_fn(name)
 
 
-@registry.register_verifier("reasoning_gym", kind="task", takes_option=True,
-                            required_fields=("metadata",))
-def verify_reasoning_gym(completion: str, record: Mapping[str, Any],
-                         ctx: registry.VerifyContext, option: str) -> float:
+@registry.register_verifier(
+    "reasoning_gym",
+    kind="task",
+    takes_option=True,
+    required_fields=("metadata",),
+)
+def verify_reasoning_gym(
+    completion: str,
+    record: Mapping[str, Any],
+    ctx: registry.VerifyContext,
+    option: str,
+) -> float:
   """reasoning-gym's `score_answer` of dataset `option`, on the final answer."""
   del ctx
   answer = extract.extract_final_answer(completion)

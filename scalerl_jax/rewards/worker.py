@@ -36,6 +36,7 @@ _MAX_ERROR_CHARS = 500
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
   """What a worker needs from `config.rewards`."""
+
   timeout_s: float
   code_cpu_s: float
   code_memory_mb: int
@@ -68,8 +69,10 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
   if settings.memory_mb:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = settings.memory_mb << 20
-    resource.setrlimit(resource.RLIMIT_AS,
-                       (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    resource.setrlimit(
+        resource.RLIMIT_AS,
+        (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard),
+    )
   conn.send(("ready",))
   on_spawn = lambda pgid, tmpdir: conn.send(("spawned", pgid, tmpdir))
   on_reap = lambda pgid: conn.send(("reaped", pgid))
@@ -80,11 +83,16 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
       return
     ctx = registry.VerifyContext(
         deadline=time.monotonic() + _PROGRAM_WALL_FRACTION * settings.timeout_s,
-        code_cpu_s=settings.code_cpu_s, code_memory_mb=settings.code_memory_mb,
-        code_isolation=settings.code_isolation, on_spawn=on_spawn, on_reap=on_reap)
+        code_cpu_s=settings.code_cpu_s,
+        code_memory_mb=settings.code_memory_mb,
+        code_isolation=settings.code_isolation,
+        on_spawn=on_spawn,
+        on_reap=on_reap,
+    )
     try:
-      score = registry.verify(completion, record, spec, ctx,
-                              strip_thinking=settings.strip_thinking)
+      score = registry.verify(
+          completion, record, spec, ctx, strip_thinking=settings.strip_thinking
+      )
       error = ""
     except Exception as e:  # Any failure on any input scores 0 and is reported.
       score, error = 0.0, f"{type(e).__name__}: {e}"[:_MAX_ERROR_CHARS]

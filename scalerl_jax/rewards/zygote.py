@@ -46,7 +46,9 @@ def _kill(pid: int, children: set[int]) -> None:
     children.discard(pid)
 
 
-def _run_worker(conn: mp_connection.Connection, settings: worker.WorkerSettings) -> None:
+def _run_worker(
+    conn: mp_connection.Connection, settings: worker.WorkerSettings
+) -> None:
   """A forked child: serves, then exits without the parent's cleanup."""
   status = 0
   try:
@@ -88,7 +90,9 @@ def main(argv: list[str]) -> None:
       _kill(request[1], children)
       control.send(("killed", request[1]))
     else:
-      raise ValueError(f"Unknown request to the reward fork server: {request!r}")
+      raise ValueError(
+          f"Unknown request to the reward fork server: {request!r}"
+      )
   for pid in list(children):
     _kill(pid, children)
 

@@ -56,8 +56,9 @@ def group_ids(num_prompts: int, num_generations: int) -> jax.Array:
   return jnp.repeat(jnp.arange(num_prompts, dtype=jnp.int32), num_generations)
 
 
-def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter: bool
-                     ) -> tuple[jax.Array, jax.Array]:
+def group_advantages(
+    rewards_PxG: jax.Array, norm: str, *, zero_variance_filter: bool
+) -> tuple[jax.Array, jax.Array]:
   """(adv_PxG, zero_var_P): centred rewards over the std `norm` registers.
 
   Stds are population ones (ddof = 0, PAPER.md §2); a zero std never divides.
@@ -69,8 +70,11 @@ def group_advantages(rewards_PxG: jax.Array, norm: str, *, zero_variance_filter:
   # Exact equality rather than std == 0: a float mean of equal rewards need not
   # reproduce them bit for bit, so the centred values could be a tiny non-zero.
   zero_var_P = jnp.all(rewards_PxG == rewards_PxG[:, :1], axis=1)
-  adv_PxG = jnp.where(zero_var_P[:, None], 0.0,
-                      rewards_PxG - jnp.mean(rewards_PxG, axis=1, keepdims=True))
+  adv_PxG = jnp.where(
+      zero_var_P[:, None],
+      0.0,
+      rewards_PxG - jnp.mean(rewards_PxG, axis=1, keepdims=True),
+  )
   std = norm_fn(rewards_PxG, adv_PxG, zero_var_P, zero_variance_filter)
   if std is None:
     return adv_PxG, zero_var_P
@@ -82,6 +86,7 @@ def drop_groups(mask_BxS: jax.Array, drop_P: jax.Array) -> jax.Array:
   num_completions, num_groups = mask_BxS.shape[0], drop_P.shape[0]
   if num_completions % num_groups:
     raise ValueError(
-        f"mask_BxS has {num_completions} rows, not a multiple of the {num_groups} groups")
+        f"mask_BxS has {num_completions} rows, not a multiple of the {num_groups} groups"
+    )
   keep_B = ~jnp.repeat(drop_P, num_completions // num_groups)
   return jnp.where(keep_B[:, None], mask_BxS, jnp.zeros_like(mask_BxS))

@@ -21,6 +21,7 @@ import numpy as np
 @dataclasses.dataclass
 class Group:
   """The G completions of one prompt, scored (host numpy arrays)."""
+
   record: dict  # The prompt record (id, prompt, answer, source, verifier, ...).
   # Start order: groups are numbered 0, 1, ... as the sampler starts them.
   index: int
@@ -41,8 +42,18 @@ class Group:
   # bool [G]: the thinking-budget phrase was injected.
   interrupted_G: np.ndarray
 
-  _ARRAYS = ("tokens_GxS", "mask_GxS", "gen_logp_GxS", "version_GxS", "scores_G", "rewards_G",
-             "prompt_lens_G", "completion_lens_G", "truncated_G", "interrupted_G")
+  _ARRAYS = (
+      "tokens_GxS",
+      "mask_GxS",
+      "gen_logp_GxS",
+      "version_GxS",
+      "scores_G",
+      "rewards_G",
+      "prompt_lens_G",
+      "completion_lens_G",
+      "truncated_G",
+      "interrupted_G",
+  )
 
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (its staleness anchor)."""
@@ -101,19 +112,36 @@ class RolloutBuffer:
   def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(host arrays, JSON metadata) that `restore` reads back."""
     groups = list(self._groups.values())
-    arrays = {f"{i}/{name}": getattr(g, name) for i, g in enumerate(groups)
-              for name in Group._ARRAYS}
-    meta = {"records": [json.dumps(g.record) for g in groups],
-            "indices": [g.index for g in groups], "next": self._next,
-            "num_evicted": self.num_evicted}
+    arrays = {
+        f"{i}/{name}": getattr(g, name)
+        for i, g in enumerate(groups)
+        for name in Group._ARRAYS
+    }
+    meta = {
+        "records": [json.dumps(g.record) for g in groups],
+        "indices": [g.index for g in groups],
+        "next": self._next,
+        "num_evicted": self.num_evicted,
+    }
     return arrays, meta
 
-  def restore(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+  def restore(
+      self, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+  ) -> None:
     """Refills the buffer from `state()` output."""
     self._groups = {
-        index: Group(record=json.loads(record), index=index,
-                     **{name: np.asarray(arrays[f"{i}/{name}"]) for name in Group._ARRAYS})
-        for i, (record, index) in enumerate(zip(meta["records"], meta["indices"]))}
+        index: Group(
+            record=json.loads(record),
+            index=index,
+            **{
+                name: np.asarray(arrays[f"{i}/{name}"])
+                for name in Group._ARRAYS
+            },
+        )
+        for i, (record, index) in enumerate(
+            zip(meta["records"], meta["indices"])
+        )
+    }
     self._next = int(meta["next"])
     self.num_evicted = int(meta["num_evicted"])
 
@@ -123,13 +151,16 @@ def staleness_histogram(groups: Sequence[Group], version: int) -> np.ndarray:
   lags = [version - g.version_GxS[g.mask_GxS > 0] for g in groups]
   lags = np.concatenate(lags) if lags else np.zeros(0, np.int64)
   if lags.size and lags.min() < 0:
-    raise ValueError(f"a token of version {version - lags.min()} is newer than the trainer's "
-                     f"version {version}")
+    raise ValueError(
+        f"a token of version {version - lags.min()} is newer than the trainer's "
+        f"version {version}"
+    )
   return np.bincount(lags, minlength=1)
 
 
-def staleness_metrics(groups: Sequence[Group], version: int,
-                      max_off_policy: int) -> dict[str, float]:
+def staleness_metrics(
+    groups: Sequence[Group], version: int, max_off_policy: int
+) -> dict[str, float]:
   """`staleness/` lags of a batch's tokens trained at `version`, unclipped.
 
   hist_0..k count tokens by lag; lags over k (a scheduling fault) are counted
@@ -139,31 +170,41 @@ def staleness_metrics(groups: Sequence[Group], version: int,
   hist = staleness_histogram(groups, version)
   lags = np.arange(hist.size)
   tokens = max(int(hist.sum()), 1)
-  mixed = np.mean([np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS])
+  mixed = np.mean(
+      [np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS]
+  )
   counts = np.zeros(max_off_policy + 1, np.int64)
-  counts[:min(hist.size, max_off_policy + 1)] = hist[:max_off_policy + 1]
-  return {"staleness/mean": float((lags * hist).sum() / tokens),
-          "staleness/max": float(lags[hist > 0].max()) if hist.any() else 0.0,
-          "staleness/over_k": float(hist[max_off_policy + 1:].sum()),
-          "staleness/mixed_version_frac": float(mixed),
-          **{f"staleness/hist_{i}": float(c) for i, c in enumerate(counts)}}
+  counts[: min(hist.size, max_off_policy + 1)] = hist[: max_off_policy + 1]
+  return {
+      "staleness/mean": float((lags * hist).sum() / tokens),
+      "staleness/max": float(lags[hist > 0].max()) if hist.any() else 0.0,
+      "staleness/over_k": float(hist[max_off_policy + 1 :].sum()),
+      "staleness/mixed_version_frac": float(mixed),
+      **{f"staleness/hist_{i}": float(c) for i, c in enumerate(counts)},
+  }
 
 
-def batch_metrics(groups: Sequence[Group], version: int,
-                  max_off_policy: int) -> dict[str, float]:
+def batch_metrics(
+    groups: Sequence[Group], version: int, max_off_policy: int
+) -> dict[str, float]:
   """The `train/` rewards, lengths, truncations and staleness of a batch."""
   rewards = np.stack([g.rewards_G for g in groups])
   lengths = np.concatenate([g.completion_lens_G for g in groups])
   truncated = np.concatenate([g.truncated_G for g in groups])
   interrupted = np.concatenate([g.interrupted_G for g in groups])
-  return {"train/reward_mean": float(rewards.mean()),
-          "train/mean_length": float(lengths.mean()), "train/max_length": float(lengths.max()),
-          "train/truncation_rate": float(truncated.mean()),
-          "train/interruption_rate": float(interrupted.mean()),
-          **staleness_metrics(groups, version, max_off_policy)}
+  return {
+      "train/reward_mean": float(rewards.mean()),
+      "train/mean_length": float(lengths.mean()),
+      "train/max_length": float(lengths.max()),
+      "train/truncation_rate": float(truncated.mean()),
+      "train/interruption_rate": float(interrupted.mean()),
+      **staleness_metrics(groups, version, max_off_policy),
+  }
 
 
-def collate(groups: Sequence[Group], length_multiple: int = 32) -> dict[str, np.ndarray]:
+def collate(
+    groups: Sequence[Group], length_multiple: int = 32
+) -> dict[str, np.ndarray]:
   """Stacks P groups into the train step's prompt-major batch.
 
   Trailing padding that no row uses is cut, to a multiple of
@@ -173,8 +214,14 @@ def collate(groups: Sequence[Group], length_multiple: int = 32) -> dict[str, np.
   used = max(int((g.prompt_lens_G + g.completion_lens_G).max()) for g in groups)
   s = min(full, -(-used // length_multiple) * length_multiple)
   return {
-      "tokens_BxS": np.concatenate([g.tokens_GxS[:, :s] for g in groups]).astype(np.int32),
-      "mask_BxS": np.concatenate([g.mask_GxS[:, :s] for g in groups]).astype(np.float32),
-      "gen_logp_BxS": np.concatenate([g.gen_logp_GxS[:, :s] for g in groups]).astype(np.float32),
+      "tokens_BxS": np.concatenate(
+          [g.tokens_GxS[:, :s] for g in groups]
+      ).astype(np.int32),
+      "mask_BxS": np.concatenate([g.mask_GxS[:, :s] for g in groups]).astype(
+          np.float32
+      ),
+      "gen_logp_BxS": np.concatenate(
+          [g.gen_logp_GxS[:, :s] for g in groups]
+      ).astype(np.float32),
       "rewards_PxG": np.stack([g.rewards_G for g in groups]).astype(np.float32),
   }

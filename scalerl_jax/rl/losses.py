@@ -32,7 +32,9 @@ LOSSES: registry.Registry[LossFn] = registry.Registry("rl.loss")
 def _hparams(loss: LossFn) -> tuple[str, ...]:
   """A loss's keyword-only argument names: the `config.rl` fields it reads."""
   params = inspect.signature(loss).parameters.values()
-  return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
+  return tuple(
+      p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY
+  )
 
 
 def _token_mean(x_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
@@ -40,7 +42,9 @@ def _token_mean(x_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
   return total / jnp.maximum(jnp.sum(mask_BxS), 1)
 
 
-def _ratio_stats(ratio_BxS: jax.Array, mask_BxS: jax.Array, prefix: str = "") -> Metrics:
+def _ratio_stats(
+    ratio_BxS: jax.Array, mask_BxS: jax.Array, prefix: str = ""
+) -> Metrics:
   ratio_BxS = jax.lax.stop_gradient(ratio_BxS)
   return {
       f"{prefix}ratio_mean": _token_mean(ratio_BxS, mask_BxS),
@@ -49,13 +53,20 @@ def _ratio_stats(ratio_BxS: jax.Array, mask_BxS: jax.Array, prefix: str = "") ->
   }
 
 
-def _log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, mask_BxS: jax.Array) -> jax.Array:
+def _log_ratio(
+    logp_BxS: jax.Array, ref_logp_BxS: jax.Array, mask_BxS: jax.Array
+) -> jax.Array:
   # Padding may hold any log-prob (even -inf); its ratio is pinned to 1.
   return jnp.where(mask_BxS, logp_BxS - ref_logp_BxS, 0.0)
 
 
-def _ppo_clip(ratio_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
-              eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
+def _ppo_clip(
+    ratio_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[jax.Array, Metrics]:
   """min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A) per token."""
   adv_Bx1 = adv_B[:, None]
   clipped_BxS = jnp.clip(ratio_BxS, 1.0 - eps_low, 1.0 + eps_high)
@@ -70,31 +81,52 @@ def _ppo_clip(ratio_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
 
 
 @LOSSES.register("grpo")
-def grpo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
-         *, eps_clip: float) -> tuple[jax.Array, Metrics]:
+def grpo(
+    logp_BxS: jax.Array,
+    ref_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    *,
+    eps_clip: float,
+) -> tuple[jax.Array, Metrics]:
   """GRPO / PPO-clip: rho clipped to [1 - eps_clip, 1 + eps_clip]."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_clip, eps_clip)
 
 
 @LOSSES.register("dapo")
-def dapo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
-         *, eps_low: float, eps_high: float) -> tuple[jax.Array, Metrics]:
+def dapo(
+    logp_BxS: jax.Array,
+    ref_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    *,
+    eps_low: float,
+    eps_high: float,
+) -> tuple[jax.Array, Metrics]:
   """DAPO's clip-higher, rho in [1 - eps_low, 1 + eps_high] (rest: config)."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, eps_low, eps_high)
 
 
-def _sequence_log_ratio(logp_BxS: jax.Array, ref_logp_BxS: jax.Array,
-                        mask_BxS: jax.Array) -> jax.Array:
+def _sequence_log_ratio(
+    logp_BxS: jax.Array, ref_logp_BxS: jax.Array, mask_BxS: jax.Array
+) -> jax.Array:
   """log s_i: the mean of log rho over completion i's tokens (0 if none)."""
   total_B = jnp.sum(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS), axis=1)
   return total_B / jnp.maximum(jnp.sum(mask_BxS, axis=1), 1)
 
 
 @LOSSES.register("gspo")
-def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
-         *, gspo_eps_low: float, gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
+def gspo(
+    logp_BxS: jax.Array,
+    ref_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    *,
+    gspo_eps_low: float,
+    gspo_eps_high: float,
+) -> tuple[jax.Array, Metrics]:
   """GSPO: PPO-clip of s_i = exp(mean_t log rho_it), on each token of i."""
   seq_ratio_B = jnp.exp(_sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   ratio_BxS = jnp.broadcast_to(seq_ratio_B[:, None], mask_BxS.shape)
@@ -102,20 +134,33 @@ def gspo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_Bx
 
 
 @LOSSES.register("gspo_token")
-def gspo_token(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array,
-               mask_BxS: jax.Array, *, gspo_eps_low: float,
-               gspo_eps_high: float) -> tuple[jax.Array, Metrics]:
+def gspo_token(
+    logp_BxS: jax.Array,
+    ref_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    *,
+    gspo_eps_low: float,
+    gspo_eps_high: float,
+) -> tuple[jax.Array, Metrics]:
   """GSPO-token: ratio sg(s_i) pi / sg(pi); gspo's value, per-token grads."""
   seq_log_ratio_B = jax.lax.stop_gradient(
-      _sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
+      _sequence_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS)
+  )
   own_BxS = jnp.where(mask_BxS, logp_BxS - jax.lax.stop_gradient(logp_BxS), 0.0)
   ratio_BxS = jnp.exp(seq_log_ratio_B[:, None] + own_BxS)
   return _ppo_clip(ratio_BxS, adv_B, mask_BxS, gspo_eps_low, gspo_eps_high)
 
 
 @LOSSES.register("cispo")
-def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_BxS: jax.Array,
-          *, cispo_eps_max: float) -> tuple[jax.Array, Metrics]:
+def cispo(
+    logp_BxS: jax.Array,
+    ref_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    *,
+    cispo_eps_max: float,
+) -> tuple[jax.Array, Metrics]:
   """CISPO: sg(min(rho, eps_max)) A log pi; no token's gradient is clipped."""
   ratio_BxS = jnp.exp(_log_ratio(logp_BxS, ref_logp_BxS, mask_BxS))
   weight_BxS = jax.lax.stop_gradient(jnp.minimum(ratio_BxS, cispo_eps_max))
@@ -129,13 +174,16 @@ def cispo(logp_BxS: jax.Array, ref_logp_BxS: jax.Array, adv_B: jax.Array, mask_B
 
 class Counts(NamedTuple):
   """The denominators of the aggregations, counted over a whole batch."""
+
   tokens: jax.Array  # Unmasked tokens.
   samples: jax.Array  # Completions with at least one unmasked token.
   len_P: jax.Array  # [P] unmasked tokens of each prompt's completions.
   prompts: jax.Array  # Prompts with at least one unmasked token.
 
 
-def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Counts:
+def batch_counts(
+    mask_BxS: jax.Array, group_B: jax.Array, num_groups: int
+) -> Counts:
   """The denominators of `aggregate` on a batch's mask.
 
   Counted on the whole batch and handed to every microbatch's `aggregate`,
@@ -148,9 +196,12 @@ def batch_counts(mask_BxS: jax.Array, group_B: jax.Array, num_groups: int) -> Co
 
 # (sum_B of each completion's unmasked objective, mask_BxS, group_B,
 # num_groups, whole-batch counts) -> the scalar average.
-AggregationFn = Callable[[jax.Array, jax.Array, jax.Array, int, Counts], jax.Array]
+AggregationFn = Callable[
+    [jax.Array, jax.Array, jax.Array, int, Counts], jax.Array
+]
 AGGREGATIONS: registry.Registry[AggregationFn] = registry.Registry(
-    "rl.aggregation")
+    "rl.aggregation"
+)
 
 
 @AGGREGATIONS.register("token")
@@ -179,8 +230,14 @@ def _prompt_aggregation(sum_B, mask_BxS, group_B, num_groups, counts):
   return jnp.sum(mean_P) / jnp.maximum(counts.prompts, 1)
 
 
-def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
-              aggregation: str, counts: Optional[Counts] = None) -> jax.Array:
+def aggregate(
+    obj_BxS: jax.Array,
+    mask_BxS: jax.Array,
+    group_B: jax.Array,
+    num_groups: int,
+    aggregation: str,
+    counts: Optional[Counts] = None,
+) -> jax.Array:
   """The scalar average of `obj_BxS` by `aggregation` (PAPER.md §4).
 
   Completions and prompts without unmasked tokens are left out of the outer
@@ -198,6 +255,7 @@ def aggregate(obj_BxS: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_g
 @dataclasses.dataclass(frozen=True)
 class LossParams:
   """Static choice of loss, aggregation and hyperparameters (hashable)."""
+
   loss: str  # Registered loss name.
   aggregation: str  # A registered aggregation.
   hparams: tuple[tuple[str, float], ...]  # The loss's keyword arguments.
@@ -214,9 +272,16 @@ class LossParams:
     return cls(rl.loss, rl.aggregation, hparams, float(rl.tis_cap))
 
 
-def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Array,
-                 adv_B: jax.Array, mask_BxS: jax.Array, group_B: jax.Array, num_groups: int,
-                 counts: Optional[Counts] = None) -> tuple[jax.Array, Metrics]:
+def compute_loss(
+    params: LossParams,
+    logp_BxS: jax.Array,
+    gen_logp_BxS: jax.Array,
+    adv_B: jax.Array,
+    mask_BxS: jax.Array,
+    group_B: jax.Array,
+    num_groups: int,
+    counts: Optional[Counts] = None,
+) -> tuple[jax.Array, Metrics]:
   """(loss, metrics): -aggregate(objective of `params.loss`), to minimise.
 
   `gen_logp_BxS` are the generator's log-probs, which every ratio is taken
@@ -226,13 +291,20 @@ def compute_loss(params: LossParams, logp_BxS: jax.Array, gen_logp_BxS: jax.Arra
   """
   mask_BxS = mask_BxS.astype(bool)
   obj_BxS, metrics = LOSSES.get(params.loss)(
-      logp_BxS, gen_logp_BxS, adv_B, mask_BxS, **dict(params.hparams))
+      logp_BxS, gen_logp_BxS, adv_B, mask_BxS, **dict(params.hparams)
+  )
   if params.tis_cap > 0:
     log_ratio_BxS = _log_ratio(logp_BxS, gen_logp_BxS, mask_BxS)
-    factor_BxS = jnp.exp(jnp.minimum(0.0, jnp.log(params.tis_cap) - log_ratio_BxS))
+    factor_BxS = jnp.exp(
+        jnp.minimum(0.0, jnp.log(params.tis_cap) - log_ratio_BxS)
+    )
     obj_BxS = obj_BxS * jax.lax.stop_gradient(factor_BxS)
     tis_ratio_BxS = jnp.exp(log_ratio_BxS)
     metrics.update(_ratio_stats(tis_ratio_BxS, mask_BxS, prefix="tis_"))
-    metrics["tis_capped_frac"] = _token_mean(tis_ratio_BxS > params.tis_cap, mask_BxS)
-  loss = -aggregate(obj_BxS, mask_BxS, group_B, num_groups, params.aggregation, counts)
+    metrics["tis_capped_frac"] = _token_mean(
+        tis_ratio_BxS > params.tis_cap, mask_BxS
+    )
+  loss = -aggregate(
+      obj_BxS, mask_BxS, group_B, num_groups, params.aggregation, counts
+  )
   return loss, metrics

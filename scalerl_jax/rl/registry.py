@@ -20,11 +20,13 @@ class Registry(Generic[T]):
 
   def register(self, name: str) -> Callable[[T], T]:
     """Decorator adding an entry as `name`; returns the entry unchanged."""
+
     def add(entry: T) -> T:
       if name in self._entries:
         raise ValueError(f"{self.field}: {name!r} is already registered")
       self._entries[name] = entry
       return entry
+
     return add
 
   def unregister(self, name: str) -> None:

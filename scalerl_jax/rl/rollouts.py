@@ -27,14 +27,29 @@ from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling.sampler import Sampler
 
-_VERIFY_COUNTS = ("num_completions", "num_timeouts", "num_errors", "num_crashes", "num_invalid")
-_ROW_FIELDS = ("tokens", "logp", "version", "mask", "prompt_len", "seq_len", "truncated",
-               "interrupted")
+_VERIFY_COUNTS = (
+    "num_completions",
+    "num_timeouts",
+    "num_errors",
+    "num_crashes",
+    "num_invalid",
+)
+_ROW_FIELDS = (
+    "tokens",
+    "logp",
+    "version",
+    "mask",
+    "prompt_len",
+    "seq_len",
+    "truncated",
+    "interrupted",
+)
 
 
 @dataclasses.dataclass
 class _Call:
   """A decode call dispatched, not harvested; where the slots stood before."""
+
   params: Any
   version: int
   num_steps: int
@@ -43,45 +58,78 @@ class _Call:
   running_N: np.ndarray  # Whether the slot held a sequence still decoding.
 
 
-def completion_texts(tokens_FxS: np.ndarray, prompt_len_F: np.ndarray, seq_len_F: np.ndarray,
-                     tok: tokenizer_lib.Tokenizer) -> list[str]:
+def completion_texts(
+    tokens_FxS: np.ndarray,
+    prompt_len_F: np.ndarray,
+    seq_len_F: np.ndarray,
+    tok: tokenizer_lib.Tokenizer,
+) -> list[str]:
   """The text verifiers score of every row (`Tokenizer.completion_text`)."""
-  return [tok.completion_text(tokens_FxS[i, :int(p)], tokens_FxS[i, int(p):int(n)])
-          for i, (p, n) in enumerate(zip(prompt_len_F, seq_len_F))]
+  return [
+      tok.completion_text(
+          tokens_FxS[i, : int(p)], tokens_FxS[i, int(p) : int(n)]
+      )
+      for i, (p, n) in enumerate(zip(prompt_len_F, seq_len_F))
+  ]
 
 
-def to_rewards(scores: np.ndarray, correct: float, incorrect: float) -> np.ndarray:
+def to_rewards(
+    scores: np.ndarray, correct: float, incorrect: float
+) -> np.ndarray:
   """Verifier scores in [0, 1] -> rewards in [incorrect, correct]."""
-  return (incorrect + np.asarray(scores, np.float32) * (correct - incorrect)).astype(np.float32)
+  return (
+      incorrect + np.asarray(scores, np.float32) * (correct - incorrect)
+  ).astype(np.float32)
 
 
-def _unscored_group(key: int, record: dict, rows: dict[str, np.ndarray]) -> Group:
+def _unscored_group(
+    key: int, record: dict, rows: dict[str, np.ndarray]
+) -> Group:
   """The group of `rows` (stacked over G); scores, rewards NaN until known."""
   unscored_G = np.full(rows["tokens"].shape[0], np.nan, np.float32)
   return Group(
-      record=record, index=key, tokens_GxS=rows["tokens"].astype(np.int32),
-      mask_GxS=rows["mask"].astype(np.float32), gen_logp_GxS=rows["logp"].astype(np.float32),
+      record=record,
+      index=key,
+      tokens_GxS=rows["tokens"].astype(np.int32),
+      mask_GxS=rows["mask"].astype(np.float32),
+      gen_logp_GxS=rows["logp"].astype(np.float32),
       version_GxS=rows["version"].astype(np.int32),
-      scores_G=unscored_G, rewards_G=unscored_G.copy(),
+      scores_G=unscored_G,
+      rewards_G=unscored_G.copy(),
       prompt_lens_G=rows["prompt_len"].astype(np.int32),
       completion_lens_G=(rows["seq_len"] - rows["prompt_len"]).astype(np.int32),
-      truncated_G=rows["truncated"].astype(bool), interrupted_G=rows["interrupted"].astype(bool))
+      truncated_G=rows["truncated"].astype(bool),
+      interrupted_G=rows["interrupted"].astype(bool),
+  )
 
 
-def generate_phase(rollouts: "Rollouts", schedule: Any, buffer: Any, curriculum: Any,
-                   params: Any, version: int, overlap: bool) -> int:
+def generate_phase(
+    rollouts: "Rollouts",
+    schedule: Any,
+    buffer: Any,
+    curriculum: Any,
+    params: Any,
+    version: int,
+    overlap: bool,
+) -> int:
   """One train step's generation as `schedule` allows; the decode steps run.
 
   Finished groups enter `buffer` as harvested, and their scores update
   `curriculum` once in. With `overlap` (`rewards.overlap`) the next call is
   planned while the verifiers score, when it needs no new prompts.
   """
+
   def plan(decoded: int, pull: bool = True) -> Optional[int]:
     """Starts what is allowed; next call's steps (0: stop, None: must pull)."""
     backlog = rollouts.in_flight + len(buffer)
-    if rollouts.fill(params, schedule.max_starts(version, backlog), pull=pull) is None:
+    if (
+        rollouts.fill(params, schedule.max_starts(version, backlog), pull=pull)
+        is None
+    ):
       return None
-    return schedule.decode_steps(decoded, buffer.num_ready(version), rollouts.in_flight)
+    return schedule.decode_steps(
+        decoded, buffer.num_ready(version), rollouts.in_flight
+    )
 
   decoded, steps = 0, plan(0)
   while steps:
@@ -112,13 +160,28 @@ class Rollouts:
   prefill's key is fold_in(rng, counter).
   """
 
-  def __init__(self, sampler: Sampler, pool: Any, tok: tokenizer_lib.Tokenizer,
-               prompts: Iterator[pipeline_lib.PromptBatch], num_slots: int, generations: int,
-               reward_range: tuple[float, float], rng: jax.Array):
+  def __init__(
+      self,
+      sampler: Sampler,
+      pool: Any,
+      tok: tokenizer_lib.Tokenizer,
+      prompts: Iterator[pipeline_lib.PromptBatch],
+      num_slots: int,
+      generations: int,
+      reward_range: tuple[float, float],
+      rng: jax.Array,
+  ):
     if num_slots % generations:
-      raise ValueError(f"sampling.num_slots: {num_slots} is not a multiple of "
-                       f"data.generations_per_prompt={generations}")
-    self.sampler, self.pool, self.tok, self.prompts = sampler, pool, tok, prompts
+      raise ValueError(
+          f"sampling.num_slots: {num_slots} is not a multiple of "
+          f"data.generations_per_prompt={generations}"
+      )
+    self.sampler, self.pool, self.tok, self.prompts = (
+        sampler,
+        pool,
+        tok,
+        prompts,
+    )
     self.generations = generations
     self.reward_range = reward_range
     self._rng = rng
@@ -127,7 +190,9 @@ class Rollouts:
     self._queue: collections.deque = collections.deque()
     # group key -> record, for groups in flight
     self._records: dict[int, dict] = {}
-    self._partial: dict[int, list[dict[str, np.ndarray]]] = collections.defaultdict(list)
+    self._partial: dict[int, list[dict[str, np.ndarray]]] = (
+        collections.defaultdict(list)
+    )
     self._next_key = 0
     self._starts = 0
     # Dispatched by `step` for the next `step`.
@@ -145,11 +210,15 @@ class Rollouts:
   def _next_prompt(self) -> tuple[dict, np.ndarray]:
     if not self._queue:
       batch = next(self.prompts)  # StopIteration: every prompt is retired.
-      for record, ids, n in zip(batch.records, batch.tokens_PxL, batch.lengths_P):
+      for record, ids, n in zip(
+          batch.records, batch.tokens_PxL, batch.lengths_P
+      ):
         self._queue.append((dict(record), np.asarray(ids[:n], np.int32)))
     return self._queue.popleft()
 
-  def fill(self, params: Any, max_groups: int, pull: bool = True) -> Optional[int]:
+  def fill(
+      self, params: Any, max_groups: int, pull: bool = True
+  ) -> Optional[int]:
     """Starts up to `max_groups` prompts, G free slots each; the count started.
 
     With `pull` False it may not read the prompt pipeline (whose filter reads
@@ -171,21 +240,33 @@ class Rollouts:
     keys = np.zeros((n * self.generations,), np.int32)
     for j, (record, ids) in enumerate(started):
       rows = slice(j * self.generations, (j + 1) * self.generations)
-      tokens[rows, :len(ids)] = ids
+      tokens[rows, : len(ids)] = ids
       lens[rows] = len(ids)
       keys[rows] = self._next_key
       self._records[self._next_key] = record
       self._next_key += 1
     rng = jax.random.fold_in(self._rng, self._starts)
     self._starts += 1
-    self.slots = self.sampler.start(self.slots, params, free[:n * self.generations], tokens,
-                                    lens, rng, keys)
+    self.slots = self.sampler.start(
+        self.slots,
+        params,
+        free[: n * self.generations],
+        tokens,
+        lens,
+        rng,
+        keys,
+    )
     self.work["prompt_tokens"] += int(lens.sum())
     self.work["flops"] += compute.prefill_flops(self.sampler.model_cfg, lens)
     return n
 
-  def step(self, params: Any, version: int, num_steps: int,
-           on_harvest: Optional[Callable[[list[Group]], int]] = None) -> list[Group]:
+  def step(
+      self,
+      params: Any,
+      version: int,
+      num_steps: int,
+      on_harvest: Optional[Callable[[list[Group]], int]] = None,
+  ) -> list[Group]:
     """Advances every slot `num_steps` with `params` (tagged `version`).
 
     `on_harvest(groups)` is called with the finished groups before their
@@ -196,11 +277,15 @@ class Rollouts:
     """
     if self._call is None:
       self._dispatch(params, version, num_steps)
-    elif (self._call.params is not params or self._call.version != version
-          or self._call.num_steps != num_steps):
+    elif (
+        self._call.params is not params
+        or self._call.version != version
+        or self._call.num_steps != num_steps
+    ):
       raise ValueError(
           f"step: a call of {self._call.num_steps} steps at version {self._call.version} is "
-          f"in flight; asked for {num_steps} steps at version {version}")
+          f"in flight; asked for {num_steps} steps at version {version}"
+      )
     groups, scoring = self._harvest()
     next_steps = on_harvest(groups) if on_harvest is not None else 0
     if next_steps:
@@ -213,22 +298,31 @@ class Rollouts:
     """Dispatches a decode call (async.) and notes where the slots stand."""
     prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
-    self._call = _Call(params, version, num_steps, prompt_len_N, before_N, running_N)
+    self._call = _Call(
+        params, version, num_steps, prompt_len_N, before_N, running_N
+    )
 
   def _harvest(self) -> tuple[list[Group], Any]:
     """Counts the call's work, harvests it: (groups completed, scoring)."""
     call, self._call = self._call, None
     _, after_N, _ = self.sampler.progress(self.slots)
     running_N = call.running_N
-    self.work["tokens_generated"] += int((after_N - call.before_N)[running_N].sum())
+    self.work["tokens_generated"] += int(
+        (after_N - call.before_N)[running_N].sum()
+    )
     self.work["flops"] += compute.decode_flops(
-        self.sampler.model_cfg, call.prompt_len_N[running_N], call.before_N[running_N],
-        after_N[running_N])
+        self.sampler.model_cfg,
+        call.prompt_len_N[running_N],
+        call.before_N[running_N],
+        after_N[running_N],
+    )
     self.slots, done = self.sampler.harvest(self.slots)
     finished = []
     for i in range(done.tokens.shape[0]):
       key = int(done.meta[i, 0])
-      self._partial[key].append({f: np.asarray(getattr(done, f)[i]) for f in _ROW_FIELDS})
+      self._partial[key].append(
+          {f: np.asarray(getattr(done, f)[i]) for f in _ROW_FIELDS}
+      )
       if len(self._partial[key]) == self.generations:
         finished.append(key)
     return self._submit(finished)
@@ -239,23 +333,34 @@ class Rollouts:
       return [], None
     rows = [self._partial.pop(k) for k in keys]
     records = [self._records.pop(k) for k in keys]
-    stacked = [{f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS} for group in rows]
+    stacked = [
+        {f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS}
+        for group in rows
+    ]
     texts, row_records = [], []
     for group, record in zip(stacked, records):
-      texts += completion_texts(group["tokens"], group["prompt_len"], group["seq_len"], self.tok)
+      texts += completion_texts(
+          group["tokens"], group["prompt_len"], group["seq_len"], self.tok
+      )
       row_records += [record] * self.generations
     scoring = self.pool.submit(texts, row_records)
-    return [_unscored_group(*args) for args in zip(keys, records, stacked)], scoring
+    return [
+        _unscored_group(*args) for args in zip(keys, records, stacked)
+    ], scoring
 
   def _collect(self, groups: list[Group], scoring: Any) -> None:
     """Waits for the groups' scores and puts them in."""
     scores, stats = scoring.result()
     # Per-call counts only: the pool's num_worker_restarts is a running total.
     self.verify_stats.update({k: stats[k] for k in _VERIFY_COUNTS})
-    scores = np.asarray(scores, np.float32).reshape(len(groups), self.generations)
+    scores = np.asarray(scores, np.float32).reshape(
+        len(groups), self.generations
+    )
     for group, scores_G in zip(groups, scores):
       group.scores_G = scores_G
-      group.rewards_G = to_rewards(scores_G, self.reward_range[1], self.reward_range[0])
+      group.rewards_G = to_rewards(
+          scores_G, self.reward_range[1], self.reward_range[0]
+      )
 
   # Checkpointing: slot arrays go with the device state, the rest is host data.
 
@@ -266,8 +371,10 @@ class Rollouts:
       RuntimeError: a decode call dispatched ahead by `step` is not harvested.
     """
     if self._call is not None:
-      raise RuntimeError("Rollouts.state: a decode call dispatched ahead by `step` is still in "
-                         "flight; checkpoint after the `step` that harvests it")
+      raise RuntimeError(
+          "Rollouts.state: a decode call dispatched ahead by `step` is still in "
+          "flight; checkpoint after the `step` that harvests it"
+      )
     arrays = {}
     partial_meta = {}
     for key, rows in self._partial.items():
@@ -277,23 +384,33 @@ class Rollouts:
           arrays[f"partial/{key}/{j}/{f}"] = v
     for j, (_, ids) in enumerate(self._queue):
       arrays[f"queue/{j}"] = ids
-    meta = {"queue_records": [json.dumps(r) for r, _ in self._queue],
-            "records": {str(k): json.dumps(r) for k, r in self._records.items()},
-            "partial": partial_meta, "next_key": self._next_key, "starts": self._starts,
-            "verify_stats": dict(self.verify_stats), "work": dict(self.work)}
+    meta = {
+        "queue_records": [json.dumps(r) for r, _ in self._queue],
+        "records": {str(k): json.dumps(r) for k, r in self._records.items()},
+        "partial": partial_meta,
+        "next_key": self._next_key,
+        "starts": self._starts,
+        "verify_stats": dict(self.verify_stats),
+        "work": dict(self.work),
+    }
     return self.slots, arrays, meta
 
-  def restore(self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+  def restore(
+      self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+  ) -> None:
     """Inverse of `state`."""
     self.slots, self._call = slots, None
     self._queue = collections.deque(
         (json.loads(r), np.asarray(arrays[f"queue/{j}"]))
-        for j, r in enumerate(meta["queue_records"]))
+        for j, r in enumerate(meta["queue_records"])
+    )
     self._records = {int(k): json.loads(r) for k, r in meta["records"].items()}
     self._partial = collections.defaultdict(list)
     for key, n in meta["partial"].items():
-      self._partial[int(key)] = [{f: np.asarray(arrays[f"partial/{key}/{j}/{f}"])
-                                  for f in _ROW_FIELDS} for j in range(n)]
+      self._partial[int(key)] = [
+          {f: np.asarray(arrays[f"partial/{key}/{j}/{f}"]) for f in _ROW_FIELDS}
+          for j in range(n)
+      ]
     self._next_key = int(meta["next_key"])
     self._starts = int(meta["starts"])
     self.verify_stats = collections.Counter(meta["verify_stats"])

@@ -20,12 +20,14 @@ import ml_collections
 from scalerl_jax.rl import registry
 
 SCHEDULES: registry.Registry[type["Schedule"]] = registry.Registry(
-    "buffer.schedule")
+    "buffer.schedule"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule(abc.ABC):
   """What the generator may do, from counts (no arrays, no state)."""
+
   max_off_policy: int  # k.
   prompts_per_step: int  # P: groups the trainer takes per step.
   # Steps of one sampler call; weights change between calls only.
@@ -66,7 +68,9 @@ class PipelineRL(Schedule):
     if not in_flight:  # Held back with nothing running: the generator waits.
       return 0
     if decoded < self.decode_steps_per_train_step:
-      return min(self.decode_steps_per_call, self.decode_steps_per_train_step - decoded)
+      return min(
+          self.decode_steps_per_call, self.decode_steps_per_train_step - decoded
+      )
     return self.decode_steps_per_call if ready < self.prompts_per_step else 0
 
 
@@ -93,10 +97,14 @@ def make(config: ml_collections.ConfigDict) -> Schedule:
       max_off_policy=config.buffer.max_off_policy,
       prompts_per_step=config.data.prompts_per_step,
       decode_steps_per_call=config.sampling.decode_steps_per_call,
-      decode_steps_per_train_step=config.buffer.decode_steps_per_train_step)
+      decode_steps_per_train_step=config.buffer.decode_steps_per_train_step,
+  )
 
 
 def num_slots(config: ml_collections.ConfigDict) -> int:
   """Sampler slots: `sampling.num_slots`, or the schedule's default if 0."""
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
-  return config.sampling.num_slots or SCHEDULES.get(config.buffer.schedule).slot_batches * p * g
+  return (
+      config.sampling.num_slots
+      or SCHEDULES.get(config.buffer.schedule).slot_batches * p * g
+  )

@@ -31,6 +31,7 @@ from scalerl_jax.sampling import selection
 @flax.struct.dataclass
 class TrainState:
   """Everything the optimizer loop carries between steps (on the mesh)."""
+
   step: jax.Array  # int32 scalar: train steps taken (= policy version).
   params: Any
   opt_state: Any
@@ -39,6 +40,7 @@ class TrainState:
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
   """Static description of a train step (hashable)."""
+
   model: transformer.Transformer
   optimizer: optax.GradientTransformation
   loss: losses.LossParams
@@ -51,23 +53,36 @@ class StepSpec:
   logprob_chunk: int = 0  # C: positions per log-prob chunk; 0 = all at once.
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict,
-                  model: transformer.Transformer,
-                  optimizer: optax.GradientTransformation) -> "StepSpec":
+  def from_config(
+      cls,
+      config: ml_collections.ConfigDict,
+      model: transformer.Transformer,
+      optimizer: optax.GradientTransformation,
+  ) -> "StepSpec":
     """The step a run's config describes, for `model` and `optimizer`."""
     return cls(
-        model=model, optimizer=optimizer, loss=losses.LossParams.from_config(config.rl),
-        adv_norm=config.rl.adv_norm, zero_variance_filter=config.rl.zero_variance_filter,
+        model=model,
+        optimizer=optimizer,
+        loss=losses.LossParams.from_config(config.rl),
+        adv_norm=config.rl.adv_norm,
+        zero_variance_filter=config.rl.zero_variance_filter,
         num_prompts=config.data.prompts_per_step,
         num_generations=config.data.generations_per_prompt,
         temperature=selection.logprob_temperature(config.sampling.temperature),
-        microbatches=config.trainer.microbatches, logprob_chunk=config.trainer.logprob_chunk)
+        microbatches=config.trainer.microbatches,
+        logprob_chunk=config.trainer.logprob_chunk,
+    )
 
 
-def init_state(params: Any, optimizer: optax.GradientTransformation) -> TrainState:
+def init_state(
+    params: Any, optimizer: optax.GradientTransformation
+) -> TrainState:
   """A fresh TrainState at step 0."""
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                    opt_state=optimizer.init(params))
+  return TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=optimizer.init(params),
+  )
 
 
 def _masked_mean(x_BxT, mask_BxT):
@@ -83,12 +98,16 @@ def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
 
 def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
   """`_logprobs_and_entropy`, the logits `chunk` positions at a time."""
-  x_BxTxD = model.apply({"params": params}, tokens_BxS[:, :-1], return_hidden=True)
+  x_BxTxD = model.apply(
+      {"params": params}, tokens_BxS[:, :-1], return_hidden=True
+  )
   targets_BxT = tokens_BxS[:, 1:]
   (b, t, d), c = x_BxTxD.shape, min(chunk, tokens_BxS.shape[1] - 1)
   n = -(-t // c)
   pad = ((0, 0), (0, n * c - t))
-  x_JxBxCxD = jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
+  x_JxBxCxD = (
+      jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
+  )
   targets_JxBxC = jnp.pad(targets_BxT, pad).reshape(b, n, c).swapaxes(0, 1)
 
   # Rematerialised: the backward pass recomputes one chunk's logits at a time
@@ -99,26 +118,40 @@ def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
     return _logprobs_and_entropy(logits_BxCxV, targets_BxC, temperature)
 
   _, (logp_JxBxC, entropy_JxBxC) = jax.lax.scan(
-      lambda carry, xs: (carry, one_chunk(params, *xs)), None, (x_JxBxCxD, targets_JxBxC))
+      lambda carry, xs: (carry, one_chunk(params, *xs)),
+      None,
+      (x_JxBxCxD, targets_JxBxC),
+  )
   unchunk = lambda y_JxBxC: y_JxBxC.swapaxes(0, 1).reshape(b, n * c)[:, :t]
   return unchunk(logp_JxBxC), unchunk(entropy_JxBxC)
 
 
-def policy_logprobs(model: transformer.Transformer, params: Any, tokens_BxS: jax.Array,
-                    temperature: float, chunk: int = 0) -> tuple[jax.Array, jax.Array]:
+def policy_logprobs(
+    model: transformer.Transformer,
+    params: Any,
+    tokens_BxS: jax.Array,
+    temperature: float,
+    chunk: int = 0,
+) -> tuple[jax.Array, jax.Array]:
   """float32 (logp_BxS, entropy_BxS) of pi_train = softmax(logits / temp).
 
   Position 0 (no prefix) holds 0. `chunk` > 0 computes the logits that many
   positions at a time, with the same results.
   """
   if chunk:
-    logp_BxT, entropy_BxT = _chunked_logprobs(model, params, tokens_BxS, temperature, chunk)
+    logp_BxT, entropy_BxT = _chunked_logprobs(
+        model, params, tokens_BxS, temperature, chunk
+    )
   else:
     logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])
-    logp_BxT, entropy_BxT = _logprobs_and_entropy(logits_BxTxV, tokens_BxS[:, 1:], temperature)
+    logp_BxT, entropy_BxT = _logprobs_and_entropy(
+        logits_BxTxV, tokens_BxS[:, 1:], temperature
+    )
   pad = jnp.zeros((tokens_BxS.shape[0], 1), jnp.float32)
-  return (jnp.concatenate([pad, logp_BxT], axis=1),
-          jnp.concatenate([pad, entropy_BxT], axis=1))
+  return (
+      jnp.concatenate([pad, logp_BxT], axis=1),
+      jnp.concatenate([pad, entropy_BxT], axis=1),
+  )
 
 
 # Metrics that `_rows_loss` reports as its rows' share of a whole-batch mean
@@ -134,18 +167,33 @@ def _rows_loss(params, rows, counts, gen_tokens, spec):
   gen_mask_BxS (every generated token), adv_B, group_B. `counts` and
   `gen_tokens` are the whole batch's.
   """
-  logp_BxS, entropy_BxS = policy_logprobs(spec.model, params, rows["tokens_BxS"],
-                                          spec.temperature, spec.logprob_chunk)
+  logp_BxS, entropy_BxS = policy_logprobs(
+      spec.model,
+      params,
+      rows["tokens_BxS"],
+      spec.temperature,
+      spec.logprob_chunk,
+  )
   mask_BxS = rows["mask_BxS"]
   loss, metrics = losses.compute_loss(
-      spec.loss, logp_BxS, rows["gen_logp_BxS"], rows["adv_B"], mask_BxS, rows["group_B"],
-      spec.num_prompts, counts=counts)
+      spec.loss,
+      logp_BxS,
+      rows["gen_logp_BxS"],
+      rows["adv_B"],
+      mask_BxS,
+      rows["group_B"],
+      spec.num_prompts,
+      counts=counts,
+  )
   # Entropy over every generated token, the groups zero-variance filtering
   # dropped included: a collapse shows in the groups that no longer train.
-  metrics["entropy"] = jnp.sum(jax.lax.stop_gradient(entropy_BxS) * rows["gen_mask_BxS"]
-                               ) / gen_tokens
+  metrics["entropy"] = (
+      jnp.sum(jax.lax.stop_gradient(entropy_BxS) * rows["gen_mask_BxS"])
+      / gen_tokens
+  )
   metrics["train_gen_logp_abs_diff"] = _masked_mean(
-      jnp.abs(jax.lax.stop_gradient(logp_BxS) - rows["gen_logp_BxS"]), mask_BxS)
+      jnp.abs(jax.lax.stop_gradient(logp_BxS) - rows["gen_logp_BxS"]), mask_BxS
+  )
   return loss, metrics
 
 
@@ -177,49 +225,71 @@ def _accumulate(grad_fn, params, rows, m):
 
   def body(acc, mb):
     (loss, metrics), grads = grad_fn(params, mb)
-    acc = jax.tree_util.tree_map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
+    acc = jax.tree_util.tree_map(
+        lambda a, g: a + g.astype(jnp.float32), acc, grads
+    )
     return acc, (loss, metrics, jnp.sum(mb["mask_BxS"]))
 
-  zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  zeros = jax.tree_util.tree_map(
+      lambda p: jnp.zeros(p.shape, jnp.float32), params
+  )
   acc, (loss_M, metrics_M, tokens_M) = jax.lax.scan(
-      body, zeros, jax.tree_util.tree_map(split, rows))
+      body, zeros, jax.tree_util.tree_map(split, rows)
+  )
   grads = jax.tree_util.tree_map(lambda a, p: a.astype(p.dtype), acc, params)
   return jnp.sum(loss_M), _combine_metrics(metrics_M, tokens_M), grads
 
 
 def _tree_norm(tree):
-  return optax.global_norm(jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree))
+  return optax.global_norm(
+      jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree)
+  )
 
 
-def loss_and_grads(params: Any, batch: dict[str, jax.Array], spec: StepSpec
-                   ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+def loss_and_grads(
+    params: Any, batch: dict[str, jax.Array], spec: StepSpec
+) -> tuple[jax.Array, dict[str, jax.Array], Any]:
   """(loss, scalar metrics, gradient) of the whole batch, for any M."""
   p, g = spec.num_prompts, spec.num_generations
   mask_BxS = gen_mask_BxS = batch["mask_BxS"].astype(jnp.float32)
   adv_PxG, zero_var_P = advantages.group_advantages(
-      batch["rewards_PxG"], spec.adv_norm, zero_variance_filter=spec.zero_variance_filter)
+      batch["rewards_PxG"],
+      spec.adv_norm,
+      zero_variance_filter=spec.zero_variance_filter,
+  )
   if spec.zero_variance_filter:
     mask_BxS = advantages.drop_groups(mask_BxS, zero_var_P)
   group_B = advantages.group_ids(p, g)
-  rows = {"tokens_BxS": batch["tokens_BxS"], "gen_logp_BxS": batch["gen_logp_BxS"],
-          "mask_BxS": mask_BxS, "gen_mask_BxS": gen_mask_BxS, "adv_B": adv_PxG.reshape(p * g),
-          "group_B": group_B}
+  rows = {
+      "tokens_BxS": batch["tokens_BxS"],
+      "gen_logp_BxS": batch["gen_logp_BxS"],
+      "mask_BxS": mask_BxS,
+      "gen_mask_BxS": gen_mask_BxS,
+      "adv_B": adv_PxG.reshape(p * g),
+      "group_B": group_B,
+  }
   counts = losses.batch_counts(mask_BxS, group_B, p)
   gen_tokens = jnp.maximum(jnp.sum(gen_mask_BxS), 1.0)
   grad_fn = jax.value_and_grad(
-      functools.partial(_rows_loss, counts=counts, gen_tokens=gen_tokens, spec=spec),
-      has_aux=True)
+      functools.partial(
+          _rows_loss, counts=counts, gen_tokens=gen_tokens, spec=spec
+      ),
+      has_aux=True,
+  )
   if spec.microbatches == 1:
     (loss, metrics), grads = grad_fn(params, rows)
   else:
     loss, metrics, grads = _accumulate(grad_fn, params, rows, spec.microbatches)
-  metrics.update(zero_variance_frac=jnp.mean(zero_var_P.astype(jnp.float32)),
-                 loss_tokens=jnp.sum(mask_BxS))
+  metrics.update(
+      zero_variance_frac=jnp.mean(zero_var_P.astype(jnp.float32)),
+      loss_tokens=jnp.sum(mask_BxS),
+  )
   return loss, metrics, grads
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], *,
-               spec: StepSpec) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(
+    state: TrainState, batch: dict[str, jax.Array], *, spec: StepSpec
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on a batch of scored completions: (state, metrics).
 
   A non-finite loss or gradient (`nonfinite` = 1), or a batch without a loss
@@ -237,14 +307,24 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   # Zeroed gradients keep the optimizer arithmetic finite; the result is
   # discarded below anyway when the step is not applied.
   safe_grads = jax.tree_util.tree_map(lambda x: jnp.where(finite, x, 0), grads)
-  updates, opt_state = spec.optimizer.update(safe_grads, state.opt_state, state.params)
+  updates, opt_state = spec.optimizer.update(
+      safe_grads, state.opt_state, state.params
+  )
   params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(apply, a, b), new, old)
-  new_state = TrainState(step=state.step + 1, params=keep(params, state.params),
-                         opt_state=keep(opt_state, state.opt_state))
+  keep = lambda new, old: jax.tree_util.tree_map(
+      lambda a, b: jnp.where(apply, a, b), new, old
+  )
+  new_state = TrainState(
+      step=state.step + 1,
+      params=keep(params, state.params),
+      opt_state=keep(opt_state, state.opt_state),
+  )
   metrics.update(
-      loss=loss, l2_grads=grad_norm, l2_params=_tree_norm(new_state.params),
+      loss=loss,
+      l2_grads=grad_norm,
+      l2_params=_tree_norm(new_state.params),
       l2_updates=jnp.where(apply, _tree_norm(updates), 0.0),
       nonfinite=1.0 - finite.astype(jnp.float32),
-      no_signal=1.0 - signal.astype(jnp.float32))
+      no_signal=1.0 - signal.astype(jnp.float32),
+  )
   return new_state, metrics

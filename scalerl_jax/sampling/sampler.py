@@ -64,8 +64,13 @@ class PreparedParams:
 class Sampler:
   """Prefill + decode over a slot-major KV cache on the policy's mesh."""
 
-  def __init__(self, model_cfg: ModelConfig, settings: SamplingSettings, mesh: Mesh,
-               rules: sharding.Rules):
+  def __init__(
+      self,
+      model_cfg: ModelConfig,
+      settings: SamplingSettings,
+      mesh: Mesh,
+      rules: sharding.Rules,
+  ):
     """Raises ValueError for settings `model_cfg` (the trainer's) cannot run."""
     settings.validate(model_cfg)
     self.model_cfg = model_cfg
@@ -77,26 +82,55 @@ class Sampler:
     small = slots.replicated(mesh)
     bind = functools.partial
     self._prepare = jax.jit(bind(decode.prepare, model_cfg))
-    self._empty = jax.jit(bind(slots.empty_state, model_cfg, settings), static_argnums=(0, 1),
-                          out_shardings=state_sh)
-    self._start = jax.jit(bind(slots.start, model_cfg, settings), donate_argnums=0,
-                          out_shardings=state_sh, static_argnames="in_order")
-    self._advance = jax.jit(bind(slots.advance, model_cfg, settings), donate_argnums=0,
-                            out_shardings=state_sh, static_argnames="window")
-    self._take = jax.jit(slots.take, donate_argnums=0, out_shardings=(state_sh, small))
-    self._flags = jax.jit(lambda st: (st.active, st.done), out_shardings=(small, small))
+    self._empty = jax.jit(
+        bind(slots.empty_state, model_cfg, settings),
+        static_argnums=(0, 1),
+        out_shardings=state_sh,
+    )
+    self._start = jax.jit(
+        bind(slots.start, model_cfg, settings),
+        donate_argnums=0,
+        out_shardings=state_sh,
+        static_argnames="in_order",
+    )
+    self._advance = jax.jit(
+        bind(slots.advance, model_cfg, settings),
+        donate_argnums=0,
+        out_shardings=state_sh,
+        static_argnames="window",
+    )
+    self._take = jax.jit(
+        slots.take, donate_argnums=0, out_shardings=(state_sh, small)
+    )
+    self._flags = jax.jit(
+        lambda st: (st.active, st.done), out_shardings=(small, small)
+    )
     self._longest = jax.jit(slots.longest_running, out_shardings=small)
-    self._progress = jax.jit(lambda st: (st.prompt_len, st.length, st.active & ~st.done),
-                             out_shardings=(small, small, small))
+    self._progress = jax.jit(
+        lambda st: (st.prompt_len, st.length, st.active & ~st.done),
+        out_shardings=(small, small, small),
+    )
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict, mesh: Mesh, rules: sharding.Rules,
-                  *, eos_ids: Sequence[int], pad_id: int, think_close_id: Optional[int] = None,
-                  phrase_ids: Sequence[int] = ()) -> "Sampler":
+  def from_config(
+      cls,
+      config: ml_collections.ConfigDict,
+      mesh: Mesh,
+      rules: sharding.Rules,
+      *,
+      eos_ids: Sequence[int],
+      pad_id: int,
+      think_close_id: Optional[int] = None,
+      phrase_ids: Sequence[int] = (),
+  ) -> "Sampler":
     """A sampler for `config.model` and `config.sampling`."""
     settings = SamplingSettings.from_config(
-        config.sampling, eos_ids=eos_ids, pad_id=pad_id, think_close_id=think_close_id,
-        phrase_ids=phrase_ids)
+        config.sampling,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        think_close_id=think_close_id,
+        phrase_ids=phrase_ids,
+    )
     return cls(ModelConfig.from_config(config.model), settings, mesh, rules)
 
   def prepare(self, params: Any) -> PreparedParams:
@@ -116,24 +150,33 @@ class Sampler:
     `args` may be abstract (sharded ShapeDtypeStructs, e.g. `state_shape`);
     `start` takes the padded arguments of `slots.start`.
     """
-    fn = {"prepare": self._prepare, "start": self._start, "advance": self._advance}[program]
+    fn = {
+        "prepare": self._prepare,
+        "start": self._start,
+        "advance": self._advance,
+    }[program]
     with sharding.activate(self.mesh, self.rules):
       return fn.lower(*args, **static)
 
   def state_shape(self, num_slots: int, meta_width: int = 1) -> SlotState:
     """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
-    return sharding.abstract(jax.eval_shape(self._empty, num_slots, meta_width),
-                             slots.state_shardings(self.mesh, self.rules,
-                                                   self.model_cfg.num_layers))
+    return sharding.abstract(
+        jax.eval_shape(self._empty, num_slots, meta_width),
+        slots.state_shardings(self.mesh, self.rules, self.model_cfg.num_layers),
+    )
 
   def prepared_shape(self, params: Any) -> Any:
     """`prepare(params).weights` as sharded ShapeDtypeStructs (compiles it)."""
     compiled = self.lower("prepare", params).compile()
-    return sharding.abstract(jax.eval_shape(self._prepare, params), compiled.output_shardings)
+    return sharding.abstract(
+        jax.eval_shape(self._prepare, params), compiled.output_shardings
+    )
 
   # Slot interface.
 
-  def init_state(self, num_slots: Optional[int] = None, meta_width: int = 1) -> SlotState:
+  def init_state(
+      self, num_slots: Optional[int] = None, meta_width: int = 1
+  ) -> SlotState:
     """All N slots free, sharded over slots.
 
     `num_slots` (default `settings.num_slots`) must divide over the mesh's
@@ -141,11 +184,14 @@ class Sampler:
     """
     num_slots = num_slots or self.settings.num_slots
     if num_slots <= 0:
-      raise ValueError("sampling.num_slots: 0; pass num_slots to init_state or set the field")
+      raise ValueError(
+          "sampling.num_slots: 0; pass num_slots to init_state or set the field"
+      )
     if num_slots % self._divisor:
       raise ValueError(
           f"num_slots {num_slots} does not divide over the {self._divisor}-way batch sharding "
-          f"of the mesh; use a multiple of {self._divisor}")
+          f"of the mesh; use a multiple of {self._divisor}"
+      )
     if meta_width <= 0:
       raise ValueError(f"meta_width {meta_width} must be > 0")
     return self._call(self._empty, num_slots, meta_width)
@@ -155,13 +201,23 @@ class Sampler:
     active, _ = self._call(self._flags, state)
     return np.flatnonzero(~np.asarray(active)).astype(np.int32)
 
-  def progress(self, state: SlotState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  def progress(
+      self, state: SlotState
+  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host (prompt_len [N], length [N] (prompt + completion), running [N])."""
     prompt_len, length, running = self._call(self._progress, state)
     return np.asarray(prompt_len), np.asarray(length), np.asarray(running)
 
-  def start(self, state: SlotState, params: Any, slot_ids: Any, prompt_tokens: Any,
-            prompt_lens: Any, rng: jax.Array, meta: Any = None) -> SlotState:
+  def start(
+      self,
+      state: SlotState,
+      params: Any,
+      slot_ids: Any,
+      prompt_tokens: Any,
+      prompt_lens: Any,
+      rng: jax.Array,
+      meta: Any = None,
+  ) -> SlotState:
     """Prefills prompts into free slots; they decode from the next `advance`.
 
     Args:
@@ -178,30 +234,58 @@ class Sampler:
     b = len(lens_B)
     num_slots, width = state.meta.shape
     slot_ids_B = np.asarray(slot_ids)
-    if slot_ids_B.shape != (b,) or not np.issubdtype(slot_ids_B.dtype, np.integer):
-      raise ValueError(f"slot_ids: expected {b} ints, got shape {slot_ids_B.shape}")
+    if slot_ids_B.shape != (b,) or not np.issubdtype(
+        slot_ids_B.dtype, np.integer
+    ):
+      raise ValueError(
+          f"slot_ids: expected {b} ints, got shape {slot_ids_B.shape}"
+      )
     if np.any((slot_ids_B < 0) | (slot_ids_B >= num_slots)):
-      raise ValueError(f"slot_ids: {slot_ids_B.tolist()} must lie in [0, {num_slots})")
+      raise ValueError(
+          f"slot_ids: {slot_ids_B.tolist()} must lie in [0, {num_slots})"
+      )
     if len(np.unique(slot_ids_B)) != b:
       raise ValueError(f"slot_ids: {slot_ids_B.tolist()} contains duplicates")
     active, _ = self._call(self._flags, state)
     busy = slot_ids_B[np.asarray(active)[slot_ids_B]]
     if busy.size:
-      raise ValueError(f"slot_ids: slots {busy.tolist()} still hold sequences; harvest first")
+      raise ValueError(
+          f"slot_ids: slots {busy.tolist()} still hold sequences; harvest first"
+      )
     meta_BxW = self._check_meta(meta, b, width)
 
     n = min(_pow2_at_least(b), num_slots)
     pad = n - b
-    slot_ids_n = np.concatenate([slot_ids_B, np.full((pad,), num_slots)]).astype(np.int32)
-    prompts_nxL = np.pad(prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id)
+    slot_ids_n = np.concatenate(
+        [slot_ids_B, np.full((pad,), num_slots)]
+    ).astype(np.int32)
+    prompts_nxL = np.pad(
+        prompts_BxL, ((0, pad), (0, 0)), constant_values=self.settings.pad_id
+    )
     lens_n = np.concatenate([lens_B, np.ones((pad,), np.int32)])
     meta_nxW = np.pad(meta_BxW, ((0, pad), (0, 0)))
-    in_order = n == num_slots and bool(np.all((slot_ids_n == np.arange(n)) | (slot_ids_n >= n)))
-    return self._call(self._start, state, self.prepare(params).weights, slot_ids_n, prompts_nxL,
-                      lens_n, meta_nxW, _as_key(rng), in_order=in_order)
+    in_order = n == num_slots and bool(
+        np.all((slot_ids_n == np.arange(n)) | (slot_ids_n >= n))
+    )
+    return self._call(
+        self._start,
+        state,
+        self.prepare(params).weights,
+        slot_ids_n,
+        prompts_nxL,
+        lens_n,
+        meta_nxW,
+        _as_key(rng),
+        in_order=in_order,
+    )
 
-  def advance(self, state: SlotState, params: Any, version: int,
-              num_steps: Optional[int] = None) -> SlotState:
+  def advance(
+      self,
+      state: SlotState,
+      params: Any,
+      version: int,
+      num_steps: Optional[int] = None,
+  ) -> SlotState:
     """Decodes every running slot by up to `num_steps` tokens with `params`.
 
     `state` is donated. `params` (or `prepare(params)`), which may differ
@@ -209,7 +293,9 @@ class Sampler:
     `version`. `num_steps` defaults to `sampling.decode_steps_per_call`; the
     call stops early when no slot is running.
     """
-    num_steps = int(self.settings.decode_steps_per_call if num_steps is None else num_steps)
+    num_steps = int(
+        self.settings.decode_steps_per_call if num_steps is None else num_steps
+    )
     if num_steps <= 0:
       raise ValueError(f"num_steps {num_steps} must be > 0")
     window = 0
@@ -217,9 +303,17 @@ class Sampler:
       # Step j (from 0) processes the token at position
       # length - 1 <= longest - 1 + j.
       longest = int(self._call(self._longest, state))
-      window = next((w for w in self._windows() if longest + num_steps - 1 <= w), 0)
-    return self._call(self._advance, state, self.prepare(params).weights, np.int32(version),
-                      np.int32(num_steps), window=window)
+      window = next(
+          (w for w in self._windows() if longest + num_steps - 1 <= w), 0
+      )
+    return self._call(
+        self._advance,
+        state,
+        self.prepare(params).weights,
+        np.int32(version),
+        np.int32(num_steps),
+        window=window,
+    )
 
   def harvest(self, state: SlotState) -> tuple[SlotState, Completions]:
     """Takes every finished sequence out of its slot (`state` donated).
@@ -228,27 +322,42 @@ class Sampler:
     order; the slots in `Completions.slot` are free again.
     """
     active, done = self._call(self._flags, state)
-    rows_F = np.flatnonzero(np.asarray(active) & np.asarray(done)).astype(np.int32)
+    rows_F = np.flatnonzero(np.asarray(active) & np.asarray(done)).astype(
+        np.int32
+    )
     num_slots = state.meta.shape[0]
     f = len(rows_F)
     bucket = min(_pow2_at_least(max(f, 1)), num_slots)
-    rows_f = np.concatenate([rows_F, np.full((bucket - f,), num_slots, np.int32)])
+    rows_f = np.concatenate(
+        [rows_F, np.full((bucket - f,), num_slots, np.int32)]
+    )
     state, out = self._call(self._take, state, rows_f)
     return state, jax.tree.map(lambda x: np.asarray(x)[:f], out)
 
   # Whole batch.
 
-  def generate(self, params: Any, prompt_tokens: Any, prompt_lens: Any, rng: jax.Array,
-               version: int = 0, meta: Any = None) -> Completions:
+  def generate(
+      self,
+      params: Any,
+      prompt_tokens: Any,
+      prompt_lens: Any,
+      rng: jax.Array,
+      version: int = 0,
+      meta: Any = None,
+  ) -> Completions:
     """Completions of B prompts in input order; args as for start/advance."""
     _, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
     meta_shape = () if meta is None else np.asarray(meta).shape
-    meta_BxW = self._check_meta(meta, b, meta_shape[1] if len(meta_shape) == 2 else 1)
+    meta_BxW = self._check_meta(
+        meta, b, meta_shape[1] if len(meta_shape) == 2 else 1
+    )
     num_slots = generate_slots(b, self._divisor)
     params = self.prepare(params)
     state = self.init_state(num_slots, meta_BxW.shape[1])
-    state = self.start(state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxW)
+    state = self.start(
+        state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxW
+    )
     # Before step j (from 0) no row is longer than the longest prompt + j, so
     # the early steps run in shorter attention windows. No row exceeds
     # max_new_tokens, so the calls finish them all; prompt i ran in slot i
@@ -257,12 +366,24 @@ class Sampler:
     for window in self._windows():
       steps = min(window - longest - done + 1, total - done)
       if steps > 0:
-        state = self._call(self._advance, state, params.weights, np.int32(version),
-                           np.int32(steps), window=window)
+        state = self._call(
+            self._advance,
+            state,
+            params.weights,
+            np.int32(version),
+            np.int32(steps),
+            window=window,
+        )
         done += steps
     if done < total:
-      state = self._call(self._advance, state, params.weights, np.int32(version),
-                         np.int32(total - done), window=0)
+      state = self._call(
+          self._advance,
+          state,
+          params.weights,
+          np.int32(version),
+          np.int32(total - done),
+          window=0,
+      )
     return self.harvest(state)[1]
 
   def _windows(self) -> list[int]:
@@ -279,28 +400,38 @@ class Sampler:
 
   # Host-side validation.
 
-  def _check_prompts(self, prompt_tokens: Any, prompt_lens: Any) -> tuple[np.ndarray, np.ndarray]:
+  def _check_prompts(
+      self, prompt_tokens: Any, prompt_lens: Any
+  ) -> tuple[np.ndarray, np.ndarray]:
     """Prompts cut or padded to a length bucket, and lengths [B]."""
     prompts = np.asarray(prompt_tokens)
     lens = np.asarray(prompt_lens)
     if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
       raise ValueError(
           f"prompt_tokens: expected a [batch, length] int array, got shape {prompts.shape} "
-          f"dtype {prompts.dtype}")
+          f"dtype {prompts.dtype}"
+      )
     b, width = prompts.shape
     if b == 0:
       raise ValueError("prompt_tokens: empty batch")
     if lens.shape != (b,) or not np.issubdtype(lens.dtype, np.integer):
-      raise ValueError(f"prompt_lens: expected {b} ints, got shape {lens.shape}")
+      raise ValueError(
+          f"prompt_lens: expected {b} ints, got shape {lens.shape}"
+      )
     budget = self.settings.max_prompt_len
     for i, n in enumerate(lens.tolist()):
       if n < 1:
-        raise ValueError(f"prompt {i}: length {n}; prompts need at least one token")
+        raise ValueError(
+            f"prompt {i}: length {n}; prompts need at least one token"
+        )
       if n > budget:
         raise ValueError(
-            f"prompt {i}: {n} tokens exceed the prompt budget sampling.max_prompt_len {budget}")
+            f"prompt {i}: {n} tokens exceed the prompt budget sampling.max_prompt_len {budget}"
+        )
       if n > width:
-        raise ValueError(f"prompt {i}: length {n} exceeds the prompt_tokens width {width}")
+        raise ValueError(
+            f"prompt {i}: length {n} exceeds the prompt_tokens width {width}"
+        )
     vocab = self.model_cfg.vocab_size
     inside = np.arange(width)[None, :] < lens[:, None]
     bad = inside & ((prompts < 0) | (prompts >= vocab))
@@ -308,11 +439,16 @@ class Sampler:
       i, j = np.argwhere(bad)[0]
       raise ValueError(
           f"prompt {i}: token id {prompts[i, j]} at position {j} is outside the vocabulary "
-          f"[0, {vocab})")
+          f"[0, {vocab})"
+      )
     p = min(max(_pow2_at_least(int(lens.max())), _MIN_PROMPT_BUCKET), budget)
     prompts = prompts[:, :p]
     if prompts.shape[1] < p:
-      prompts = np.pad(prompts, ((0, 0), (0, p - width)), constant_values=self.settings.pad_id)
+      prompts = np.pad(
+          prompts,
+          ((0, 0), (0, p - width)),
+          constant_values=self.settings.pad_id,
+      )
     return prompts.astype(np.int32), lens.astype(np.int32)
 
   @staticmethod
@@ -323,5 +459,7 @@ class Sampler:
     if meta.ndim == 1 and width == 1:
       meta = meta[:, None]
     if meta.shape != (b, width) or not np.issubdtype(meta.dtype, np.integer):
-      raise ValueError(f"meta: expected a [{b}, {width}] int array, got shape {meta.shape}")
+      raise ValueError(
+          f"meta: expected a [{b}, {width}] int array, got shape {meta.shape}"
+      )
     return meta.astype(np.int32)

@@ -50,7 +50,9 @@ def _draw(weights_NxX: jax.Array, uniform_N: jax.Array) -> jax.Array:
     cdf_NxX = jnp.cumsum(weights_NxX, axis=-1)
     return _invert(cdf_NxX, uniform_N * cdf_NxX[:, -1]).astype(jnp.int32)
   blocks = -(-x // _BLOCK)
-  w_NxJxA = jnp.pad(weights_NxX, ((0, 0), (0, blocks * _BLOCK - x))).reshape(n, blocks, _BLOCK)
+  w_NxJxA = jnp.pad(weights_NxX, ((0, 0), (0, blocks * _BLOCK - x))).reshape(
+      n, blocks, _BLOCK
+  )
   cdf_NxJ = jnp.cumsum(jnp.sum(w_NxJxA, axis=-1), axis=-1)
   target_N = uniform_N * cdf_NxJ[:, -1]
   block_N = _invert(cdf_NxJ, target_N)  # Its weight is > 0, as above.
@@ -67,6 +69,7 @@ def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
 
   Bisects the int32 bit patterns, which order like non-negative floats.
   """
+
   def as_float(bits_N):
     return jax.lax.bitcast_convert_type(bits_N, jnp.float32)
 
@@ -74,7 +77,9 @@ def _nucleus_threshold(probs_NxV: jax.Array, top_p: float) -> jax.Array:
     lo_N, hi_N = bounds  # Invariant: lo is a valid threshold, hi is not.
     mid_N = lo_N + (hi_N - lo_N) // 2
     t_N = as_float(mid_N)
-    mass_N = jnp.sum(jnp.where(probs_NxV >= t_N[:, None], probs_NxV, 0.0), axis=-1)
+    mass_N = jnp.sum(
+        jnp.where(probs_NxV >= t_N[:, None], probs_NxV, 0.0), axis=-1
+    )
     ok_N = mass_N >= top_p
     return jnp.where(ok_N, mid_N, lo_N), jnp.where(ok_N, hi_N, mid_N)
 
@@ -89,8 +94,13 @@ def logprob_temperature(temperature: float) -> float:
   return temperature if temperature > 0 else 1.0
 
 
-def select_tokens(logits_NxV: jax.Array, uniform_N: jax.Array, temperature: float,
-                  top_k: int, top_p: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+def select_tokens(
+    logits_NxV: jax.Array,
+    uniform_N: jax.Array,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Chooses one token per row from logits of any float dtype (in float32).
 
   `uniform_N` in [0, 1) decides each row's draw: the token whose interval of
@@ -115,7 +125,10 @@ def select_tokens(logits_NxV: jax.Array, uniform_N: jax.Array, temperature: floa
       # log softmax at the token from the draw's own max and exponentials: the
       # same operations as `token_logprobs`, without a second pass over V.
       logz_N = jnp.log(jnp.sum(weights_NxV, axis=-1)) + max_Nx1[:, 0]
-      logp_N = jnp.take_along_axis(scaled_NxV, tokens_N[:, None], axis=-1)[:, 0] - logz_N
+      logp_N = (
+          jnp.take_along_axis(scaled_NxV, tokens_N[:, None], axis=-1)[:, 0]
+          - logz_N
+      )
       return tokens_N, logp_N, logp_N
     probs_NxV = weights_NxV / jnp.sum(weights_NxV, axis=-1, keepdims=True)
     keep_NxV = probs_NxV >= _nucleus_threshold(probs_NxV, top_p)[:, None]
@@ -128,10 +141,16 @@ def select_tokens(logits_NxV: jax.Array, uniform_N: jax.Array, temperature: floa
     probs_NxC = jax.nn.softmax(candidates_NxC, axis=-1)
     mass_before_NxC = jnp.cumsum(probs_NxC, axis=-1) - probs_NxC
     # The most likely candidate always survives (its mass_before is 0).
-    candidates_NxC = jnp.where(mass_before_NxC < top_p, candidates_NxC, -jnp.inf)
+    candidates_NxC = jnp.where(
+        mass_before_NxC < top_p, candidates_NxC, -jnp.inf
+    )
   # (A max, not a slice of the first column: XLA keeps its fast TopK kernel
   # only while every use of the sorted values is the k-slice itself.)
-  choice_N = _draw(jnp.exp(candidates_NxC - jnp.max(candidates_NxC, axis=-1, keepdims=True)),
-                   uniform_N)
-  tokens_N = jnp.take_along_axis(index_NxC, choice_N[:, None], axis=-1)[:, 0].astype(jnp.int32)
+  choice_N = _draw(
+      jnp.exp(candidates_NxC - jnp.max(candidates_NxC, axis=-1, keepdims=True)),
+      uniform_N,
+  )
+  tokens_N = jnp.take_along_axis(index_NxC, choice_N[:, None], axis=-1)[
+      :, 0
+  ].astype(jnp.int32)
   return tokens_N, _pick(scaled_NxV, tokens_N), _pick(candidates_NxC, choice_N)

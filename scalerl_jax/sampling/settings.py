@@ -17,6 +17,7 @@ from scalerl_jax.sampling.interruptions import InterruptionSettings
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
   """Everything that shapes the compiled sampler."""
+
   temperature: float = 1.0  # 0 = greedy.
   top_k: int = 0  # 0 disables.
   top_p: float = 1.0  # 1.0 disables.
@@ -32,9 +33,15 @@ class SamplingSettings:
   interruption: InterruptionSettings = InterruptionSettings()
 
   @classmethod
-  def from_config(cls, s: Any, *, eos_ids: Sequence[int], pad_id: int,
-                  think_close_id: Optional[int] = None,
-                  phrase_ids: Sequence[int] = ()) -> "SamplingSettings":
+  def from_config(
+      cls,
+      s: Any,
+      *,
+      eos_ids: Sequence[int],
+      pad_id: int,
+      think_close_id: Optional[int] = None,
+      phrase_ids: Sequence[int] = (),
+  ) -> "SamplingSettings":
     """From `config.sampling` (`s`) and the tokenizer's ids.
 
     `eos_ids` are all the ids that end a sequence (stop tokens too);
@@ -42,13 +49,20 @@ class SamplingSettings:
     needed for interruptions.
     """
     return cls(
-        temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p),
-        max_prompt_len=int(s.max_prompt_len), max_new_tokens=int(s.max_new_tokens),
-        num_slots=int(s.num_slots), decode_steps_per_call=int(s.decode_steps_per_call),
-        eos_ids=tuple(int(t) for t in eos_ids), pad_id=int(pad_id),
+        temperature=float(s.temperature),
+        top_k=int(s.top_k),
+        top_p=float(s.top_p),
+        max_prompt_len=int(s.max_prompt_len),
+        max_new_tokens=int(s.max_new_tokens),
+        num_slots=int(s.num_slots),
+        decode_steps_per_call=int(s.decode_steps_per_call),
+        eos_ids=tuple(int(t) for t in eos_ids),
+        pad_id=int(pad_id),
         kv_cache_dtype=str(s.kv_cache_dtype),
         interruption=InterruptionSettings.from_config(
-            s.interruption, tuple(phrase_ids), think_close_id))
+            s.interruption, tuple(phrase_ids), think_close_id
+        ),
+    )
 
   @property
   def cache_len(self) -> int:
@@ -61,24 +75,31 @@ class SamplingSettings:
     if self.temperature < 0:
       raise ValueError(f"sampling.temperature: {self.temperature} must be >= 0")
     if not 0 <= self.top_k <= vocab:
-      raise ValueError(f"sampling.top_k: {self.top_k} must be in [0, vocab_size={vocab}]")
+      raise ValueError(
+          f"sampling.top_k: {self.top_k} must be in [0, vocab_size={vocab}]"
+      )
     if not 0 < self.top_p <= 1:
       raise ValueError(f"sampling.top_p: {self.top_p} must be in (0, 1]")
     if self.max_prompt_len <= 0 or self.max_new_tokens <= 0:
       raise ValueError(
           f"sampling.max_prompt_len / max_new_tokens: {self.max_prompt_len} / "
-          f"{self.max_new_tokens} must both be > 0")
+          f"{self.max_new_tokens} must both be > 0"
+      )
     if self.cache_len > model_cfg.max_seq_len:
       raise ValueError(
           f"sampling.max_new_tokens: max_prompt_len {self.max_prompt_len} + max_new_tokens "
           f"{self.max_new_tokens} = {self.cache_len} exceeds the KV cache limit "
-          f"model.max_seq_len {model_cfg.max_seq_len}")
+          f"model.max_seq_len {model_cfg.max_seq_len}"
+      )
     if self.num_slots < 0:
       raise ValueError(f"sampling.num_slots: {self.num_slots} must be >= 0")
     if self.decode_steps_per_call <= 0:
       raise ValueError(
-          f"sampling.decode_steps_per_call: {self.decode_steps_per_call} must be > 0")
+          f"sampling.decode_steps_per_call: {self.decode_steps_per_call} must be > 0"
+      )
     bad = [t for t in self.eos_ids + (self.pad_id,) if not 0 <= t < vocab]
     if bad:
-      raise ValueError(f"sampler eos/pad ids {bad} are outside the vocabulary [0, {vocab})")
+      raise ValueError(
+          f"sampler eos/pad ids {bad} are outside the vocabulary [0, {vocab})"
+      )
     self.interruption.validate(self.max_new_tokens, vocab)

@@ -37,6 +37,7 @@ NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
 @flax.struct.dataclass
 class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
+
   # {"k": layers x [N, K, E, S], "v": layers x [N, K, S, E]}
   cache: decode.Cache
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
@@ -63,6 +64,7 @@ class SlotState:
 @flax.struct.dataclass
 class Completions:
   """Finished sequences, one row each, in the trainer's layout."""
+
   tokens: jax.Array  # [F, S] int32
   # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
   logp: jax.Array
@@ -80,7 +82,9 @@ class Completions:
   slot: jax.Array  # [F] int32 the slot it ran in (now free).
 
 
-def state_shardings(mesh: Mesh, rules: sharding.Rules, num_layers: int) -> SlotState:
+def state_shardings(
+    mesh: Mesh, rules: sharding.Rules, num_layers: int
+) -> SlotState:
   """`SlotState`'s shardings: slots over the batch axes, the rest replicated."""
   rows = sharding.named_sharding(mesh, rules, ("act_batch",))
   rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
@@ -89,11 +93,25 @@ def state_shardings(mesh: Mesh, rules: sharding.Rules, num_layers: int) -> SlotS
   values = sharding.named_sharding(mesh, rules, decode.VALUE_AXES)
   layers = range(num_layers)
   return SlotState(
-      cache={"k": tuple(keys for _ in layers), "v": tuple(values for _ in layers)},
-      tokens=rows_pos, logp=rows_pos, logp_sampling=rows_pos, version=rows_pos, mask=rows_pos,
-      prompt_len=rows, length=rows, limit=rows, active=rows, done=rows, truncated=rows,
+      cache={
+          "k": tuple(keys for _ in layers),
+          "v": tuple(values for _ in layers),
+      },
+      tokens=rows_pos,
+      logp=rows_pos,
+      logp_sampling=rows_pos,
+      version=rows_pos,
+      mask=rows_pos,
+      prompt_len=rows,
+      length=rows,
+      limit=rows,
+      active=rows,
+      done=rows,
+      truncated=rows,
       uniform=rows_pos,
-      meta=rows_meta, interruption=interruptions.InterruptionState(rows, rows, rows, rows))
+      meta=rows_meta,
+      interruption=interruptions.InterruptionState(rows, rows, rows, rows),
+  )
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -101,26 +119,45 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def empty_state(model_cfg: ModelConfig, settings: SamplingSettings, num_slots: int,
-                meta_width: int) -> SlotState:
+def empty_state(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    num_slots: int,
+    meta_width: int,
+) -> SlotState:
   n, s = num_slots, settings.cache_len
   rows_pos = (n, s)
   return SlotState(
       cache=decode.init_cache(model_cfg, n, s, DTYPES[settings.kv_cache_dtype]),
       tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
-      logp=jnp.zeros(rows_pos, jnp.float32), logp_sampling=jnp.zeros(rows_pos, jnp.float32),
-      version=jnp.full(rows_pos, NO_VERSION, jnp.int32), mask=jnp.zeros(rows_pos, bool),
-      prompt_len=jnp.zeros((n,), jnp.int32), length=jnp.zeros((n,), jnp.int32),
-      limit=jnp.zeros((n,), jnp.int32), active=jnp.zeros((n,), bool),
-      done=jnp.zeros((n,), bool), truncated=jnp.zeros((n,), bool),
+      logp=jnp.zeros(rows_pos, jnp.float32),
+      logp_sampling=jnp.zeros(rows_pos, jnp.float32),
+      version=jnp.full(rows_pos, NO_VERSION, jnp.int32),
+      mask=jnp.zeros(rows_pos, bool),
+      prompt_len=jnp.zeros((n,), jnp.int32),
+      length=jnp.zeros((n,), jnp.int32),
+      limit=jnp.zeros((n,), jnp.int32),
+      active=jnp.zeros((n,), bool),
+      done=jnp.zeros((n,), bool),
+      truncated=jnp.zeros((n,), bool),
       uniform=jnp.zeros(rows_pos, jnp.float32),
       meta=jnp.zeros((n, meta_width), jnp.int32),
-      interruption=interruptions.empty(n))
+      interruption=interruptions.empty(n),
+  )
 
 
-def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, weights: Any,
-          slot_ids_n: jax.Array, prompts_nxL: jax.Array, prompt_lens_n: jax.Array,
-          meta_nxW: jax.Array, rng: jax.Array, in_order: bool = False) -> SlotState:
+def start(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    state: SlotState,
+    weights: Any,
+    slot_ids_n: jax.Array,
+    prompts_nxL: jax.Array,
+    prompt_lens_n: jax.Array,
+    meta_nxW: jax.Array,
+    rng: jax.Array,
+    in_order: bool = False,
+) -> SlotState:
   """Prefills new prompts into their free slots (`Sampler.start`, padded).
 
   Slot ids >= N mark padding rows, which are dropped; `weights` are
@@ -131,11 +168,18 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
   n, p = prompts_nxL.shape
   s = settings.cache_len
   in_prompt_nxL = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
-  prompts_nxL = jnp.where(in_prompt_nxL, prompts_nxL, settings.pad_id).astype(jnp.int32)
+  prompts_nxL = jnp.where(in_prompt_nxL, prompts_nxL, settings.pad_id).astype(
+      jnp.int32
+  )
   pos_nxL = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (n, p))
   # The logits are unused, so XLA drops the LM head from this program.
-  _, fresh = decode.forward(model_cfg, weights, prompts_nxL, pos_nxL,
-                            decode.init_cache(model_cfg, n, p, DTYPES[settings.kv_cache_dtype]))
+  _, fresh = decode.forward(
+      model_cfg,
+      weights,
+      prompts_nxL,
+      pos_nxL,
+      decode.init_cache(model_cfg, n, p, DTYPES[settings.kv_cache_dtype]),
+  )
   if in_order:
     valid_n = slot_ids_n < state.length.shape[0]
 
@@ -143,8 +187,10 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
       return jnp.where(keep, rows.astype(x.dtype), x)
 
-    cache = decode.put_prefix(state.cache, jax.tree.map(
-        put, decode.cache_prefix(state.cache, p), fresh))
+    cache = decode.put_prefix(
+        state.cache,
+        jax.tree.map(put, decode.cache_prefix(state.cache, p), fresh),
+    )
   else:
     cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
 
@@ -152,49 +198,79 @@ def start(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, 
       return x.at[slot_ids_n].set(rows, mode="drop")
 
   # Row i's keys depend only on (rng, i), not on the bucket or the slot.
-  row_keys_nx2 = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(rng, i)))(jnp.arange(n))
+  row_keys_nx2 = jax.vmap(
+      lambda i: jax.random.split(jax.random.fold_in(rng, i))
+  )(jnp.arange(n))
   fresh_int = interruptions.draw(settings.interruption, row_keys_nx2[:, 1])
   # Every position's number is drawn here, once, so that a decode step reads
   # one instead of hashing (docs/design/sampling.md).
-  uniform_nxS = jax.vmap(lambda key: jax.vmap(
-      lambda t: jax.random.uniform(jax.random.fold_in(key, t)))(jnp.arange(s)))(row_keys_nx2[:, 0])
+  uniform_nxS = jax.vmap(
+      lambda key: jax.vmap(
+          lambda t: jax.random.uniform(jax.random.fold_in(key, t))
+      )(jnp.arange(s))
+  )(row_keys_nx2[:, 0])
   rows_pos = (n, s)
   return SlotState(
       cache=cache,
-      tokens=put(state.tokens, jnp.pad(prompts_nxL, ((0, 0), (0, s - p)),
-                                       constant_values=settings.pad_id)),
+      tokens=put(
+          state.tokens,
+          jnp.pad(
+              prompts_nxL, ((0, 0), (0, s - p)), constant_values=settings.pad_id
+          ),
+      ),
       logp=put(state.logp, jnp.zeros(rows_pos, jnp.float32)),
       logp_sampling=put(state.logp_sampling, jnp.zeros(rows_pos, jnp.float32)),
       version=put(state.version, jnp.full(rows_pos, NO_VERSION, jnp.int32)),
       mask=put(state.mask, jnp.zeros(rows_pos, bool)),
       prompt_len=put(state.prompt_len, prompt_lens_n.astype(jnp.int32)),
       length=put(state.length, prompt_lens_n.astype(jnp.int32)),
-      limit=put(state.limit, jnp.full((n,), settings.max_new_tokens, jnp.int32)),
+      limit=put(
+          state.limit, jnp.full((n,), settings.max_new_tokens, jnp.int32)
+      ),
       active=put(state.active, jnp.ones((n,), bool)),
       done=put(state.done, jnp.zeros((n,), bool)),
       truncated=put(state.truncated, jnp.zeros((n,), bool)),
       uniform=put(state.uniform, uniform_nxS),
       meta=put(state.meta, meta_nxW.astype(jnp.int32)),
-      interruption=jax.tree.map(put, state.interruption, fresh_int))
+      interruption=jax.tree.map(put, state.interruption, fresh_int),
+  )
 
 
-def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, weights: Any,
-                 version: jax.Array, state: SlotState) -> SlotState:
+def _decode_step(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    weights: Any,
+    version: jax.Array,
+    state: SlotState,
+) -> SlotState:
   s = state.tokens.shape[1]
   live_N = state.active & ~state.done
   last_N = jnp.maximum(state.length - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
-  logits_Nx1xV, cache = decode.forward(model_cfg, weights, last_tok_N[:, None], last_N[:, None],
-                                       state.cache)
-  uniform_N = jnp.take_along_axis(state.uniform, state.length[:, None], axis=1,
-                                  mode="clip")[:, 0]
+  logits_Nx1xV, cache = decode.forward(
+      model_cfg, weights, last_tok_N[:, None], last_N[:, None], state.cache
+  )
+  uniform_N = jnp.take_along_axis(
+      state.uniform, state.length[:, None], axis=1, mode="clip"
+  )[:, 0]
   sampled_N, logp_N, logp_sampling_N = select_tokens(
-      logits_Nx1xV[:, 0], uniform_N, settings.temperature, settings.top_k, settings.top_p)
+      logits_Nx1xV[:, 0],
+      uniform_N,
+      settings.temperature,
+      settings.top_k,
+      settings.top_p,
+  )
 
   completion_N = state.length - state.prompt_len
   tokens_N, forced_N, int_state, limit_N = interruptions.apply(
-      settings.interruption, state.interruption, sampled_N, completion_N, state.limit, live_N,
-      settings.max_new_tokens)
+      settings.interruption,
+      state.interruption,
+      sampled_N,
+      completion_N,
+      state.limit,
+      live_N,
+      settings.max_new_tokens,
+  )
   generated_N = live_N & ~forced_N
 
   write_N = jnp.where(live_N, state.length, s)  # Out of range: written nowhere.
@@ -205,24 +281,39 @@ def _decode_step(model_cfg: ModelConfig, settings: SamplingSettings, weights: An
     # one elementwise loop, where five scatters cost a kernel launch each.
     return jnp.where(at_NxS, value_N[:, None], x)
 
-  eos_N = generated_N & jnp.isin(sampled_N, jnp.asarray(settings.eos_ids, jnp.int32))
+  eos_N = generated_N & jnp.isin(
+      sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
+  )
   length_N = state.length + live_N
   at_limit_N = live_N & (length_N - state.prompt_len >= limit_N)
   return state.replace(
       cache=cache,
       tokens=record(state.tokens, tokens_N),
       logp=record(state.logp, jnp.where(generated_N, logp_N, 0.0)),
-      logp_sampling=record(state.logp_sampling, jnp.where(generated_N, logp_sampling_N, 0.0)),
-      version=record(state.version, jnp.where(generated_N, version, NO_VERSION)),
+      logp_sampling=record(
+          state.logp_sampling, jnp.where(generated_N, logp_sampling_N, 0.0)
+      ),
+      version=record(
+          state.version, jnp.where(generated_N, version, NO_VERSION)
+      ),
       mask=record(state.mask, generated_N),
-      length=length_N, limit=limit_N,
+      length=length_N,
+      limit=limit_N,
       done=state.done | eos_N | at_limit_N,
       truncated=state.truncated | (at_limit_N & ~eos_N),
-      interruption=int_state)
+      interruption=int_state,
+  )
 
 
-def advance(model_cfg: ModelConfig, settings: SamplingSettings, state: SlotState, weights: Any,
-            version: jax.Array, num_steps: jax.Array, window: int = 0) -> SlotState:
+def advance(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    state: SlotState,
+    weights: Any,
+    version: jax.Array,
+    num_steps: jax.Array,
+    window: int = 0,
+) -> SlotState:
   """Runs up to `num_steps` (traced) decode steps; stops when no slot runs.
 
   Every token is chosen with `weights` and recorded with `version`. A static
@@ -264,14 +355,25 @@ def longest_running(state: SlotState) -> jax.Array:
 
 def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
   """Gathers rows (ids >= N: padding, returned as junk); frees their slots."""
+
   def rows(x):
     return jnp.take(x, rows_F, axis=0, mode="clip")
 
   out = Completions(
-      tokens=rows(state.tokens), logp=rows(state.logp),
-      logp_sampling=rows(state.logp_sampling), version=rows(state.version),
-      mask=rows(state.mask), prompt_len=rows(state.prompt_len), seq_len=rows(state.length),
-      truncated=rows(state.truncated), interrupted=rows(state.interruption.interrupted),
+      tokens=rows(state.tokens),
+      logp=rows(state.logp),
+      logp_sampling=rows(state.logp_sampling),
+      version=rows(state.version),
+      mask=rows(state.mask),
+      prompt_len=rows(state.prompt_len),
+      seq_len=rows(state.length),
+      truncated=rows(state.truncated),
+      interrupted=rows(state.interruption.interrupted),
       thinking_budget=rows(state.interruption.budget),
-      meta=rows(state.meta), slot=rows_F.astype(jnp.int32))
-  return state.replace(active=state.active.at[rows_F].set(False, mode="drop")), out
+      meta=rows(state.meta),
+      slot=rows_F.astype(jnp.int32),
+  )
+  return (
+      state.replace(active=state.active.at[rows_F].set(False, mode="drop")),
+      out,
+  )

@@ -27,6 +27,7 @@ SKIP_FRACTION = 0.03
 @dataclasses.dataclass(frozen=True)
 class CurveFit:
   """A curve (step 0 included) with its fit, or the reason it has none."""
+
   steps: np.ndarray  # [J]
   compute: np.ndarray  # [J]
   score: np.ndarray  # [J]
@@ -47,13 +48,18 @@ class CurveFit:
       nothing = np.zeros_like(r0)
       return {"r0": r0, "skipped": ~r0, "fitted": nothing, "held_out": nothing}
     lo, hi = self.fit.compute_range
-    return {"r0": r0, "skipped": ~r0 & (self.compute < lo),
-            "fitted": ~r0 & self.fit.fitted(self.compute), "held_out": ~r0 & (self.compute > hi)}
+    return {
+        "r0": r0,
+        "skipped": ~r0 & (self.compute < lo),
+        "fitted": ~r0 & self.fit.fitted(self.compute),
+        "held_out": ~r0 & (self.compute > hi),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupFit:
   """One configuration: its runs (one per seed), their fits, its mean's fit."""
+
   name: str
   runs: tuple[runs_lib.Run, ...]
   fits: tuple[CurveFit, ...]  # One per run.
@@ -63,9 +69,16 @@ class GroupFit:
   spread: Optional[seeds.Spread] = None
 
 
-def fit_curve(steps: Sequence[int], compute: Sequence[float], score: Sequence[float], *,
-              skip_fraction: float = SKIP_FRACTION, fit_fraction: float = 1.0,
-              num_bootstrap: int = 0, seed: int = 0) -> CurveFit:
+def fit_curve(
+    steps: Sequence[int],
+    compute: Sequence[float],
+    score: Sequence[float],
+    *,
+    skip_fraction: float = SKIP_FRACTION,
+    fit_fraction: float = 1.0,
+    num_bootstrap: int = 0,
+    seed: int = 0,
+) -> CurveFit:
   """Fits one curve (`steps` increasing, 0 among them) by the paper's procedure.
 
   `num_bootstrap` > 0 adds the bootstrap uncertainty. A curve that cannot be
@@ -73,27 +86,40 @@ def fit_curve(steps: Sequence[int], compute: Sequence[float], score: Sequence[fl
   fit_fraction <= 1.
   """
   if not 0 <= skip_fraction < fit_fraction <= 1:
-    raise ValueError(f"need 0 <= skip_fraction < fit_fraction <= 1; got {skip_fraction} and "
-                     f"{fit_fraction}")
+    raise ValueError(
+        f"need 0 <= skip_fraction < fit_fraction <= 1; got {skip_fraction} and "
+        f"{fit_fraction}"
+    )
   steps = np.asarray(steps, dtype=int)
-  compute, score = np.asarray(compute, dtype=float), np.asarray(score, dtype=float)
+  compute, score = np.asarray(compute, dtype=float), np.asarray(
+      score, dtype=float
+  )
   rl = steps > 0
   skip_until = skip_fraction * float(compute[rl][-1]) if rl.any() else 0.0
   curve = CurveFit(steps, compute, score, skip_until)
   if not (steps == 0).any():
-    return dataclasses.replace(curve, error="no validation score at step 0 (R_0, the pass rate "
-                                            "before RL)")
+    return dataclasses.replace(
+        curve,
+        error="no validation score at step 0 (R_0, the pass rate " "before RL)",
+    )
   kwargs = dict(min_compute=skip_until, r0=float(score[steps == 0][0]))
   try:
     if fit_fraction < 1:
-      ex = uncertainty.extrapolate(compute[rl], score[rl], fit_fraction, **kwargs)
+      ex = uncertainty.extrapolate(
+          compute[rl], score[rl], fit_fraction, **kwargs
+      )
       fit = ex.fit
     else:
       ex, fit = None, sigmoid.fit(compute[rl], score[rl], **kwargs)
   except ValueError as e:
     return dataclasses.replace(curve, error=str(e))
-  unc = (uncertainty.bootstrap(compute[rl], score[rl], fit, num_samples=num_bootstrap, seed=seed)
-         if num_bootstrap > 0 else None)
+  unc = (
+      uncertainty.bootstrap(
+          compute[rl], score[rl], fit, num_samples=num_bootstrap, seed=seed
+      )
+      if num_bootstrap > 0
+      else None
+  )
   return dataclasses.replace(curve, fit=fit, uncertainty=unc, extrapolation=ex)
 
 
@@ -105,13 +131,20 @@ def fit_groups(runs: Sequence[runs_lib.Run], **fit_kwargs) -> list[GroupFit]:
   """
   out = []
   for name, members in seeds.group_runs(runs):
-    fits = tuple(fit_curve(r.steps, r.compute, r.score, **fit_kwargs) for r in members)
+    fits = tuple(
+        fit_curve(r.steps, r.compute, r.score, **fit_kwargs) for r in members
+    )
     group = GroupFit(name, tuple(members), fits)
     if len(members) > 1:
       mean = seeds.mean_curve(members)
       fitted = [f.fit for f in fits if f.fit is not None]
       group = dataclasses.replace(
-          group, mean=mean, mean_fit=fit_curve(mean.steps, mean.compute, mean.score, **fit_kwargs),
-          spread=seeds.spread(fitted) if len(fitted) > 1 else None)
+          group,
+          mean=mean,
+          mean_fit=fit_curve(
+              mean.steps, mean.compute, mean.score, **fit_kwargs
+          ),
+          spread=seeds.spread(fitted) if len(fitted) > 1 else None,
+      )
     out.append(group)
   return out

@@ -17,7 +17,11 @@ from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 
-_ROLES = (("skipped", "skipped"), ("fitted", "fitted"), ("held_out", "held out"))
+_ROLES = (
+    ("skipped", "skipped"),
+    ("fitted", "fitted"),
+    ("held_out", "held out"),
+)
 # The trainer logs a score's sampling standard error as <score key>_stderr
 # (`evaluation.summarize`: val/mean_at_k_stderr).
 STDERR_SUFFIX = "_stderr"
@@ -28,24 +32,42 @@ def _pm(value, std, fmt):
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-  widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-  lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header] + rows]
+  widths = [
+      max(len(row[i]) for row in [header] + rows) for i in range(len(header))
+  ]
+  lines = [
+      "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+      for row in [header] + rows
+  ]
   lines.insert(1, "  ".join("-" * w for w in widths))
   return lines
 
 
-def _fit_row(name: str, curve: curves.CurveFit, extrap: bool, width: int) -> list[str]:
+def _fit_row(
+    name: str, curve: curves.CurveFit, extrap: bool, width: int
+) -> list[str]:
   f = curve.fit
   if f is None:
     return [name, str(int((curve.steps > 0).sum()))] + ["-"] * (width - 2)
   u = curve.uncertainty
-  row = [name, str(f.num_points), _pm(f.a, u and u.a_std, ".3f"), _pm(f.b, u and u.b_std, ".2f"),
-         _pm(f.c_mid, u and u.c_mid_std, ".3g"), f"{f.r0:.3f}", f"{f.rmse:.4f}",
-         "yes" if f.reliable else "NO"]
+  row = [
+      name,
+      str(f.num_points),
+      _pm(f.a, u and u.a_std, ".3f"),
+      _pm(f.b, u and u.b_std, ".2f"),
+      _pm(f.c_mid, u and u.c_mid_std, ".3g"),
+      f"{f.r0:.3f}",
+      f"{f.rmse:.4f}",
+      "yes" if f.reliable else "NO",
+  ]
   if extrap:
     e = curve.extrapolation
-    row += [f"{e.final_prediction:.3f}", f"{e.final_score:.3f}", f"{e.final_error:+.4f}",
-            f"{e.mean_abs_error:.4f}"]
+    row += [
+        f"{e.final_prediction:.3f}",
+        f"{e.final_score:.3f}",
+        f"{e.final_error:+.4f}",
+        f"{e.mean_abs_error:.4f}",
+    ]
   return row
 
 
@@ -65,17 +87,25 @@ def _rows(groups: Sequence[curves.GroupFit]):
 def _spread_row(name: str, g: curves.GroupFit, width: int) -> list[str]:
   s = g.spread
   if s is None:  # Fewer than two seeds could be fitted.
-    return [name, f"{sum(f.fit is not None for f in g.fits)} seeds"] + ["-"] * (width - 2)
-  return ([name, f"{s.num_runs} seeds", _pm(s.a_mean, s.a_std, ".3f"),
-           _pm(s.b_mean, s.b_std, ".2f"), _pm(s.c_mid_mean, s.c_mid_std, ".3g")]
-          + ["-"] * (width - 5))
+    return [name, f"{sum(f.fit is not None for f in g.fits)} seeds"] + ["-"] * (
+        width - 2
+    )
+  return [
+      name,
+      f"{s.num_runs} seeds",
+      _pm(s.a_mean, s.a_std, ".3f"),
+      _pm(s.b_mean, s.b_std, ".2f"),
+      _pm(s.c_mid_mean, s.c_mid_std, ".3g"),
+  ] + ["-"] * (width - 5)
 
 
 def _points(name: str, curve: curves.CurveFit) -> str:
   """Which steps (and compute) of a curve played which part in its fit."""
   roles = curve.roles()
   r0 = np.flatnonzero(roles["r0"])
-  parts = [f"R_0 {curve.score[r0[0]]:.3f} at step 0" if r0.size else "no step 0"]
+  parts = [
+      f"R_0 {curve.score[r0[0]]:.3f} at step 0" if r0.size else "no step 0"
+  ]
   for key, label in _ROLES:
     mask = roles[key]
     if key == "skipped":
@@ -84,8 +114,11 @@ def _points(name: str, curve: curves.CurveFit) -> str:
       parts.append(f"{label}: none")
       continue
     s, x, n = curve.steps[mask], curve.compute[mask], int(mask.sum())
-    where = (f"step {s[0]} (1 point, x {x[0]:.4g})" if n == 1 else
-             f"steps {s[0]}-{s[-1]} ({n} points, x {x[0]:.4g}-{x[-1]:.4g})")
+    where = (
+        f"step {s[0]} (1 point, x {x[0]:.4g})"
+        if n == 1
+        else f"steps {s[0]}-{s[-1]} ({n} points, x {x[0]:.4g}-{x[-1]:.4g})"
+    )
     parts.append(f"{label}: {where}")
   return f"{name}: " + "; ".join(parts)
 
@@ -93,32 +126,52 @@ def _points(name: str, curve: curves.CurveFit) -> str:
 def _mean_curve(g: curves.GroupFit) -> list[str]:
   m = g.mean
   worst = int(m.score_std.argmax())
-  lines = [f"{g.name}: {m.num_seeds} seeds ({', '.join(r.name for r in g.runs)}); score std over "
-           f"seeds: mean {m.score_std.mean():.4f}, max {m.score_std[worst]:.4f} at step "
-           f"{m.steps[worst]}"]
+  lines = [
+      f"{g.name}: {m.num_seeds} seeds ({', '.join(r.name for r in g.runs)}); score std over "
+      f"seeds: mean {m.score_std.mean():.4f}, max {m.score_std[worst]:.4f} at step "
+      f"{m.steps[worst]}"
+  ]
   if m.steps_left_out:
-    lines.append(f"  steps not evaluated by every seed, left out: {list(m.steps_left_out)}")
-  rows = [[str(s), f"{x:.4g}", f"{v:.4f}", f"{sd:.4f}", f"{lo:.4f}", f"{hi:.4f}"]
-          for s, x, v, sd, lo, hi in zip(m.steps, m.compute, m.score, m.score_std, m.score_min,
-                                         m.score_max)]
-  lines += ["  " + line for line in _table(["step", "x", "mean", "std", "min", "max"], rows)]
+    lines.append(
+        f"  steps not evaluated by every seed, left out: {list(m.steps_left_out)}"
+    )
+  rows = [
+      [str(s), f"{x:.4g}", f"{v:.4f}", f"{sd:.4f}", f"{lo:.4f}", f"{hi:.4f}"]
+      for s, x, v, sd, lo, hi in zip(
+          m.steps, m.compute, m.score, m.score_std, m.score_min, m.score_max
+      )
+  ]
+  lines += [
+      "  " + line
+      for line in _table(["step", "x", "mean", "std", "min", "max"], rows)
+  ]
   return lines
 
 
-def _noise(curve: curves.CurveFit, stderrs: Sequence[np.ndarray], noise_key: str):
+def _noise(
+    curve: curves.CurveFit, stderrs: Sequence[np.ndarray], noise_key: str
+):
   """(noise, what it is) of a curve's score, from its runs' `stderrs`."""
   n = len(stderrs)
   if n and all(v.size for v in stderrs):
     value = float(np.mean([v.mean() for v in stderrs]))
     if n == 1:
       return value, f"mean {noise_key} over {stderrs[0].size} evaluations"
-    return value / math.sqrt(n), f"mean {noise_key} / sqrt({n}), for a mean of {n} seeds"
-  return curve.fit.rmse, (f"RMSE of the fit on its {curve.fit.num_points} fitted points; "
-                          f"no {noise_key} logged")
+    return (
+        value / math.sqrt(n),
+        f"mean {noise_key} / sqrt({n}), for a mean of {n} seeds",
+    )
+  return curve.fit.rmse, (
+      f"RMSE of the fit on its {curve.fit.num_points} fitted points; "
+      f"no {noise_key} logged"
+  )
 
 
-def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
-             noise_key: str) -> list[str]:
+def _holdout(
+    groups: Sequence[curves.GroupFit],
+    noise: Mapping[str, np.ndarray],
+    noise_key: str,
+) -> list[str]:
   """The hidden-half check: per curve, the held-out error beside the noise."""
   lines = []
   for label, name, curve, g in _rows(groups):
@@ -127,24 +180,39 @@ def _holdout(groups: Sequence[curves.GroupFit], noise: Mapping[str, np.ndarray],
     if curve.fit is None:
       lines.append(f"{label.strip()}: not fitted (see notes)")
       continue
-    members = g.runs if curve is g.mean_fit else [r for r in g.runs if r.name == name]
-    value, what = _noise(curve, [noise.get(r.name, np.zeros(0)) for r in members], noise_key)
+    members = (
+        g.runs if curve is g.mean_fit else [r for r in g.runs if r.name == name]
+    )
+    value, what = _noise(
+        curve, [noise.get(r.name, np.zeros(0)) for r in members], noise_key
+    )
     e = curve.extrapolation
-    line = (f"{label.strip()}: {e.held_out} held-out points, mean |err| "
-            f"{e.mean_abs_error:.4f}, final err {e.final_error:+.4f}; noise {value:.4f} ({what})")
+    line = (
+        f"{label.strip()}: {e.held_out} held-out points, mean |err| "
+        f"{e.mean_abs_error:.4f}, final err {e.final_error:+.4f}; noise {value:.4f} ({what})"
+    )
     # A score every prompt's samples agree on has no sampling noise.
     if value > 0:
       line += f"; mean |err| / noise {e.mean_abs_error / value:.2f}"
     if curve is g.mean_fit:
-      line += (f"; seed-to-seed std of the final value {g.mean.score_std[-1]:.4f} "
-               f"(step {g.mean.steps[-1]})")
+      line += (
+          f"; seed-to-seed std of the final value {g.mean.score_std[-1]:.4f} "
+          f"(step {g.mean.steps[-1]})"
+      )
     lines.append(line)
   return lines
 
 
-def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
-                  skip_fraction: float, fit_fraction: float, num_bootstrap: int = 0,
-                  noise: Optional[Mapping[str, np.ndarray]] = None) -> str:
+def format_report(
+    groups: Sequence[curves.GroupFit],
+    *,
+    x_key: str,
+    y_key: str,
+    skip_fraction: float,
+    fit_fraction: float,
+    num_bootstrap: int = 0,
+    noise: Optional[Mapping[str, np.ndarray]] = None,
+) -> str:
   """The report of the module docstring, ending in a newline.
 
   `noise` maps a run's name to the sampling standard error of its score at
@@ -153,14 +221,35 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
   logged. `num_bootstrap` (0: none) is reported as the source of the ±.
   """
   extrap = fit_fraction < 1
-  out = [f"x: {x_key}; y: {y_key}; R_0: the score at step 0, measured, not fitted",
-         f"skipped: points below {skip_fraction:.1%} of each curve's final compute, but step 0"]
-  out.append(f"fitted: up to {fit_fraction:.0%} of each curve's final compute; the final value "
-             "is predicted from it (final err = predicted - measured)" if extrap
-             else "fitted: the whole curve after the skipped points")
-  out.append("±: " + (f"bootstrap std over {num_bootstrap} resamples" if num_bootstrap else
-                      "none (no bootstrap)") + "; over seeds, std of the per-seed fits")
-  header = ["curve", "points", "A", "B", f"C_mid [{x_key}]", "R_0", "RMSE", "reliable"]
+  out = [
+      f"x: {x_key}; y: {y_key}; R_0: the score at step 0, measured, not fitted",
+      f"skipped: points below {skip_fraction:.1%} of each curve's final compute, but step 0",
+  ]
+  out.append(
+      f"fitted: up to {fit_fraction:.0%} of each curve's final compute; the final value "
+      "is predicted from it (final err = predicted - measured)"
+      if extrap
+      else "fitted: the whole curve after the skipped points"
+  )
+  out.append(
+      "±: "
+      + (
+          f"bootstrap std over {num_bootstrap} resamples"
+          if num_bootstrap
+          else "none (no bootstrap)"
+      )
+      + "; over seeds, std of the per-seed fits"
+  )
+  header = [
+      "curve",
+      "points",
+      "A",
+      "B",
+      f"C_mid [{x_key}]",
+      "R_0",
+      "RMSE",
+      "reliable",
+  ]
   if extrap:
     header += ["final pred", "final meas", "final err", "mean |err|"]
   rows, points, notes = [], [], []
@@ -177,9 +266,15 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
   for g in groups:
     for run in g.runs:
       if run.problems:
-        notes.append(f"{run.name}: {len(run.problems)} unusable line(s) in {workdir_lib.METRICS_FILE}, "
-                     f"first: {run.problems[0]}")
-  out += [""] + _table(header, rows) + ["", "points used (steps, and x in " + x_key + "):"]
+        notes.append(
+            f"{run.name}: {len(run.problems)} unusable line(s) in {workdir_lib.METRICS_FILE}, "
+            f"first: {run.problems[0]}"
+        )
+  out += (
+      [""]
+      + _table(header, rows)
+      + ["", "points used (steps, and x in " + x_key + "):"]
+  )
   out += points
   means = [g for g in groups if g.mean is not None]
   if means:
@@ -187,8 +282,11 @@ def format_report(groups: Sequence[curves.GroupFit], *, x_key: str, y_key: str,
     for g in means:
       out += _mean_curve(g)
   if extrap:
-    out += ["", f"hidden-half check: the fit of the first {fit_fraction:.0%} of each curve's "
-                "compute, its error on the rest, and the noise of one validation score:"]
+    out += [
+        "",
+        f"hidden-half check: the fit of the first {fit_fraction:.0%} of each curve's "
+        "compute, its error on the rest, and the noise of one validation score:",
+    ]
     out += _holdout(groups, noise or {}, y_key + STDERR_SUFFIX)
   if notes:
     out += ["", "notes:"] + notes
@@ -206,43 +304,71 @@ def estimates(groups: Sequence[curves.GroupFit]) -> dict[str, compare.Estimate]:
   for g in groups:
     key, s = g.name.split("/")[-1], g.spread
     if key in out:
-      raise ValueError(f"two groups are named {key!r} below their directories: {g.name}")
+      raise ValueError(
+          f"two groups are named {key!r} below their directories: {g.name}"
+      )
     if s is not None:
       reliable = all(c.fit.reliable for c in (g.mean_fit,) + g.fits if c.fit)
       n = math.sqrt(s.num_runs)
-      out[key] = compare.Estimate(s.a_mean, s.a_std / n, s.b_mean, s.b_std / n, s.c_mid_mean,
-                                  s.c_mid_std / n,
-                                  f"std over {s.num_runs} seeds / sqrt({s.num_runs})", reliable)
+      out[key] = compare.Estimate(
+          s.a_mean,
+          s.a_std / n,
+          s.b_mean,
+          s.b_std / n,
+          s.c_mid_mean,
+          s.c_mid_std / n,
+          f"std over {s.num_runs} seeds / sqrt({s.num_runs})",
+          reliable,
+      )
       continue
     curve = g.mean_fit or g.fits[0]
     f, u = curve.fit, curve.uncertainty
     if f is not None:
-      out[key] = compare.Estimate(f.a, u.a_std if u else 0.0, f.b, u.b_std if u else 0.0,
-                                  f.c_mid, u.c_mid_std if u else 0.0,
-                                  "bootstrap std" if u else "none (no bootstrap)", f.reliable)
+      out[key] = compare.Estimate(
+          f.a,
+          u.a_std if u else 0.0,
+          f.b,
+          u.b_std if u else 0.0,
+          f.c_mid,
+          u.c_mid_std if u else 0.0,
+          "bootstrap std" if u else "none (no bootstrap)",
+          f.reliable,
+      )
   return out
 
 
-def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
-                    a_noise: float = compare.A_NOISE) -> str:
+def format_verdicts(
+    grid: str,
+    groups: Sequence[curves.GroupFit],
+    *,
+    a_noise: float = compare.A_NOISE,
+) -> str:
   """One line per claim of `grid`, checked on the groups' `estimates`.
 
   Each line gives the verdict, d ± u and where PAPER.md says so; the text
   ends in a newline.
   """
   points = estimates(groups)
-  verdicts = compare.grid_verdicts(points, compare.PAPER_CLAIMS[grid], a_noise=a_noise)
-  out = [f"verdicts on the {grid} grid against PAPER.md: a difference d = first - second counts "
-         f"when |d| > u = sqrt(u_first^2 + u_second^2), and in A when also |d| >= {a_noise}:"]
+  verdicts = compare.grid_verdicts(
+      points, compare.PAPER_CLAIMS[grid], a_noise=a_noise
+  )
+  out = [
+      f"verdicts on the {grid} grid against PAPER.md: a difference d = first - second counts "
+      f"when |d| > u = sqrt(u_first^2 + u_second^2), and in A when also |d| >= {a_noise}:"
+  ]
   for v in verdicts:
     c = v.claim
     missing = [p for p in (c.first, c.second) if p not in points]
     if missing:
-      out.append(f"  {c}: missing (no fit of {' or '.join(missing)}) [PAPER.md {c.source}]")
+      out.append(
+          f"  {c}: missing (no fit of {' or '.join(missing)}) [PAPER.md {c.source}]"
+      )
       continue
     first, second = points[c.first], points[c.second]
-    line = (f"  {c}: {v.verdict} (d {v.difference:+.4f} ± {v.difference_std:.4f}; u: {c.first} "
-            f"{first.u_source}, {c.second} {second.u_source})")
+    line = (
+        f"  {c}: {v.verdict} (d {v.difference:+.4f} ± {v.difference_std:.4f}; u: {c.first} "
+        f"{first.u_source}, {c.second} {second.u_source})"
+    )
     shaky = [p for p in (c.first, c.second) if not points[p].reliable]
     if shaky:
       line += f"; unreliable fit of {' and '.join(shaky)}, see the notes"
@@ -250,8 +376,9 @@ def format_verdicts(grid: str, groups: Sequence[curves.GroupFit], *,
   return "\n".join(out) + "\n"
 
 
-def format_side_by_side(by_metric: Mapping[str, Sequence[curves.GroupFit]],
-                        fit_fraction: float) -> str:
+def format_side_by_side(
+    by_metric: Mapping[str, Sequence[curves.GroupFit]], fit_fraction: float
+) -> str:
   """One row per curve, one block of columns per metric, ending in a newline.
 
   `by_metric` holds each metric's fitted groups, the same runs in the same
@@ -260,23 +387,41 @@ def format_side_by_side(by_metric: Mapping[str, Sequence[curves.GroupFit]],
   metrics = list(by_metric)
   columns = ["A", "B", "C_mid"] + (["final err"] if fit_fraction < 1 else [])
   header = ["curve"] + [f"{m} {c}" for m in metrics for c in columns]
-  labels = [(label, curve is None) for label, _, curve, _ in _rows(by_metric[metrics[0]])]
+  labels = [
+      (label, curve is None)
+      for label, _, curve, _ in _rows(by_metric[metrics[0]])
+  ]
   blocks = []
   for metric in metrics:
     block = []
     for _, _, curve, g in _rows(by_metric[metric]):
       if curve is None:
         s = g.spread
-        block.append(["-"] * len(columns) if s is None else
-                     [_pm(s.a_mean, s.a_std, ".3f"), _pm(s.b_mean, s.b_std, ".2f"),
-                      _pm(s.c_mid_mean, s.c_mid_std, ".3g")] + ["-"] * (len(columns) - 3))
+        block.append(
+            ["-"] * len(columns)
+            if s is None
+            else [
+                _pm(s.a_mean, s.a_std, ".3f"),
+                _pm(s.b_mean, s.b_std, ".2f"),
+                _pm(s.c_mid_mean, s.c_mid_std, ".3g"),
+            ]
+            + ["-"] * (len(columns) - 3)
+        )
       elif curve.fit is None:
         block.append(["-"] * len(columns))
       else:
         f = curve.fit
-        block.append([f"{f.a:.3f}", f"{f.b:.2f}", f"{f.c_mid:.3g}"]
-                     + ([f"{curve.extrapolation.final_error:+.4f}"] if fit_fraction < 1 else []))
+        block.append(
+            [f"{f.a:.3f}", f"{f.b:.2f}", f"{f.c_mid:.3g}"]
+            + (
+                [f"{curve.extrapolation.final_error:+.4f}"]
+                if fit_fraction < 1
+                else []
+            )
+        )
     blocks.append(block)
-  rows = [[label] + [c for block in blocks for c in block[i]]
-          for i, (label, _) in enumerate(labels)]
+  rows = [
+      [label] + [c for block in blocks for c in block[i]]
+      for i, (label, _) in enumerate(labels)
+  ]
   return "\n".join(["side by side:"] + _table(header, rows)) + "\n"

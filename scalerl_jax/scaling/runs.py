@@ -28,6 +28,7 @@ DERIVED = {"compute/device_hours": ("compute/device_seconds", 1 / 3600)}
 @dataclasses.dataclass(frozen=True)
 class Run:
   """The (step, compute, score) curve of one run."""
+
   name: str
   workdir: str
   steps: np.ndarray  # [J] increasing steps with a validation score.
@@ -56,11 +57,17 @@ def find_workdirs(paths: Sequence[str]) -> list[str]:
           found.append(root)
           dirs.clear()
       if not found:
-        raise FileNotFoundError(f"{path}: no {workdir_lib.METRICS_FILE} in it or below it")
+        raise FileNotFoundError(
+            f"{path}: no {workdir_lib.METRICS_FILE} in it or below it"
+        )
       for d in sorted(os.listdir(path)):
         sub = os.path.join(path, d)
-        if os.path.isdir(sub) and not any(w == sub or w.startswith(sub + os.sep) for w in found):
-          logging.warning("%s: no %s yet, left out", sub, workdir_lib.METRICS_FILE)
+        if os.path.isdir(sub) and not any(
+            w == sub or w.startswith(sub + os.sep) for w in found
+        ):
+          logging.warning(
+              "%s: no %s yet, left out", sub, workdir_lib.METRICS_FILE
+          )
     else:
       raise FileNotFoundError(f"{path}: no such directory")
     out.extend(w for w in found if w not in out)
@@ -77,12 +84,19 @@ def labels(workdirs: Sequence[str]) -> list[str]:
 
 
 def _number(value):
-  return (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value))
+  return (
+      isinstance(value, (int, float))
+      and not isinstance(value, bool)
+      and math.isfinite(value)
+  )
 
 
-def read_run(workdir: str, x_key: str = "compute/device_hours", y_key: str = "val/mean_at_k",
-             name: Optional[str] = None) -> Run:
+def read_run(
+    workdir: str,
+    x_key: str = "compute/device_hours",
+    y_key: str = "val/mean_at_k",
+    name: Optional[str] = None,
+) -> Run:
   """The (`x_key`, `y_key`) curve of one run, ordered by step.
 
   `x_key` is a logged key ("compute/flops", even "step") or one of `DERIVED`.
@@ -116,10 +130,17 @@ def read_run(workdir: str, x_key: str = "compute/device_hours", y_key: str = "va
         problems.append(f"{where}: {y_key!r} is {y!r}, not a finite number")
       else:
         if step in by_step:
-          problems.append(f"{where}: step {step} logged again; keeping this line")
+          problems.append(
+              f"{where}: step {step} logged again; keeping this line"
+          )
         by_step[step] = (x * factor, y)
   steps = sorted(by_step)
   xy = np.array([by_step[s] for s in steps], dtype=float).reshape(-1, 2)
-  return Run(name=name or os.path.basename(os.path.normpath(workdir)), workdir=workdir,
-             steps=np.array(steps, dtype=int), compute=xy[:, 0], score=xy[:, 1],
-             problems=tuple(problems))
+  return Run(
+      name=name or os.path.basename(os.path.normpath(workdir)),
+      workdir=workdir,
+      steps=np.array(steps, dtype=int),
+      compute=xy[:, 0],
+      score=xy[:, 1],
+      problems=tuple(problems),
+  )

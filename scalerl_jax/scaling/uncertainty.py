@@ -24,6 +24,7 @@ _LM_STEPS = 30
 @dataclasses.dataclass(frozen=True)
 class Uncertainty:
   """Bootstrap spread of fitted parameters (points drawn with replacement)."""
+
   a_std: float
   b_std: float
   c_mid_std: float
@@ -34,6 +35,7 @@ class Uncertainty:
 @dataclasses.dataclass(frozen=True)
 class Extrapolation:
   """A fit on the first part of a run, scored on the rest."""
+
   fit: sigmoid.SigmoidFit
   split: float  # Points with compute <= split were fitted.
   held_out: int  # Points after the split.
@@ -48,9 +50,18 @@ class Extrapolation:
     return self.final_prediction - self.final_score
 
 
-def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.SigmoidFit, *,
-              num_samples: int = 200, seed: int = 0, fix_a: bool = False, a_grid=None,
-              c_mid_grid=None, b_grid=None) -> Uncertainty:
+def bootstrap(
+    compute: Sequence[float],
+    score: Sequence[float],
+    fit: sigmoid.SigmoidFit,
+    *,
+    num_samples: int = 200,
+    seed: int = 0,
+    fix_a: bool = False,
+    a_grid=None,
+    c_mid_grid=None,
+    b_grid=None,
+) -> Uncertainty:
   """Pairs bootstrap of `fit` over the points of `compute` it was fitted on.
 
   R_0 is refitted only where `fit` fitted it; `fix_a` holds A at the fit's
@@ -65,12 +76,20 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
   x, y = c[used], r[used]
   a, cg, b = sigmoid.grids([x], a_grid, c_mid_grid, b_grid)
   # Columns of p [R, 4]: A, log C_mid, log B, R_0; the free ones are refitted.
-  free = ([] if fix_a else [0]) + [1, 2] + ([3] if fit.r0_source == "fitted" else [])
+  free = (
+      ([] if fix_a else [0])
+      + [1, 2]
+      + ([3] if fit.r0_source == "fitted" else [])
+  )
   lo = np.array([a[0], math.log(cg[0]), math.log(b[0]), 0.0])[free]
   hi = np.array([a[-1], math.log(cg[-1]), math.log(b[-1]), 1.0])[free]
   rng = np.random.default_rng(seed)
-  w = rng.multinomial(x.size, np.full(x.size, 1.0 / x.size), size=num_samples).astype(float)
-  p = np.tile([fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1))
+  w = rng.multinomial(
+      x.size, np.full(x.size, 1.0 / x.size), size=num_samples
+  ).astype(float)
+  p = np.tile(
+      [fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1)
+  )
   lx = np.log(x)
 
   def model(p):
@@ -85,12 +104,16 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
   for _ in range(_LM_STEPS):
     f, s, z = model(p)
     gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
-    jac = np.stack([s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1)[..., free]
+    jac = np.stack(
+        [s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1
+    )[..., free]
     hess = np.einsum("rju,rj,rjv->ruv", jac, w, jac)  # [R, U, U]
     grad = np.einsum("rju,rj->ru", jac, w * (y - f))
     diag = np.einsum("ruu->ru", hess) + 1e-12
-    step = np.linalg.solve(hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
-                           grad[..., None])[..., 0]
+    step = np.linalg.solve(
+        hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
+        grad[..., None],
+    )[..., 0]
     trial = p.copy()
     trial[:, free] = np.clip(p[:, free] + step, lo, hi)
     new = sse(trial)
@@ -98,13 +121,24 @@ def bootstrap(compute: Sequence[float], score: Sequence[float], fit: sigmoid.Sig
     p[better], current[better] = trial[better], new[better]
     lam = np.where(better, lam / 3, lam * 4)
   a_s, c_s, b_s = p[:, 0], np.exp(p[:, 1]), np.exp(p[:, 2])
-  return Uncertainty(a_std=float(a_s.std()), b_std=float(b_s.std()), c_mid_std=float(c_s.std()),
-                     a_interval=(float(np.percentile(a_s, 2.5)), float(np.percentile(a_s, 97.5))),
-                     num_samples=num_samples)
+  return Uncertainty(
+      a_std=float(a_s.std()),
+      b_std=float(b_s.std()),
+      c_mid_std=float(c_s.std()),
+      a_interval=(
+          float(np.percentile(a_s, 2.5)),
+          float(np.percentile(a_s, 97.5)),
+      ),
+      num_samples=num_samples,
+  )
 
 
-def extrapolate(compute: Sequence[float], score: Sequence[float], fit_fraction: float = 0.5,
-                **fit_kwargs) -> Extrapolation:
+def extrapolate(
+    compute: Sequence[float],
+    score: Sequence[float],
+    fit_fraction: float = 0.5,
+    **fit_kwargs,
+) -> Extrapolation:
   """Fits the points up to `fit_fraction` of the final compute; scores the rest.
 
   `fit_kwargs` go to `sigmoid.fit`. Raises ValueError unless 0 < fit_fraction
@@ -123,6 +157,12 @@ def extrapolate(compute: Sequence[float], score: Sequence[float], fit_fraction: 
   result = sigmoid.fit(c[head], r[head], **fit_kwargs)
   predicted = sigmoid.predict(result, c[~head])
   err = np.abs(predicted - r[~head])
-  return Extrapolation(fit=result, split=split, held_out=int(err.size),
-                       final_prediction=float(predicted[-1]), final_score=float(r[-1]),
-                       mean_abs_error=float(err.mean()), max_abs_error=float(err.max()))
+  return Extrapolation(
+      fit=result,
+      split=split,
+      held_out=int(err.size),
+      final_prediction=float(predicted[-1]),
+      final_score=float(r[-1]),
+      mean_abs_error=float(err.mean()),
+      max_abs_error=float(err.max()),
+  )

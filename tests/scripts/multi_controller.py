@@ -40,8 +40,13 @@ from scalerl_jax.rl import rollouts as rollouts_lib
 from tests import helpers
 
 
-def make_config(num_steps: int, warm_start_dir: str, num_processes: int = 1, process_id: int = 0,
-                coordinator: str = ""):
+def make_config(
+    num_steps: int,
+    warm_start_dir: str,
+    num_processes: int = 1,
+    process_id: int = 0,
+    coordinator: str = "",
+):
   """The run: helpers.rl_test_config on a (2, 2, 2) mesh, validated and
   checkpointed every step.
 
@@ -81,29 +86,71 @@ class Recorder:
       result = original(obj, *args, **kwargs)
       after(obj, result, *args)
       return result
+
     setattr(cls, name, wrapped)
 
   def install(self) -> None:
     """Patches Rollouts, RolloutBuffer, RewardPool and Trainer methods
     to log what they do."""
-    self._wrap(rollouts_lib.Rollouts, "_next_prompt",
-               lambda r, out: self.events.append(["start", out[0]["id"]]))
-    self._wrap(rollouts_lib.Rollouts, "step", lambda r, groups, *_: self.events.append(
-        ["harvest", [[g.index, g.record["id"], g.scores_G.tolist()] for g in groups]]))
-    self._wrap(buffer_lib.RolloutBuffer, "take", lambda b, groups, n, version: self.events.append(
-        ["take", version, None if groups is None else [g.index for g in groups]]))
-    self._wrap(trainer_lib.Trainer, "run_step", lambda t, row: self.events.append(
-        ["after_step", t.step, t.curriculum.state_dict(), t.pipeline.get_state(),
-         row["train/loss"]]))
-    self._wrap(trainer_lib.Trainer, "evaluate", lambda t, metrics: self.events.append(
-        ["validation", t.step, metrics]))
+    self._wrap(
+        rollouts_lib.Rollouts,
+        "_next_prompt",
+        lambda r, out: self.events.append(["start", out[0]["id"]]),
+    )
+    self._wrap(
+        rollouts_lib.Rollouts,
+        "step",
+        lambda r, groups, *_: self.events.append(
+            [
+                "harvest",
+                [
+                    [g.index, g.record["id"], g.scores_G.tolist()]
+                    for g in groups
+                ],
+            ]
+        ),
+    )
+    self._wrap(
+        buffer_lib.RolloutBuffer,
+        "take",
+        lambda b, groups, n, version: self.events.append(
+            [
+                "take",
+                version,
+                None if groups is None else [g.index for g in groups],
+            ]
+        ),
+    )
+    self._wrap(
+        trainer_lib.Trainer,
+        "run_step",
+        lambda t, row: self.events.append(
+            [
+                "after_step",
+                t.step,
+                t.curriculum.state_dict(),
+                t.pipeline.get_state(),
+                row["train/loss"],
+            ]
+        ),
+    )
+    self._wrap(
+        trainer_lib.Trainer,
+        "evaluate",
+        lambda t, metrics: self.events.append(["validation", t.step, metrics]),
+    )
     self._wrap(pool_lib.RewardPool, "score", self._count_verified)
-    self._wrap(trainer_lib.Trainer, "__init__", lambda t, _, *a: self._gather(t, "init"))
+    self._wrap(
+        trainer_lib.Trainer,
+        "__init__",
+        lambda t, _, *a: self._gather(t, "init"),
+    )
     original_close = trainer_lib.Trainer.close
 
     def close(trainer):
       self._gather(trainer, "final")
       original_close(trainer)
+
     trainer_lib.Trainer.close = close
 
   def _count_verified(self, pool, result, completions, records) -> None:
@@ -116,10 +163,15 @@ class Recorder:
     params = trainer.state.params
     # One process: device_get; process_allgather would stack
     # a leading axis of 1.
-    params = (jax.device_get(params) if jax.process_count() == 1
-              else multihost_utils.process_allgather(params, tiled=True))
+    params = (
+        jax.device_get(params)
+        if jax.process_count() == 1
+        else multihost_utils.process_allgather(params, tiled=True)
+    )
     for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-      self.params[f"{when}{self.run}/{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
+      self.params[f"{when}{self.run}/{jax.tree_util.keystr(path)}"] = (
+          np.asarray(leaf)
+      )
     self.events.append([when, self.run, trainer.step])
 
 
@@ -129,7 +181,9 @@ def main():
   parser.add_argument("--out", required=True)
   parser.add_argument("--tag", required=True)
   parser.add_argument("--warm_start_dir", required=True)
-  parser.add_argument("--num_steps", default="2", help="comma-separated: one run per entry")
+  parser.add_argument(
+      "--num_steps", default="2", help="comma-separated: one run per entry"
+  )
   parser.add_argument("--num_processes", type=int, default=1)
   parser.add_argument("--process_id", type=int, default=0)
   parser.add_argument("--coordinator", default="")
@@ -138,20 +192,38 @@ def main():
   recorder.install()
   for run, num_steps in enumerate(int(n) for n in args.num_steps.split(",")):
     recorder.run = run
-    config = make_config(num_steps, args.warm_start_dir, args.num_processes, args.process_id,
-                         args.coordinator)
+    config = make_config(
+        num_steps,
+        args.warm_start_dir,
+        args.num_processes,
+        args.process_id,
+        args.coordinator,
+    )
     trainer_lib.train_and_evaluate(config, args.workdir)
   if args.num_processes > 1:
     # Each process reads the record process 0 wrote, with its own index (the
     # runtime is already up here, so a wrong one would go unnoticed).
-    policy.export_checkpoint(args.workdir, os.path.join(args.out, f"export_{args.tag}"),
-                                    process_id=args.process_id)
-  topology = {"process_index": jax.process_index(), "process_count": jax.process_count(),
-              "local_devices": jax.local_device_count(), "devices": jax.device_count()}
+    policy.export_checkpoint(
+        args.workdir,
+        os.path.join(args.out, f"export_{args.tag}"),
+        process_id=args.process_id,
+    )
+  topology = {
+      "process_index": jax.process_index(),
+      "process_count": jax.process_count(),
+      "local_devices": jax.local_device_count(),
+      "devices": jax.device_count(),
+  }
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, f"decisions_{args.tag}.json"), "w") as f:
-    json.dump({"topology": topology, "events": recorder.events,
-               "verified_here": recorder.verified_here}, f)
+    json.dump(
+        {
+            "topology": topology,
+            "events": recorder.events,
+            "verified_here": recorder.verified_here,
+        },
+        f,
+    )
   np.savez(os.path.join(args.out, f"params_{args.tag}.npz"), **recorder.params)
 
 

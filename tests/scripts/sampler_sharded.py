@@ -19,8 +19,10 @@ from tests import helpers
 
 LENS = np.array([1, 5, 16, 9, 3, 12, 7, 14])
 # A collective in compiled HLO text, captured by kind.
-_COLLECTIVE = (r"= \S+ (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
-               r"(?:-start)?\(")
+_COLLECTIVE = (
+    r"= \S+ (all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+    r"(?:-start)?\("
+)
 TEMPERATURE = {"greedy": 0.0, "sampled": 1.0}
 
 
@@ -30,33 +32,63 @@ def _outputs(config, devices, prompts, modes):
   mesh = sharding.make_mesh(config.mesh, devices=devices)
   rules = sharding.logical_rules(config.mesh)
   cfg = ModelConfig.from_config(config.model)
-  params, _ = sharding.init_model_params(Transformer(cfg), jax.random.key(0), mesh, rules)
+  params, _ = sharding.init_model_params(
+      Transformer(cfg), jax.random.key(0), mesh, rules
+  )
   base = SamplingSettings.from_config(config.sampling, eos_ids=(), pad_id=0)
   results = {}
   for name in modes:
-    sampler = Sampler(cfg, dataclasses.replace(base, temperature=TEMPERATURE[name]), mesh, rules)
+    sampler = Sampler(
+        cfg,
+        dataclasses.replace(base, temperature=TEMPERATURE[name]),
+        mesh,
+        rules,
+    )
     results[name] = sampler.generate(params, prompts, LENS, jax.random.key(1))
   state = sampler.init_state(len(LENS))
-  results["cache_shard_shape"] = list(state.cache["k"][0].addressable_shards[0].data.shape)
+  results["cache_shard_shape"] = list(
+      state.cache["k"][0].addressable_shards[0].data.shape
+  )
   # The collectives of the decode loop (whole cache and the first window).
   weights = sampler.prepare(params).weights
   results["advance_collectives"] = {}
   for window in (0, 64):
     with sharding.activate(mesh, rules):
-      hlo = sampler._advance.lower(state, weights, np.int32(0), np.int32(1),
-                                   window=window).compile().as_text()
+      hlo = (
+          sampler._advance.lower(
+              state, weights, np.int32(0), np.int32(1), window=window
+          )
+          .compile()
+          .as_text()
+      )
     ops = re.findall(_COLLECTIVE, hlo)
-    results["advance_collectives"][window] = {op: ops.count(op) for op in sorted(set(ops))}
+    results["advance_collectives"][window] = {
+        op: ops.count(op) for op in sorted(set(ops))
+    }
   # The prefill of every slot in order (generate's),
   # and of slots in another order.
   results["start_collectives"] = {}
   n = len(LENS)
-  for name, slot_ids in (("in_order", np.arange(n)), ("reversed", np.arange(n)[::-1])):
-    args = (weights, slot_ids.astype(np.int32), prompts.astype(np.int32), LENS.astype(np.int32),
-            np.zeros((n, 1), np.int32), jax.random.key(1))
+  for name, slot_ids in (
+      ("in_order", np.arange(n)),
+      ("reversed", np.arange(n)[::-1]),
+  ):
+    args = (
+        weights,
+        slot_ids.astype(np.int32),
+        prompts.astype(np.int32),
+        LENS.astype(np.int32),
+        np.zeros((n, 1), np.int32),
+        jax.random.key(1),
+    )
     with sharding.activate(mesh, rules):
-      hlo = sampler._start.lower(sampler.init_state(n), *args,
-                                 in_order=name == "in_order").compile().as_text()
+      hlo = (
+          sampler._start.lower(
+              sampler.init_state(n), *args, in_order=name == "in_order"
+          )
+          .compile()
+          .as_text()
+      )
     results["start_collectives"][name] = len(re.findall(_COLLECTIVE, hlo))
   return results
 
@@ -67,21 +99,35 @@ def main():
   config.sampling.max_prompt_len = 16
   # Cache 128: generate also runs in windows 64, 96.
   config.sampling.max_new_tokens = 112
-  prompts = np.random.RandomState(0).randint(1, config.model.vocab_size, (len(LENS), 16))
+  prompts = np.random.RandomState(0).randint(
+      1, config.model.vocab_size, (len(LENS), 16)
+  )
   config.mesh.shape = (1, 1, 1)
   ref = _outputs(config, jax.devices()[:1], prompts, ("greedy", "sampled"))
   # Sampling is compared where the vocabulary (and so its CDF) is split.
-  for shape, modes in [((1, 8, 1), ("greedy",)), ((2, 2, 2), ("greedy", "sampled")),
-                       ((8, 1, 1), ("greedy",))]:
+  for shape, modes in [
+      ((1, 8, 1), ("greedy",)),
+      ((2, 2, 2), ("greedy", "sampled")),
+      ((8, 1, 1), ("greedy",)),
+  ]:
     config.mesh.shape = shape
     got = _outputs(config, jax.devices(), prompts, modes)
-    row = {"shape": shape, "cache_shard_shape": got["cache_shard_shape"],
-           "advance_collectives": got["advance_collectives"],
-           "start_collectives": got["start_collectives"]}
+    row = {
+        "shape": shape,
+        "cache_shard_shape": got["cache_shard_shape"],
+        "advance_collectives": got["advance_collectives"],
+        "start_collectives": got["start_collectives"],
+    }
     for name in modes:
-      row[f"{name}_tokens_equal"] = bool(np.array_equal(got[name].tokens, ref[name].tokens))
-      row[f"{name}_mask_equal"] = bool(np.array_equal(got[name].mask, ref[name].mask))
-      row[f"{name}_logp_max_diff"] = float(np.abs(got[name].logp - ref[name].logp).max())
+      row[f"{name}_tokens_equal"] = bool(
+          np.array_equal(got[name].tokens, ref[name].tokens)
+      )
+      row[f"{name}_mask_equal"] = bool(
+          np.array_equal(got[name].mask, ref[name].mask)
+      )
+      row[f"{name}_logp_max_diff"] = float(
+          np.abs(got[name].logp - ref[name].logp).max()
+      )
     print(json.dumps(row))
 
 
