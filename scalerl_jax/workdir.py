@@ -24,6 +24,7 @@ CHECKPOINTS_DIR = "checkpoints"  # orbax's directory of step checkpoints.
 METRICS_FILE = "metrics.jsonl"  # One JSON object per written step.
 TB_DIR = "tb"  # TensorBoard event files.
 BASE_POLICY_DIR = "base_policy"  # Warm-start results, one per fingerprint.
+TOKENIZER_FILE = "tokenizer.model"  # The built-in SentencePiece tokenizer.
 
 
 def lock_workdir(workdir: str) -> IO[str]:

@@ -1,6 +1,7 @@
 """Tests of scalerl_jax.metrics.compute: FLOPs counted by hand,
 the cumulative meter."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,7 +15,8 @@ from scalerl_jax.models.transformer import ModelConfig
 #   per layer: q,k,v,o = D*E*(2H + 2K) = 4*2*6 = 48; MLP 3*D*F = 36 -> 84
 #   LM head D*V = 40 -> matmul params P = 124, 2P = 248 FLOPs per token
 #   attention: 2*2*L*H*E = 16 FLOPs per attended key
-_CFG = ModelConfig(
+_CFG = dataclasses.replace(
+    ModelConfig.from_config(scalerl.get_config().model),
     vocab_size=10,
     embed_dim=4,
     num_layers=1,
@@ -22,6 +24,8 @@ _CFG = ModelConfig(
     num_kv_heads=1,
     head_dim=2,
     mlp_dim=3,
+    qkv_bias=False,
+    qk_norm=False,
 )
 
 

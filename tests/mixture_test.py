@@ -10,6 +10,7 @@ import pytest
 
 from configs import multitask
 from configs import scalerl
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax import evaluation
 from scalerl_jax.data import curriculum as curriculum_lib
 from scalerl_jax.data import mixture
@@ -29,7 +30,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-  path = tmp_path_factory.mktemp("tok") / tokenizer_lib.BUILTIN_FILENAME
+  path = tmp_path_factory.mktemp("tok") / workdir_lib.TOKENIZER_FILE
   return tokenizer_lib.train_builtin_tokenizer(str(path), 512, code=True)
 
 

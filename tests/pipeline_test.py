@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import scalerl
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
@@ -20,7 +21,7 @@ _P, _G, _L = 4, 3, 16
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-  path = tmp_path_factory.mktemp("tok") / tokenizer_lib.BUILTIN_FILENAME
+  path = tmp_path_factory.mktemp("tok") / workdir_lib.TOKENIZER_FILE
   return tokenizer_lib.train_builtin_tokenizer(str(path), 512)
 
 

@@ -11,6 +11,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from configs import scalerl
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rewards import registry
@@ -35,7 +36,7 @@ def _config(**data):
 
 def test_builtin_tokenizer_special_pieces(builtin):
   tok, workdir = builtin
-  assert os.path.exists(workdir / tokenizer_lib.BUILTIN_FILENAME)
+  assert os.path.exists(workdir / workdir_lib.TOKENIZER_FILE)
   assert (
       tok.pad_id,
       tok.bos_id,
@@ -88,7 +89,7 @@ def test_decode_drops_specials_and_marks_unknown_ids(builtin):
 def test_builtin_tokenizer_is_reused_not_retrained(tmp_path):
   # A model of another size already in the workdir is what
   # get_tokenizer returns.
-  path = tmp_path / tokenizer_lib.BUILTIN_FILENAME
+  path = tmp_path / workdir_lib.TOKENIZER_FILE
   small = tokenizer_lib.train_builtin_tokenizer(str(path), 300)
   before = path.read_bytes()
   again = tokenizer_lib.get_tokenizer(scalerl.get_config(), str(tmp_path))
@@ -100,7 +101,7 @@ def test_builtin_training_is_deterministic(tmp_path, builtin):
   tok, workdir = builtin
   tokenizer_lib.train_builtin_tokenizer(str(tmp_path / "again.model"), 512)
   assert (tmp_path / "again.model").read_bytes() == (
-      workdir / tokenizer_lib.BUILTIN_FILENAME
+      workdir / workdir_lib.TOKENIZER_FILE
   ).read_bytes()
 
 
@@ -133,7 +134,7 @@ def test_vocab_size_errors_name_the_field(tmp_path, builtin):
 def test_hf_directory_with_sentencepiece_model(tmp_path, builtin):
   tok, workdir = builtin
   shutil.copy(
-      workdir / tokenizer_lib.BUILTIN_FILENAME, tmp_path / "tokenizer.model"
+      workdir / workdir_lib.TOKENIZER_FILE, tmp_path / "tokenizer.model"
   )
   loaded = tokenizer_lib.get_tokenizer(
       _config(**{"model.hf_path": str(tmp_path)}), "/nonexistent"
@@ -348,7 +349,7 @@ def test_sentencepiece_checkpoint_reads_special_tokens_in_rendered_text(
   # transformers reads `<s>` printed by a template as the BOS id; so do we.
   tok, workdir = builtin
   shutil.copy(
-      workdir / tokenizer_lib.BUILTIN_FILENAME, tmp_path / "tokenizer.model"
+      workdir / workdir_lib.TOKENIZER_FILE, tmp_path / "tokenizer.model"
   )
   (tmp_path / "tokenizer_config.json").write_text(
       json.dumps(

@@ -1,12 +1,15 @@
 """Properties of the policy transformer: causality, KV-cache
 decode == full forward, dtypes."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import scalerl
 from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 from tests import helpers
@@ -226,3 +229,22 @@ def test_cache_longer_than_context_is_rejected():
   cfg, _, _ = _model()
   with pytest.raises(ValueError, match="max_seq_len"):
     decode.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)
+
+
+def test_model_config_defaults_are_the_configs():
+  # The run-time fields a checkpoint's config.json does not hold default to
+  # configs/scalerl.py's values; the network's shape has no default at all.
+  defaults = {
+      f.name: f.default
+      for f in dataclasses.fields(transformer.ModelConfig)
+      if f.default is not dataclasses.MISSING
+  }
+  assert set(defaults) == {
+      "param_dtype",
+      "compute_dtype",
+      "fp32_lm_head",
+      "remat",
+      "attention",
+  }
+  model = scalerl.get_config().model
+  assert defaults == {name: model[name] for name in defaults}

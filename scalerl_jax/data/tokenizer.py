@@ -17,12 +17,12 @@ import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import builtin_tokenizer
 from scalerl_jax.data import chat_template as chat_template_lib
 
-BUILTIN_FILENAME = "tokenizer.model"
 GENERATION_CONFIG = "generation_config.json"
 # Files beside a tokenizer that name its special tokens (later ones win).
 _SETTINGS_FILES = ("special_tokens_map.json", "tokenizer_config.json")
@@ -332,7 +332,7 @@ def get_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
   elif config.model.hf_path:
     tok = load_tokenizer(config.model.hf_path)
   else:
-    path = epath.Path(workdir) / BUILTIN_FILENAME
+    path = epath.Path(workdir) / workdir_lib.TOKENIZER_FILE
     if path.exists():
       tok = load_tokenizer(str(path))
     else:

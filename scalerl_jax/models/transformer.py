@@ -47,8 +47,15 @@ class RopeScaling:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """`config.model`'s fields (configs/scalerl.py) but `hf_path`; hashable."""
+  """`config.model`'s fields (configs/scalerl.py) but `hf_path`; hashable.
 
+  The network's shape has no defaults: configs/scalerl.py gives it
+  (`from_config`), or a checkpoint's config.json (`hf_io.read_config`). The
+  run-time choices a checkpoint does not hold default to configs/scalerl.py's
+  values, which tests/transformer_test.py holds them to.
+  """
+
+  family: str
   vocab_size: int
   embed_dim: int
   num_layers: int
@@ -56,18 +63,17 @@ class ModelConfig:
   num_kv_heads: int
   head_dim: int
   mlp_dim: int
-  rope_theta: float = 10_000.0
-  rope_scaling: RopeScaling = RopeScaling()
-  norm_eps: float = 1e-5
-  tie_embeddings: bool = True
-  qkv_bias: bool = False
-  qk_norm: bool = False
-  max_seq_len: int = 2048
+  rope_theta: float
+  rope_scaling: RopeScaling
+  norm_eps: float
+  tie_embeddings: bool
+  qkv_bias: bool
+  qk_norm: bool
+  max_seq_len: int
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   fp32_lm_head: bool = True
   remat: bool = False
-  family: str = "llama"
   attention: str = attention_lib.AUTO
 
   @classmethod
