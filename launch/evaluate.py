@@ -15,15 +15,12 @@ import json
 from absl import app
 from absl import flags
 
-from scalerl_jax.checkpoint import policy
+import launch
 from scalerl_jax import experiment
+from scalerl_jax.checkpoint import policy
 
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "The run's workdir.", required=True
-)
-_STEP = flags.DEFINE_integer(
-    "step", None, "Checkpoint step; default: the latest."
-)
+_WORKDIR, _STEP, _PROCESS_ID = launch.define_checkpoint_flags()
+flags.adopt_module_key_flags(launch)
 _NUM_PROMPTS = flags.DEFINE_integer(
     "num_prompts", None, "Default: trainer.eval_num_prompts."
 )
@@ -36,12 +33,6 @@ _REPEATS = flags.DEFINE_integer(
     "Evaluations with different sampling keys (the first is the trainer's); "
     "above 1 the output adds each metric's standard deviation across them, the "
     "sampling noise of one evaluation.",
-)
-_PROCESS_ID = flags.DEFINE_integer(
-    "process_id",
-    None,
-    "This process's index when a multi-host run is read on all its hosts "
-    "(the recorded config.json holds process 0's mesh.process_id); default: as recorded.",
 )
 
 

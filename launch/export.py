@@ -10,22 +10,13 @@ beside it. The run's recorded config (config.json) is used.
 from absl import app
 from absl import flags
 
-from scalerl_jax.checkpoint import policy
+import launch
 from scalerl_jax import experiment
+from scalerl_jax.checkpoint import policy
 
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "The run's workdir.", required=True
-)
+_WORKDIR, _STEP, _PROCESS_ID = launch.define_checkpoint_flags()
+flags.adopt_module_key_flags(launch)
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
-_STEP = flags.DEFINE_integer(
-    "step", None, "Checkpoint step; default: the latest."
-)
-_PROCESS_ID = flags.DEFINE_integer(
-    "process_id",
-    None,
-    "This process's index when a multi-host run is read on all its hosts "
-    "(the recorded config.json holds process 0's mesh.process_id); default: as recorded.",
-)
 
 
 def main(argv):
