@@ -34,7 +34,6 @@ import orbax.checkpoint as ocp
 
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.metrics import compute
-from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
@@ -69,7 +68,7 @@ def _kill_plan(seed=0):
 
 
 def _metric_steps(workdir):
-  path = os.path.join(workdir, metrics_lib.METRICS_FILE)
+  path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   if not os.path.exists(path):
     return []
   with open(path) as f:
@@ -173,7 +172,7 @@ def _final_state(workdir):
 
 def _stream(workdir):
   """metrics.jsonl without the wall-clock measurements."""
-  with open(os.path.join(workdir, metrics_lib.METRICS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
     rows = [json.loads(line) for line in f]
   return [
       {

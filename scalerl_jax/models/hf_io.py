@@ -61,7 +61,7 @@ def _rope_from_hf(hf: dict, config_path: str) -> dict:
       if scaling
       else "default"
   )
-  out = {"rope_theta": float(theta)}
+  out = {"rope_theta": float(theta), "rope_scaling": RopeScaling()}
   if kind in (None, "default"):
     return out
   if kind != "llama3":
