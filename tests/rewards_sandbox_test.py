@@ -13,15 +13,20 @@ import pytest
 
 from scalerl_jax import rewards
 from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
 
 
 def _ctx(wall_s=10.0, cpu_s=2.0, memory_mb=512, spawned=None):
+  # A fresh sandbox per program, whose process group and temporary directory
+  # these tests follow; the fork server's runs are held to the same results
+  # by test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does.
   spawned = spawned if spawned is not None else []
   return registry.VerifyContext(
       deadline=time.monotonic() + wall_s,
       code_cpu_s=cpu_s,
       code_memory_mb=memory_mb,
+      code_fork_server=False,
       on_spawn=lambda pgid, tmpdir: spawned.append((pgid, tmpdir)),
   )
 
@@ -200,3 +205,84 @@ def test_wait_reaps_an_exited_process_and_leaves_a_running_one():
   finally:
     slow.kill()
     slow.wait()
+
+
+_NO_BWRAP = "bubblewrap does not run here (apt-get install bubblewrap)"
+_PROGRAMS = {
+    "prints": ("print(sum(range(10)))", ""),
+    "echoes_stdin": ("print(input()[::-1])", "hello\n"),
+    "exits_3": ("import sys\nprint('a')\nsys.exit(3)", ""),
+    "exits_with_message": ("import sys\nsys.exit('bye')", ""),
+    "raises": ("print('x')\nraise ValueError('boom')", ""),
+    "violates_the_hook": ("import os\nos.system('true')", ""),
+    "forks": ("import os\nos.fork()", ""),
+    "imports_ctypes": ("import ctypes", ""),
+    "signals_its_parent": ("import os\nos.kill(os.getppid(), 9)", ""),
+    "writes_outside": ("open('/sandbox_escape', 'w')", ""),
+    "exhausts_memory": ("x = bytearray(10 ** 10)", ""),
+    "burns_cpu": ("while True:\n  pass", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PROGRAMS))
+def test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does(name):
+  # The same program under the same limits gives the same exit status,
+  # output and deadline verdict as a fork of the warm sandboxed interpreter
+  # as it does as a fresh bubblewrap sandbox and interpreter.
+  if not isolation.bwrap_works():
+    pytest.skip(_NO_BWRAP)
+  source, stdin = _PROGRAMS[name]
+  results = []
+  for fork_server in (True, False):
+    ctx = registry.VerifyContext(
+        deadline=time.monotonic() + 10.0,
+        code_cpu_s=1.0,
+        code_memory_mb=256,
+        code_isolation="bwrap",
+        code_fork_server=fork_server,
+    )
+    results.append(code_sandbox.run_program(source, stdin, ctx))
+  assert results[0] == results[1]
+
+
+def test_the_fork_server_leaves_nothing_of_one_program_to_the_next():
+  # The first program escapes the audit hook to start a process that would
+  # outlive it and leaves a file; the server kills every other process of
+  # its namespace and empties its directory after each run, so the second
+  # program, in the same sandbox, finds neither.
+  if not isolation.bwrap_works():
+    pytest.skip(_NO_BWRAP)
+  leave = textwrap.dedent("""
+      import _posixsubprocess, os
+      r, w = os.pipe()
+      _posixsubprocess.fork_exec(
+          ['/bin/sleep', '30'], [b'/bin/sleep'], True, (), None, None,
+          -1, -1, -1, -1, -1, -1, r, w, True, False, -1, None, None, None,
+          -1, None, False)
+      open('left_behind', 'w').write('x')
+      print('started')
+  """)
+  look = textwrap.dedent("""
+      import os
+      sleepers = 0
+      for p in os.listdir('/proc'):
+        try:
+          sleepers += p.isdigit() and b'sleep' in open(
+              f'/proc/{p}/cmdline', 'rb').read()
+        except OSError:
+          pass
+      mine = os.path.basename(os.getcwd())
+      print(sleepers, sorted(set(os.listdir('..')) - {mine}))
+  """)
+  ctx = lambda: registry.VerifyContext(
+      deadline=time.monotonic() + 10.0, code_isolation="bwrap"
+  )
+  first = code_sandbox.run_program(leave, "", ctx())
+  server = code_sandbox._server.proc.pid
+  second = code_sandbox.run_program(look, "", ctx())
+  assert first.ok and first.stdout == b"started\n", first
+  assert code_sandbox._server.proc.pid == server  # The same sandbox.
+  assert second.ok, second
+  count, entries = second.stdout.decode().split(" ", 1)
+  assert count == "0"
+  assert entries.strip() == repr(["sandbox_boot.py", "server.py"])

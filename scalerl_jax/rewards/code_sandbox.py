@@ -8,6 +8,7 @@ and kills its process group after every run. Design: docs/design/sandbox.md.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import dataclasses
 import functools
@@ -18,6 +19,7 @@ import resource
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,12 @@ from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import sandbox_boot
 
 _BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
+# Run inside the sandbox, never imported here (it imports sandbox_boot as a
+# top-level module, as the sandbox's interpreter sees it).
+_SERVER_SCRIPT = os.path.join(
+    os.path.dirname(_BOOT_SCRIPT), "sandbox_server.py"
+)
+_SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of every sandbox's temporary directory.
 # RLIMIT_FSIZE: the largest file (stdout included) a program may write.
 MAX_OUTPUT_BYTES = 8 << 20
@@ -195,6 +203,138 @@ def _wait(proc: subprocess.Popen, timeout: float) -> bool:
   return proc.poll() is not None
 
 
+def _sandbox_env(root: str) -> dict[str, str]:
+  return {
+      "PATH": "/usr/bin:/bin",
+      "HOME": root,
+      "TMPDIR": root,
+      "LANG": "C.UTF-8",
+      "PYTHONHASHSEED": "0",
+  }
+
+
+class _ForkServer:
+  """One bubblewrap sandbox whose PID 1 forks a warm interpreter per program.
+
+  The protocol and the server's invariants are sandbox_server.py's. The
+  sandbox is one process group, reported to `on_spawn` so that the pool kills
+  it with a worker it had to kill.
+  """
+
+  def __init__(self, on_spawn: Callable[[int, str], None]):
+    root = isolation.SANDBOX_ROOT
+    info_r, info_w = os.pipe()
+    argv = isolation.command(
+        [(_BOOT_SCRIPT, "sandbox_boot.py"), (_SERVER_SCRIPT, "server.py")],
+        [isolation.interpreter(), "-I", "-S", "-B", f"{root}/server.py", root]
+        + ["sandbox_boot.py", "server.py"],
+        info_fd=info_w,
+    )
+    try:
+      self.proc = subprocess.Popen(
+          argv,
+          stdin=subprocess.PIPE,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.DEVNULL,
+          cwd="/",
+          env=_sandbox_env(root),
+          preexec_fn=die_with_parent,
+          start_new_session=True,
+          close_fds=True,
+          pass_fds=(info_w,),
+      )
+    finally:
+      os.close(info_w)
+    try:
+      isolation.read_child_pid(info_r)
+    finally:
+      os.close(info_r)
+    on_spawn(self.proc.pid, "")
+
+  def run(
+      self, source: str, stdin: str, ctx: registry.VerifyContext
+  ) -> Optional[ProgramResult]:
+    """The program's result, or None if the server died or did not answer."""
+    wall_s = max(0.0, ctx.deadline - time.monotonic())
+    request = json.dumps(
+        {
+            "source": source,
+            "stdin": stdin,
+            "cpu_s": ctx.code_cpu_s,
+            "memory_mb": ctx.code_memory_mb,
+            "wall_s": wall_s,
+        }
+    ).encode()
+    try:
+      self.proc.stdin.write(struct.pack(">I", len(request)) + request)
+      self.proc.stdin.flush()
+    except OSError:
+      return None
+    deadline = time.monotonic() + wall_s + _SERVER_GRACE_S
+    header = self._read(4, deadline)
+    body = header and self._read(struct.unpack(">I", header)[0], deadline)
+    if not body:
+      return None
+    answer = json.loads(body)
+    return ProgramResult(
+        answer["returncode"],
+        base64.b64decode(answer["stdout"]),
+        answer["timed_out"],
+    )
+
+  def _read(self, n: int, deadline: float) -> Optional[bytes]:
+    fd, chunks = self.proc.stdout.fileno(), []
+    while n:
+      timeout = max(0.0, deadline - time.monotonic())
+      ready, _, _ = select.select([fd], [], [], timeout)
+      chunk = os.read(fd, n) if ready else b""
+      if not chunk:
+        return None
+      chunks.append(chunk)
+      n -= len(chunk)
+    return b"".join(chunks)
+
+  def close(self, on_reap: Callable[[int], None]) -> None:
+    """Kills the sandbox (all of its processes) and reaps it."""
+    _kill(self.proc.pid, os.killpg)
+    self.proc.wait()
+    for pipe in (self.proc.stdin, self.proc.stdout):
+      try:
+        pipe.close()
+      except OSError:
+        pass
+    on_reap(self.proc.pid)
+
+
+_server: Optional[_ForkServer] = None  # This process's, started on first use.
+
+
+def start_server(on_spawn: Callable[[int, str], None]) -> None:
+  """Starts this process's fork server now rather than at its first program."""
+  global _server
+  if _server is None:
+    _server = _ForkServer(on_spawn)
+
+
+def _run_in_server(
+    source: str, stdin: str, ctx: registry.VerifyContext
+) -> ProgramResult:
+  """`run_program` through this process's fork server (restarted if dead)."""
+  global _server
+  if _server is not None and _server.proc.poll() is not None:
+    _server.close(ctx.on_reap)
+    _server = None
+  if _server is None:
+    _server = _ForkServer(ctx.on_spawn)
+  result = _server.run(source, stdin, ctx)
+  if result is None:  # Hung or dead: the next program gets a new sandbox.
+    _server.close(ctx.on_reap)
+    _server = None
+    timed_out = time.monotonic() >= ctx.deadline
+    return ProgramResult(-signal.SIGKILL, b"", timed_out)
+  return result
+
+
 def run_program(
     source: str, stdin: str, ctx: registry.VerifyContext
 ) -> ProgramResult:
@@ -203,6 +343,8 @@ def run_program(
   `ctx` gives the deadline, the CPU and memory limits and the spawn/reap
   hooks. The process group is killed and the temp dir removed on return.
   """
+  if ctx.code_fork_server and isolation.use_bwrap(ctx.code_isolation):
+    return _run_in_server(source, stdin, ctx)
   _libc()  # Load libc before forking, not inside the child.
   tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
   info = []  # bwrap's info pipe.

@@ -117,6 +117,7 @@ class RewardPool:
         code_cpu_s=float(rewards_config.code_cpu_s),
         code_memory_mb=int(rewards_config.code_memory_mb),
         code_isolation=rewards_config.code_isolation,
+        code_fork_server=bool(rewards_config.code_fork_server),
         memory_mb=int(rewards_config.worker_memory_mb),
         strip_thinking=strip_thinking,
     )

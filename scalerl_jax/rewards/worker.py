@@ -41,6 +41,7 @@ class WorkerSettings:
   code_cpu_s: float
   code_memory_mb: int
   code_isolation: str  # The sandbox's lower layer (`isolation.MODES`).
+  code_fork_server: bool  # Programs as forks of a warm sandboxed interpreter.
   memory_mb: int  # Address-space limit of the worker itself; 0 = none.
   # Verifier kinds scored on the answer region only.
   strip_thinking: tuple[str, ...]
@@ -73,9 +74,12 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
         resource.RLIMIT_AS,
         (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard),
     )
-  conn.send(("ready",))
   on_spawn = lambda pgid, tmpdir: conn.send(("spawned", pgid, tmpdir))
   on_reap = lambda pgid: conn.send(("reaped", pgid))
+  if settings.code_fork_server and isolation.use_bwrap(settings.code_isolation):
+    # Before "ready": no program's time limit pays for the sandbox's start.
+    code_sandbox.start_server(on_spawn)
+  conn.send(("ready",))
   while True:
     try:
       task_id, completion, record, spec = conn.recv()
@@ -86,6 +90,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
         code_cpu_s=settings.code_cpu_s,
         code_memory_mb=settings.code_memory_mb,
         code_isolation=settings.code_isolation,
+        code_fork_server=settings.code_fork_server,
         on_spawn=on_spawn,
         on_reap=on_reap,
     )
