@@ -1,4 +1,4 @@
-"""A fork server inside one bubblewrap sandbox: `sandbox_server.py <root> <keep>...`.
+"""A fork server in one bubblewrap sandbox: `server.py <root> <keep>...`.
 
 Run by `python -I -S -B` as PID 1 of the sandbox's namespaces (standard
 library only). It reads requests from fd 0 and answers on fd 1, one at a time,
