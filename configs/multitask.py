@@ -50,6 +50,9 @@ def get_config(arg=None):
   # One base policy for every seed, as the paper's runs.
   c.trainer.warm_start_seed = 0
   c.trainer.warm_start_steps = 2_000  # Two tasks to learn the formats of.
+  # 128 programs a step: each a fork of the worker's warm sandbox, 3 ms, not
+  # a fresh sandbox, 20 ms (docs/multitask.md, cost).
+  c.rewards.code_fork_server = True
   return c
 
 

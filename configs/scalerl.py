@@ -361,9 +361,10 @@ def get_config(arg=None):
   # auto (bubblewrap if it runs, else warn) | bwrap (required) | python (none).
   c.rewards.code_isolation = "auto"
   # code, under bubblewrap: run each program as a fork of one warm sandboxed
-  # interpreter per worker (rewards/sandbox_server.py, ~2 ms a program) instead
-  # of a fresh sandbox and interpreter (~20-40 ms); the same limits and hook.
-  c.rewards.code_fork_server = True
+  # interpreter per worker (rewards/sandbox_server.py, 3 ms a program) instead
+  # of a fresh sandbox and interpreter (20 ms); the same limits and hook.
+  # configs/multitask.py turns it on.
+  c.rewards.code_fork_server = False
   # Address-space limit of a verifier worker; 0 = none.
   c.rewards.worker_memory_mb = 2048
   # Verify the groups a decode call finished while the next call decodes, where

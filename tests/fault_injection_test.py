@@ -21,6 +21,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax import rewards
+from scalerl_jax.rewards import isolation
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
@@ -55,6 +56,23 @@ def _reward_processes():
   return servers + [w for s in servers for w in s.children()]
 
 
+def _idle_descendants(rewards_config):
+  """Processes below an idle worker: its standing sandbox under the fork
+  server (bubblewrap and the server), none otherwise."""
+  fork_server = rewards_config.code_fork_server and isolation.use_bwrap(
+      rewards_config.code_isolation
+  )
+  return 2 if fork_server else 0
+
+
+def _busy(worker, idle):
+  """Whether `worker` runs a program (a sandboxed child below it)."""
+  try:
+    return len(worker.children(recursive=True)) > idle
+  except psutil.NoSuchProcess:
+    return False
+
+
 def _kill_all(processes):
   for process in processes:
     process.send_signal(signal.SIGKILL)
@@ -72,9 +90,12 @@ def test_killing_every_reward_process_mid_batch_restarts_the_pool():
     before = _reward_processes()
     assert len(before) == 3  # The fork server and two workers.
 
+    # Each sleeper runs below its worker: a fresh sandbox, or a fork of the
+    # worker's standing sandbox.
+    idle = _idle_descendants(config.rewards)
+
     def kill_once_both_workers_are_busy():
-      # Each sleeper runs as a sandboxed child of its worker.
-      while sum(1 for w in before[1:] if w.is_running() and w.children()) < 2:
+      while sum(1 for w in before[1:] if _busy(w, idle)) < 2:
         time.sleep(0.01)
       _kill_all(before)
 
@@ -103,15 +124,13 @@ def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
     config.rewards.num_workers, config.rewards.timeout_s = 1, 60.0
   with rewards.RewardPool(config.rewards) as pool:
 
+    idle = _idle_descendants(config.rewards)
+
     def kill_every_server_once_busy():
       killed = set()
       while len(killed) < 2:
         for process in _reward_processes()[1:]:
-          if (
-              process.pid not in killed
-              and process.is_running()
-              and process.children()
-          ):
+          if process.pid not in killed and _busy(process, idle):
             killed.add(process.pid)
             _kill_all([psutil.Process(process.ppid()), process])
         time.sleep(0.01)

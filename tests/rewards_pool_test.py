@@ -164,48 +164,6 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
   assert not os.listdir(sandbox_root)
 
 
-def test_a_worker_dying_mid_program_takes_its_fork_server_along():
-  # Under the fork server the program runs in the worker's sandbox
-  # (bwrap -> server -> the program's pid namespace); killing the worker
-  # mid-program leaves none of those processes.
-  if not isolation.bwrap_works():
-    pytest.skip("bubblewrap does not run here (apt-get install bubblewrap)")
-  record = {"id": "c", "verifier": "code", "answer": "assert True"}
-  sleeper = "```python\nimport time\ntime.sleep(600)\n```"
-  timeout_s = 20.0
-  sandbox = []
-
-  def kill_the_worker_once_its_program_runs(worker):
-    deadline = time.monotonic() + timeout_s / 2
-    while time.monotonic() < deadline:
-      # bwrap, the server, the program's parent and the program.
-      below = [p for p in worker.children(recursive=True) if _alive(p)]
-      if len(below) >= 4:
-        sandbox.extend(below)
-        worker.kill()
-        return
-      time.sleep(0.05)
-
-  before = set(p.pid for p in psutil.Process().children())
-  with rewards.RewardPool(
-      _rewards_config(timeout_s=timeout_s, num_workers=1, code_fork_server=True)
-  ) as slow_pool:
-    (zygote,) = [p for p in psutil.Process().children() if p.pid not in before]
-    (worker,) = zygote.children()
-    killer = threading.Thread(
-        target=kill_the_worker_once_its_program_runs, args=(worker,)
-    )
-    killer.start()
-    scores, stats = slow_pool.score([sleeper], [record])
-    killer.join()
-  assert scores[0] == 0.0 and stats["num_crashes"] == 1
-  assert len(sandbox) >= 4
-  deadline = time.monotonic() + 5.0
-  while any(_alive(p) for p in sandbox) and time.monotonic() < deadline:
-    time.sleep(0.05)
-  assert not [p for p in sandbox if _alive(p)]
-
-
 def test_killed_workers_are_replaced(pool):
   workers = psutil.Process(pool._zygote.pid).children()
   assert len(workers) == 2

@@ -202,6 +202,9 @@ def _layers():
   )
   for name, (_, needs_lower) in HOSTILE.items():
     yield pytest.param(name, "bwrap", marks=bwrap_skip, id=f"{name}-bwrap")
+    yield pytest.param(
+        name, "bwrap_fork_server", marks=bwrap_skip, id=f"{name}-fork_server"
+    )
     if not needs_lower:  # The others would breach: docs/reliability.md.
       yield pytest.param(name, "python", id=f"{name}-python")
 
@@ -277,7 +280,8 @@ def _pool(layer):
         num_workers=1,
         code_cpu_s=1.0,
         code_memory_mb=256,
-        code_isolation=layer,
+        code_isolation="bwrap" if layer.startswith("bwrap") else layer,
+        code_fork_server=layer == "bwrap_fork_server",
     )
   return rewards.RewardPool(config.rewards)
 

@@ -8,6 +8,7 @@ and kills its process group after every run. Design: docs/design/sandbox.md.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import ctypes
 import dataclasses
@@ -238,7 +239,8 @@ class _ForkServer:
           stderr=subprocess.DEVNULL,
           cwd="/",
           env=_sandbox_env(root),
-          preexec_fn=die_with_parent,
+          # No preexec_fn: Python code between fork and exec can deadlock in
+          # a threaded parent, and bubblewrap clears a parent-death signal.
           start_new_session=True,
           close_fds=True,
           pass_fds=(info_w,),
@@ -316,23 +318,43 @@ def start_server(on_spawn: Callable[[int, str], None]) -> None:
     _server = _ForkServer(on_spawn)
 
 
+def stop_server(on_reap: Callable[[int], None] = lambda pgid: None) -> None:
+  """Kills this process's fork server, if any (also at interpreter exit).
+
+  bubblewrap drops its capabilities, which clears the parent-death signal
+  set for it: the sandbox must be killed by whoever owns it.
+  """
+  global _server
+  if _server is not None:
+    _server.close(on_reap)
+    _server = None
+
+
+atexit.register(stop_server)
+
+
 def _run_in_server(
     source: str, stdin: str, ctx: registry.VerifyContext
 ) -> ProgramResult:
   """`run_program` through this process's fork server (restarted if dead)."""
   global _server
-  if _server is not None and _server.proc.poll() is not None:
-    _server.close(ctx.on_reap)
-    _server = None
-  if _server is None:
-    _server = _ForkServer(ctx.on_spawn)
-  result = _server.run(source, stdin, ctx)
-  if result is None:  # Hung or dead: the next program gets a new sandbox.
+  for attempt in range(2):
+    if _server is not None and _server.proc.poll() is not None:
+      _server.close(ctx.on_reap)
+      _server = None
+    if _server is None:
+      _server = _ForkServer(ctx.on_spawn)
+    result = _server.run(source, stdin, ctx)
+    if result is not None:
+      return result
+    # Hung or dead: the next program gets a new sandbox. A server killed
+    # from outside before its deadline (no program can kill it) is retried
+    # once in a new one.
     _server.close(ctx.on_reap)
     _server = None
     timed_out = time.monotonic() >= ctx.deadline
-    return ProgramResult(-signal.SIGKILL, b"", timed_out)
-  return result
+    if timed_out or attempt:
+      return ProgramResult(-signal.SIGKILL, b"", timed_out)
 
 
 def run_program(

@@ -34,7 +34,7 @@ class VerifyContext:
   code_memory_mb: int = 512  # Address-space limit of a candidate program.
   code_isolation: str = "auto"  # The sandbox's lower layer (isolation.MODES).
   # Programs under bubblewrap run as forks of one warm sandboxed interpreter.
-  code_fork_server: bool = True
+  code_fork_server: bool = False
   # Called with (pgid, temp dir) when a verifier starts a sandboxed process,
   # and with the pgid once it is gone, so the pool can clean up after a kill.
   on_spawn: Callable[[int, str], None] = lambda pgid, tmpdir: None

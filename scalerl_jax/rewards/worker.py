@@ -84,6 +84,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
     try:
       task_id, completion, record, spec = conn.recv()
     except EOFError:
+      code_sandbox.stop_server(on_reap)
       return
     ctx = registry.VerifyContext(
         deadline=time.monotonic() + _PROGRAM_WALL_FRACTION * settings.timeout_s,
