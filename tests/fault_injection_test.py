@@ -21,7 +21,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax import rewards
-from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards import code_sandbox
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
@@ -59,8 +59,8 @@ def _reward_processes():
 def _idle_descendants(rewards_config):
   """Processes below an idle worker: its standing sandbox under the fork
   server (bubblewrap and the server), none otherwise."""
-  fork_server = rewards_config.code_fork_server and isolation.use_bwrap(
-      rewards_config.code_isolation
+  fork_server = code_sandbox.uses_fork_server(
+      rewards_config.code_isolation, rewards_config.code_fork_server
   )
   return 2 if fork_server else 0
 

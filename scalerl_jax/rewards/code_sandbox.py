@@ -14,9 +14,7 @@ import ctypes
 import dataclasses
 import functools
 import json
-import math
 import os
-import resource
 import select
 import shutil
 import signal
@@ -40,9 +38,7 @@ _SERVER_SCRIPT = os.path.join(
 )
 _SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of every sandbox's temporary directory.
-# RLIMIT_FSIZE: the largest file (stdout included) a program may write.
-MAX_OUTPUT_BYTES = 8 << 20
-_MAX_OPEN_FILES = 64
+MAX_OUTPUT_BYTES = sandbox_boot.MAX_OUTPUT_BYTES
 _BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its program.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
@@ -84,24 +80,9 @@ def die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _set_limit(which: int, soft: int, hard: int) -> None:
-  """Lowers a limit; a hard limit already below the request is kept."""
-  _, current = resource.getrlimit(which)
-  if current != resource.RLIM_INFINITY:
-    soft, hard = min(soft, current), min(hard, current)
-  resource.setrlimit(which, (soft, hard))
-
-
 def _confine_child(cpu_s: float, memory_mb: int, own_netns: bool) -> None:
   """preexec_fn: runs in the forked child before it executes Python or bwrap."""
-  cpu = max(1, math.ceil(cpu_s))
-  # SIGXCPU at the soft limit; SIGKILL a second later if the program catches it.
-  _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-  _set_limit(resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20)
-  _set_limit(resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
-  _set_limit(resource.RLIMIT_NPROC, 0, 0)
-  _set_limit(resource.RLIMIT_NOFILE, _MAX_OPEN_FILES, _MAX_OPEN_FILES)
-  _set_limit(resource.RLIMIT_CORE, 0, 0)
+  sandbox_boot.set_limits(cpu_s, memory_mb)
   die_with_parent()
   libc = _libc()
   if own_netns and libc is not None:
@@ -160,13 +141,7 @@ def _launch(
         stdout=stdout,
         stderr=subprocess.DEVNULL,
         cwd=tmp,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": root,
-            "TMPDIR": root,
-            "LANG": "C.UTF-8",
-            "PYTHONHASHSEED": "0",
-        },
+        env=sandbox_boot.program_env(root),
         preexec_fn=functools.partial(
             _confine_child, ctx.code_cpu_s, ctx.code_memory_mb, not bwrap
         ),
@@ -204,16 +179,6 @@ def _wait(proc: subprocess.Popen, timeout: float) -> bool:
   return proc.poll() is not None
 
 
-def _sandbox_env(root: str) -> dict[str, str]:
-  return {
-      "PATH": "/usr/bin:/bin",
-      "HOME": root,
-      "TMPDIR": root,
-      "LANG": "C.UTF-8",
-      "PYTHONHASHSEED": "0",
-  }
-
-
 class _ForkServer:
   """One bubblewrap sandbox whose PID 1 forks a warm interpreter per program.
 
@@ -238,7 +203,7 @@ class _ForkServer:
           stdout=subprocess.PIPE,
           stderr=subprocess.DEVNULL,
           cwd="/",
-          env=_sandbox_env(root),
+          env=sandbox_boot.program_env(root),
           # No preexec_fn: Python code between fork and exec can deadlock in
           # a threaded parent, and bubblewrap clears a parent-death signal.
           start_new_session=True,
@@ -247,10 +212,10 @@ class _ForkServer:
       )
     finally:
       os.close(info_w)
-    try:
-      isolation.read_child_pid(info_r)
-    finally:
-      os.close(info_r)
+    # Open as long as bwrap lives: bwrap writes to it after the child's pid,
+    # and a closed read end killed it by SIGPIPE (about one start in three).
+    self._info_r = info_r
+    isolation.read_child_pid(info_r)
     on_spawn(self.proc.pid, "")
 
   def run(
@@ -305,10 +270,16 @@ class _ForkServer:
         pipe.close()
       except OSError:
         pass
+    os.close(self._info_r)
     on_reap(self.proc.pid)
 
 
 _server: Optional[_ForkServer] = None  # This process's, started on first use.
+
+
+def uses_fork_server(code_isolation: str, code_fork_server: bool) -> bool:
+  """Whether programs run in this process's fork server (under bubblewrap)."""
+  return code_fork_server and isolation.use_bwrap(code_isolation)
 
 
 def start_server(on_spawn: Callable[[int, str], None]) -> None:
@@ -365,7 +336,7 @@ def run_program(
   `ctx` gives the deadline, the CPU and memory limits and the spawn/reap
   hooks. The process group is killed and the temp dir removed on return.
   """
-  if ctx.code_fork_server and isolation.use_bwrap(ctx.code_isolation):
+  if uses_fork_server(ctx.code_isolation, ctx.code_fork_server):
     return _run_in_server(source, stdin, ctx)
   _libc()  # Load libc before forking, not inside the child.
   tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)

@@ -4,14 +4,20 @@ Run by `python -I -S -B` (standard library only). Before the program starts,
 a hook is installed that exits at once with VIOLATION_EXIT_CODE on sockets,
 process creation or signals, rlimit changes, ctypes, and writes or path
 changes outside root_dir; reads pass. A guard against accidents, not a
-security boundary. Design: docs/design/sandbox.md.
+security boundary. It also holds a program's rlimits and environment, for
+code_sandbox.py and sandbox_server.py alike. Design: docs/design/sandbox.md.
 """
 
+import math
 import os
+import resource
 import sys
 
 # Exit status of a program stopped by the hook.
 VIOLATION_EXIT_CODE = 113
+# RLIMIT_FSIZE: the largest file (stdout included) a program may write.
+MAX_OUTPUT_BYTES = 8 << 20
+_MAX_OPEN_FILES = 64
 
 _BLOCKED_EVENTS = frozenset(
     {
@@ -46,6 +52,37 @@ _PATH_EVENTS = {
     "shutil.rmtree": 1,
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def program_env(root):
+  """The whole environment of a program whose directory is `root`."""
+  return {
+      "PATH": "/usr/bin:/bin",
+      "HOME": root,
+      "TMPDIR": root,
+      "LANG": "C.UTF-8",
+      "PYTHONHASHSEED": "0",
+  }
+
+
+def _set_limit(which, soft, hard):
+  """Lowers a limit; a hard limit already below the request is kept."""
+  _, current = resource.getrlimit(which)
+  if current != resource.RLIM_INFINITY:
+    soft, hard = min(soft, current), min(hard, current)
+  resource.setrlimit(which, (soft, hard))
+
+
+def set_limits(cpu_s, memory_mb):
+  """A program's rlimits: CPU, address space, file size, processes, files."""
+  cpu = max(1, math.ceil(cpu_s))
+  # SIGXCPU at the soft limit; SIGKILL a second later if the program catches it.
+  _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+  _set_limit(resource.RLIMIT_AS, memory_mb << 20, memory_mb << 20)
+  _set_limit(resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
+  _set_limit(resource.RLIMIT_NPROC, 0, 0)
+  _set_limit(resource.RLIMIT_NOFILE, _MAX_OPEN_FILES, _MAX_OPEN_FILES)
+  _set_limit(resource.RLIMIT_CORE, 0, 0)
 
 
 def _violation(event):

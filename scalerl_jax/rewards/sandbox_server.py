@@ -19,7 +19,6 @@ import ctypes
 import io
 import json
 import os
-import resource
 import select
 import shutil
 import signal
@@ -31,13 +30,10 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sandbox_boot  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-MAX_OUTPUT_BYTES = 8 << 20  # As code_sandbox.MAX_OUTPUT_BYTES.
-_MAX_OPEN_FILES = 64
 _PR_SET_DUMPABLE = 4
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
 _unshare = None  # libc's unshare, bound before ctypes leaves sys.modules.
-_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
 
 
 def _read_message(fd):
@@ -67,12 +63,6 @@ def _write_message(fd, message):
     data = data[os.write(fd, data) :]
 
 
-def _set_limit(which, value):
-  soft, hard = resource.getrlimit(which)
-  value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-  resource.setrlimit(which, (value, value))
-
-
 def _child(run_dir, source, cpu_s, memory_mb):
   """The forked child: confines itself, then runs `source` as __main__."""
   status = 1
@@ -83,15 +73,9 @@ def _child(run_dir, source, cpu_s, memory_mb):
     os.dup2(os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
     os.dup2(os.open("/dev/null", os.O_WRONLY), 2)
     os.closerange(3, 1 << 16)  # The request and answer pipes among them.
-    cpu = max(1, int(-(-cpu_s // 1)))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    _set_limit(resource.RLIMIT_AS, memory_mb << 20)
-    _set_limit(resource.RLIMIT_FSIZE, MAX_OUTPUT_BYTES)
-    _set_limit(resource.RLIMIT_NPROC, 0)
-    _set_limit(resource.RLIMIT_NOFILE, _MAX_OPEN_FILES)
-    _set_limit(resource.RLIMIT_CORE, 0)
+    sandbox_boot.set_limits(cpu_s, memory_mb)
     os.environ.clear()
-    os.environ.update(_ENV, HOME=run_dir, TMPDIR=run_dir)
+    os.environ.update(sandbox_boot.program_env(run_dir))
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False))
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False))
@@ -193,7 +177,7 @@ def _run(root, keep, n, request):
   _sweep()
   try:
     with open(os.path.join(run_dir, "stdout"), "rb") as f:
-      stdout = f.read(MAX_OUTPUT_BYTES)
+      stdout = f.read(sandbox_boot.MAX_OUTPUT_BYTES)
   except OSError:
     stdout = b""
   for entry in set(os.listdir(root)) - keep:

@@ -76,7 +76,9 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
     )
   on_spawn = lambda pgid, tmpdir: conn.send(("spawned", pgid, tmpdir))
   on_reap = lambda pgid: conn.send(("reaped", pgid))
-  if settings.code_fork_server and isolation.use_bwrap(settings.code_isolation):
+  if code_sandbox.uses_fork_server(
+      settings.code_isolation, settings.code_fork_server
+  ):
     # Before "ready": no program's time limit pays for the sandbox's start.
     code_sandbox.start_server(on_spawn)
   conn.send(("ready",))
