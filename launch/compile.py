@@ -6,10 +6,13 @@
   python -m launch.compile --config=configs/scalerl.py:variant=llama3_8b \
       --config.mesh.shape='(1,-1,4)' --topology=v5e:16x16 \
       --programs=train_step,decode
+  python -m launch.compile --config=... --topology=local   # this machine's GPU
 
 Prints, per chip, the compiler's bytes of every program a run executes, the
 planner's estimate beside each, what the rest of the run holds meanwhile,
-and whether it fits, with the compiler's message when it refuses.
+and whether it fits, with the compiler's message when it refuses. On TPU
+each program is compiled within the HBM the rest of the run leaves it;
+`--check_planner` compiles again within 1.2x the planner's figure.
 """
 
 import json
@@ -33,6 +36,12 @@ _TOPOLOGY = flags.DEFINE_string(
 _PROGRAMS = flags.DEFINE_list(
     "programs", [], "Programs to compile (default all)."
 )
+_CHECK_PLANNER = flags.DEFINE_bool(
+    "check_planner",
+    False,
+    "TPU: compile again, within 1.2x the planner's peak, each program that "
+    "took more when given the chip (the compiler fills the HBM it is given).",
+)
 _JSON = flags.DEFINE_string(
     "json", "", "Also write the results to this JSON file."
 )
@@ -49,6 +58,7 @@ def main(argv):
         _TOPOLOGY.value,
         _PROGRAMS.value or None,
         progress=lambda line: print(line, flush=True),
+        check_planner=_CHECK_PLANNER.value,
     )
   except (aot.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None

@@ -205,6 +205,43 @@ def abstract(shapes: Any, shardings: Any) -> Any:
   )
 
 
+def per_device_bytes(tree: Any) -> int:
+  """Bytes of the largest shard of each sharded array (or abstract array) in
+  `tree`, summed: what one device holds of it."""
+  return sum(
+      math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+      for x in jax.tree.leaves(tree)
+  )
+
+
+# libtpu's flag for the HBM a program may be scheduled into, in MiB per chip.
+_TPU_HBM_FLAG = "xla_tpu_max_hbm_size_mib"
+
+
+def hbm_budget_options(platform: str, budget_bytes: float) -> dict[str, int]:
+  """Compiler options that hold a program to `budget_bytes` per chip.
+
+  The TPU compiler otherwise schedules into the whole HBM without knowing
+  what else the run keeps allocated (docs/design/planner.md). Other
+  platforms have no such option: {}. Raises ValueError for a budget of at
+  most 0 bytes (the rest of the run already fills the chip).
+  """
+  if platform != "tpu":
+    return {}
+  if budget_bytes <= 0:
+    raise ValueError(
+        f"HBM budget {budget_bytes / 1e9:.2f} GB: what the run keeps "
+        "allocated beside the program already fills the chip"
+    )
+  return {_TPU_HBM_FLAG: int(budget_bytes // 2**20)}
+
+
+def hbm_capacity(devices: Sequence[Any]) -> int:
+  """The smallest allocator limit among `devices`; 0 where none reports one."""
+  limits = [(d.memory_stats() or {}).get("bytes_limit", 0) for d in devices]
+  return min(limits) if limits and all(limits) else 0
+
+
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
   """A batch-major array's: dim 0 over `act_batch`, the rest replicated."""
   return named_sharding(mesh, rules, ("act_batch",) + (None,) * (ndim - 1))

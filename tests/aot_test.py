@@ -16,6 +16,7 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax.jobs import aot
+from scalerl_jax import sharding
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None
@@ -35,6 +36,23 @@ def compiled(request):
       only=["train_step", "decode"],
   )
   return {r.name: r for r in results}, chip, mesh_shape
+
+
+def test_local_compiles_for_this_machines_own_devices():
+  # --topology=local: this machine's backend (the CPU here, a GPU on a GPU
+  # host) compiles the run's programs; the capacity is the machine's memory.
+  results, chip, mesh_shape = aot.compile_for_slice(
+      scalerl.get_config("tiny_cpu"), aot.LOCAL, only=["decode"]
+  )
+  assert chip.name == "cpu (this machine)"
+  assert chip.hbm_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+      "SC_PHYS_PAGES"
+  )
+  assert mesh_shape == {"data": 1, "fsdp": 1, "tensor": 1}
+  (decode,) = results
+  assert decode.compiled is not None and decode.fits(chip.hbm_bytes)
+  # The CPU compiler's decode step against the planner's (1.01 measured).
+  assert 0.8 <= decode.estimate.peak / decode.compiled.peak <= 1.2
 
 
 @needs_libtpu
@@ -84,6 +102,30 @@ def test_planner_is_within_20_percent_of_the_compiler_decode(compiled, request):
         pytest.mark.xfail(strict=True, reason="cache relayout not planned")
     )
   _within_20_percent(compiled[0]["decode"])
+
+
+@needs_libtpu
+def test_the_trainers_hbm_budget_reaches_the_tpu_compiler():
+  # launch.train compiles its train step within the HBM the rollout slots
+  # leave (trainer.make_train_step). Through the trainer's own jit, a budget
+  # below the step's need is refused by the compiler, naming HBM.
+  config = scalerl.get_config("tiny_cpu")
+  devices, _ = aot.slice_devices("v5e:2x2")
+  mesh = sharding.make_mesh(config.mesh, devices)
+  rules = sharding.logical_rules(config.mesh)
+  programs = aot._programs(config, mesh, rules, train_hbm_budget=8 * 2**20)
+  with pytest.raises(Exception, match="(?i)hbm"):
+    programs.lower["train_step"]().compile()
+
+
+def test_hbm_budget_options_only_on_tpu():
+  assert sharding.hbm_budget_options("tpu", 5.5e9) == {
+      "xla_tpu_max_hbm_size_mib": 5245
+  }
+  assert sharding.hbm_budget_options("gpu", 5.5e9) == {}
+  assert sharding.hbm_budget_options("cpu", 5.5e9) == {}
+  with pytest.raises(ValueError, match="already fills the chip"):
+    sharding.hbm_budget_options("tpu", -1e9)
 
 
 def test_unknown_topology_lists_the_valid_forms():

@@ -241,7 +241,8 @@ def test_config_names_the_field():
 def test_cudnn_arguments_on_the_xla_implementation():
   # The cuDNN entry's layout, causality and grouping, run through the same
   # JAX call's XLA implementation (a CPU has no cuDNN).
-  q, k, v = _qkv(2, 24, 4, 2, 16, seed=3)
+  # T = 23 is padded to cuDNN's length multiple and cut back.
+  q, k, v = _qkv(2, 23, 4, 2, 16, seed=3)
   xla = functools.partial(
       attention._dot_product_attention, implementation="xla"
   )
@@ -255,6 +256,46 @@ def _model(attention_name):
   return transformer.Transformer(
       transformer.ModelConfig.from_config(config.model)
   )
+
+
+@pytest.mark.skipif(
+    jax.default_backend() != "gpu", reason="cuDNN's kernel needs an NVIDIA GPU"
+)
+# 1,279: a train step's length that cuDNN refused unpadded.
+@pytest.mark.parametrize("t,h,k", [(512, 8, 2), (300, 4, 4), (1279, 4, 2)])
+def test_cudnn_equals_plain_on_a_gpu(t, h, k):
+  # cuDNN computes in bfloat16; the reference is plain attention in float32 on
+  # the same bfloat16-rounded inputs. A bfloat16 output carries ~2^-9 relative
+  # error, so the bound is 1% of each tensor's largest entry.
+  q, kk, v = (x.astype(jnp.bfloat16) for x in _qkv(2, t, h, k, 128, seed=4))
+  w = jax.random.normal(jax.random.key(9), q.shape)
+
+  def run(fn, dtype):
+    loss = lambda *qkv: jnp.sum(fn(*qkv, None, dtype=dtype).astype(_F32) * w)
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, kk, v)
+
+  cudnn = attention._IMPLS["cudnn"]
+  (_, grads), (_, ref_grads) = (
+      run(cudnn, jnp.bfloat16),
+      run(transformer.plain_attention, _F32),
+  )
+  for g, ref in zip(grads, ref_grads):
+    g, ref = g.astype(_F32), ref.astype(_F32)
+    assert float(jnp.max(jnp.abs(g - ref))) < 1e-2 * float(
+        jnp.max(jnp.abs(ref))
+    )
+  out = jax.jit(functools.partial(cudnn, dtype=jnp.bfloat16))(q, kk, v, None)
+  ref = transformer.plain_attention(q, kk, v, None, dtype=_F32)
+  err = jnp.max(jnp.abs(out.astype(_F32) - ref))
+  assert float(err) < 1e-2 * float(jnp.max(jnp.abs(ref)))
+  # cuDNN's fused kernel, not XLA's fallback.
+  hlo = (
+      jax.jit(functools.partial(cudnn, dtype=jnp.bfloat16))
+      .lower(q, kk, v, None)
+      .compile()
+      .as_text()
+  )
+  assert "__cudnn$fmha" in hlo
 
 
 def test_transformer_blockwise_equals_plain():

@@ -128,3 +128,32 @@ def test_compute_meter_rejects_bad_input():
       ValueError, match=r"device_seconds=-1.0 is not a non-negative"
   ):
     meter.load_state_dict({"flops": 1, "device_seconds": -1.0})
+
+
+class _Device:
+  """A device as `memory_scalars` reads it: only `memory_stats()`."""
+
+  def __init__(self, stats):
+    self.stats = stats
+
+  def memory_stats(self):
+    return self.stats
+
+
+def test_memory_scalars_report_the_device_nearest_to_running_out():
+  devices = [
+      _Device(
+          {"peak_bytes_in_use": 7e9, "bytes_in_use": 2e9, "bytes_limit": 9e9}
+      ),
+      _Device(
+          {"peak_bytes_in_use": 5e9, "bytes_in_use": 3e9, "bytes_limit": 8e9}
+      ),
+  ]
+  assert compute.memory_scalars(devices) == {
+      compute.MEMORY_PEAK_KEY: 7.0,
+      compute.MEMORY_IN_USE_KEY: 3.0,
+      compute.MEMORY_LIMIT_KEY: 8.0,
+  }
+  # A backend without statistics (the CPU) logs nothing.
+  assert compute.memory_scalars([_Device(None)]) == {}
+  assert compute.memory_scalars() == {}

@@ -72,6 +72,19 @@ def _config(**mesh_shape):
   return config
 
 
+def test_a_gpu_kernel_is_planned_on_a_machine_without_one():
+  # Planning cuDNN attention must not trace cuDNN (absent on a CPU host); the
+  # parameters do not depend on the kernel.
+  config = _config()
+  with config.unlocked():
+    config.model.compute_dtype = "bfloat16"
+    config.model.attention = "cudnn"
+  gpu = plan.make_plan(config, 8, platform="gpu")
+  with config.unlocked():
+    config.model.attention = "plain"
+  assert gpu.params == plan.make_plan(config, 8, platform="gpu").params > 0
+
+
 def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
   p = _plan(_config(), 8)
   assert p.mesh_shape == {"data": 1, "fsdp": 8, "tensor": 1}
@@ -417,7 +430,7 @@ def _real_bytes_on_device_0():
         json.dumps(
             {
                 "shape": list(shape),
-                "params": on_device(params),
+                "params": on_device(state.params),
                 "opt_state": on_device(state.opt_state),
                 "kv_cache": kv,
                 "slot_records": on_device(slots) - kv,

@@ -1,10 +1,11 @@
 """Compiles a run's programs for a TPU slice you do not have.
 
 `compile_for_slice` lays the config's mesh over the chips libtpu describes
-for a named slice, lowers every program a run executes from abstract inputs
-with the trainer's and the sampler's own code, and compiles each with the
-TPU compiler. Each `Result` sets the compiler's bytes per chip beside the
-planner's estimate and what the rest of the run holds meanwhile.
+for a named slice (or over this machine's own devices, `LOCAL`), lowers
+every program a run executes from abstract inputs with the trainer's and the
+sampler's own code, and compiles each with that platform's compiler. Each
+`Result` sets the compiler's bytes per chip beside the planner's estimate and
+what the rest of the run holds meanwhile.
 
 Design: docs/design/planner.md; measurements: docs/tpu.md.
 """
@@ -42,12 +43,25 @@ from scalerl_jax.sampling.sampler import Sampler
 INSTALL = 'pip install "jax[tpu]==0.10.2"'
 # TPU generation in a slice name -> plan.ACCELERATORS key (HBM and peak FLOP/s).
 GENERATIONS = {"v5e": "tpu_v5e", "v5p": "tpu_v5p", "v6e": "tpu_v6e"}
+# `--topology` naming this machine's own devices, compiled by its own backend.
+LOCAL = "local"
 TOPOLOGY_FORMS = (
     "v5e:<X>x<Y> (e.g. v5e:2x2, v5e:4x8, v5e:16x16), "
     "v5p:<X>x<Y>x<Z> (e.g. v5p:2x2x1, v5p:4x4x4, v5p:8x8x8), "
     "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16); "
-    "chip counts are multiples of 4 (one host)"
+    "chip counts are multiples of 4 (one host); "
+    f"or {LOCAL!r}: this machine's own devices (a GPU, say)"
 )
+# Words in `Device.device_kind` -> plan.ACCELERATORS key.
+_DEVICE_KINDS = {
+    "h100": "h100",
+    "h200": "h200",
+    "v5 lite": "tpu_v5e",
+    "v5e": "tpu_v5e",
+    "v5p": "tpu_v5p",
+    "v6 lite": "tpu_v6e",
+    "v6e": "tpu_v6e",
+}
 _TOPOLOGY = re.compile(r"^(v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
 
 
@@ -87,6 +101,40 @@ def slice_devices(topology: str) -> tuple[list[Any], plan_lib.Accelerator]:
   return list(desc.devices), plan_lib.ACCELERATORS[GENERATIONS[match.group(1)]]
 
 
+def local_devices() -> tuple[list[Any], plan_lib.Accelerator]:
+  """This machine's devices and their figures.
+
+  The capacity is the allocator's limit where the backend reports one (on a
+  GPU, what XLA may take of the card), else the published figure, and on a
+  CPU the machine's memory; the peak FLOP/s is the published one for a known
+  chip, else 0.
+  """
+  devices = jax.devices()
+  kind = devices[0].device_kind
+  known = next(
+      (
+          plan_lib.ACCELERATORS[key]
+          for word, key in _DEVICE_KINDS.items()
+          if word in kind.lower()
+      ),
+      None,
+  )
+  limit = (devices[0].memory_stats() or {}).get("bytes_limit", 0)
+  if devices[0].platform == "cpu":
+    limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  if not limit and known is None:
+    raise CompileError(
+        f"--topology={LOCAL}: {kind!r} reports no memory limit and is not one "
+        f"of the chips the planner knows ({sorted(plan_lib.ACCELERATORS)})"
+    )
+  return devices, plan_lib.Accelerator(
+      f"{kind} (this machine)",
+      float(limit) if limit else known.hbm_bytes,
+      known.peak_flops if known else 0.0,
+      "allocator limit or RAM" if limit else known.source,
+  )
+
+
 Memory = plan_lib.Memory
 
 
@@ -117,17 +165,30 @@ class Result:
   decode_floor: int = 0
   # Pallas TPU kernels (splash attention) in the compiled program.
   pallas_calls: int = 0
+  # The HBM per chip the program was compiled to fit in (TPU): the chip's
+  # less what the run holds beside it; 0 = not limited.
+  budget: float = 0.0
+  # `check_planner`: the program compiled again within PLANNER_TOLERANCE x
+  # the planner's peak, where the first compile took more; or the refusal.
+  squeezed: Optional[Memory] = None
+  squeeze_error: str = ""
 
   def fits(self, hbm: float) -> bool:
     return self.compiled is not None and self.compiled.peak + self.beside <= hbm
 
+  def planner_ratio(self) -> Optional[float]:
+    """Planner / compiler peak, the compiler held near the planner where it
+    was (`squeezed`); None when neither compile succeeded."""
+    compiled = self.squeezed or self.compiled
+    return self.estimate.peak / compiled.peak if compiled else None
 
-def _shard_bytes(tree: Any) -> int:
-  """Per-chip bytes of a tree of sharded ShapeDtypeStructs (largest shard)."""
-  return sum(
-      math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
-      for x in jax.tree.leaves(tree)
-  )
+
+_shard_bytes = sharding.per_device_bytes
+
+# The planner is checked against the compiler within this factor (issue
+# goal: 20%): a program the compiler fits in PLANNER_TOLERANCE x the
+# planner's peak needs no more than that, whatever it takes when given more.
+PLANNER_TOLERANCE = 1.2
 
 
 @dataclasses.dataclass
@@ -141,8 +202,13 @@ class _Programs:
   decode_floor: dict[str, int]
 
 
-def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
-  """The run's programs on `mesh`, built by the trainer's and sampler's code."""
+def _programs(
+    config: ml_collections.ConfigDict, mesh, rules, train_hbm_budget: float = 0
+) -> _Programs:
+  """The run's programs on `mesh`, built by the trainer's and sampler's code.
+
+  `train_hbm_budget` is `trainer.jit_train_step`'s `hbm_budget`.
+  """
   model_cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(model_cfg)
   param_sh = sharding.param_shardings(model, mesh, rules)
@@ -165,7 +231,7 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
       state_sh,
   )
   step, batch_sh = trainer.jit_train_step(
-      config, model, mesh, rules, optimizer, state_sh
+      config, model, mesh, rules, optimizer, state_sh, train_hbm_budget
   )
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
@@ -256,24 +322,38 @@ def _programs(config: ml_collections.ConfigDict, mesh, rules) -> _Programs:
   )
 
 
+def _is_out_of_memory(e: Exception) -> bool:
+  return "RESOURCE_EXHAUSTED" in str(e) or "memory" in str(e).lower()
+
+
 def compile_for_slice(
     config: ml_collections.ConfigDict,
     topology: str,
     only: Optional[list[str]] = None,
     progress: Callable[[str], None] = lambda _: None,
+    check_planner: bool = False,
 ) -> tuple[list[Result], plan_lib.Accelerator, dict]:
   """Compiles every program of `config` (or those in `only`) for `topology`.
+
+  On TPU each program is compiled to fit the chip's HBM less what the run
+  holds beside it, as `launch.train` compiles its train step.
+  `check_planner` compiles again, within PLANNER_TOLERANCE x the planner's
+  peak, each program that took more (`Result.squeezed`).
 
   Returns (results in program order, the chip's published figures, the mesh
   shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
   config does not fit the slice's chip count).
   """
-  devices, chip = slice_devices(topology)
+  if topology == LOCAL:
+    devices, chip = local_devices()
+  else:
+    devices, chip = slice_devices(topology)
+  platform = devices[0].platform
   config_lib.validate(config, num_devices=len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
   rules = sharding.logical_rules(config.mesh)
   programs = _programs(config, mesh, rules)
-  estimates = plan_lib.program_estimates(config, len(devices), platform="tpu")
+  estimates = plan_lib.program_estimates(config, len(devices), platform)
   results = []
   for name, lower in programs.lower.items():
     if only and name not in only:
@@ -286,18 +366,39 @@ def compile_for_slice(
         decode_floor=programs.decode_floor.get(name, 0),
     )
     start = time.perf_counter()
+    if platform == "tpu":
+      result.budget = chip.hbm_bytes - result.beside
     try:
-      compiled = lower().compile()
+      lowered = lower()
+      compiled = lowered.compile(
+          sharding.hbm_budget_options(platform, result.budget) or None
+      )
       result.compiled = compiled_memory(compiled)
       result.cost = _cost(compiled)
       result.pallas_calls = compiled.as_text().count(
           'custom_call_target="tpu_custom_call"'
       )
     except Exception as e:  # pylint: disable=broad-except
-      if "RESOURCE_EXHAUSTED" not in str(e) and "memory" not in str(e).lower():
+      if not _is_out_of_memory(e) and not isinstance(e, ValueError):
         raise
       result.error = _first_lines(str(e))
     result.compile_s = time.perf_counter() - start
+    squeeze = PLANNER_TOLERANCE * result.estimate.peak
+    if (
+        check_planner
+        and platform == "tpu"
+        and result.compiled is not None
+        and result.compiled.peak > squeeze
+    ):
+      progress(f"compiling {name} again within {squeeze / plan_lib.GB:.2f} GB")
+      try:
+        result.squeezed = compiled_memory(
+            lowered.compile(sharding.hbm_budget_options(platform, squeeze))
+        )
+      except Exception as e:  # pylint: disable=broad-except
+        if not _is_out_of_memory(e):
+          raise
+        result.squeeze_error = _first_lines(str(e))
     results.append(result)
   return results, chip, dict(mesh.shape)
 
@@ -315,7 +416,11 @@ def results_json(
       "hbm_bytes": chip.hbm_bytes,
       "mesh_shape": mesh_shape,
       "programs": [
-          dict(dataclasses.asdict(r), fits=r.fits(chip.hbm_bytes))
+          dict(
+              dataclasses.asdict(r),
+              fits=r.fits(chip.hbm_bytes),
+              planner_ratio=r.planner_ratio(),
+          )
           for r in results
       ],
   }
@@ -371,6 +476,21 @@ def format_report(
         f"{r.compile_s:7.1f}s"
     )
   for r in results:
+    if r.squeezed is not None:
+      lines.append(
+          f"  {r.name}: held to {PLANNER_TOLERANCE}x the planner "
+          f"({PLANNER_TOLERANCE * r.estimate.peak / plan_lib.GB:.3f} GB), the "
+          f"compiler fits it in {r.squeezed.peak / plan_lib.GB:.3f} GB "
+          f"(temps {r.squeezed.temporaries / plan_lib.GB:.3f}): planner / "
+          f"compiler {r.planner_ratio():.2f}"
+      )
+    elif r.squeeze_error:
+      lines.append(
+          f"  {r.name}: refused within {PLANNER_TOLERANCE}x the planner "
+          f"({PLANNER_TOLERANCE * r.estimate.peak / plan_lib.GB:.3f} GB): "
+          f"{r.squeeze_error}"
+      )
+  for r in results:
     if r.decode_floor and r.cost and "bytes accessed" in r.cost:
       lines.append(
           f"  {r.name}: the compiler's bytes accessed per decode step "
@@ -385,6 +505,7 @@ def format_report(
       f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
       f"{chip.hbm_bytes / plan_lib.GB:.0f} GB per chip.",
       "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
-      "(exact, from the shardings).",
+      "(exact, from the shardings). On TPU each program is compiled within the HBM "
+      "less 'beside'.",
   ]
   return "\n".join(lines) + "\n"

@@ -380,7 +380,9 @@ def make_plan(
       "data.prompts_per_step x data.generations_per_prompt", rows, batch_ways
   )
 
-  model = transformer.Transformer(cfg)
+  # The parameters' shapes do not depend on the attention kernel; tracing
+  # cuDNN's or splash's here would need that hardware's libraries.
+  model = transformer.Transformer(dataclasses.replace(cfg, attention="plain"))
   params = nn.unbox(
       jax.eval_shape(
           lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))[

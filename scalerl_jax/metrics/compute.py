@@ -2,12 +2,16 @@
 
 Counted from the model's shape; training is 3 x the forward pass.
 `ComputeMeter` sums FLOPs and device-seconds, logged on every metrics line
-under `FLOPS_KEY` and `DEVICE_SECONDS_KEY`. Design: docs/design/compute.md.
+under `FLOPS_KEY` and `DEVICE_SECONDS_KEY`; `memory_scalars` adds the
+devices' allocator peak where the backend reports one (GPU, TPU).
+Design: docs/design/compute.md.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import jax
 
 from scalerl_jax.models.transformer import ModelConfig
 
@@ -133,3 +137,32 @@ class ComputeMeter:
         )
     self.flops = state["flops"]
     self.device_seconds = float(state["device_seconds"])
+
+
+# Metric names of `memory_scalars`, in GB (10^9 bytes) as the planner reports.
+MEMORY_PEAK_KEY = "memory/peak_gb"
+MEMORY_IN_USE_KEY = "memory/in_use_gb"
+MEMORY_LIMIT_KEY = "memory/limit_gb"
+
+
+def memory_scalars(devices: Optional[Iterable[Any]] = None) -> dict[str, float]:
+  """The allocator's bytes on this process's devices, largest device first.
+
+  Peak and current bytes in use are the maximum over `devices` (default
+  `jax.local_devices()`), the limit the minimum: the device nearest to running
+  out. The peak is since the process started (XLA has no reset). {} where the
+  backend keeps no statistics (CPU).
+  """
+  if devices is None:
+    devices = jax.local_devices()
+  stats = [s for s in (d.memory_stats() for d in devices) if s]
+  if not stats:
+    return {}
+  out = {
+      MEMORY_PEAK_KEY: max(s.get("peak_bytes_in_use", 0) for s in stats),
+      MEMORY_IN_USE_KEY: max(s.get("bytes_in_use", 0) for s in stats),
+  }
+  limits = [s["bytes_limit"] for s in stats if s.get("bytes_limit")]
+  if limits:
+    out[MEMORY_LIMIT_KEY] = min(limits)
+  return {k: v / 1e9 for k, v in out.items()}

@@ -429,6 +429,9 @@ def splash(
 
 # --- cudnn: jax.nn.dot_product_attention on GPU ------------------------------
 
+# Lengths are padded to a multiple of this for cuDNN.
+CUDNN_LEN_MULTIPLE = 64
+
 
 def _dot_product_attention(
     q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, *, dtype, implementation
@@ -437,13 +440,20 @@ def _dot_product_attention(
     raise ValueError(
         "model.attention='cudnn' takes no segment ids (right padding needs none)"
     )
-  return jax.nn.dot_product_attention(
-      q_BxTxHxE.astype(dtype),
-      k_BxTxKxE.astype(dtype),
-      v_BxTxKxE.astype(dtype),
+  # cuDNN's flash attention refuses some lengths in training (JAX 0.11.2 on
+  # an H200: "Unsupported sequence length Q 1279, KV 1279"). Causal attention
+  # lets T be padded at the end: no real query sees a key past itself.
+  t = q_BxTxHxE.shape[1]
+  pad = [(0, 0), (0, -t % CUDNN_LEN_MULTIPLE), (0, 0), (0, 0)]
+  out = jax.nn.dot_product_attention(
+      *(
+          jnp.pad(x.astype(dtype), pad)
+          for x in (q_BxTxHxE, k_BxTxKxE, v_BxTxKxE)
+      ),
       is_causal=True,
       implementation=implementation,
   )
+  return out[:, :t]
 
 
 register_attention("cudnn")(
