@@ -119,6 +119,30 @@ def jit_train_step(
   return step, batch_sh
 
 
+def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
+  """The samplers of generation and of validation.
+
+  On TPU each is compiled within the HBM the run leaves it: generation
+  beside the train state, validation beside the train state and the rollout
+  slots. Elsewhere both are `exp.sampler`.
+  """
+  capacity = sharding.hbm_capacity(exp.mesh.local_devices)
+  platform = exp.mesh.devices.flat[0].platform
+  if not capacity or not sharding.hbm_budget_options(platform, capacity):
+    return exp.sampler, exp.sampler
+  state_bytes = sharding.per_device_bytes(state)
+  logging.info(
+      "sampler: generation compiled within %.2f GB per chip, validation "
+      "within %.2f GB",
+      (capacity - state_bytes) / 1e9,
+      (capacity - state_bytes - slot_bytes) / 1e9,
+  )
+  return (
+      exp.sampler.with_hbm_budget(capacity - state_bytes),
+      exp.sampler.with_hbm_budget(capacity - state_bytes - slot_bytes),
+  )
+
+
 def make_train_step(
     exp: Experiment, optimizer, state_shardings, beside_bytes: int = 0
 ):
@@ -188,13 +212,14 @@ class Trainer:
         self.optimizer, exp.params, exp.param_shardings, exp.mesh
     )
     exp.params = None  # Donated to the train state.
+    slot_bytes = sharding.per_device_bytes(
+        exp.sampler.state_shape(schedules.num_slots(config), meta_width=1)
+    )
     self.train_step = make_train_step(
-        exp,
-        self.optimizer,
-        self.state_shardings,
-        beside_bytes=sharding.per_device_bytes(
-            exp.sampler.state_shape(schedules.num_slots(config), meta_width=1)
-        ),
+        exp, self.optimizer, self.state_shardings, beside_bytes=slot_bytes
+    )
+    self.sampler, self.val_sampler = _budgeted_samplers(
+        exp, self.state, slot_bytes
     )
     self.pool = exp.reward_pool()
     # One per domain in a mixture.
@@ -210,7 +235,7 @@ class Trainer:
     self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
     self.schedule = schedules.make(config)
     self.rollouts = rollouts_lib.Rollouts(
-        sampler=exp.sampler,
+        sampler=self.sampler,
         pool=self.pool,
         tok=exp.tok,
         prompts=self.pipeline,
@@ -295,7 +320,7 @@ class Trainer:
     not those groups are ever trained on. The weights are regrouped for the
     sampler once per phase, and the regrouped copy is dropped before training.
     """
-    params = self.exp.sampler.prepare(self.state.params)
+    params = self.sampler.prepare(self.state.params)
     t0, flops0 = time.perf_counter(), self.rollouts.work["flops"]
     decoded = rollouts_lib.generate_phase(
         self.rollouts,
@@ -337,7 +362,7 @@ class Trainer:
 
   def evaluate(self) -> dict[str, float]:
     return evaluation.evaluate(
-        self.exp.sampler,
+        self.val_sampler,
         self.state.params,
         self.val_batches,
         self.exp.tok,

@@ -104,18 +104,23 @@ def test_planner_is_within_20_percent_of_the_compiler_decode(compiled, request):
   _within_20_percent(compiled[0]["decode"])
 
 
-@needs_libtpu
-def test_the_trainers_hbm_budget_reaches_the_tpu_compiler():
-  # launch.train compiles its train step within the HBM the rollout slots
-  # leave (trainer.make_train_step). Through the trainer's own jit, a budget
-  # below the step's need is refused by the compiler, naming HBM.
+@pytest.mark.parametrize("program", ["train_step", "decode"])
+def test_the_runs_hbm_budget_reaches_the_tpu_compiler(program):
+  # launch.train compiles its train step and sampler within the HBM the rest
+  # of the run leaves them (trainer.make_train_step, _budgeted_samplers).
+  # Through the trainer's and the sampler's own jits, a budget below a
+  # program's need is refused by the compiler, naming HBM.
+  if _NO_LIBTPU:
+    pytest.skip(f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
   config = scalerl.get_config("tiny_cpu")
   devices, _ = aot.slice_devices("v5e:2x2")
   mesh = sharding.make_mesh(config.mesh, devices)
   rules = sharding.logical_rules(config.mesh)
-  programs = aot._programs(config, mesh, rules, train_hbm_budget=8 * 2**20)
+  # The same programs compile within the chip's HBM in
+  # test_train_and_decode_fit_a_v5e_2x2.
+  lower = aot._programs(config, mesh, rules, hbm_budget=2**20).lower[program]
   with pytest.raises(Exception, match="(?i)hbm"):
-    programs.lower["train_step"]().compile()
+    lower().compile()
 
 
 def test_hbm_budget_options_only_on_tpu():

@@ -85,6 +85,16 @@ def test_a_gpu_kernel_is_planned_on_a_machine_without_one():
   assert gpu.params == plan.make_plan(config, 8, platform="gpu").params > 0
 
 
+def test_an_untied_embedding_is_gathered_with_its_gradient():
+  # fsdp 8: the train step un-shards the float32 [512, 256] table for the
+  # lookup and its gradient, 2 x 4 x 512 x 256 bytes beside the head's.
+  tied = _plan(_config(), 8)
+  config = _config()
+  with config.unlocked():
+    config.model.tie_embeddings = False
+  assert _plan(config, 8).gathered - tied.gathered == 2 * 4 * 512 * 256
+
+
 def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
   p = _plan(_config(), 8)
   assert p.mesh_shape == {"data": 1, "fsdp": 8, "tensor": 1}

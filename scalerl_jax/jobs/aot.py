@@ -203,11 +203,12 @@ class _Programs:
 
 
 def _programs(
-    config: ml_collections.ConfigDict, mesh, rules, train_hbm_budget: float = 0
+    config: ml_collections.ConfigDict, mesh, rules, hbm_budget: float = 0
 ) -> _Programs:
   """The run's programs on `mesh`, built by the trainer's and sampler's code.
 
-  `train_hbm_budget` is `trainer.jit_train_step`'s `hbm_budget`.
+  `hbm_budget` is passed to `trainer.jit_train_step` and
+  `Sampler.with_hbm_budget`, as the trainer does (there, per program).
   """
   model_cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(model_cfg)
@@ -231,7 +232,7 @@ def _programs(
       state_sh,
   )
   step, batch_sh = trainer.jit_train_step(
-      config, model, mesh, rules, optimizer, state_sh, train_hbm_budget
+      config, model, mesh, rules, optimizer, state_sh, hbm_budget
   )
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
@@ -254,7 +255,7 @@ def _programs(
       pad_id=0,
       think_close_id=2,
       phrase_ids=phrase,
-  )
+  ).with_hbm_budget(hbm_budget)
   weights = sampler.prepared_shape(params)
   num_slots = schedules.num_slots(config)
   slots = sampler.state_shape(num_slots, meta_width=1)

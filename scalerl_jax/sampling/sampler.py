@@ -70,17 +70,28 @@ class Sampler:
       settings: SamplingSettings,
       mesh: Mesh,
       rules: sharding.Rules,
+      hbm_budget: float = 0,
   ):
-    """Raises ValueError for settings `model_cfg` (the trainer's) cannot run."""
+    """Raises ValueError for settings `model_cfg` (the trainer's) cannot run.
+
+    `hbm_budget` > 0 holds prefill and decode to that many bytes per chip
+    where the compiler takes a limit (TPU: `sharding.hbm_budget_options`).
+    """
     settings.validate(model_cfg)
     self.model_cfg = model_cfg
     self.settings = settings
     self.mesh = mesh
     self.rules = rules
+    self.hbm_budget = hbm_budget
     self._divisor = sharding.batch_divisor(mesh, rules)
     state_sh = slots.state_shardings(mesh, rules, model_cfg.num_layers)
     small = slots.replicated(mesh)
     bind = functools.partial
+    options = (
+        sharding.hbm_budget_options(mesh.devices.flat[0].platform, hbm_budget)
+        if hbm_budget
+        else None
+    )
     self._prepare = jax.jit(bind(decode.prepare, model_cfg))
     self._empty = jax.jit(
         bind(slots.empty_state, model_cfg, settings),
@@ -92,12 +103,14 @@ class Sampler:
         donate_argnums=0,
         out_shardings=state_sh,
         static_argnames="in_order",
+        compiler_options=options,
     )
     self._advance = jax.jit(
         bind(slots.advance, model_cfg, settings),
         donate_argnums=0,
         out_shardings=state_sh,
         static_argnames="window",
+        compiler_options=options,
     )
     self._take = jax.jit(
         slots.take, donate_argnums=0, out_shardings=(state_sh, small)
@@ -132,6 +145,15 @@ class Sampler:
         phrase_ids=phrase_ids,
     )
     return cls(ModelConfig.from_config(config.model), settings, mesh, rules)
+
+  def with_hbm_budget(self, hbm_budget: float) -> "Sampler":
+    """This sampler with its prefill and decode held to `hbm_budget` bytes
+    per chip (compiled anew); itself where nothing would change."""
+    if hbm_budget == self.hbm_budget:
+      return self
+    return Sampler(
+        self.model_cfg, self.settings, self.mesh, self.rules, hbm_budget
+    )
 
   def prepare(self, params: Any) -> PreparedParams:
     """`params` regrouped once for any number of `start` / `advance` calls.
