@@ -236,10 +236,18 @@ def hbm_budget_options(platform: str, budget_bytes: float) -> dict[str, int]:
   return {_TPU_HBM_FLAG: int(budget_bytes // 2**20)}
 
 
+# `hbm_capacity` rounds down to a multiple of this, so that the processes of
+# a multi-host run, each reading its own chips, compile the same programs.
+CAPACITY_GRAIN = 256 * 2**20
+
+
 def hbm_capacity(devices: Sequence[Any]) -> int:
-  """The smallest allocator limit among `devices`; 0 where none reports one."""
+  """The smallest allocator limit among `devices`, rounded down to
+  CAPACITY_GRAIN; 0 where any reports none."""
   limits = [(d.memory_stats() or {}).get("bytes_limit", 0) for d in devices]
-  return min(limits) if limits and all(limits) else 0
+  if not limits or not all(limits):
+    return 0
+  return min(limits) // CAPACITY_GRAIN * CAPACITY_GRAIN
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from configs import scalerl
@@ -131,6 +132,25 @@ def test_hbm_budget_options_only_on_tpu():
   assert sharding.hbm_budget_options("cpu", 5.5e9) == {}
   with pytest.raises(ValueError, match="already fills the chip"):
     sharding.hbm_budget_options("tpu", -1e9)
+
+
+class _Device:
+  """A device as `sharding.hbm_capacity` reads it."""
+
+  def __init__(self, stats):
+    self.stats = stats
+
+  def memory_stats(self):
+    return self.stats
+
+
+def test_hbm_capacity_is_the_smallest_limit_on_a_common_grain():
+  grain = sharding.CAPACITY_GRAIN
+  devices = [_Device({"bytes_limit": 60 * grain + 5}), _Device(None)]
+  assert sharding.hbm_capacity(devices) == 0  # One reports nothing.
+  devices[1] = _Device({"bytes_limit": 61 * grain - 1})
+  assert sharding.hbm_capacity(devices) == 60 * grain
+  assert sharding.hbm_capacity(jax.devices()) == 0  # The CPU keeps no stats.
 
 
 def test_unknown_topology_lists_the_valid_forms():
