@@ -16,6 +16,7 @@ import jax
 import pytest
 
 from configs import scalerl
+from tests import helpers
 from scalerl_jax.jobs import aot
 from scalerl_jax import sharding
 
@@ -134,21 +135,14 @@ def test_hbm_budget_options_only_on_tpu():
     sharding.hbm_budget_options("tpu", -1e9)
 
 
-class _Device:
-  """A device as `sharding.hbm_capacity` reads it."""
-
-  def __init__(self, stats):
-    self.stats = stats
-
-  def memory_stats(self):
-    return self.stats
-
-
 def test_hbm_capacity_is_the_smallest_limit_on_a_common_grain():
   grain = sharding.CAPACITY_GRAIN
-  devices = [_Device({"bytes_limit": 60 * grain + 5}), _Device(None)]
+  devices = [
+      helpers.StatsDevice({"bytes_limit": 60 * grain + 5}),
+      helpers.StatsDevice(None),
+  ]
   assert sharding.hbm_capacity(devices) == 0  # One reports nothing.
-  devices[1] = _Device({"bytes_limit": 61 * grain - 1})
+  devices[1] = helpers.StatsDevice({"bytes_limit": 61 * grain - 1})
   assert sharding.hbm_capacity(devices) == 60 * grain
   assert sharding.hbm_capacity(jax.devices()) == 0  # The CPU keeps no stats.
 

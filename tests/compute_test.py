@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import scalerl
+from tests import helpers
 from scalerl_jax.metrics import compute
 from scalerl_jax.models.transformer import ModelConfig
 
@@ -130,22 +131,12 @@ def test_compute_meter_rejects_bad_input():
     meter.load_state_dict({"flops": 1, "device_seconds": -1.0})
 
 
-class _Device:
-  """A device as `memory_scalars` reads it: only `memory_stats()`."""
-
-  def __init__(self, stats):
-    self.stats = stats
-
-  def memory_stats(self):
-    return self.stats
-
-
 def test_memory_scalars_report_the_device_nearest_to_running_out():
   devices = [
-      _Device(
+      helpers.StatsDevice(
           {"peak_bytes_in_use": 7e9, "bytes_in_use": 2e9, "bytes_limit": 9e9}
       ),
-      _Device(
+      helpers.StatsDevice(
           {"peak_bytes_in_use": 5e9, "bytes_in_use": 3e9, "bytes_limit": 8e9}
       ),
   ]
@@ -155,5 +146,5 @@ def test_memory_scalars_report_the_device_nearest_to_running_out():
       compute.MEMORY_LIMIT_KEY: 8.0,
   }
   # A backend without statistics (the CPU) logs nothing.
-  assert compute.memory_scalars([_Device(None)]) == {}
+  assert compute.memory_scalars([helpers.StatsDevice(None)]) == {}
   assert compute.memory_scalars() == {}
