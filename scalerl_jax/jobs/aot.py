@@ -183,8 +183,6 @@ class Result:
     return self.estimate.peak / compiled.peak if compiled else None
 
 
-_shard_bytes = sharding.per_device_bytes
-
 # The planner is checked against the compiler within this factor (issue
 # goal: 20%): a program the compiler fits in PLANNER_TOLERANCE x the
 # planner's peak needs no more than that, whatever it takes when given more.
@@ -291,10 +289,10 @@ def _programs(
       return step.lower(train_state, batch)
 
   held = {
-      "train_state": _shard_bytes(train_state),
-      "slots": _shard_bytes(slots),
-      "weights": _shard_bytes(weights),
-      "opt_state": _shard_bytes(train_state.opt_state),
+      "train_state": sharding.per_device_bytes(train_state),
+      "slots": sharding.per_device_bytes(slots),
+      "weights": sharding.per_device_bytes(weights),
+      "opt_state": sharding.per_device_bytes(train_state.opt_state),
   }
   return _Programs(
       lower={
@@ -317,8 +315,9 @@ def _programs(
           "val_decode": held["train_state"] + held["slots"],
       },
       decode_floor={
-          "decode": held["weights"] + _shard_bytes(slots.cache),
-          "val_decode": held["weights"] + _shard_bytes(val_slots.cache),
+          "decode": held["weights"] + sharding.per_device_bytes(slots.cache),
+          "val_decode": held["weights"]
+          + sharding.per_device_bytes(val_slots.cache),
       },
   )
 
@@ -369,6 +368,13 @@ def compile_for_slice(
     start = time.perf_counter()
     if platform == "tpu":
       result.budget = chip.hbm_bytes - result.beside
+      if result.budget <= 0:
+        result.error = (
+            f"what the run holds beside it ({result.beside / plan_lib.GB:.2f} "
+            "GB) fills the chip"
+        )
+        results.append(result)
+        continue
     try:
       lowered = lower()
       compiled = lowered.compile(
@@ -380,7 +386,7 @@ def compile_for_slice(
           'custom_call_target="tpu_custom_call"'
       )
     except Exception as e:  # pylint: disable=broad-except
-      if not _is_out_of_memory(e) and not isinstance(e, ValueError):
+      if not _is_out_of_memory(e):
         raise
       result.error = _first_lines(str(e))
     result.compile_s = time.perf_counter() - start
