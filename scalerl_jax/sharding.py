@@ -218,15 +218,23 @@ def per_device_bytes(tree: Any) -> int:
 _TPU_HBM_FLAG = "xla_tpu_max_hbm_size_mib"
 
 
-def hbm_budget_options(platform: str, budget_bytes: float) -> dict[str, int]:
+def platform_of(mesh: Mesh) -> str:
+  """The platform of `mesh`'s devices: 'tpu', 'gpu' or 'cpu'."""
+  return mesh.devices.flat[0].platform
+
+
+def hbm_budget_options(
+    platform: str, budget_bytes: Optional[float]
+) -> dict[str, int]:
   """Compiler options that hold a program to `budget_bytes` per chip.
 
   The TPU compiler otherwise schedules into the whole HBM without knowing
   what else the run keeps allocated (docs/design/planner.md). Other
-  platforms have no such option: {}. Raises ValueError for a budget of at
-  most 0 bytes (the rest of the run already fills the chip).
+  platforms have no such option, and None is no limit: {}. Raises ValueError
+  for a budget of at most 0 bytes (the rest of the run already fills the
+  chip).
   """
-  if platform != "tpu":
+  if platform != "tpu" or budget_bytes is None:
     return {}
   if budget_bytes <= 0:
     raise ValueError(
@@ -248,6 +256,17 @@ def hbm_capacity(devices: Sequence[Any]) -> int:
   if not limits or not all(limits):
     return 0
   return min(limits) // CAPACITY_GRAIN * CAPACITY_GRAIN
+
+
+def hbm_budget(mesh: Mesh, beside_bytes: int) -> Optional[int]:
+  """Bytes per chip a program may take while the run keeps `beside_bytes`
+  allocated beside it: the capacity of `mesh`'s local devices less them, on
+  TPU (the compiler that takes a limit). None elsewhere, or where the devices
+  report no capacity."""
+  if platform_of(mesh) != "tpu":
+    return None
+  capacity = hbm_capacity(mesh.local_devices)
+  return capacity - beside_bytes if capacity else None
 
 
 def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any
+from typing import Any, Optional
 
 from absl import logging
 import jax
@@ -87,12 +87,12 @@ def jit_train_step(
     rules: sharding.Rules,
     optimizer,
     state_shardings,
-    hbm_budget: float = 0,
+    hbm_budget: Optional[float] = None,
 ):
   """The jitted train step with explicit shardings and a donated state.
 
-  `hbm_budget` > 0 holds the compiled step to that many bytes per chip where
-  the compiler takes a limit (TPU: `sharding.hbm_budget_options`).
+  `hbm_budget` holds the compiled step to that many bytes per chip where the
+  compiler takes a limit (TPU: `sharding.hbm_budget_options`); None: none.
 
   Returns:
     (step, batch_shardings): `step(state, batch)`, to be called (or lowered)
@@ -111,10 +111,8 @@ def jit_train_step(
       out_shardings=(state_shardings, None),
       donate_argnums=0,
       compiler_options=sharding.hbm_budget_options(
-          mesh.devices.flat[0].platform, hbm_budget
-      )
-      if hbm_budget
-      else None,
+          sharding.platform_of(mesh), hbm_budget
+      ),
   )
   return step, batch_sh
 
@@ -126,20 +124,19 @@ def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
   beside the train state, validation beside the train state and the rollout
   slots. Elsewhere both are `exp.sampler`.
   """
-  capacity = sharding.hbm_capacity(exp.mesh.local_devices)
-  platform = exp.mesh.devices.flat[0].platform
-  if not capacity or not sharding.hbm_budget_options(platform, capacity):
+  generation = sharding.hbm_budget(exp.mesh, sharding.per_device_bytes(state))
+  if generation is None:
     return exp.sampler, exp.sampler
-  state_bytes = sharding.per_device_bytes(state)
+  validation = generation - slot_bytes
   logging.info(
       "sampler: generation compiled within %.2f GB per chip, validation "
       "within %.2f GB",
-      (capacity - state_bytes) / 1e9,
-      (capacity - state_bytes - slot_bytes) / 1e9,
+      generation / 1e9,
+      validation / 1e9,
   )
   return (
-      exp.sampler.with_hbm_budget(capacity - state_bytes),
-      exp.sampler.with_hbm_budget(capacity - state_bytes - slot_bytes),
+      exp.sampler.with_hbm_budget(generation),
+      exp.sampler.with_hbm_budget(validation),
   )
 
 
@@ -152,16 +149,12 @@ def make_train_step(
   keeps allocated through it (the rollout slots), where the devices report
   their capacity.
   """
-  capacity = sharding.hbm_capacity(exp.mesh.local_devices)
-  budget = capacity - beside_bytes if capacity else 0
-  if budget and sharding.hbm_budget_options(
-      exp.mesh.devices.flat[0].platform, budget
-  ):
+  budget = sharding.hbm_budget(exp.mesh, beside_bytes)
+  if budget is not None:
     logging.info(
-        "train step: compiled within %.2f GB per chip (%.2f GB of HBM less "
-        "%.2f GB of rollout slots)",
+        "train step: compiled within %.2f GB per chip (%.2f GB of rollout "
+        "slots beside it)",
         budget / 1e9,
-        capacity / 1e9,
         beside_bytes / 1e9,
     )
   step, batch_sh = jit_train_step(

@@ -104,8 +104,9 @@ def slice_devices(topology: str) -> tuple[list[Any], plan_lib.Accelerator]:
 def local_devices() -> tuple[list[Any], plan_lib.Accelerator]:
   """This machine's devices and their figures.
 
-  The capacity is the allocator's limit where the backend reports one (on a
-  GPU, what XLA may take of the card), else the published figure, and on a
+  The capacity is the allocator's limit where the backend reports one
+  (`sharding.hbm_capacity`; on a GPU, what XLA may take of the card), else
+  the published figure, and on a
   CPU the machine's memory; the peak FLOP/s is the published one for a known
   chip, else 0.
   """
@@ -119,7 +120,7 @@ def local_devices() -> tuple[list[Any], plan_lib.Accelerator]:
       ),
       None,
   )
-  limit = (devices[0].memory_stats() or {}).get("bytes_limit", 0)
+  limit = sharding.hbm_capacity(devices)  # What launch.train budgets from.
   if devices[0].platform == "cpu":
     limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   if not limit and known is None:
@@ -201,7 +202,10 @@ class _Programs:
 
 
 def _programs(
-    config: ml_collections.ConfigDict, mesh, rules, hbm_budget: float = 0
+    config: ml_collections.ConfigDict,
+    mesh,
+    rules,
+    hbm_budget: Optional[float] = None,
 ) -> _Programs:
   """The run's programs on `mesh`, built by the trainer's and sampler's code.
 

@@ -70,12 +70,13 @@ class Sampler:
       settings: SamplingSettings,
       mesh: Mesh,
       rules: sharding.Rules,
-      hbm_budget: float = 0,
+      hbm_budget: Optional[float] = None,
   ):
     """Raises ValueError for settings `model_cfg` (the trainer's) cannot run.
 
-    `hbm_budget` > 0 holds prefill and decode to that many bytes per chip
-    where the compiler takes a limit (TPU: `sharding.hbm_budget_options`).
+    `hbm_budget` holds prefill and decode to that many bytes per chip where
+    the compiler takes a limit (TPU: `sharding.hbm_budget_options`); None:
+    none.
     """
     settings.validate(model_cfg)
     self.model_cfg = model_cfg
@@ -87,10 +88,8 @@ class Sampler:
     state_sh = slots.state_shardings(mesh, rules, model_cfg.num_layers)
     small = slots.replicated(mesh)
     bind = functools.partial
-    options = (
-        sharding.hbm_budget_options(mesh.devices.flat[0].platform, hbm_budget)
-        if hbm_budget
-        else None
+    options = sharding.hbm_budget_options(
+        sharding.platform_of(mesh), hbm_budget
     )
     self._prepare = jax.jit(bind(decode.prepare, model_cfg))
     self._empty = jax.jit(
@@ -146,7 +145,7 @@ class Sampler:
     )
     return cls(ModelConfig.from_config(config.model), settings, mesh, rules)
 
-  def with_hbm_budget(self, hbm_budget: float) -> "Sampler":
+  def with_hbm_budget(self, hbm_budget: Optional[float]) -> "Sampler":
     """This sampler with its prefill and decode held to `hbm_budget` bytes
     per chip (compiled anew); itself where nothing would change."""
     if hbm_budget == self.hbm_budget:
