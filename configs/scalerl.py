@@ -272,6 +272,12 @@ def get_config(arg=None):
   # Dtype of the sampler's KV cache: float32 | bfloat16. Accelerators keep it in
   # bfloat16 (half the bytes every decode step reads); CPUs compute in float32.
   c.sampling.kv_cache_dtype = "float32" if cpu else "bfloat16"
+  # Where the sampler keeps its regrouped weights (sharding.WEIGHT_LAYOUTS):
+  # "resident" holds the whole network on each chip, split only over tensor,
+  # for the phase, so a decode step reads local weights and gathers none;
+  # "sharded" keeps the trainer's fsdp split and gathers the weights on every
+  # decode step (less HBM, many more bytes moved per token; docs/tpu.md).
+  c.sampling.weight_layout = "sharded" if cpu else "resident"
   c.sampling.interruption = ml_collections.ConfigDict()
   # Thinking-budget interruptions (§5).
   c.sampling.interruption.enabled = not cpu

@@ -19,6 +19,7 @@ from typing import Any, Callable, Collection, Optional, Union
 import ml_collections
 
 from scalerl_jax import optim
+from scalerl_jax import sharding
 from scalerl_jax.data import chat_template
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import sources
@@ -190,6 +191,7 @@ RULES: dict[str, Rule] = {
     "sampling.num_slots": _NONNEG_INT,
     "sampling.decode_steps_per_call": _POS_INT,
     "sampling.kv_cache_dtype": _one_of(transformer.DTYPES),
+    "sampling.weight_layout": _one_of(sharding.WEIGHT_LAYOUTS),
     "sampling.interruption.thinking_budget_min": _POS_INT,
     "sampling.interruption.thinking_budget_max": _POS_INT,
     "sampling.interruption.answer_budget": _POS_INT,
@@ -299,20 +301,10 @@ def _mesh_axis_size(config, axis, num_devices):
   return dict(zip(config.mesh.axes, sizes)).get(axis, 1)
 
 
-def _rule_axes(config, logical):
-  """Mesh axes that a logical axis maps to (first matching rule wins)."""
-  for name, target in config.mesh.logical_axis_rules:
-    if name == logical:
-      if target is None:
-        return ()
-      return (target,) if isinstance(target, str) else tuple(target)
-  return ()
-
-
 def _logical_ways(config, logical, num_devices):
   """Ways a logical axis is split over the mesh; None if not yet known."""
   size = 1
-  for axis in _rule_axes(config, logical):
+  for axis in sharding.rule_axes(config.mesh.logical_axis_rules, logical):
     axis_size = _mesh_axis_size(config, axis, num_devices)
     if axis_size is None:
       return None
@@ -332,7 +324,7 @@ def _check_microbatches(config, num_devices):
   if m > 1 and ways and (rows // m) % ways:
     raise ConfigError(
         f"trainer.microbatches: {m} microbatches of {rows // m} completions do not divide "
-        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})"
+        f"over the {ways}-way batch sharding (mesh axes {sharding.rule_axes(config.mesh.logical_axis_rules, 'act_batch')})"
     )
 
 
@@ -380,7 +372,7 @@ def _check_relations(config, num_devices):
     if size and value % size:
       raise ConfigError(
           f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
-          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
+          f"{sharding.rule_axes(config.mesh.logical_axis_rules, logical)} that logical axis {logical!r} is sharded over"
       )
   if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
     raise ConfigError(

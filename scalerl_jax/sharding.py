@@ -277,12 +277,55 @@ def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
 def batch_divisor(mesh: Mesh, rules: Rules) -> int:
   """Ways the batch dimension is split; global batches must divide by it."""
   spec = nn.logical_to_mesh_axes(("act_batch",), rules)[0]
-  axes = (
-      ()
-      if spec is None
-      else ((spec,) if isinstance(spec, str) else tuple(spec))
-  )
-  return math.prod(mesh.shape[a] for a in axes)
+  return math.prod(mesh.shape[a] for a in _axes_of(spec))
+
+
+# How the sampler lays out its regrouped weights (`sampling.weight_layout`).
+# "sharded": as the trainer holds them (the model's weight axes split over
+# fsdp), so every decode step gathers them again. "resident": not split over
+# the axes that split the batch, only over the rest (tensor): each chip keeps
+# its part of the whole network for the phase, gathered once by `prepare`.
+WEIGHT_LAYOUTS = ("sharded", "resident")
+
+# Logical names of activations; every other name is a weight's.
+ACTIVATION_PREFIX = "act_"
+
+
+def sampler_rules(rules: Rules, weight_layout: str) -> Rules:
+  """The rules the sampler traces under, for `weight_layout` (one of
+  WEIGHT_LAYOUTS): `rules` itself for "sharded"; for "resident", every weight
+  name's mesh axes less those of `act_batch`. Applying it twice changes
+  nothing."""
+  if weight_layout not in WEIGHT_LAYOUTS:
+    raise ValueError(
+        f"sampling.weight_layout: {weight_layout!r} is not one of {WEIGHT_LAYOUTS}"
+    )
+  if weight_layout == "sharded":
+    return rules
+  batch_axes = set(rule_axes(rules, "act_batch"))
+  resident = []
+  for name, target in rules:
+    if not name.startswith(ACTIVATION_PREFIX):
+      kept = tuple(a for a in _axes_of(target) if a not in batch_axes)
+      target = kept[0] if len(kept) == 1 else (kept or None)
+    resident.append((name, target))
+  return tuple(resident)
+
+
+def rule_axes(rules: Any, logical: str) -> tuple[str, ...]:
+  """The mesh axes `rules` map `logical` to (the first rule naming it wins,
+  as in flax); () where none does or it is replicated."""
+  for name, target in rules:
+    if name == logical:
+      return _axes_of(target)
+  return ()
+
+
+def _axes_of(target: Any) -> tuple[str, ...]:
+  """A rule's mesh axes as a tuple (None: none)."""
+  if target is None:
+    return ()
+  return (target,) if isinstance(target, str) else tuple(target)
 
 
 def place_global(array: np.ndarray, target: jax.sharding.Sharding) -> jax.Array:

@@ -273,8 +273,16 @@ def test_fit_against_a_made_up_chip():
   assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)
 
 
+def _qwen3(weight_layout="sharded", shape=(1, -1, 1)):
+  config = scalerl.get_config("qwen3_0.6b")
+  with config.unlocked():
+    config.sampling.weight_layout = weight_layout
+    config.mesh.shape = shape
+  return config
+
+
 def test_qwen3_keeps_float32_master_weights_and_moments():
-  p = _plan(scalerl.get_config("qwen3_0.6b"), 8)
+  p = _plan(_qwen3(), 8)
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
   cfg = transformer.ModelConfig.from_config(
       scalerl.get_config("qwen3_0.6b").model
@@ -288,6 +296,36 @@ def test_qwen3_keeps_float32_master_weights_and_moments():
       15_728_640 // 8 * 2 + (2 * 1024 + 2 * 128) * 4
   )
   assert p.num_slots == 2 * 48 * 16
+
+
+# qwen3_0.6b's embedding and (tied) head: 151,936 x 1,024 entries.
+_QWEN3_TABLE = 151_936 * 1_024
+# One regrouped layer: 15,728,640 kernel entries in bfloat16, norms in float32.
+_QWEN3_LAYER = 15_728_640 * 2 + (2 * 1024 + 2 * 128) * 4
+
+
+def test_sampler_weights_sharded_are_split_over_fsdp_and_gathered_to_decode():
+  p = _plan(_qwen3("sharded"), 8)
+  # Embedding in bfloat16, the FP32 head in float32, both split 8 ways over
+  # fsdp; the final norm's 1,024 float32 scales replicated.
+  assert p.prepared_rest == _QWEN3_TABLE // 8 * (2 + 4) + 1024 * 4
+  # Decode gathers the float32 head and one whole layer at a time.
+  assert p.decode_gathered == _QWEN3_TABLE * 4 + _QWEN3_LAYER
+
+
+def test_sampler_weights_resident_are_whole_on_each_chip_and_never_gathered():
+  p = _plan(_qwen3("resident"), 8)
+  assert p.decode_weights == 28 * _QWEN3_LAYER
+  assert p.prepared_rest == _QWEN3_TABLE * (2 + 4) + 1024 * 4
+  assert p.decode_gathered == 0
+  assert p.generate_peak == p.resident + p.decode_weights + p.prepared_rest
+  # With a tensor axis of 2 they are split over it: heads, kv heads, the MLP
+  # and the vocabulary halve; the norms stay whole.
+  q = _plan(_qwen3("resident", (1, 4, 2)), 8)
+  assert q.decode_weights == 28 * (
+      15_728_640 // 2 * 2 + (2 * 1024 + 2 * 128) * 4
+  )
+  assert q.prepared_rest == _QWEN3_TABLE // 2 * (2 + 4) + 1024 * 4
 
 
 def test_num_slots_rule():

@@ -83,7 +83,7 @@ def test_causality_future_token_does_not_change_past_logits():
   assert np.abs(np.asarray(a[:, 7:] - b[:, 7:])).max() > 1e-3
 
 
-_forward = jax.jit(decode.forward, static_argnums=0)
+_forward = jax.jit(decode.forward, static_argnums=(0, 5))
 
 
 @pytest.mark.parametrize(
@@ -95,12 +95,14 @@ _forward = jax.jit(decode.forward, static_argnums=0)
         {"tie_embeddings": False, "qkv_bias": True, "qk_norm": True},
     ],
 )
-def test_kv_cache_decode_equals_full_forward(overrides):
+# "ES" is the TPU's layout at head_dim < 128: checked on the CPU here.
+@pytest.mark.parametrize("layout", list(decode.VALUE_LAYOUTS))
+def test_kv_cache_decode_equals_full_forward(overrides, layout):
   cfg, model, params = _model(**overrides)
   tokens = _tokens((3, 14), cfg.vocab_size, seed=1)
   full = model.apply({"params": params}, tokens)
   prepared = decode.prepare(cfg, params)
-  cache = decode.init_cache(cfg, batch=3, length=32)
+  cache = decode.init_cache(cfg, batch=3, length=32, value_layout=layout)
   # Prefill 5 tokens, then a 3-token chunk, then one token at a time.
   logits, cache = _forward(
       cfg,
@@ -108,6 +110,7 @@ def test_kv_cache_decode_equals_full_forward(overrides):
       tokens[:, :5],
       jnp.broadcast_to(jnp.arange(5), (3, 5)),
       cache,
+      layout,
   )
   pieces = [logits]
   logits, cache = _forward(
@@ -116,11 +119,17 @@ def test_kv_cache_decode_equals_full_forward(overrides):
       tokens[:, 5:8],
       jnp.broadcast_to(jnp.arange(5, 8), (3, 3)),
       cache,
+      layout,
   )
   pieces.append(logits)
   for t in range(8, 14):
     logits, cache = _forward(
-        cfg, prepared, tokens[:, t : t + 1], jnp.full((3, 1), t), cache
+        cfg,
+        prepared,
+        tokens[:, t : t + 1],
+        jnp.full((3, 1), t),
+        cache,
+        layout,
     )
     pieces.append(logits)
   np.testing.assert_allclose(
@@ -128,23 +137,22 @@ def test_kv_cache_decode_equals_full_forward(overrides):
   )
 
 
-def test_kv_cache_layout():
-  """Keys [B, K, E, S] and values [B, K, S, E], one buffer per layer,
-  at the written positions."""
+@pytest.mark.parametrize("layout,value_shape", [("SE", "KSE"), ("ES", "KES")])
+def test_kv_cache_layout(layout, value_shape):
+  """Keys [B, K, E, S] and values [B, K, S, E] (or [B, K, E, S]), one buffer
+  per layer, at the written positions."""
   cfg, _, params = _model()
   tokens = _tokens((2, 3), cfg.vocab_size, seed=4)
-  cache = decode.init_cache(cfg, batch=2, length=8)
+  cache = decode.init_cache(cfg, batch=2, length=8, value_layout=layout)
   assert len(cache["k"]) == len(cache["v"]) == cfg.num_layers
-  k, e = cfg.num_kv_heads, cfg.head_dim
-  assert cache["k"][0].shape == (2, k, e, 8) and cache["v"][0].shape == (
-      2,
-      k,
-      8,
-      e,
-  )
+  sizes = {"K": cfg.num_kv_heads, "E": cfg.head_dim, "S": 8}
+  assert cache["k"][0].shape == (2, sizes["K"], sizes["E"], 8)
+  assert cache["v"][0].shape == (2,) + tuple(sizes[d] for d in value_shape)
   pos = jnp.array([[0, 1, 2], [4, 5, 6]])
-  _, cache = _forward(cfg, decode.prepare(cfg, params), tokens, pos, cache)
-  for name, axis in (("k", 3), ("v", 2)):
+  _, cache = _forward(
+      cfg, decode.prepare(cfg, params), tokens, pos, cache, layout
+  )
+  for name, axis in (("k", 3), ("v", 1 + value_shape.index("S"))):
     written = np.abs(np.asarray(cache[name][1])).sum(
         axis=tuple(a for a in range(4) if a not in (0, axis))
     )
@@ -248,3 +256,29 @@ def test_model_config_defaults_are_the_configs():
   }
   model = scalerl.get_config().model
   assert defaults == {name: model[name] for name in defaults}
+
+
+@pytest.mark.parametrize("layout", list(decode.VALUE_LAYOUTS))
+def test_cache_prefix_and_put_prefix_move_the_first_positions(layout):
+  # What the sampler's windows and prefills do with a cache in either layout:
+  # the first p positions of chosen rows, and nothing else, are replaced.
+  cfg, _, _ = _model()
+  cache = jax.tree.map(
+      lambda x: jnp.asarray(
+          np.random.RandomState(x.ndim).randn(*x.shape), x.dtype
+      ),
+      decode.init_cache(cfg, batch=3, length=8, value_layout=layout),
+  )
+  part = jax.tree.map(
+      lambda x: x[:2] + 100.0, decode.cache_prefix(cache, 5, layout)
+  )
+  assert decode.cache_length(part) == 5
+  out = decode.put_prefix(cache, part, jnp.array([2, 0]), layout)
+  s_axis = {"k": 3, "v": 2 if layout == "SE" else 3}  # Positions.
+  for name in ("k", "v"):
+    old = np.moveaxis(np.asarray(cache[name][0]), s_axis[name], -1)
+    new = np.moveaxis(np.asarray(out[name][0]), s_axis[name], -1)
+    np.testing.assert_array_equal(new[1], old[1])  # Row 1 untouched.
+    np.testing.assert_array_equal(new[:, ..., 5:], old[:, ..., 5:])
+    np.testing.assert_allclose(new[2, ..., :5], old[0, ..., :5] + 100.0)
+    np.testing.assert_allclose(new[0, ..., :5], old[1, ..., :5] + 100.0)

@@ -312,9 +312,10 @@ class Plan:
   # embedding when tied) and an untied embedding in float32 with their
   # gradients, and one layer's kernels in the compute dtype with theirs.
   gathered: int = 0
-  # The decode loop's weights gathered over fsdp, at the least: the float32 LM
-  # head and one regrouped layer at a time. Where HBM is plentiful the TPU
-  # compiler holds the whole network instead (docs/tpu.md).
+  # With `sampling.weight_layout` "sharded", the decode loop's weights gathered
+  # over fsdp, at the least: the float32 LM head and one regrouped layer at a
+  # time. Where HBM is plentiful the TPU compiler holds the whole network
+  # instead (docs/tpu.md). "resident": 0, nothing is gathered.
   decode_gathered: int = 0
   # Embedding, LM head and final norm in the regrouped weights.
   prepared_rest: int = 0
@@ -343,7 +344,7 @@ class Plan:
 
   @property
   def generate_peak(self) -> int:
-    return self.resident + self.decode_weights
+    return self.resident + self.decode_weights + self.prepared_rest
 
   @property
   def peak(self) -> int:
@@ -399,11 +400,15 @@ def make_plan(
   opt_specs = sharding.opt_state_shardings(
       optimizer, params, param_specs, PartitionSpec()
   )
-  # The sampler's regrouped weights (`decode.prepare`), laid out by their names.
+  # The sampler's regrouped weights (`decode.prepare`), laid out by their names
+  # in `sampling.weight_layout`.
   prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
+  weight_rules = sharding.sampler_rules(rules, config.sampling.weight_layout)
   layer_specs = tuple(
       {
-          name: nn.logical_to_mesh_axes(decode.PREPARED_AXES[name], rules)
+          name: nn.logical_to_mesh_axes(
+              decode.PREPARED_AXES[name], weight_rules
+          )
           for name in layer
       }
       for layer in prepared["layers"]
@@ -414,12 +419,14 @@ def make_plan(
       max_prompt_len=s.max_prompt_len,
       max_new_tokens=s.max_new_tokens,
       kv_cache_dtype=s.kv_cache_dtype,
+      value_layout=decode.value_layout(platform, cfg.head_dim),
   )
   state = jax.eval_shape(
       functools.partial(slots.empty_state, cfg, settings, num_slots, 1)
   )
   state_specs = jax.tree.map(
-      lambda sh: sh.spec, slots.state_shardings(mesh, rules, cfg.num_layers)
+      lambda sh: sh.spec,
+      slots.state_shardings(mesh, rules, cfg.num_layers, settings.value_layout),
   )
   kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
 
@@ -446,13 +453,8 @@ def make_plan(
   )
   head = {k: v for k, v in prepared.items() if k != "layers"}
   head_specs = {
-      "embedding": param_specs["embedding"],
-      "final_norm": param_specs["final_norm"]["scale"],
-      "head": (
-          PartitionSpec(*reversed(param_specs["embedding"]))
-          if cfg.tie_embeddings
-          else param_specs["lm_head"]
-      ),
+      name: nn.logical_to_mesh_axes(axes, weight_rules)
+      for name, axes in decode.TOP_AXES.items()
   }
   unsharded = lambda spec: PartitionSpec(*(_without(a, "fsdp") for a in spec))
   # The LM head gathered over fsdp, in float32 (the FP32 head).
@@ -482,14 +484,20 @@ def make_plan(
       + gathered_embedding
       + tree_bytes(one_layer, layer_specs_1, mesh)
   )
-  decode_gathered = gathered_head + tree_bytes(
-      prepared["layers"][0],
-      jax.tree.map(
-          unsharded,
-          layer_specs[0],
-          is_leaf=lambda x: isinstance(x, PartitionSpec),
-      ),
-      mesh,
+  # Resident weights are whole on each chip already: nothing to gather.
+  decode_gathered = (
+      0
+      if weight_rules != rules
+      else gathered_head
+      + tree_bytes(
+          prepared["layers"][0],
+          jax.tree.map(
+              unsharded,
+              layer_specs[0],
+              is_leaf=lambda x: isinstance(x, PartitionSpec),
+          ),
+          mesh,
+      )
   )
   (prefill_temps, decode_temps), (val_prefill_temps, val_decode_temps) = (
       temps(num_slots),
@@ -641,6 +649,7 @@ def format_report(
       f"  train activations, remat   {gb(plan.activations_remat)}",
       f"  train activations, none    {gb(plan.activations_no_remat)}",
       f"  decode weights (generate)  {gb(plan.decode_weights)}",
+      f"  embedding, head (generate) {gb(plan.prepared_rest)}",
       f"  {'peak, train (' + act + ')':27s}{gb(plan.train_peak)}",
       f"  peak, generate             {gb(plan.generate_peak)}",
       "",

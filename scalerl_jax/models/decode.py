@@ -2,17 +2,23 @@
 
 The same network and math as `transformer.Transformer`, on weights that
 `prepare` regroups once per parameter version: per layer, q, k and v as one
-kernel [D, K, Q + 2, E], gate and up as one [D, 2, I], o as [H * E, D], all
-in the compute dtype. The cache is one buffer per layer, keys [B, K, E, S]
-and values [B, K, S, E]. `forward` writes T tokens per row at explicit
-positions and attends to every cached position not after the query's, so
-each row (sampler slot) can be at its own position: prefill is T = prompt
-length on a fresh cache (through `config.model.attention`), decode T = 1.
+kernel [D, K x (Q + 2) x E], gate, up [D, I] and down [I, D], o [H * E, D],
+all in the compute dtype. Every kernel is a matrix whose contracting
+dimension is major, the layout each backend's matmul reads in place: as
+[D, K, Q + 2, E] and [D, 2, I] the TPU compiler copied them into another
+layout, hoisted out of the decode loop (llama3_8b: 9.2 GB per chip,
+docs/tpu.md), and XLA:CPU transposed [H, E, D] on every step.
+
+The cache is one buffer per layer, keys [B, K, E, S] and values [B, K, S, E].
+`forward` writes T tokens per row at explicit positions and attends to every
+cached position not after the query's, so each row (sampler slot) can be at
+its own position: prefill is T = prompt length on a fresh cache (through
+`config.model.attention`), decode T = 1.
 
 Design: docs/design/models.md.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and I mlp_dim,
-J = Q + 2 (the q, k and v of one kv head).
+J = Q + 2 (the q, k and v of one kv head), F = K x J x E.
 """
 
 from __future__ import annotations
@@ -33,26 +39,61 @@ from scalerl_jax.models.transformer import (
     rope_frequencies,
 )
 
-# {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E]}
+# {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E] or [B, K, E, S]}
 Cache = dict[str, tuple[jax.Array, ...]]
 
 KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
-VALUE_AXES = ("act_batch", "act_kv_heads", "act_len", "head_dim")
+# The value cache's layouts, by name: its logical axes. "SE", position-major,
+# is the layout XLA:CPU's probabilities-times-values product reads in place
+# (as "ES" it ran 6x slower at head_dim 64 here). "ES", as the keys, is for
+# TPUs when head_dim is under their 128 lanes: an E-minor cache is padded to
+# 128 there, and the compiler copied every layer's values into that padded
+# layout (qwen2.5_0.5b: 4.9 GB of temporaries beside its 4.8 GB cache).
+VALUE_LAYOUTS = {
+    "SE": ("act_batch", "act_kv_heads", "act_len", "head_dim"),
+    "ES": KEY_AXES,
+}
+TPU_LANES = 128
+
+
+def value_layout(platform: str, head_dim: int) -> str:
+  """The value-cache layout (a key of VALUE_LAYOUTS) for `platform`."""
+  return "ES" if platform == "tpu" and head_dim < TPU_LANES else "SE"
+
+
+def _len_axis(layout: str) -> int:
+  """The position axis of a value cache in `layout`."""
+  return VALUE_LAYOUTS[layout].index("act_len")
+
 
 PREPARED_AXES = {  # Logical names of the prepared weights (see `prepare`).
     "attn_norm": ("norm",),
     "mlp_norm": ("norm",),
     "q_norm": ("head_dim",),
     "k_norm": ("head_dim",),
-    "qkv": ("embed", "kv_heads", None, "head_dim"),
-    "qkv_bias": ("kv_heads", None, "head_dim"),
+    # K x J x E flattened, kv head major: split over `kv_heads` it keeps whole
+    # kv heads together (K divides over the axis, as for the k kernel).
+    "qkv": ("embed", "kv_heads"),
+    "qkv_bias": ("kv_heads",),
     "o": ("heads", "embed"),
-    "gate_up": ("embed", None, "mlp"),
+    "gate": ("embed", "mlp"),
+    "up": ("embed", "mlp"),
     "down": ("mlp", "embed"),
+}
+TOP_AXES = {  # ... and of the rest of them.
+    "embedding": ("vocab", "embed"),
+    "final_norm": ("norm",),
+    "head": ("embed", "vocab"),
 }
 
 
-def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> Cache:
+def init_cache(
+    cfg: ModelConfig,
+    batch: int,
+    length: int,
+    dtype=None,
+    value_layout: str = "SE",
+) -> Cache:
   """An empty cache of `length` positions for `batch` rows."""
   if length > cfg.max_seq_len:
     raise ValueError(
@@ -60,9 +101,12 @@ def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> Cache:
     )
   dtype = dtype or cfg.dtype
   k, e, n = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
+  values = (
+      (batch, k, length, e) if value_layout == "SE" else (batch, k, e, length)
+  )
   return {
       "k": tuple(jnp.zeros((batch, k, e, length), dtype) for _ in range(n)),
-      "v": tuple(jnp.zeros((batch, k, length, e), dtype) for _ in range(n)),
+      "v": tuple(jnp.zeros(values, dtype) for _ in range(n)),
   }
 
 
@@ -70,27 +114,34 @@ def cache_length(cache: Cache) -> int:
   return cache["k"][0].shape[-1]
 
 
-def cache_prefix(cache: Cache, length: int) -> Cache:
+def cache_prefix(cache: Cache, length: int, value_layout: str = "SE") -> Cache:
   """A copy of the first `length` positions of every row."""
+  head = (slice(None),) * _len_axis(value_layout)
   return {
       "k": tuple(x[..., :length] for x in cache["k"]),
-      "v": tuple(x[:, :, :length] for x in cache["v"]),
+      "v": tuple(x[head + (slice(length),)] for x in cache["v"]),
   }
 
 
-def put_prefix(cache: Cache, part: Cache, rows: Any = slice(None)) -> Cache:
+def put_prefix(
+    cache: Cache,
+    part: Cache,
+    rows: Any = slice(None),
+    value_layout: str = "SE",
+) -> Cache:
   """Writes `part` (one row per entry of `rows`) over their first positions.
 
   Row ids out of range are dropped.
   """
   p = cache_length(part)
+  inner = (slice(None),) * (_len_axis(value_layout) - 1)
   return {
       "k": tuple(
           old.at[rows, ..., :p].set(new, mode="drop")
           for old, new in zip(cache["k"], part["k"])
       ),
       "v": tuple(
-          old.at[rows, :, :p].set(new, mode="drop")
+          old.at[(rows,) + inner + (slice(p),)].set(new, mode="drop")
           for old, new in zip(cache["v"], part["v"])
       ),
   }
@@ -129,7 +180,8 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
       return tree["kernel"][i].astype(dtype)
 
     # Query head k * Q + q reads kv head k (as in `attention`), so [D, H, E]
-    # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1.
+    # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1; then
+    # K x J x E is flattened.
     layer = {
         "attn_norm": stacked["attn_norm"]["scale"][i],
         "mlp_norm": stacked["mlp_norm"]["scale"][i],
@@ -140,21 +192,25 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
                 kernel(attn["v"])[:, :, None],
             ],
             axis=2,
-        ),
-        # [H * E, D]: as [H, E, D], XLA:CPU transposed it on every step.
+        ).reshape(d, -1),
         "o": kernel(attn["o"]).reshape(h * e, d),
-        "gate_up": jnp.stack([kernel(mlp["gate"]), kernel(mlp["up"])], axis=1),
+        "gate": kernel(mlp["gate"]),
+        "up": kernel(mlp["up"]),
         "down": kernel(mlp["down"]),
     }
     if cfg.qkv_bias:
-      layer["qkv_bias"] = jnp.concatenate(
-          [
-              attn["q"]["bias"][i].reshape(k, h // k, e),
-              attn["k"]["bias"][i][:, None],
-              attn["v"]["bias"][i][:, None],
-          ],
-          axis=1,
-      ).astype(dtype)
+      layer["qkv_bias"] = (
+          jnp.concatenate(
+              [
+                  attn["q"]["bias"][i].reshape(k, h // k, e),
+                  attn["k"]["bias"][i][:, None],
+                  attn["v"]["bias"][i][:, None],
+              ],
+              axis=1,
+          )
+          .reshape(-1)
+          .astype(dtype)
+      )
     if cfg.qk_norm:
       layer["q_norm"] = attn["q_norm"]["scale"][i]
       layer["k_norm"] = attn["k_norm"]["scale"][i]
@@ -165,10 +221,20 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
         }
     )
   head = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
-  return {
-      "embedding": params["embedding"],
+  # The embedding is looked up, then cast: cast first, the same values. The
+  # head is kept in the dtype `lm_head` computes in (float32 for the FP32
+  # head), so the copy each chip holds is no wider than it is used.
+  head_dtype = jnp.float32 if cfg.fp32_lm_head else dtype
+  top = {
+      "embedding": params["embedding"].astype(dtype),
       "final_norm": params["final_norm"]["scale"],
-      "head": head,
+      "head": head.astype(head_dtype),
+  }
+  return {
+      **{
+          name: nn.with_logical_constraint(w, TOP_AXES[name])
+          for name, w in top.items()
+      },
       "layers": tuple(layers),
   }
 
@@ -179,6 +245,7 @@ def forward(
     tokens_BxT: jax.Array,
     pos_BxT: jax.Array,
     cache: Cache,
+    value_layout: str = "SE",
 ) -> tuple[jax.Array, Cache]:
   """Writes T tokens per row into the cache; returns their next-token logits.
 
@@ -207,9 +274,10 @@ def forward(
       prepared["layers"], cache["k"], cache["v"]
   ):
     normed = rms_norm(x_BxTxD, layer["attn_norm"], cfg.norm_eps, dtype)
-    qkv_BxTxKxJxE = jnp.einsum("btd,dkje->btkje", normed, layer["qkv"])
+    qkv_BxTxF = jnp.dot(normed, layer["qkv"])
     if cfg.qkv_bias:
-      qkv_BxTxKxJxE = qkv_BxTxKxJxE + layer["qkv_bias"][None, None]
+      qkv_BxTxF = qkv_BxTxF + layer["qkv_bias"][None, None]
+    qkv_BxTxKxJxE = qkv_BxTxF.reshape(b, t, k, g + 2, e)
     q_BxTxKxQxE = qkv_BxTxKxJxE[:, :, :, :g]
     k_BxTxKxE, v_BxTxKxE = (
         qkv_BxTxKxJxE[:, :, :, g],
@@ -228,11 +296,15 @@ def forward(
         ),
         KEY_AXES,
     )
+    v_order = (0, 2, 1, 3) if value_layout == "SE" else (0, 2, 3, 1)
     value_cache = nn.with_logical_constraint(
         _write_rows(
-            value_cache, v_BxTxKxE.transpose(0, 2, 1, 3), pos_BxT[:, 0], axis=2
+            value_cache,
+            v_BxTxKxE.transpose(v_order),
+            pos_BxT[:, 0],
+            axis=_len_axis(value_layout),
         ),
-        VALUE_AXES,
+        VALUE_LAYOUTS[value_layout],
     )
     keys.append(key_cache)
     values.append(value_cache)
@@ -246,12 +318,18 @@ def forward(
       ).reshape(b, t, k, g, e)
     else:
       out_BxTxKxQxE = attention(
-          q_BxTxKxQxE, key_cache, value_cache, visible_BxTxS, dtype
+          q_BxTxKxQxE,
+          key_cache,
+          value_cache,
+          visible_BxTxS,
+          dtype,
+          values_position_axis=_len_axis(value_layout),
       )
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
-    gate_up_BxTx2xI = jnp.einsum("btd,djf->btjf", normed, layer["gate_up"])
-    hidden_BxTxI = nn.silu(gate_up_BxTx2xI[:, :, 0]) * gate_up_BxTx2xI[:, :, 1]
+    hidden_BxTxI = nn.silu(jnp.dot(normed, layer["gate"])) * jnp.dot(
+        normed, layer["up"]
+    )
     x_BxTxD = nn.with_logical_constraint(
         x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]),
         ("act_batch", "act_len", "act_embed"),

@@ -170,11 +170,13 @@ def attention(
     values_BxKxSxE: jax.Array,
     visible_BxTxS: jax.Array,
     dtype,
+    values_position_axis: int = 2,
 ) -> jax.Array:
   """Grouped-query softmax attention -> [B, T, K, Q, E], scores in float32.
 
   Query head k * Q + q reads kv head k. Keys come as [B, K, E, S], values as
-  [B, K, S, E]: the decode cache's layout.
+  [B, K, S, E], or [B, K, E, S] with `values_position_axis` 3: the decode
+  cache's layouts (decode.VALUE_LAYOUTS).
   """
   b, t, k, g, e = q_BxTxKxQxE.shape
   s = keys_BxKxExS.shape[-1]
@@ -198,7 +200,9 @@ def attention(
       .reshape(b, k, t * g, s)
   )
   out_BxKxRxE = jax.lax.dot_general(
-      probs_BxKxRxS, values_BxKxSxE.astype(dtype), (((3,), (2,)), batch)
+      probs_BxKxRxS,
+      values_BxKxSxE.astype(dtype),
+      (((3,), (values_position_axis,)), batch),
   )
   return out_BxKxRxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
 

@@ -16,6 +16,7 @@ per sequence; n, f: B and F rows padded to a bucket.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Optional, Sequence
 
@@ -79,13 +80,23 @@ class Sampler:
     none.
     """
     settings.validate(model_cfg)
+    settings = dataclasses.replace(
+        settings,
+        value_layout=decode.value_layout(
+            sharding.platform_of(mesh), model_cfg.head_dim
+        ),
+    )
     self.model_cfg = model_cfg
     self.settings = settings
     self.mesh = mesh
-    self.rules = rules
+    # The model's weight names laid out as `settings.weight_layout` says;
+    # activation and cache names as the trainer's.
+    self.rules = sharding.sampler_rules(rules, settings.weight_layout)
     self.hbm_budget = hbm_budget
     self._divisor = sharding.batch_divisor(mesh, rules)
-    state_sh = slots.state_shardings(mesh, rules, model_cfg.num_layers)
+    state_sh = slots.state_shardings(
+        mesh, rules, model_cfg.num_layers, settings.value_layout
+    )
     small = slots.replicated(mesh)
     bind = functools.partial
     options = sharding.hbm_budget_options(
@@ -183,7 +194,12 @@ class Sampler:
     """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
     return sharding.abstract(
         jax.eval_shape(self._empty, num_slots, meta_width),
-        slots.state_shardings(self.mesh, self.rules, self.model_cfg.num_layers),
+        slots.state_shardings(
+            self.mesh,
+            self.rules,
+            self.model_cfg.num_layers,
+            self.settings.value_layout,
+        ),
     )
 
   def prepared_shape(self, params: Any) -> Any:

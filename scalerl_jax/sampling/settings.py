@@ -30,6 +30,11 @@ class SamplingSettings:
   eos_ids: tuple[int, ...] = ()
   pad_id: int = 0  # Fills positions after a sequence's end.
   kv_cache_dtype: str = "float32"  # A key of transformer.DTYPES.
+  # One of sharding.WEIGHT_LAYOUTS: where the regrouped weights live.
+  weight_layout: str = "sharded"
+  # A key of decode.VALUE_LAYOUTS; the Sampler sets it for its platform
+  # (decode.value_layout), so it is not a config field.
+  value_layout: str = "SE"
   interruption: InterruptionSettings = InterruptionSettings()
 
   @classmethod
@@ -59,6 +64,7 @@ class SamplingSettings:
         eos_ids=tuple(int(t) for t in eos_ids),
         pad_id=int(pad_id),
         kv_cache_dtype=str(s.kv_cache_dtype),
+        weight_layout=str(s.weight_layout),
         interruption=InterruptionSettings.from_config(
             s.interruption, tuple(phrase_ids), think_close_id
         ),

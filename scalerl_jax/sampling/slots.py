@@ -83,14 +83,16 @@ class Completions:
 
 
 def state_shardings(
-    mesh: Mesh, rules: sharding.Rules, num_layers: int
+    mesh: Mesh, rules: sharding.Rules, num_layers: int, value_layout: str
 ) -> SlotState:
   """`SlotState`'s shardings: slots over the batch axes, the rest replicated."""
   rows = sharding.named_sharding(mesh, rules, ("act_batch",))
   rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
   rows_meta = sharding.named_sharding(mesh, rules, ("act_batch", None))
   keys = sharding.named_sharding(mesh, rules, decode.KEY_AXES)
-  values = sharding.named_sharding(mesh, rules, decode.VALUE_AXES)
+  values = sharding.named_sharding(
+      mesh, rules, decode.VALUE_LAYOUTS[value_layout]
+  )
   layers = range(num_layers)
   return SlotState(
       cache={
@@ -128,7 +130,13 @@ def empty_state(
   n, s = num_slots, settings.cache_len
   rows_pos = (n, s)
   return SlotState(
-      cache=decode.init_cache(model_cfg, n, s, DTYPES[settings.kv_cache_dtype]),
+      cache=decode.init_cache(
+          model_cfg,
+          n,
+          s,
+          DTYPES[settings.kv_cache_dtype],
+          settings.value_layout,
+      ),
       tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
       logp=jnp.zeros(rows_pos, jnp.float32),
       logp_sampling=jnp.zeros(rows_pos, jnp.float32),
@@ -178,7 +186,14 @@ def start(
       weights,
       prompts_nxL,
       pos_nxL,
-      decode.init_cache(model_cfg, n, p, DTYPES[settings.kv_cache_dtype]),
+      decode.init_cache(
+          model_cfg,
+          n,
+          p,
+          DTYPES[settings.kv_cache_dtype],
+          settings.value_layout,
+      ),
+      settings.value_layout,
   )
   if in_order:
     valid_n = slot_ids_n < state.length.shape[0]
@@ -187,12 +202,16 @@ def start(
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
       return jnp.where(keep, rows.astype(x.dtype), x)
 
+    layout = settings.value_layout
     cache = decode.put_prefix(
         state.cache,
-        jax.tree.map(put, decode.cache_prefix(state.cache, p), fresh),
+        jax.tree.map(put, decode.cache_prefix(state.cache, p, layout), fresh),
+        value_layout=layout,
     )
   else:
-    cache = decode.put_prefix(state.cache, fresh, slot_ids_n)
+    cache = decode.put_prefix(
+        state.cache, fresh, slot_ids_n, settings.value_layout
+    )
 
     def put(x, rows):
       return x.at[slot_ids_n].set(rows, mode="drop")
@@ -248,7 +267,12 @@ def _decode_step(
   last_N = jnp.maximum(state.length - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
   logits_Nx1xV, cache = decode.forward(
-      model_cfg, weights, last_tok_N[:, None], last_N[:, None], state.cache
+      model_cfg,
+      weights,
+      last_tok_N[:, None],
+      last_N[:, None],
+      state.cache,
+      settings.value_layout,
   )
   uniform_N = jnp.take_along_axis(
       state.uniform, state.length[:, None], axis=1, mode="clip"
@@ -342,10 +366,12 @@ def advance(
   if not windowed:
     _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
     return state
-  full = state.cache
-  state = state.replace(cache=decode.cache_prefix(full, window))
+  full, layout = state.cache, settings.value_layout
+  state = state.replace(cache=decode.cache_prefix(full, window, layout))
   _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
-  return state.replace(cache=decode.put_prefix(full, state.cache))
+  return state.replace(
+      cache=decode.put_prefix(full, state.cache, value_layout=layout)
+  )
 
 
 def longest_running(state: SlotState) -> jax.Array:

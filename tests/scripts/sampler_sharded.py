@@ -1,7 +1,9 @@
 """Sampler output on several meshes vs one device; run with 8 simulated devices.
 
-Prints one JSON line per mesh shape. Used by tests/sampler_sharded_test.py,
-which sets XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts.
+Prints one JSON line per mesh shape and `sampling.weight_layout`; its
+"shape" is the mesh shape, followed by the layout where it is not "sharded".
+Used by tests/sampler_sharded_test.py, which sets
+XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts.
 """
 
 import dataclasses
@@ -51,16 +53,19 @@ def _outputs(config, devices, prompts, modes):
   )
   # The collectives of the decode loop (whole cache and the first window).
   weights = sampler.prepare(params).weights
+  results["qkv_shape"] = list(weights["layers"][0]["qkv"].shape)
+  results["qkv_shard_shape"] = list(
+      weights["layers"][0]["qkv"].addressable_shards[0].data.shape
+  )
   results["advance_collectives"] = {}
   for window in (0, 64):
-    with sharding.activate(mesh, rules):
-      hlo = (
-          sampler._advance.lower(
-              state, weights, np.int32(0), np.int32(1), window=window
-          )
-          .compile()
-          .as_text()
-      )
+    hlo = (
+        sampler.lower(
+            "advance", state, weights, np.int32(0), np.int32(1), window=window
+        )
+        .compile()
+        .as_text()
+    )
     ops = re.findall(_COLLECTIVE, hlo)
     results["advance_collectives"][window] = {
         op: ops.count(op) for op in sorted(set(ops))
@@ -81,14 +86,13 @@ def _outputs(config, devices, prompts, modes):
         np.zeros((n, 1), np.int32),
         jax.random.key(1),
     )
-    with sharding.activate(mesh, rules):
-      hlo = (
-          sampler._start.lower(
-              sampler.init_state(n), *args, in_order=name == "in_order"
-          )
-          .compile()
-          .as_text()
-      )
+    hlo = (
+        sampler.lower(
+            "start", sampler.init_state(n), *args, in_order=name == "in_order"
+        )
+        .compile()
+        .as_text()
+    )
     results["start_collectives"][name] = len(re.findall(_COLLECTIVE, hlo))
   return results
 
@@ -105,18 +109,28 @@ def main():
   config.mesh.shape = (1, 1, 1)
   ref = _outputs(config, jax.devices()[:1], prompts, ("greedy", "sampled"))
   # Sampling is compared where the vocabulary (and so its CDF) is split.
-  for shape, modes in [
-      ((1, 8, 1), ("greedy",)),
-      ((2, 2, 2), ("greedy", "sampled")),
-      ((8, 1, 1), ("greedy",)),
+  for shape, layout, modes in [
+      ((1, 8, 1), "sharded", ("greedy",)),
+      ((2, 2, 2), "sharded", ("greedy", "sampled")),
+      ((8, 1, 1), "sharded", ("greedy",)),
+      ((1, 8, 1), "resident", ("greedy",)),
+      ((2, 2, 2), "resident", ("greedy", "sampled")),
   ]:
     config.mesh.shape = shape
+    config.sampling.weight_layout = layout
     got = _outputs(config, jax.devices(), prompts, modes)
     row = {
-        "shape": shape,
-        "cache_shard_shape": got["cache_shard_shape"],
-        "advance_collectives": got["advance_collectives"],
-        "start_collectives": got["start_collectives"],
+        "shape": list(shape) + ([layout] if layout != "sharded" else []),
+        **{
+            k: got[k]
+            for k in (
+                "cache_shard_shape",
+                "qkv_shape",
+                "qkv_shard_shape",
+                "advance_collectives",
+                "start_collectives",
+            )
+        },
     }
     for name in modes:
       row[f"{name}_tokens_equal"] = bool(
