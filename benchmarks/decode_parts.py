@@ -52,9 +52,11 @@ FLAGS = flags.FLAGS
 _ORIGINAL = {"attention": decode.attention, "_write_rows": decode._write_rows}  # pylint: disable=protected-access
 
 
-def _no_decode_attention(q_BxTxKxQxE, keys, values, visible, dtype):
+def _no_decode_attention(q_BxTxKxQxE, keys, values, visible, dtype, **kw):
   if q_BxTxKxQxE.shape[1] != 1:  # The prefill.
-    return _ORIGINAL["attention"](q_BxTxKxQxE, keys, values, visible, dtype)
+    return _ORIGINAL["attention"](
+        q_BxTxKxQxE, keys, values, visible, dtype, **kw
+    )
   return q_BxTxKxQxE
 
 
@@ -64,7 +66,7 @@ def _no_decode_writes(cache, update, start, axis):
   return cache
 
 
-_ABLATIONS = {
+ABLATIONS = {
     "sampler": {},
     "no decode attention": {"attention": _no_decode_attention},
     "no decode attention, no cache writes": {
@@ -75,7 +77,7 @@ _ABLATIONS = {
 
 
 @contextlib.contextmanager
-def _substituted(parts):
+def substituted(parts):
   try:
     for name, fn in parts.items():
       setattr(decode, name, fn)
@@ -88,7 +90,7 @@ def _substituted(parts):
 def main(argv):
   del argv
   prompt_len = FLAGS.prompt_len
-  names = list(_ABLATIONS)
+  names = list(ABLATIONS)
   header = (
       "| model | batch | new | "
       + " | ".join(f"{n} tok/s" for n in names)
@@ -114,10 +116,10 @@ def main(argv):
       config.sampling.max_prompt_len = prompt_len
       config.sampling.max_new_tokens = new
       timed, tokens = {}, {}
-      for name, parts in _ABLATIONS.items():
+      for name, parts in ABLATIONS.items():
         sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
         # Every program this sampler runs is compiled here.
-        with _substituted(parts):
+        with substituted(parts):
           tokens[name] = sampler.generate(
               params, prompts, lens, jax.random.key(1)
           ).tokens

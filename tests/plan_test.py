@@ -319,6 +319,13 @@ def test_sampler_weights_resident_are_whole_on_each_chip_and_never_gathered():
   assert p.prepared_rest == _QWEN3_TABLE * (2 + 4) + 1024 * 4
   assert p.decode_gathered == 0
   assert p.generate_peak == p.resident + p.decode_weights + p.prepared_rest
+  # The tied table transposed into the float32 head, from a copy as large.
+  assert p.prepare_temps == _QWEN3_TABLE * 4
+  assert plan.program_estimates(_qwen3("resident"), 8)["prepare"] == (
+      plan.Memory(
+          p.params, p.decode_weights + p.prepared_rest, 0, p.prepare_temps
+      )
+  )
   # With a tensor axis of 2 they are split over it: heads, kv heads, the MLP
   # and the vocabulary halve; the norms stay whole.
   q = _plan(_qwen3("resident", (1, 4, 2)), 8)
