@@ -5,13 +5,16 @@
       --config.trainer.microbatches=12
 
 Compiles the run's decode program (`Sampler.advance` over every slot, as
-`launch.compile` builds it) for `--topology` three times: as shipped, and with
-the ablations of benchmarks/decode_parts.py (the decode step's attention
-replaced by a pass-through; also without its cache writes). For each it
-prints `cost_analysis()["bytes accessed"]` of one step and the compiler's
+`launch.compile` builds it) for `--topology`: as configured, then with plain
+attention (`sampling.decode_attention=plain`) as is and with the ablations
+of benchmarks/decode_parts.py (the decode step's attention replaced by a
+pass-through; also without its cache writes). For each it prints
+`cost_analysis()["bytes accessed"]` of one step and the compiler's
 temporaries, beside the floor: the weights each chip multiplies by plus its
-slots' cache, read once. The ablated programs are not samplers; their
-differences bound what attention and the cache writes cost.
+slots' cache, read once. The cost analysis does not see inside Pallas
+kernels, so the Pallas decode kernel's reads (the cache at full length,
+once, by its block specs) are added to its row. The ablated programs are not
+samplers; their differences bound what attention and the cache writes cost.
 `cost_analysis()` also counts the TPU's copies into on-chip memory as
 accesses, so a figure above the floor is not all HBM traffic (docs/tpu.md).
 Needs libtpu (`pip install "jax[tpu]==0.10.2"`), not a TPU.
@@ -46,7 +49,13 @@ def main(argv):
   print(f"{_TOPOLOGY.value}: {len(devices)} chips, mesh {dict(mesh.shape)}")
   print("| decode step | bytes accessed GB | / floor | temporaries GB |")
   print("|---|---|---|---|")
-  for name, parts in decode_parts.ABLATIONS.items():
+  configured = config.sampling.decode_attention
+  runs = [(f"sampler (decode_attention={configured})", configured, {})] + [
+      (f"{name}, plain attention", "plain", parts)
+      for name, parts in decode_parts.ABLATIONS.items()
+  ]
+  for name, kernel, parts in runs:
+    config.sampling.decode_attention = kernel
     # Programs built anew for each: a jitted function keeps its first trace.
     programs = aot._programs(config, mesh, rules)  # pylint: disable=protected-access
     floor = programs.decode_floor["decode"]
@@ -56,6 +65,7 @@ def main(argv):
     with decode_parts.substituted(parts):
       compiled = programs.lower["decode"]().compile(options)
     used = compiled.cost_analysis()["bytes accessed"]
+    used += programs.kernel_reads.get("decode", 0)
     temps = compiled.memory_analysis().temp_size_in_bytes
     print(
         f"| {name} | {used / GB:.2f} | {used / floor:.2f}x | {temps / GB:.2f} |"

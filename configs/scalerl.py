@@ -278,6 +278,10 @@ def get_config(arg=None):
   # "sharded" keeps the trainer's fsdp split and gathers the weights on every
   # decode step (less HBM, many more bytes moved per token; docs/tpu.md).
   c.sampling.weight_layout = "sharded" if cpu else "resident"
+  # A decode step's attention: plain | pallas | auto (pallas on TPU, where
+  # a block of 128-512 positions tiles the cache): one kernel that streams
+  # each row's cache to its length, its scores kept on chip.
+  c.sampling.decode_attention = "auto"
   c.sampling.interruption = ml_collections.ConfigDict()
   # Thinking-budget interruptions (§5).
   c.sampling.interruption.enabled = not cpu
@@ -391,6 +395,10 @@ def get_config(arg=None):
   # of mean@16 near 0.01 (std; docs/default_run.md).
   c.trainer.eval_num_prompts = 200 if cpu else 1000
   c.trainer.eval_samples = 16
+  # Completions decoded at once in validation; 0 = a train step's P x G. It
+  # runs beside the rollout slots and the train state, so on a tight slice a
+  # smaller batch is what fits (llama3_8b on v5p 4x4x4: docs/tpu.md).
+  c.trainer.eval_batch_rows = 0
   c.trainer.checkpoint_every = 20 if cpu else 100  # Steps between checkpoints.
   c.trainer.keep_checkpoints = 3  # Checkpoints kept on disk.
   c.trainer.log_every = 1  # Steps between metric writes.

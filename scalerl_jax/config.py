@@ -24,6 +24,7 @@ from scalerl_jax.data import chat_template
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import sources
 from scalerl_jax.models import attention
+from scalerl_jax.models import decode_attention
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import transformer
 from scalerl_jax.rewards import isolation
@@ -192,6 +193,7 @@ RULES: dict[str, Rule] = {
     "sampling.decode_steps_per_call": _POS_INT,
     "sampling.kv_cache_dtype": _one_of(transformer.DTYPES),
     "sampling.weight_layout": _one_of(sharding.WEIGHT_LAYOUTS),
+    "sampling.decode_attention": _one_of(decode_attention.KERNELS),
     "sampling.interruption.thinking_budget_min": _POS_INT,
     "sampling.interruption.thinking_budget_max": _POS_INT,
     "sampling.interruption.answer_budget": _POS_INT,
@@ -238,6 +240,7 @@ RULES: dict[str, Rule] = {
     "trainer.eval_every": _POS_INT,
     "trainer.eval_num_prompts": _POS_INT,
     "trainer.eval_samples": _POS_INT,
+    "trainer.eval_batch_rows": _NONNEG_INT,
     "trainer.checkpoint_every": _POS_INT,
     "trainer.keep_checkpoints": _POS_INT,
     "trainer.log_every": _POS_INT,

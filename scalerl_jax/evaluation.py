@@ -29,8 +29,12 @@ def validation_key(config: ml_collections.ConfigDict) -> jax.Array:
 
 
 def prompts_per_batch(config: ml_collections.ConfigDict, samples: int) -> int:
-  """Validation prompts per batch: as many rows as a train step's batch."""
-  rows = config.data.prompts_per_step * config.data.generations_per_prompt
+  """Validation prompts per batch: `trainer.eval_batch_rows` rows, or as many
+  as a train step's batch (0)."""
+  rows = (
+      config.trainer.eval_batch_rows
+      or config.data.prompts_per_step * config.data.generations_per_prompt
+  )
   return max(1, rows // samples)
 
 

@@ -68,14 +68,21 @@ def test_train_and_decode_fit_a_v5e_2x2(compiled):
 
 
 @needs_libtpu
-def test_auto_attention_compiles_to_splash_on_tpu(compiled):
+def test_auto_attention_compiles_to_pallas_kernels_on_tpu(compiled, request):
   # model.attention = auto: the train step's forward and backward run Pallas
   # kernels (splash) on a TPU slice, where the CPU run uses plain attention;
-  # decode keeps its own cache attention, no kernel.
+  # sampling.decode_attention = auto: so does decode (one kernel per layer),
+  # and launch.compile adds the cache it reads to the step's bytes.
   results, _, _ = compiled
-  assert scalerl.get_config("tiny_cpu").model.attention == "auto"
+  config = scalerl.get_config(request.node.callspec.params["compiled"])
+  assert config.model.attention == config.sampling.decode_attention == "auto"
   assert results["train_step"].pallas_calls > 0
-  assert results["decode"].pallas_calls == 0
+  decode = results["decode"]
+  assert decode.pallas_calls == config.model.num_layers
+  if config.variant == "tiny_cpu":
+    # 512 slots / 4 chips x 2 kv heads x 32 x 160 positions x 4 B (float32)
+    # x keys and values x 4 layers: the whole cache, read once.
+    assert decode.kernel_reads == 128 * 2 * 32 * 160 * 4 * 2 * 4
 
 
 def _within_20_percent(result):

@@ -1,8 +1,10 @@
-"""Validation metrics of scored samples (scalerl_jax.evaluation.summarize)."""
+"""Validation: metrics of scored samples (scalerl_jax.evaluation.summarize)
+and the validation batch."""
 
 import numpy as np
 import pytest
 
+from configs import scalerl
 from scalerl_jax import evaluation
 
 
@@ -42,3 +44,16 @@ def test_stderr_matches_the_spread_of_resampled_evaluations():
   ]
   # 2,000 draws: ~1.6% error of the std.
   assert abs(np.mean(stderrs) / spread - 1) < 0.05
+
+
+def test_validation_batch_is_the_train_batch_unless_set():
+  config = scalerl.get_config("qwen3_0.6b")  # 48 x 16 rows, k = 16.
+  assert evaluation.prompts_per_batch(config, 16) == 48
+  # 768 rows over 64 chips: the next power of two, 1,024 slots.
+  assert evaluation.num_slots(config, 64) == 1024
+  config.trainer.eval_batch_rows = 256
+  assert evaluation.prompts_per_batch(config, 16) == 16
+  assert evaluation.num_slots(config, 64) == 256
+  # Fewer rows than k: one prompt's k samples still make a batch.
+  config.trainer.eval_batch_rows = 8
+  assert evaluation.prompts_per_batch(config, 16) == 1

@@ -183,14 +183,20 @@ def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 16, 128]
   assert plan.tpu_tiled([1024], 4) == [1024]
   # Temporaries are counted tiled on TPU, arrays that live across programs not.
-  p_cpu, p_tpu = _plan(_config(), 8), plan.make_plan(
-      _config(), 8, platform="tpu"
-  )
+  plain = _config()
+  with plain.unlocked():
+    plain.sampling.decode_attention = "plain"
+  p_cpu, p_tpu = _plan(plain, 8), plan.make_plan(plain, 8, platform="tpu")
   assert p_tpu.kv_cache == p_cpu.kv_cache and p_tpu.params == p_cpu.params
   # The decode step's float32 logits [32 slots, V=512] x 3 are whole tiles; its
   # scores [32, K=4, Q=2, S=160] pad Q to 8 rows and S to 256 lanes.
   assert p_cpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 2 * 160 * 4
   assert p_tpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 8 * 256 * 4
+  # "auto" is the Pallas kernel on TPU, which keeps the scores on chip; the
+  # CPU keeps plain attention.
+  auto = plan.make_plan(_config(), 8, platform="tpu")
+  assert auto.decode_temps == 3 * 32 * 512 * 4
+  assert _plan(_config(), 8).decode_temps == p_cpu.decode_temps
 
 
 def test_microbatches_and_logprob_chunks_shrink_activations():

@@ -5,8 +5,13 @@ import pytest
 from tests import helpers
 
 SHAPES = [(1, 8, 1), (2, 2, 2), (8, 1, 1)]
-# The same meshes with `sampling.weight_layout` "resident".
-RESIDENT = [(1, 8, 1, "resident"), (2, 2, 2, "resident")]
+# The same meshes with `sampling.weight_layout` "resident", and with the
+# Pallas decode kernel (in shard_map, Pallas' interpreter here).
+RESIDENT = [
+    (1, 8, 1, "resident"),
+    (2, 2, 2, "resident"),
+    (2, 2, 2, "resident", "pallas"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +29,11 @@ def test_sharded_greedy_equals_single_device(sharded_results, shape):
 def test_sharded_sampling_equals_single_device(sharded_results):
   # Each sequence has its own key stream, so the layout cannot change the draws;
   # (2, 2, 2) also splits the vocabulary over `tensor`.
-  for shape in [(2, 2, 2), (2, 2, 2, "resident")]:
+  for shape in [
+      (2, 2, 2),
+      (2, 2, 2, "resident"),
+      (2, 2, 2, "resident", "pallas"),
+  ]:
     r = sharded_results[shape]
     assert r["sampled_tokens_equal"] and r["sampled_mask_equal"]
     assert r["sampled_logp_max_diff"] <= 1e-5

@@ -60,8 +60,12 @@ def _full_forward(model, params, tokens_BxS):
   return jax.jit(model.apply)({"params": params}, jnp.asarray(tokens_BxS))
 
 
-def test_greedy_equals_repeated_argmax_of_full_forward(setup):
-  out = setup["make"](temperature=0.0).generate(
+# "pallas": the TPU's decode kernel, in Pallas' interpreter here.
+@pytest.mark.parametrize("decode_attention", ["plain", "pallas"])
+def test_greedy_equals_repeated_argmax_of_full_forward(setup, decode_attention):
+  sampler = setup["make"](temperature=0.0, decode_attention=decode_attention)
+  assert sampler.settings.decode_attention == decode_attention
+  out = sampler.generate(
       setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(0)
   )
   # Reference: grow each sequence by the argmax of a full (cache-free) forward

@@ -29,6 +29,7 @@ from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import decode
+from scalerl_jax.models import decode_attention
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
@@ -243,8 +244,13 @@ def _sampler_temps(
     cache_len: int,
     kv_bytes: int,
     platform: str,
+    decode_kernel: str = "plain",
 ) -> tuple[int, int]:
-  """Temporaries of a prefill of `rows` slots `width` wide, and of a decode."""
+  """Temporaries of a prefill of `rows` slots `width` wide, and of a decode.
+
+  A decode step's float32 scores over the cache count with the plain
+  `decode_kernel`; the Pallas kernel keeps them on chip.
+  """
   c = np.dtype(cfg.dtype).itemsize
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
 
@@ -282,7 +288,8 @@ def _sampler_temps(
       ("act_batch", "act_kv_heads", None, None),
       4,
   )
-  return size(cache + records + layer), size([logits] * 3 + [scores])
+  decode = [logits] * 3 + ([scores] if decode_kernel == "plain" else [])
+  return size(cache + records + layer), size(decode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,6 +456,9 @@ def make_plan(
       cache_len=seq_len,
       kv_bytes=kv_bytes,
       platform=platform,
+      decode_kernel=decode_attention.choose(
+          s.decode_attention, platform, seq_len
+      ),
   )
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
   batch_bytes = (

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from scalerl_jax.models import attention as attention_lib
+from scalerl_jax.models import decode_attention
 from scalerl_jax.models.transformer import (
     ModelConfig,
     apply_rope,
@@ -246,8 +247,13 @@ def forward(
     pos_BxT: jax.Array,
     cache: Cache,
     value_layout: str = "SE",
+    decode_kernel: str = "plain",
 ) -> tuple[jax.Array, Cache]:
   """Writes T tokens per row into the cache; returns their next-token logits.
+
+  A decode step (T = 1) attends through `decode_kernel`, "plain" or
+  "pallas" (`decode_attention.choose`; "pallas" needs a cache length it
+  tiles).
 
   `pos_BxT` is consecutive within a row and below S; a row whose tokens would
   end past the cache writes them at its last positions instead (the sampler
@@ -308,7 +314,16 @@ def forward(
     )
     keys.append(key_cache)
     values.append(value_cache)
-    if prefill_kernel != "plain":
+    if t == 1 and decode_kernel == "pallas":
+      out_BxTxKxQxE = decode_attention.attend(
+          q_BxTxKxQxE[:, 0],
+          key_cache,
+          value_cache,
+          pos_BxT[:, 0] + 1,
+          values_es=value_layout == "ES",
+          dtype=dtype,
+      )[:, None]
+    elif prefill_kernel != "plain":
       out_BxTxKxQxE = attention_lib.apply(
           prefill_kernel,
           q_BxTxKxQxE.reshape(b, t, h, e),

@@ -27,6 +27,7 @@ from jax.sharding import Mesh
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
+from scalerl_jax.models import decode_attention
 from scalerl_jax.models.transformer import ModelConfig
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -80,10 +81,12 @@ class Sampler:
     none.
     """
     settings.validate(model_cfg)
+    platform = sharding.platform_of(mesh)
     settings = dataclasses.replace(
         settings,
-        value_layout=decode.value_layout(
-            sharding.platform_of(mesh), model_cfg.head_dim
+        value_layout=decode.value_layout(platform, model_cfg.head_dim),
+        decode_attention=decode_attention.choose(
+            settings.decode_attention, platform, settings.cache_len
         ),
     )
     self.model_cfg = model_cfg
@@ -424,7 +427,10 @@ class Sampler:
     return self.harvest(state)[1]
 
   def _windows(self) -> list[int]:
-    """Attention windows shorter than the cache, ascending."""
+    """Attention windows shorter than the cache, ascending; none with the
+    Pallas decode kernel, which reads each row's cache only to its length."""
+    if self.settings.decode_attention == "pallas":
+      return []
     s = self.settings.cache_len
     span = s - _MIN_WINDOW
     step = _WINDOW_ALIGN * max(1, -(-span // (_WINDOW_ALIGN * _MAX_WINDOWS)))

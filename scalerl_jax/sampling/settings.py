@@ -35,6 +35,9 @@ class SamplingSettings:
   # A key of decode.VALUE_LAYOUTS; the Sampler sets it for its platform
   # (decode.value_layout), so it is not a config field.
   value_layout: str = "SE"
+  # One of decode_attention.KERNELS; the Sampler resolves "auto" for its
+  # platform (decode_attention.choose).
+  decode_attention: str = "plain"
   interruption: InterruptionSettings = InterruptionSettings()
 
   @classmethod
@@ -65,6 +68,7 @@ class SamplingSettings:
         pad_id=int(pad_id),
         kv_cache_dtype=str(s.kv_cache_dtype),
         weight_layout=str(s.weight_layout),
+        decode_attention=str(s.decode_attention),
         interruption=InterruptionSettings.from_config(
             s.interruption, tuple(phrase_ids), think_close_id
         ),

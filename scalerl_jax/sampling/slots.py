@@ -273,6 +273,7 @@ def _decode_step(
       last_N[:, None],
       state.cache,
       settings.value_layout,
+      settings.decode_attention,
   )
   uniform_N = jnp.take_along_axis(
       state.uniform, state.length[:, None], axis=1, mode="clip"

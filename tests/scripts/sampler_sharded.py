@@ -1,7 +1,8 @@
 """Sampler output on several meshes vs one device; run with 8 simulated devices.
 
-Prints one JSON line per mesh shape and `sampling.weight_layout`; its
-"shape" is the mesh shape, followed by the layout where it is not "sharded".
+Prints one JSON line per mesh shape, `sampling.weight_layout` and
+`sampling.decode_attention`; its "shape" is the mesh shape, followed by the
+layout where it is not "sharded" and the kernel where it is not "plain".
 Used by tests/sampler_sharded_test.py, which sets
 XLA_FLAGS=--xla_force_host_platform_device_count=8 before JAX starts.
 """
@@ -109,18 +110,22 @@ def main():
   config.mesh.shape = (1, 1, 1)
   ref = _outputs(config, jax.devices()[:1], prompts, ("greedy", "sampled"))
   # Sampling is compared where the vocabulary (and so its CDF) is split.
-  for shape, layout, modes in [
-      ((1, 8, 1), "sharded", ("greedy",)),
-      ((2, 2, 2), "sharded", ("greedy", "sampled")),
-      ((8, 1, 1), "sharded", ("greedy",)),
-      ((1, 8, 1), "resident", ("greedy",)),
-      ((2, 2, 2), "resident", ("greedy", "sampled")),
+  for shape, layout, kernel, modes in [
+      ((1, 8, 1), "sharded", "plain", ("greedy",)),
+      ((2, 2, 2), "sharded", "plain", ("greedy", "sampled")),
+      ((8, 1, 1), "sharded", "plain", ("greedy",)),
+      ((1, 8, 1), "resident", "plain", ("greedy",)),
+      ((2, 2, 2), "resident", "plain", ("greedy", "sampled")),
+      ((2, 2, 2), "resident", "pallas", ("greedy", "sampled")),
   ]:
     config.mesh.shape = shape
     config.sampling.weight_layout = layout
+    config.sampling.decode_attention = kernel
     got = _outputs(config, jax.devices(), prompts, modes)
     row = {
-        "shape": list(shape) + ([layout] if layout != "sharded" else []),
+        "shape": list(shape)
+        + ([layout] if layout != "sharded" else [])
+        + ([kernel] if kernel != "plain" else []),
         **{
             k: got[k]
             for k in (
