@@ -304,10 +304,15 @@ def _mesh_axis_size(config, axis, num_devices):
   return dict(zip(config.mesh.axes, sizes)).get(axis, 1)
 
 
+def _rule_axes(config, logical):
+  """Mesh axes that `config.mesh`'s rules map a logical axis to."""
+  return sharding.rule_axes(config.mesh.logical_axis_rules, logical)
+
+
 def _logical_ways(config, logical, num_devices):
   """Ways a logical axis is split over the mesh; None if not yet known."""
   size = 1
-  for axis in sharding.rule_axes(config.mesh.logical_axis_rules, logical):
+  for axis in _rule_axes(config, logical):
     axis_size = _mesh_axis_size(config, axis, num_devices)
     if axis_size is None:
       return None
@@ -327,7 +332,7 @@ def _check_microbatches(config, num_devices):
   if m > 1 and ways and (rows // m) % ways:
     raise ConfigError(
         f"trainer.microbatches: {m} microbatches of {rows // m} completions do not divide "
-        f"over the {ways}-way batch sharding (mesh axes {sharding.rule_axes(config.mesh.logical_axis_rules, 'act_batch')})"
+        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})"
     )
 
 
@@ -375,7 +380,7 @@ def _check_relations(config, num_devices):
     if size and value % size:
       raise ConfigError(
           f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
-          f"{sharding.rule_axes(config.mesh.logical_axis_rules, logical)} that logical axis {logical!r} is sharded over"
+          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
       )
   if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
     raise ConfigError(

@@ -277,7 +277,7 @@ def batch_sharding(mesh: Mesh, rules: Rules, ndim: int) -> NamedSharding:
 def batch_divisor(mesh: Mesh, rules: Rules) -> int:
   """Ways the batch dimension is split; global batches must divide by it."""
   spec = nn.logical_to_mesh_axes(("act_batch",), rules)[0]
-  return math.prod(mesh.shape[a] for a in _axes_of(spec))
+  return math.prod(mesh.shape[a] for a in axes_of(spec))
 
 
 # How the sampler lays out its regrouped weights (`sampling.weight_layout`).
@@ -306,7 +306,7 @@ def sampler_rules(rules: Rules, weight_layout: str) -> Rules:
   resident = []
   for name, target in rules:
     if not name.startswith(ACTIVATION_PREFIX):
-      kept = tuple(a for a in _axes_of(target) if a not in batch_axes)
+      kept = tuple(a for a in axes_of(target) if a not in batch_axes)
       target = kept[0] if len(kept) == 1 else (kept or None)
     resident.append((name, target))
   return tuple(resident)
@@ -317,12 +317,13 @@ def rule_axes(rules: Any, logical: str) -> tuple[str, ...]:
   as in flax); () where none does or it is replicated."""
   for name, target in rules:
     if name == logical:
-      return _axes_of(target)
+      return axes_of(target)
   return ()
 
 
-def _axes_of(target: Any) -> tuple[str, ...]:
-  """A rule's mesh axes as a tuple (None: none)."""
+def axes_of(target: Any) -> tuple[str, ...]:
+  """A rule's (or a PartitionSpec entry's) mesh axes as a tuple (None:
+  none)."""
   if target is None:
     return ()
   return (target,) if isinstance(target, str) else tuple(target)

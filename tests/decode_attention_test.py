@@ -19,23 +19,25 @@ def _inputs(b, k, q, e, s, dtype, seed=0):
   )
 
 
-def _attend(q_Bx1xKxQxE, keys, values, lengths, dtype, values_es=False):
+def _attend(q_Bx1xKxQxE, keys, values, lengths, dtype, position_axis=2):
   return decode_attention.attend(
       q_Bx1xKxQxE[:, 0],
       keys,
       values,
       jnp.asarray(lengths),
-      values_es=values_es,
+      values_position_axis=position_axis,
       dtype=dtype,
   )
 
 
-@pytest.mark.parametrize("values_es", [False, True])
+@pytest.mark.parametrize("position_axis", [2, 3])
 @pytest.mark.parametrize(
     "k,q,e,s",
     [(2, 3, 16, 1024), (1, 7, 64, 384), (4, 1, 32, 96)],
 )
-def test_kernel_equals_plain_attention_at_every_length(values_es, k, q, e, s):
+def test_kernel_equals_plain_attention_at_every_length(
+    position_axis, k, q, e, s
+):
   # Lengths 1 (the first position alone), mid-block, a block's end and the
   # whole cache: positions after a row's are never read.
   lengths = np.array([1, s // 2 + 3, decode_attention.block_for(s), s])
@@ -45,10 +47,10 @@ def test_kernel_equals_plain_attention_at_every_length(values_es, k, q, e, s):
   got = _attend(
       q_Bx1xKxQxE,
       keys,
-      values.swapaxes(2, 3) if values_es else values,
+      values.swapaxes(2, 3) if position_axis == 3 else values,
       lengths,
       jnp.float32,
-      values_es,
+      position_axis,
   )
   np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
@@ -103,7 +105,9 @@ def test_jit_and_grad_free():
   # The sampler jits it; it must trace with abstract lengths.
   q_Bx1xKxQxE, keys, values = _inputs(2, 2, 2, 16, 256, jnp.float32, seed=3)
   f = jax.jit(
-      lambda *a: decode_attention.attend(*a, values_es=False, dtype=jnp.float32)
+      lambda *a: decode_attention.attend(
+          *a, values_position_axis=2, dtype=jnp.float32
+      )
   )
   out = f(q_Bx1xKxQxE[:, 0], keys, values, jnp.array([3, 256]))
   assert out.shape == (2, 2, 2, 16)

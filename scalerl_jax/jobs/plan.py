@@ -29,7 +29,6 @@ from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import decode
-from scalerl_jax.models import decode_attention
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
@@ -429,8 +428,8 @@ def make_plan(
       max_prompt_len=s.max_prompt_len,
       max_new_tokens=s.max_new_tokens,
       kv_cache_dtype=s.kv_cache_dtype,
-      value_layout=decode.value_layout(platform, cfg.head_dim),
-  )
+      decode_attention=s.decode_attention,
+  ).for_platform(cfg, platform)
   state = jax.eval_shape(
       functools.partial(slots.empty_state, cfg, settings, num_slots, 1)
   )
@@ -456,9 +455,7 @@ def make_plan(
       cache_len=seq_len,
       kv_bytes=kv_bytes,
       platform=platform,
-      decode_kernel=decode_attention.choose(
-          s.decode_attention, platform, seq_len
-      ),
+      decode_kernel=settings.decode_attention,
   )
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
   batch_bytes = (
@@ -500,7 +497,7 @@ def make_plan(
   # Resident weights are whole on each chip already: nothing to gather.
   decode_gathered = (
       0
-      if weight_rules != rules
+      if config.sampling.weight_layout == "resident"
       else gathered_head
       + tree_bytes(
           prepared["layers"][0],

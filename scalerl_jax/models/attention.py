@@ -26,6 +26,8 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as sa
 from jax.sharding import PartitionSpec
 
+from scalerl_jax import sharding
+
 AttentionFn = Callable[..., jax.Array]
 
 AUTO = "auto"
@@ -323,24 +325,25 @@ def blockwise(
 # --- splash: Pallas' TPU kernel under shard_map ------------------------------
 
 
+def split_axes(mesh, name: str, size: int):
+  """The mesh axes the active rules map logical `name` to, for a shard_map
+  spec of a dimension of `size`; None where they do not divide it."""
+  # One name per call: flax maps a mesh axis once.
+  spec = nn.logical_to_mesh_axes((name,))[0]
+  ways = math.prod(mesh.shape[a] for a in sharding.axes_of(spec))
+  return spec if size % ways == 0 else None
+
+
 def _mesh_axes(mesh, b: int, k: int):
   """(batch axes, head axes) of `mesh` for splash's shard_map, from the rules.
 
   Heads are split only where query and kv heads share their mesh axes; a
   dimension its axes do not divide is not split.
   """
-
-  def axes(name, size):
-    # One name per call: flax maps a mesh axis once.
-    spec = nn.logical_to_mesh_axes((name,))[0]
-    names = (spec,) if isinstance(spec, str) else tuple(spec or ())
-    ways = math.prod(mesh.shape[a] for a in names)
-    return spec if size % ways == 0 else None
-
-  heads = axes("act_heads", k)
+  heads = split_axes(mesh, "act_heads", k)
   return (
-      axes("act_batch", b),
-      heads if heads == axes("act_kv_heads", k) else None,
+      split_axes(mesh, "act_batch", b),
+      heads if heads == split_axes(mesh, "act_kv_heads", k) else None,
   )
 
 

@@ -67,6 +67,12 @@ def _len_axis(layout: str) -> int:
   return VALUE_LAYOUTS[layout].index("act_len")
 
 
+def _value_order(layout: str) -> tuple[int, ...]:
+  """The transpose of new values [B, T, K, E] into the cache's `layout`."""
+  new = ("act_batch", "act_len", "act_kv_heads", "head_dim")
+  return tuple(new.index(axis) for axis in VALUE_LAYOUTS[layout])
+
+
 PREPARED_AXES = {  # Logical names of the prepared weights (see `prepare`).
     "attn_norm": ("norm",),
     "mlp_norm": ("norm",),
@@ -102,9 +108,13 @@ def init_cache(
     )
   dtype = dtype or cfg.dtype
   k, e, n = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
-  values = (
-      (batch, k, length, e) if value_layout == "SE" else (batch, k, e, length)
-  )
+  size = {
+      "act_batch": batch,
+      "act_kv_heads": k,
+      "act_len": length,
+      "head_dim": e,
+  }
+  values = tuple(size[axis] for axis in VALUE_LAYOUTS[value_layout])
   return {
       "k": tuple(jnp.zeros((batch, k, e, length), dtype) for _ in range(n)),
       "v": tuple(jnp.zeros(values, dtype) for _ in range(n)),
@@ -302,11 +312,10 @@ def forward(
         ),
         KEY_AXES,
     )
-    v_order = (0, 2, 1, 3) if value_layout == "SE" else (0, 2, 3, 1)
     value_cache = nn.with_logical_constraint(
         _write_rows(
             value_cache,
-            v_BxTxKxE.transpose(v_order),
+            v_BxTxKxE.transpose(_value_order(value_layout)),
             pos_BxT[:, 0],
             axis=_len_axis(value_layout),
         ),
@@ -320,7 +329,7 @@ def forward(
           key_cache,
           value_cache,
           pos_BxT[:, 0] + 1,
-          values_es=value_layout == "ES",
+          values_position_axis=_len_axis(value_layout),
           dtype=dtype,
       )[:, None]
     elif prefill_kernel != "plain":

@@ -24,10 +24,8 @@ Shape letters: the package key (scalerl_jax/__init__.py), and C = BLOCK.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Optional
 
-import flax.linen as nn
 import jax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -82,7 +80,7 @@ def _kernel(
     *,
     block,
     scale,
-    values_es,
+    values_position_axis,
 ):
   """One (row, kv head, block) step of the online softmax."""
   b, j = pl.program_id(0), pl.program_id(2)
@@ -113,13 +111,11 @@ def _kernel(
     p_QxC = jnp.exp(s_QxC - m_new_Qx1)
     alpha_Qx1 = jnp.exp(m_prev_Qx1 - m_new_Qx1)
     l_ref[...] = alpha_Qx1 * l_ref[...] + p_QxC.sum(axis=1, keepdims=True)
-    v = v_ref[...]
-    # Values [E, C] ("ES") contract their last axis, [C, E] their first.
-    contract = 1 if values_es else 0
+    v = v_ref[...]  # [C, E] or [E, C]: the block of [B, K, ...] less B, K.
     pv_QxE = jax.lax.dot_general(
         p_QxC.astype(v.dtype),
         v,
-        (((1,), (contract,)), ((), ())),
+        (((1,), (values_position_axis - 2,)), ((), ())),
         preferred_element_type=jnp.float32,
     )
     acc_ref[...] = alpha_Qx1 * acc_ref[...] + pv_QxE
@@ -130,7 +126,15 @@ def _kernel(
     o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
 
-def _local(q_BxKxQxE, keys_BxKxExS, values, lengths_B, *, values_es, interpret):
+def _local(
+    q_BxKxQxE,
+    keys_BxKxExS,
+    values,
+    lengths_B,
+    *,
+    values_position_axis,
+    interpret,
+):
   """The kernel on one device's rows and kv heads."""
   b, k, q, e = q_BxKxQxE.shape
   s = keys_BxKxExS.shape[-1]
@@ -149,7 +153,7 @@ def _local(q_BxKxQxE, keys_BxKxExS, values, lengths_B, *, values_es, interpret):
       (squeeze, squeeze, e, block),
       lambda bi, ki, j, n: (bi, ki, 0, last(bi, j, n)),
   )
-  if values_es:
+  if values_position_axis == 3:  # [B, K, E, S], as the keys.
     v_spec = k_spec
   else:
     v_spec = pl.BlockSpec(
@@ -157,7 +161,10 @@ def _local(q_BxKxQxE, keys_BxKxExS, values, lengths_B, *, values_es, interpret):
         lambda bi, ki, j, n: (bi, ki, last(bi, j, n), 0),
     )
   kernel = functools.partial(
-      _kernel, block=block, scale=e**-0.5, values_es=values_es
+      _kernel,
+      block=block,
+      scale=e**-0.5,
+      values_position_axis=values_position_axis,
   )
   return pl.pallas_call(
       kernel,
@@ -180,38 +187,28 @@ def _local(q_BxKxQxE, keys_BxKxExS, values, lengths_B, *, values_es, interpret):
   )(lengths_B, q_BxKxQxE, keys_BxKxExS, values)
 
 
-def _mesh_axes(mesh, b: int, k: int):
-  """(batch axes, kv-head axes) for shard_map, from the active rules; a
-  dimension its axes do not divide is not split."""
-
-  def axes(name, size):
-    spec = nn.logical_to_mesh_axes((name,))[0]
-    names = (spec,) if isinstance(spec, str) else tuple(spec or ())
-    ways = math.prod(mesh.shape[a] for a in names)
-    return spec if size % ways == 0 else None
-
-  return axes("act_batch", b), axes("act_kv_heads", k)
-
-
 def attend(
     q_BxKxQxE: jax.Array,
     keys_BxKxExS: jax.Array,
     values: jax.Array,
     lengths_B: jax.Array,
     *,
-    values_es: bool,
+    values_position_axis: int,
     dtype,
     interpret: Optional[bool] = None,
 ) -> jax.Array:
   """Each row's queries over its first `lengths_B` cached positions.
 
-  `values` are [B, K, E, S] when `values_es`, else [B, K, S, E] (the cache's
-  layouts, decode.VALUE_LAYOUTS). Returns [B, K, Q, E] in `dtype`.
+  `values` are [B, K, S, E] (`values_position_axis` 2) or [B, K, E, S] (3):
+  the cache's layouts (decode.VALUE_LAYOUTS), as `transformer.attention`
+  takes them. Returns [B, K, Q, E] in `dtype`.
   `interpret`: None means off TPU only.
   """
   if interpret is None:
     interpret = attention_lib.platform() != "tpu"
-  body = functools.partial(_local, values_es=values_es, interpret=interpret)
+  body = functools.partial(
+      _local, values_position_axis=values_position_axis, interpret=interpret
+  )
   args = (
       q_BxKxQxE.astype(keys_BxKxExS.dtype),
       keys_BxKxExS,
@@ -220,7 +217,9 @@ def attend(
   )
   mesh = jax.sharding.get_abstract_mesh()
   if not mesh.empty:
-    batch, heads = _mesh_axes(mesh, *q_BxKxQxE.shape[:2])
+    b, k = q_BxKxQxE.shape[:2]
+    batch = attention_lib.split_axes(mesh, "act_batch", b)
+    heads = attention_lib.split_axes(mesh, "act_kv_heads", k)
     spec = PartitionSpec(batch, heads, None, None)
     body = jax.shard_map(
         body,

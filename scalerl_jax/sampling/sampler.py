@@ -16,7 +16,6 @@ per sequence; n, f: B and F rows padded to a bucket.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Optional, Sequence
 
@@ -27,7 +26,6 @@ from jax.sharding import Mesh
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models import decode_attention
 from scalerl_jax.models.transformer import ModelConfig
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -82,13 +80,7 @@ class Sampler:
     """
     settings.validate(model_cfg)
     platform = sharding.platform_of(mesh)
-    settings = dataclasses.replace(
-        settings,
-        value_layout=decode.value_layout(platform, model_cfg.head_dim),
-        decode_attention=decode_attention.choose(
-            settings.decode_attention, platform, settings.cache_len
-        ),
-    )
+    settings = settings.for_platform(model_cfg, platform)
     self.model_cfg = model_cfg
     self.settings = settings
     self.mesh = mesh
@@ -102,9 +94,7 @@ class Sampler:
     )
     small = slots.replicated(mesh)
     bind = functools.partial
-    options = sharding.hbm_budget_options(
-        sharding.platform_of(mesh), hbm_budget
-    )
+    options = sharding.hbm_budget_options(platform, hbm_budget)
     self._prepare = jax.jit(bind(decode.prepare, model_cfg))
     self._empty = jax.jit(
         bind(slots.empty_state, model_cfg, settings),

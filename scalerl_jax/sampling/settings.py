@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
+from scalerl_jax.models import decode
+from scalerl_jax.models import decode_attention
 from scalerl_jax.models.transformer import ModelConfig
 from scalerl_jax.sampling.interruptions import InterruptionSettings
 
@@ -32,11 +34,10 @@ class SamplingSettings:
   kv_cache_dtype: str = "float32"  # A key of transformer.DTYPES.
   # One of sharding.WEIGHT_LAYOUTS: where the regrouped weights live.
   weight_layout: str = "sharded"
-  # A key of decode.VALUE_LAYOUTS; the Sampler sets it for its platform
-  # (decode.value_layout), so it is not a config field.
+  # A key of decode.VALUE_LAYOUTS, set for the platform by `for_platform`,
+  # so it is not a config field.
   value_layout: str = "SE"
-  # One of decode_attention.KERNELS; the Sampler resolves "auto" for its
-  # platform (decode_attention.choose).
+  # One of decode_attention.KERNELS; `for_platform` resolves "auto".
   decode_attention: str = "plain"
   interruption: InterruptionSettings = InterruptionSettings()
 
@@ -71,6 +72,20 @@ class SamplingSettings:
         decode_attention=str(s.decode_attention),
         interruption=InterruptionSettings.from_config(
             s.interruption, tuple(phrase_ids), think_close_id
+        ),
+    )
+
+  def for_platform(
+      self, model_cfg: ModelConfig, platform: str
+  ) -> "SamplingSettings":
+    """These settings as they run on `platform` ('tpu', 'gpu' or 'cpu'): its
+    value-cache layout and its decode kernel. Raises ValueError for
+    `decode_attention="pallas"` on a cache no block tiles."""
+    return dataclasses.replace(
+        self,
+        value_layout=decode.value_layout(platform, model_cfg.head_dim),
+        decode_attention=decode_attention.choose(
+            self.decode_attention, platform, self.cache_len
         ),
     )
 

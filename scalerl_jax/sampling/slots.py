@@ -174,7 +174,7 @@ def start(
   are selected in place, not scattered (docs/design/sampling.md).
   """
   n, p = prompts_nxL.shape
-  s = settings.cache_len
+  s, layout = settings.cache_len, settings.value_layout
   in_prompt_nxL = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
   prompts_nxL = jnp.where(in_prompt_nxL, prompts_nxL, settings.pad_id).astype(
       jnp.int32
@@ -187,13 +187,9 @@ def start(
       prompts_nxL,
       pos_nxL,
       decode.init_cache(
-          model_cfg,
-          n,
-          p,
-          DTYPES[settings.kv_cache_dtype],
-          settings.value_layout,
+          model_cfg, n, p, DTYPES[settings.kv_cache_dtype], layout
       ),
-      settings.value_layout,
+      layout,
   )
   if in_order:
     valid_n = slot_ids_n < state.length.shape[0]
@@ -202,16 +198,13 @@ def start(
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
       return jnp.where(keep, rows.astype(x.dtype), x)
 
-    layout = settings.value_layout
     cache = decode.put_prefix(
         state.cache,
         jax.tree.map(put, decode.cache_prefix(state.cache, p, layout), fresh),
         value_layout=layout,
     )
   else:
-    cache = decode.put_prefix(
-        state.cache, fresh, slot_ids_n, settings.value_layout
-    )
+    cache = decode.put_prefix(state.cache, fresh, slot_ids_n, layout)
 
     def put(x, rows):
       return x.at[slot_ids_n].set(rows, mode="drop")
