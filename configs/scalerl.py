@@ -154,6 +154,10 @@ def _model_config(variant):
   # splash (Pallas, TPU) | cudnn (GPU, bfloat16) | auto: splash on TPU, cudnn
   # on GPU in bfloat16, else plain, or blockwise from LONG_SEQ_LEN positions.
   m.attention = "auto"
+  # Layers per iteration of the scan over layers; 0 = one on TPU/GPU with
+  # remat (each layer's gradient reduced before the next), else all (faster on
+  # CPU; models/transformer.py: scan_layers_unroll).
+  m.scan_unroll = 0
   # Local HF checkpoint directory; "" = random init / warm start.
   m.hf_path = ""
   m.update(_MODELS[variant])

@@ -134,6 +134,7 @@ RULES: dict[str, Rule] = {
     "model.param_dtype": _one_of(transformer.DTYPES),
     "model.compute_dtype": _one_of(transformer.DTYPES),
     "model.attention": _one_of(attention.choices),
+    "model.scan_unroll": _NONNEG_INT,
     # mesh
     "mesh.axes": _rule(
         tuple,

@@ -87,12 +87,18 @@ def test_a_gpu_kernel_is_planned_on_a_machine_without_one():
 
 def test_an_untied_embedding_is_gathered_with_its_gradient():
   # fsdp 8: the train step un-shards the float32 [512, 256] table for the
-  # lookup and its gradient, 2 x 4 x 512 x 256 bytes beside the head's.
+  # lookup and its gradient, 2 x 4 x 512 x 256 bytes, as it does the head.
   tied = _plan(_config(), 8)
   config = _config()
   with config.unlocked():
     config.model.tie_embeddings = False
-  assert _plan(config, 8).gathered - tied.gathered == 2 * 4 * 512 * 256
+  untied = _plan(config, 8)
+  assert untied.unsharded.embedding == 2 * 4 * 512 * 256 == 1_048_576
+  assert tied.unsharded.embedding == 0
+  assert untied.unsharded.head == tied.unsharded.head == 1_048_576
+  # Its gradient comes after the layers' backward, beside the hidden states'
+  # gradient only (2,544 x 1,024 + 1,048,576 B): below the head's phase.
+  assert untied.activations_no_remat == tied.activations_no_remat
 
 
 def test_params_optimizer_and_grads_follow_the_rules_on_fsdp8():
@@ -145,17 +151,20 @@ def test_activations_on_fsdp8():
   # 2 x K*E = 256; gate, up, hidden 3 x F = 2,304; softmax H x T = 1,272.
   # 5,368 entries = 21,472 B; x 2,544 tokens = 54,624,768 B per layer.
   per_layer = 2_544 * 21_472
-  # Head per token: final norm D + logits and their gradient 2 x V = 1,280
-  # entries = 5,120 B; x 2,544 = 13,025,280.
-  head = 2_544 * 5_120
-  assert p.activations_no_remat == 4 * per_layer + head == 231_524_352
-  # Remat: each layer's input only (D = 1,024 B per token), plus one layer
-  # being recomputed.
+  # The head's phase, per token: the final hidden state D + one float32 chunk
+  # of logits V = 768 entries = 3,072 B; x 2,544 = 7,815,168. Beside them the
+  # float32 head [256, 512] un-sharded and its gradient: 1,048,576 B.
+  head = 2_544 * 3_072 + 2 * 4 * 256 * 512
+  assert p.activations_no_remat == 4 * per_layer + head == 227_362_816
+  # Remat: each layer's input only (D = 1,024 B per token) and then the most
+  # of the head's phase and a layer's backward: its recomputed residuals and
+  # its float32 kernels (786,944 entries) un-sharded with their gradient.
+  layer = 2 * 786_944 * 4
   assert (
-      p.activations_remat == 4 * 2_544 * 1_024 + per_layer + head == 78_070_272
+      p.activations_remat == 4 * 2_544 * 1_024 + per_layer + layer == 71_340_544
   )
-  # remat is off in tiny_cpu.
-  assert p.activations_per_row == p.activations_no_remat // 16
+  # remat is off in tiny_cpu; per sequence, without the weights.
+  assert p.activations_per_row == (4 * per_layer + 2_544 * 3_072) // 16
 
 
 def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
@@ -167,7 +176,7 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
   # tokens per device.
   assert (
       _plan(config, 8).activations_no_remat
-      == 4 * 2_544 * 16_416 + 2_544 * 5_120
+      == 4 * 2_544 * 16_416 + 2_544 * 3_072 + 2 * 4 * 256 * 512
   )
   cfg = transformer.ModelConfig.from_config(
       scalerl.get_config("tiny_cpu").model
@@ -179,8 +188,12 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
 
 def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   # float32 tiles are (8, 128), bfloat16 (16, 128): q [rows, T, H=4, E=32].
-  assert plan.tpu_tiled([64, 159, 4, 32], 4) == [64, 159, 8, 128]
-  assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 16, 128]
+  # The compiler tiles the sublanes with the dim that pads least: here the
+  # 64, not the 4 (x2 for float32, x4 for bfloat16's 16-row tiles).
+  assert plan.tpu_tiled([64, 159, 4, 32], 4) == [64, 159, 4, 128]
+  assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 4, 128]
+  assert plan.tpu_tiled([3, 5, 32], 4) == [3, 8, 128]  # 5 -> 8 beats 3 -> 8.
+  assert plan.tpu_tiled([1, 16383, 2, 64], 2) == [1, 16384, 2, 128]
   assert plan.tpu_tiled([1024], 4) == [1024]
   # Temporaries are counted tiled on TPU, arrays that live across programs not.
   plain = _config()
@@ -189,9 +202,10 @@ def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   p_cpu, p_tpu = _plan(plain, 8), plan.make_plan(plain, 8, platform="tpu")
   assert p_tpu.kv_cache == p_cpu.kv_cache and p_tpu.params == p_cpu.params
   # The decode step's float32 logits [32 slots, V=512] x 3 are whole tiles; its
-  # scores [32, K=4, Q=2, S=160] pad Q to 8 rows and S to 256 lanes.
+  # scores [32, K=4, Q=2, S=160] pad S to 256 lanes, and the 32 slots fill
+  # whole 8-row sublane tiles.
   assert p_cpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 2 * 160 * 4
-  assert p_tpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 8 * 256 * 4
+  assert p_tpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 2 * 256 * 4
   # "auto" is the Pallas kernel on TPU, which keeps the scores on chip; the
   # CPU keeps plain attention.
   auto = plan.make_plan(_config(), 8, platform="tpu")
@@ -205,13 +219,13 @@ def test_microbatches_and_logprob_chunks_shrink_activations():
     config.trainer.microbatches, config.trainer.logprob_chunk = 4, 32
   p = _plan(config, 8)
   # 128 / 4 = 32 rows per microbatch, 4 per device: 636 tokens. The layers
-  # keep 21,472 B per token (as above); the head keeps the final norm's input
-  # (1,024 B per token) and two float32 [4, 32, 512] chunks of logits.
+  # keep 21,472 B per token (as above). The head's phase adds the final
+  # hidden states (1,024 B per token), one float32 [4, 32, 512] chunk of
+  # logits and the head with its gradient: 651,264 + 262,144 + 1,048,576 B.
+  # A layer's backward adds its kernels and their gradient, 6,295,552 B: the
+  # step peaks there.
   assert p.rows_per_device == 4
-  assert (
-      p.activations_no_remat
-      == 4 * 636 * 21_472 + 636 * 1_024 + 2 * 4 * 32 * 512 * 4
-  )
+  assert p.activations_no_remat == 4 * 636 * 21_472 + 2 * 786_944 * 4
   # The float32 gradient accumulator is sharded like the (float32) parameters.
   assert p.grad_accum == p.grads == 1_647_616
   assert p.train_peak == p.resident + 2 * p.grads + p.activations_no_remat
@@ -224,8 +238,10 @@ def test_activations_split_heads_mlp_and_vocab_over_tensor():
   p = _plan(_config(shape=(2, 2, 2)), 8)
   # Per token per layer: 4 x 256 + 2 x 4*32 + 2 x 2*32 + 3 x 384 + 4 x 159
   # = 1,024 + 256 + 128 + 1,152 + 636 = 3,196 entries = 12,784 B.
-  # Head: 256 + 2 x 256 = 768 entries = 3,072 B.
-  assert p.activations_no_remat == 5_088 * (4 * 12_784 + 3_072)
+  # Head: the final hidden state 256 + one logit chunk 256 = 512 entries =
+  # 2,048 B, and the head un-sharded over fsdp (still halved by tensor) with
+  # its gradient, 2 x 4 x 256 x 256 B.
+  assert p.activations_no_remat == 5_088 * (4 * 12_784 + 2_048) + 2 * 4 * 256**2
 
 
 def test_bfloat16_compute_and_qk_norm_add_their_residuals():
@@ -239,14 +255,15 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   # One sequence, 159 tokens. Per token per layer: the 4,096 entries above
   # in bfloat16 = 8,192 B; the float32 softmax and its bfloat16 copy
   # 8 x 159 x (4 + 2) = 7,632 B; q and k before their norms (256 + 128) x 2
-  # = 768 B; 16,592 B. Head: final norm 256 x 2 + float32 logits and
-  # gradient 2 x 512 x 4 = 4,608 B. Layer input (remat): 256 x 2 = 512 B.
+  # = 768 B; 16,592 B. Head: the final hidden state 256 x 2 + a float32
+  # logit chunk 512 x 4 = 2,560 B. Layer input (remat): 256 x 2 = 512 B.
+  # With remat a layer's backward (16,592 B per token) outweighs the head.
   assert plan.activation_bytes(
       cfg, mesh, rules, 1, 160, remat=False, platform="cpu"
-  ) == 159 * (4 * 16_592 + 4_608)
+  ) == 159 * (4 * 16_592 + 2_560)
   assert plan.activation_bytes(
       cfg, mesh, rules, 1, 160, remat=True, platform="cpu"
-  ) == 159 * (4 * 512 + 16_592 + 4_608)
+  ) == 159 * (4 * 512 + 16_592)
 
 
 def test_flops_at_the_full_budget():
@@ -264,16 +281,17 @@ def test_flops_at_the_full_budget():
 def test_fit_against_a_made_up_chip():
   p = _plan(_config(), 8)
   # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
-  # 20,971,520 + records 108,448 + activations 231,524,352 = 259,194,792 B.
-  assert p.peak == p.train_peak == 259_194_792
+  # 20,971,520 + records 108,448 + activations 227,362,816 = 255,033,256 B.
+  assert p.peak == p.train_peak == 255_033_256
   chip = plan.Accelerator(
       "chip", hbm_bytes=400e6, peak_flops=1e12, source="none"
   )
   f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
-  assert f.fits and f.free_bytes == pytest.approx(360e6 - 259_194_792)
-  # Without activations 27,670,440 B; 332,329,560 / 14,470,272 per row = 22.97.
-  assert f.rows_that_fit == 22
-  assert not plan.fit(p, chip, margin=0.36).fits  # 256e6 usable.
+  assert f.fits and f.free_bytes == pytest.approx(360e6 - 255_033_256)
+  # Without activations 27,670,440 B; 332,329,560 / 14,144,640 per row = 23.5.
+  assert f.rows_that_fit == 23
+  assert plan.fit(p, chip, margin=0.36).fits  # 256e6 usable.
+  assert not plan.fit(p, chip, margin=0.37).fits  # 252e6 usable.
   # 128 x 1,094,123,520 FLOPs over 8 chips x 1e12 FLOP/s.
   assert f.generate_s == pytest.approx(0.017505976)
   assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)

@@ -253,6 +253,7 @@ def test_model_config_defaults_are_the_configs():
       "fp32_lm_head",
       "remat",
       "attention",
+      "scan_unroll",
   }
   model = scalerl.get_config().model
   assert defaults == {name: model[name] for name in defaults}
@@ -282,3 +283,35 @@ def test_cache_prefix_and_put_prefix_move_the_first_positions(layout):
     np.testing.assert_array_equal(new[:, ..., 5:], old[:, ..., 5:])
     np.testing.assert_allclose(new[2, ..., :5], old[0, ..., :5] + 100.0)
     np.testing.assert_allclose(new[0, ..., :5], old[1, ..., :5] + 100.0)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_layer_loop_equals_unrolled_layers(remat):
+  # model.scan_unroll = 1 (a loop over layers, the TPU/GPU default) and 0
+  # (all layers unrolled on CPU) run the same network with the same stacked
+  # parameters: same logits, same gradients.
+  cfg, model, params = _model(remat=remat)
+  assert transformer.scan_layers_unroll(cfg, "cpu") == cfg.num_layers
+  assert transformer.scan_layers_unroll(cfg, "tpu") == (
+      1 if remat else cfg.num_layers
+  )
+  loop = transformer.Transformer(dataclasses.replace(cfg, scan_unroll=1))
+  tokens = _tokens((2, 9), cfg.vocab_size)
+
+  def loss(apply, p):
+    return jnp.sum(jax.nn.log_softmax(apply({"params": p}, tokens))[..., 3])
+
+  unrolled = transformer.Transformer(cfg)
+  np.testing.assert_allclose(
+      loop.apply({"params": params}, tokens),
+      unrolled.apply({"params": params}, tokens),
+      rtol=1e-5,
+      atol=1e-5,
+  )
+  g_loop = jax.grad(lambda p: loss(loop.apply, p))(params)
+  g_unrolled = jax.grad(lambda p: loss(unrolled.apply, p))(params)
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+      g_loop,
+      g_unrolled,
+  )

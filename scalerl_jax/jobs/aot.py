@@ -173,25 +173,52 @@ class Result:
   # The HBM per chip the program was compiled to fit in (TPU): the chip's
   # less what the run holds beside it; 0 = not limited.
   budget: float = 0.0
-  # `check_planner`: the program compiled again within PLANNER_TOLERANCE x
-  # the planner's peak, where the first compile took more; or the refusal.
-  squeezed: Optional[Memory] = None
-  squeeze_error: str = ""
+  # `check_planner`: the least temporaries the compiler can fit the program
+  # in, from a compile within almost no HBM (`least_temporaries`); or why
+  # that compile gave no figure.
+  least_temporaries: Optional[int] = None
+  least_error: str = ""
 
   def fits(self, hbm: float) -> bool:
     return self.compiled is not None and self.compiled.peak + self.beside <= hbm
 
+  def least_peak(self) -> Optional[int]:
+    """The compiler's least peak: arguments and outputs as compiled (else as
+    planned) and `least_temporaries`; None when not measured."""
+    if self.least_temporaries is None:
+      return None
+    m = self.compiled or self.estimate
+    return m.arguments + m.outputs - m.aliased + self.least_temporaries
+
   def planner_ratio(self) -> Optional[float]:
-    """Planner / compiler peak, the compiler held near the planner where it
-    was (`squeezed`); None when neither compile succeeded."""
-    compiled = self.squeezed or self.compiled
-    return self.estimate.peak / compiled.peak if compiled else None
+    """Planner / compiler peak: the compiler's least where it was measured
+    (`check_planner`), else its peak within the budget; None when neither."""
+    least = self.least_peak()
+    if least is not None:
+      return self.estimate.peak / least
+    return self.estimate.peak / self.compiled.peak if self.compiled else None
 
 
 # The planner is checked against the compiler within this factor (issue
-# goal: 20%): a program the compiler fits in PLANNER_TOLERANCE x the
-# planner's peak needs no more than that, whatever it takes when given more.
+# goal: 20%), both ways, against the least peak the compiler can fit the
+# program in: given more HBM it schedules for speed and takes more
+# (qwen2.5_0.5b's train step on v5p: 23.2 GB given the chip, 2.6 GB held to
+# 3.2 GB), so its peak within a budget bounds that least only from above.
 PLANNER_TOLERANCE = 1.2
+
+# How the TPU compiler names what a program needs when it is refused:
+# "... the total memory required for HLO temporaries (17.20G) exceeds
+# available HBM (16.11G)". Its units are binary (M: MiB).
+_REQUIRED = re.compile(r"required for HLO temporaries \(([\d.]+)([KMGT]?)\)")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def required_temporaries(message: str) -> Optional[int]:
+  """Bytes of temporaries a TPU compiler refusal says the program needs."""
+  match = _REQUIRED.search(message)
+  if match is None:
+    return None
+  return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
 @dataclasses.dataclass
@@ -352,8 +379,8 @@ def compile_for_slice(
 
   On TPU each program is compiled to fit the chip's HBM less what the run
   holds beside it, as `launch.train` compiles its train step.
-  `check_planner` compiles again, within PLANNER_TOLERANCE x the planner's
-  peak, each program that took more (`Result.squeezed`).
+  `check_planner` compiles each again within almost no HBM, for the least
+  temporaries the compiler can fit it in (`Result.least_temporaries`).
 
   Returns (results in program order, the chip's published figures, the mesh
   shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
@@ -406,24 +433,57 @@ def compile_for_slice(
         raise
       result.error = _first_lines(str(e))
     result.compile_s = time.perf_counter() - start
-    squeeze = PLANNER_TOLERANCE * result.estimate.peak
-    if (
-        check_planner
-        and platform == "tpu"
-        and result.compiled is not None
-        and result.compiled.peak > squeeze
-    ):
-      progress(f"compiling {name} again within {squeeze / plan_lib.GB:.2f} GB")
-      try:
-        result.squeezed = compiled_memory(
-            lowered.compile(sharding.hbm_budget_options(platform, squeeze))
-        )
-      except Exception as e:  # pylint: disable=broad-except
-        if not _is_out_of_memory(e):
-          raise
-        result.squeeze_error = _first_lines(str(e))
+    if check_planner and platform == "tpu":
+      _measure_least(result, lowered, progress)
     results.append(result)
   return results, chip, dict(mesh.shape)
+
+
+def _measure_least(
+    result: Result, lowered: Any, progress: Callable[[str], None]
+) -> None:
+  """Sets `result.least_temporaries`: the program compiled within its
+  arguments and outputs and 1 MiB more, the compiler's refusal names the
+  temporaries it needs at least (it fits the program in them when allowed).
+  Where that names more than the first compile took, the first compile's
+  stand, or a compile within PLANNER_TOLERANCE x the planner's peak.
+  """
+  m = result.compiled or result.estimate
+  budget = m.arguments + m.outputs - m.aliased + 2**20
+  progress(f"compiling {result.name} within {budget / plan_lib.GB:.3f} GB")
+  try:
+    least = compiled_memory(
+        lowered.compile(sharding.hbm_budget_options("tpu", budget))
+    ).temporaries
+  except Exception as e:  # pylint: disable=broad-except
+    if not _is_out_of_memory(e):
+      raise
+    least = required_temporaries(str(e))
+    if least is None:
+      result.least_error = _first_lines(str(e))
+      return
+  # Held that tight, the compiler can take more than it did with room: a
+  # decode step's refusal names temporaries its first compile aliased away.
+  if result.compiled is not None:
+    least = min(least, result.compiled.temporaries)
+  result.least_temporaries = least
+  # Then the refusal bounds nothing, and the first compile had room to spare:
+  # held within PLANNER_TOLERANCE x the planner, the compiler may fit it in
+  # less (llama3_8b's regroup on v6e (1,128,2) took 4.8 GB of temporaries
+  # given 18.9 GB).
+  held = PLANNER_TOLERANCE * result.estimate.peak
+  if result.least_peak() > held and held > m.arguments + m.outputs - m.aliased:
+    progress(f"compiling {result.name} within {held / plan_lib.GB:.3f} GB")
+    try:
+      result.least_temporaries = min(
+          least,
+          compiled_memory(
+              lowered.compile(sharding.hbm_budget_options("tpu", held))
+          ).temporaries,
+      )
+    except Exception as e:  # pylint: disable=broad-except
+      if not _is_out_of_memory(e):
+        raise
 
 
 def results_json(
@@ -443,6 +503,7 @@ def results_json(
               dataclasses.asdict(r),
               fits=r.fits(chip.hbm_bytes),
               planner_ratio=r.planner_ratio(),
+              least_peak=r.least_peak(),
           )
           for r in results
       ],
@@ -499,20 +560,18 @@ def format_report(
         f"{r.compile_s:7.1f}s"
     )
   for r in results:
-    if r.squeezed is not None:
+    least = r.least_peak()
+    if least is not None:
+      ratio = r.planner_ratio()
+      within = 1 / PLANNER_TOLERANCE <= ratio <= PLANNER_TOLERANCE
       lines.append(
-          f"  {r.name}: held to {PLANNER_TOLERANCE}x the planner "
-          f"({PLANNER_TOLERANCE * r.estimate.peak / plan_lib.GB:.3f} GB), the "
-          f"compiler fits it in {r.squeezed.peak / plan_lib.GB:.3f} GB "
-          f"(temps {r.squeezed.temporaries / plan_lib.GB:.3f}): planner / "
-          f"compiler {r.planner_ratio():.2f}"
+          f"  {r.name}: the compiler's least peak {least / plan_lib.GB:.3f} GB "
+          f"(temps {r.least_temporaries / plan_lib.GB:.3f}): planner / least "
+          f"{ratio:.2f}, {'within' if within else 'NOT within'} "
+          f"{PLANNER_TOLERANCE}x"
       )
-    elif r.squeeze_error:
-      lines.append(
-          f"  {r.name}: refused within {PLANNER_TOLERANCE}x the planner "
-          f"({PLANNER_TOLERANCE * r.estimate.peak / plan_lib.GB:.3f} GB): "
-          f"{r.squeeze_error}"
-      )
+    elif r.least_error:
+      lines.append(f"  {r.name}: no least peak: {r.least_error}")
   for r in results:
     if r.decode_floor and r.cost and "bytes accessed" in r.cost:
       seen = r.cost["bytes accessed"]
