@@ -446,7 +446,8 @@ def _measure_least(
   arguments and outputs and 1 MiB more, the compiler's refusal names the
   temporaries it needs at least (it fits the program in them when allowed).
   Where that names more than the first compile took, the first compile's
-  stand, or a compile within PLANNER_TOLERANCE x the planner's peak.
+  figure stands, or a compile within PLANNER_TOLERANCE x the planner's peak
+  where that fits.
   """
   m = result.compiled or result.estimate
   budget = m.arguments + m.outputs - m.aliased + 2**20
