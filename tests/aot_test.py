@@ -135,6 +135,28 @@ def test_the_least_peak_is_at_most_the_first_compiles(compiled):
   assert "train_step: the compiler's least peak" in report
 
 
+@needs_libtpu
+def test_a_remat_model_runs_its_layers_as_a_loop_on_tpu():
+  # model.scan_unroll = 0 on a TPU slice: with remat the train step's layers
+  # are a while loop (forward and backward), unrolled without remat or when
+  # asked; traced on the slice's devices, on this CPU-only machine.
+  devices, _ = aot.slice_devices("v5e:2x2")
+
+  def whiles(**model):
+    config = scalerl.get_config("tiny_cpu")
+    config.model.update(model)
+    mesh = sharding.make_mesh(config.mesh, devices)
+    rules = sharding.logical_rules(config.mesh)
+    text = aot._programs(config, mesh, rules).lower["train_step"]().as_text()
+    return text.count("stablehlo.while")
+
+  layers = scalerl.get_config("tiny_cpu").model.num_layers
+  unrolled = whiles(remat=True, scan_unroll=layers)
+  assert whiles(remat=True) >= unrolled + 2
+  assert whiles(remat=False) == whiles(remat=False, scan_unroll=layers)
+  assert whiles(remat=False) < unrolled + 2
+
+
 def test_required_temporaries_reads_the_tpu_compilers_refusal():
   # The TPU compiler's units are binary: M is MiB, G is GiB.
   message = (
