@@ -302,14 +302,16 @@ def sampler_rules(rules: Rules, weight_layout: str) -> Rules:
     )
   if weight_layout == "sharded":
     return rules
-  batch_axes = set(rule_axes(rules, "act_batch"))
-  resident = []
-  for name, target in rules:
-    if not name.startswith(ACTIVATION_PREFIX):
-      kept = tuple(a for a in axes_of(target) if a not in batch_axes)
-      target = kept[0] if len(kept) == 1 else (kept or None)
-    resident.append((name, target))
-  return tuple(resident)
+  batch_axes = rule_axes(rules, "act_batch")
+  return tuple(
+      (
+          name,
+          target
+          if name.startswith(ACTIVATION_PREFIX)
+          else without_axes(target, batch_axes),
+      )
+      for name, target in rules
+  )
 
 
 def rule_axes(rules: Any, logical: str) -> tuple[str, ...]:
@@ -319,6 +321,13 @@ def rule_axes(rules: Any, logical: str) -> tuple[str, ...]:
     if name == logical:
       return axes_of(target)
   return ()
+
+
+def without_axes(target: Any, dropped: Any) -> Any:
+  """A rule's (or a PartitionSpec entry's) mesh axes less those in `dropped`:
+  None, one axis name, or a tuple of them."""
+  kept = tuple(a for a in axes_of(target) if a not in dropped)
+  return kept[0] if len(kept) == 1 else (kept or None)
 
 
 def axes_of(target: Any) -> tuple[str, ...]:

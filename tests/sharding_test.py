@@ -53,3 +53,32 @@ def test_resolve_mesh_shape():
     sharding.resolve_mesh_shape((3, -1, 1), 8)
   with pytest.raises(ValueError, match="mesh.shape"):
     sharding.resolve_mesh_shape((2, 2, 1), 8)
+
+
+def test_without_axes_drops_mesh_axes_from_a_rule_target():
+  assert sharding.without_axes(("data", "fsdp"), ("fsdp",)) == "data"
+  assert sharding.without_axes(("data", "fsdp", "tensor"), ("fsdp",)) == (
+      "data",
+      "tensor",
+  )
+  assert sharding.without_axes("fsdp", ("data", "fsdp")) is None
+  assert sharding.without_axes("tensor", ("fsdp",)) == "tensor"
+  assert sharding.without_axes(None, ("fsdp",)) is None
+
+
+def test_resident_sampler_rules_drop_the_batch_axes_from_weights_only():
+  rules = (
+      ("act_batch", ("data", "fsdp")),
+      ("embed", "fsdp"),
+      ("mlp", ("fsdp", "tensor")),
+      ("heads", "tensor"),
+  )
+  resident = (
+      ("act_batch", ("data", "fsdp")),
+      ("embed", None),
+      ("mlp", "tensor"),
+      ("heads", "tensor"),
+  )
+  assert sharding.sampler_rules(rules, "resident") == resident
+  assert sharding.sampler_rules(resident, "resident") == resident
+  assert sharding.sampler_rules(rules, "sharded") is rules

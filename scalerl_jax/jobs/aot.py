@@ -187,8 +187,9 @@ class Result:
     planned) and `least_temporaries`; None when not measured."""
     if self.least_temporaries is None:
       return None
-    m = self.compiled or self.estimate
-    return m.arguments + m.outputs - m.aliased + self.least_temporaries
+    return dataclasses.replace(
+        self.compiled or self.estimate, temporaries=self.least_temporaries
+    ).peak
 
   def planner_ratio(self) -> Optional[float]:
     """Planner / compiler peak: the compiler's least where it was measured
@@ -449,20 +450,17 @@ def _measure_least(
   figure stands, or a compile within PLANNER_TOLERANCE x the planner's peak
   where that fits.
   """
-  m = result.compiled or result.estimate
-  budget = m.arguments + m.outputs - m.aliased + 2**20
+  # The arguments and outputs, which no schedule shrinks.
+  fixed = dataclasses.replace(
+      result.compiled or result.estimate, temporaries=0
+  ).peak
+  budget = fixed + 2**20
   progress(f"compiling {result.name} within {budget / plan_lib.GB:.3f} GB")
-  try:
-    least = compiled_memory(
-        lowered.compile(sharding.hbm_budget_options("tpu", budget))
-    ).temporaries
-  except Exception as e:  # pylint: disable=broad-except
-    if not _is_out_of_memory(e):
-      raise
-    least = required_temporaries(str(e))
-    if least is None:
-      result.least_error = _first_lines(str(e))
-      return
+  least, refusal = _temporaries_within(lowered, budget)
+  least = least if least is not None else required_temporaries(refusal)
+  if least is None:
+    result.least_error = _first_lines(refusal)
+    return
   # Held that tight, the compiler can take more than it did with room: a
   # decode step's refusal names temporaries its first compile aliased away.
   if result.compiled is not None:
@@ -473,18 +471,25 @@ def _measure_least(
   # less (llama3_8b's regroup on v6e (1,128,2) took 4.8 GB of temporaries
   # given 18.9 GB).
   held = PLANNER_TOLERANCE * result.estimate.peak
-  if result.least_peak() > held and held > m.arguments + m.outputs - m.aliased:
+  if result.least_peak() > held > fixed:
     progress(f"compiling {result.name} within {held / plan_lib.GB:.3f} GB")
-    try:
-      result.least_temporaries = min(
-          least,
-          compiled_memory(
-              lowered.compile(sharding.hbm_budget_options("tpu", held))
-          ).temporaries,
-      )
-    except Exception as e:  # pylint: disable=broad-except
-      if not _is_out_of_memory(e):
-        raise
+    temporaries, _ = _temporaries_within(lowered, held)
+    if temporaries is not None:
+      result.least_temporaries = min(least, temporaries)
+
+
+def _temporaries_within(
+    lowered: Any, budget: float
+) -> tuple[Optional[int], str]:
+  """(temporaries, "") of `lowered` compiled for TPU within `budget` bytes,
+  or (None, the compiler's message) when it refuses for lack of HBM."""
+  try:
+    compiled = lowered.compile(sharding.hbm_budget_options("tpu", budget))
+  except Exception as e:  # pylint: disable=broad-except
+    if not _is_out_of_memory(e):
+      raise
+    return None, str(e)
+  return compiled_memory(compiled).temporaries, ""
 
 
 def results_json(

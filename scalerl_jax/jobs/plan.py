@@ -252,16 +252,6 @@ def activation_bytes(
   )
 
 
-def _without(axes: Any, name: str) -> Any:
-  """A partition-spec entry with mesh axis `name` taken out."""
-  if axes is None or axes == name:
-    return None
-  if isinstance(axes, str):
-    return axes
-  kept = tuple(a for a in axes if a != name)
-  return kept or None
-
-
 def _resolve_attention(
     cfg: transformer.ModelConfig, platform: str, seq_len: int
 ) -> str:
@@ -507,7 +497,9 @@ def make_plan(
       name: nn.logical_to_mesh_axes(axes, weight_rules)
       for name, axes in decode.TOP_AXES.items()
   }
-  unsharded = lambda spec: PartitionSpec(*(_without(a, "fsdp") for a in spec))
+  unsharded = lambda spec: PartitionSpec(
+      *(sharding.without_axes(a, ("fsdp",)) for a in spec)
+  )
   # The LM head gathered over fsdp, in float32 (the FP32 head).
   head_name = "embedding" if cfg.tie_embeddings else "lm_head"
   gathered_head = 4 * shard_elements(
