@@ -282,8 +282,8 @@ def get_config(arg=None):
   # "sharded" keeps the trainer's fsdp split and gathers the weights on every
   # decode step (less HBM, many more bytes moved per token; docs/tpu.md).
   c.sampling.weight_layout = "sharded" if cpu else "resident"
-  # A decode step's attention: plain | pallas | auto (pallas on TPU, where
-  # a block of 128-512 positions tiles the cache): one kernel that streams
+  # A decode step's attention: plain | pallas | auto (pallas on TPU, whose
+  # cache is allocated in whole 128-position tiles): one kernel that streams
   # each row's cache to its length, its scores kept on chip.
   c.sampling.decode_attention = "auto"
   c.sampling.interruption = ml_collections.ConfigDict()

@@ -81,9 +81,13 @@ def test_auto_attention_compiles_to_pallas_kernels_on_tpu(compiled, request):
   decode = results["decode"]
   assert decode.pallas_calls == config.model.num_layers
   if config.variant == "tiny_cpu":
-    # 512 slots / 4 chips x 2 kv heads x 32 x 160 positions x 4 B (float32)
-    # x keys and values x 4 layers: the whole cache, read once.
-    assert decode.kernel_reads == 128 * 2 * 32 * 160 * 4 * 2 * 4
+    # 512 slots / 4 chips x 2 kv heads x 32 x 256 positions (160 rounded up
+    # to a 128-lane tile, decode.cache_align) x 4 B (float32) x keys and
+    # values x 4 layers: the whole cache, read once ...
+    assert decode.kernel_reads == 128 * 2 * 32 * 256 * 4 * 2 * 4
+    # ... where the floor counts its 160 filled positions beside the weights.
+    weights = decode.decode_floor - 128 * 2 * 32 * 160 * 4 * 2 * 4
+    assert 0 < weights < decode.kernel_reads
 
 
 def _within_20_percent(result):
@@ -104,18 +108,10 @@ def test_planner_is_within_20_percent_of_the_compiler_train_step(compiled):
 
 
 @needs_libtpu
-def test_planner_is_within_20_percent_of_the_compiler_decode(compiled, request):
-  if "small_cpu" in request.node.callspec.id:
-    # Measured 2026-11-26: the compiler's decode holds 634 MB of temporaries
-    # per chip beside small_cpu's 420 MB float32 cache. Its 160 positions
-    # fill no 128-lane tile, so the compiler keeps the cache with the 128
-    # slots in the lanes and copies every layer into a padded layout for the
-    # loop, a relayout the planner does not model (docs/tpu.md). The paper's
-    # 16,384 positions fill whole tiles, and qwen2.5_0.5b's decode agrees
-    # (1.00). Strict: it fails once they agree here too.
-    request.applymarker(
-        pytest.mark.xfail(strict=True, reason="cache relayout not planned")
-    )
+def test_planner_is_within_20_percent_of_the_compiler_decode(compiled):
+  # small_cpu's 160 positions are allocated as 256 on TPU (decode.cache_align):
+  # as 160 the compiler relaid the cache out inside the loop, 0.72 GB of
+  # temporaries the planner had not counted (ratio 0.44).
   _within_20_percent(compiled[0]["decode"])
 
 

@@ -195,15 +195,17 @@ def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   assert plan.tpu_tiled([3, 5, 32], 4) == [3, 8, 128]  # 5 -> 8 beats 3 -> 8.
   assert plan.tpu_tiled([1, 16383, 2, 64], 2) == [1, 16384, 2, 128]
   assert plan.tpu_tiled([1024], 4) == [1024]
-  # Temporaries are counted tiled on TPU, arrays that live across programs not.
+  # Temporaries are counted tiled on TPU, arrays that live across programs not;
+  # the TPU allocates the cache's 160 positions as 256 (decode.cache_align).
   plain = _config()
   with plain.unlocked():
     plain.sampling.decode_attention = "plain"
   p_cpu, p_tpu = _plan(plain, 8), plan.make_plan(plain, 8, platform="tpu")
-  assert p_tpu.kv_cache == p_cpu.kv_cache and p_tpu.params == p_cpu.params
+  assert p_tpu.params == p_cpu.params
+  assert p_tpu.kv_cache * 160 == p_cpu.kv_cache * 256
   # The decode step's float32 logits [32 slots, V=512] x 3 are whole tiles; its
-  # scores [32, K=4, Q=2, S=160] pad S to 256 lanes, and the 32 slots fill
-  # whole 8-row sublane tiles.
+  # scores [32, K=4, Q=2, S=256] over the allocated positions (on CPU
+  # S=160), and the 32 slots fill whole 8-row sublane tiles.
   assert p_cpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 2 * 160 * 4
   assert p_tpu.decode_temps == 3 * 32 * 512 * 4 + 32 * 4 * 2 * 256 * 4
   # "auto" is the Pallas kernel on TPU, which keeps the scores on chip; the

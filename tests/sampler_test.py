@@ -351,6 +351,29 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
     np.testing.assert_array_equal(out.logp, raw.logp)
 
 
+# On TPU the cache's positions are allocated in whole 128-lane tiles
+# (decode.cache_align); asked for here, on the CPU.
+@pytest.mark.parametrize("decode_attention", ["plain", "pallas"])
+def test_a_cache_padded_past_its_positions_samples_the_same(
+    setup, decode_attention
+):
+  plain = setup["make"](decode_attention=decode_attention)
+  padded = setup["make"](decode_attention=decode_attention, cache_align=128)
+  assert plain.settings.cache_positions == 40  # 16 + 24
+  assert padded.settings.cache_positions == 128
+  assert padded.init_state(2).cache["k"][0].shape[-1] == 128
+  outs = [
+      s.generate(
+          setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(3)
+      )
+      for s in (plain, padded)
+  ]
+  np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
+  np.testing.assert_array_equal(outs[0].seq_len, outs[1].seq_len)
+  np.testing.assert_allclose(outs[0].logp, outs[1].logp, atol=1e-5, rtol=0)
+  assert outs[1].tokens.shape == (len(PROMPT_LENS), 40)
+
+
 def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   """With a long budget, generate runs its first steps on the first
   part of the cache only."""

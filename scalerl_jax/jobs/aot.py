@@ -162,7 +162,8 @@ class Result:
   error: str = ""  # The compiler's message when it refused.
   # The compiler's cost analysis (flops, bytes accessed).
   cost: Optional[dict] = None
-  # Decode programs: weights + full cache, read once per step.
+  # Decode programs: weights + the filled cache (`cache_len` positions),
+  # read once per step.
   decode_floor: int = 0
   # What the decode step's Pallas kernel reads, which the cost analysis does
   # not see: the slots' cache at full length, each block once (its block
@@ -352,10 +353,14 @@ def _programs(
           "val_prefill": held["train_state"] + held["slots"],
           "val_decode": held["train_state"] + held["slots"],
       },
+      # The floor reads the cache's filled positions (`cache_len`), not the
+      # padding past them (`cache_positions`, decode.cache_align).
       decode_floor={
-          "decode": held["weights"] + sharding.per_device_bytes(slots.cache),
-          "val_decode": held["weights"]
-          + sharding.per_device_bytes(val_slots.cache),
+          name: held["weights"]
+          + sharding.per_device_bytes(state.cache)
+          * sampler.settings.cache_len
+          // sampler.settings.cache_positions
+          for name, state in (("decode", slots), ("val_decode", val_slots))
       },
       kernel_reads={
           name: sharding.per_device_bytes(state.cache)
@@ -583,8 +588,8 @@ def format_report(
       seen = r.cost["bytes accessed"]
       kernel = (
           f" + {r.kernel_reads / plan_lib.GB:.3f} GB its Pallas kernel reads "
-          "(the cache at full length, once: the cost analysis does not see "
-          "them)"
+          "(the allocated cache at full length, once: the cost analysis does "
+          "not see them)"
           if r.kernel_reads
           else ""
       )
@@ -592,7 +597,7 @@ def format_report(
           f"  {r.name}: the compiler's bytes accessed per decode step "
           f"{seen / plan_lib.GB:.3f} GB{kernel} = "
           f"{(seen + r.kernel_reads) / r.decode_floor:.2f}x the floor (weights "
-          f"+ full cache read once, {r.decode_floor / plan_lib.GB:.3f} GB)"
+          f"+ the filled cache read once, {r.decode_floor / plan_lib.GB:.3f} GB)"
       )
   fits = all(r.fits(chip.hbm_bytes) for r in results)
   lines += [

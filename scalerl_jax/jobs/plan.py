@@ -271,11 +271,13 @@ def _sampler_temps(
     kv_bytes: int,
     platform: str,
     decode_kernel: str = "plain",
+    cache_positions: Optional[int] = None,
 ) -> tuple[int, int]:
   """Temporaries of a prefill of `rows` slots `width` wide, and of a decode.
 
-  A decode step's float32 scores over the cache count with the plain
-  `decode_kernel`; the Pallas kernel keeps them on chip.
+  A decode step's float32 scores over the cache's `cache_positions` (default
+  `cache_len`) count with the plain `decode_kernel`; the Pallas kernel keeps
+  them on chip.
   """
   c = np.dtype(cfg.dtype).itemsize
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
@@ -312,7 +314,7 @@ def _sampler_temps(
     ]
   logits = ((rows, cfg.vocab_size), ("act_batch", "act_vocab"), 4)
   scores = (
-      (rows, k, q, cache_len),
+      (rows, k, q, cache_positions or cache_len),
       ("act_batch", "act_kv_heads", None, None),
       4,
   )
@@ -487,6 +489,7 @@ def make_plan(
       kv_bytes=kv_bytes,
       platform=platform,
       decode_kernel=settings.decode_attention,
+      cache_positions=settings.cache_positions,
   )
   rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
   batch_bytes = (

@@ -39,6 +39,9 @@ class SamplingSettings:
   value_layout: str = "SE"
   # One of decode_attention.KERNELS; `for_platform` resolves "auto".
   decode_attention: str = "plain"
+  # The cache's positions are allocated in multiples of this
+  # (`cache_positions`); `for_platform` sets decode.cache_align's on TPU.
+  cache_align: int = 1
   interruption: InterruptionSettings = InterruptionSettings()
 
   @classmethod
@@ -79,13 +82,17 @@ class SamplingSettings:
       self, model_cfg: ModelConfig, platform: str
   ) -> "SamplingSettings":
     """These settings as they run on `platform` ('tpu', 'gpu' or 'cpu'): its
-    value-cache layout and its decode kernel. Raises ValueError for
-    `decode_attention="pallas"` on a cache no block tiles."""
-    return dataclasses.replace(
+    value-cache layout, its cache alignment and its decode kernel. Raises
+    ValueError for `decode_attention="pallas"` on a cache no block tiles."""
+    aligned = dataclasses.replace(
         self,
         value_layout=decode.value_layout(platform, model_cfg.head_dim),
+        cache_align=max(self.cache_align, decode.cache_align(platform)),
+    )
+    return dataclasses.replace(
+        aligned,
         decode_attention=decode_attention.choose(
-            self.decode_attention, platform, self.cache_len
+            self.decode_attention, platform, aligned.cache_positions
         ),
     )
 
@@ -93,6 +100,12 @@ class SamplingSettings:
   def cache_len(self) -> int:
     """Positions per slot: the prompt budget plus the completion budget."""
     return self.max_prompt_len + self.max_new_tokens
+
+  @property
+  def cache_positions(self) -> int:
+    """Positions the KV cache allocates per slot: `cache_len` rounded up to
+    a multiple of `cache_align`."""
+    return -(-self.cache_len // self.cache_align) * self.cache_align
 
   def validate(self, model_cfg: ModelConfig) -> None:
     """Raises ValueError naming the first setting the model cannot work with."""

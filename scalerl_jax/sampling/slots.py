@@ -136,6 +136,7 @@ def empty_state(
           s,
           DTYPES[settings.kv_cache_dtype],
           settings.value_layout,
+          settings.cache_align,
       ),
       tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
       logp=jnp.zeros(rows_pos, jnp.float32),
