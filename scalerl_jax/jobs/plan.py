@@ -728,6 +728,14 @@ def format_report(
       f"  (rows/dev: train sequences per device that would fit; this batch puts "
       f"{plan.rows_per_device} on each)"
   )
+  if plan.mesh_shape.get("tensor", 1) > 1:
+    # Measured (docs/tpu.md, "The compiler's least peak"): llama3_8b on v5p
+    # (1,64,2) and v6e (1,128,2) 4.8 GB of regroup temporaries uncounted.
+    lines.append(
+        "  Mesh with a tensor axis: the TPU compiler's weight regroup held "
+        "up to 1.6x this plan's count of it (docs/tpu.md); check the slice "
+        "with launch.compile."
+    )
   return "\n".join(lines) + "\n"
 
 
