@@ -90,6 +90,19 @@ def test_auto_attention_compiles_to_pallas_kernels_on_tpu(compiled, request):
     assert 0 < weights < decode.kernel_reads
 
 
+@needs_libtpu
+def test_decode_traffic_counted_from_the_compiled_loop(compiled):
+  # jobs/hlo_traffic.py: the HBM bytes of one decode step outside its Pallas
+  # kernel, from the compiled loop's buffers. With the kernel's reads, at
+  # least the floor (weights + the filled cache) and at most what the cost
+  # analysis counts, which counts on-chip copies again.
+  decode = compiled[0]["decode"]
+  hbm = decode.loop_hbm_bytes + decode.kernel_reads
+  seen = decode.cost["bytes accessed"] + decode.kernel_reads
+  assert decode.decode_floor <= hbm < seen
+  assert compiled[0]["train_step"].loop_hbm_bytes == 0  # Decode programs only.
+
+
 def _within_20_percent(result):
   # Against the least peak the compiler fits the program in (check_planner).
   ratio = result.planner_ratio()

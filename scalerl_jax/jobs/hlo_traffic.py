@@ -1,0 +1,138 @@
+"""HBM traffic of one iteration of a compiled TPU loop, from its buffers.
+
+`cost_analysis()["bytes accessed"]` of a TPU decode step counts every
+operand and output of every instruction, wherever it lives. The compiled
+step stages weights into on-chip memory (asynchronous copies and slices, then
+fusions that read the staged copy), so each staged byte is counted two or
+three times, and an asynchronous slice is counted at its whole source buffer
+(docs/tpu.md, "Decode bytes from the compiled loop's buffers").
+
+This module reads the optimized HLO text (`compiled.as_text()`) instead. In
+the body of the program's largest while loop (the decode step), it sums:
+
+- each instruction's operands and outputs that live in HBM (memory space 0:
+  the layout of an on-chip buffer is annotated S(n), n >= 1);
+- each asynchronous copy or slice: the bytes it reads from HBM (a slice
+  reads only its destination's bytes of the source) and the bytes it writes
+  back to HBM.
+
+Left out: Pallas kernels (custom calls), whose reads are counted by
+construction (`aot.Result.kernel_reads`), and loops nested in the body (the
+cache's row-by-row writes, a few bytes per slot). A fusion is taken to read
+each HBM operand whole, so a fusion that slices one is over-counted: the sum
+bounds the step's HBM traffic from above, as far as the schedule is the one
+the compiler printed. It is a count from the compiled program, not a
+profile of a TPU.
+"""
+
+from __future__ import annotations
+
+import re
+
+_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "u16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+}
+# dtype[dims]{layout}: the layout names an on-chip memory space as S(n).
+_ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([0-9,]*)\](\{[^}]*\})?")
+_ON_CHIP = re.compile(r"S\([1-9]\d*\)")
+# %name = shape opcode(operands), attributes
+_INSTRUCTION = re.compile(r"(?:ROOT )?%([\w.\-]+) = (.+?) ([a-z][\w\-]*)\((.*)")
+# Instructions that move no data of their own (aliases, control, bookkeeping)
+# and the ones counted elsewhere (see the module docstring).
+_SKIP = frozenset(
+    {
+        "after-all",
+        "async-done",
+        "bitcast",
+        "constant",
+        "copy-done",
+        "custom-call",
+        "get-tuple-element",
+        "parameter",
+        "partition-id",
+        "replica-id",
+        "tuple",
+        "while",
+    }
+)
+
+
+def _arrays(shape: str) -> list[tuple[int, bool]]:
+  """(bytes, on chip) of each array in an HLO shape (a tuple's in order)."""
+  out = []
+  for dtype, dims, layout in _ARRAY.findall(shape):
+    n = 1
+    for d in filter(None, dims.split(",")):
+      n *= int(d)
+    out.append((n * _BYTES[dtype], bool(_ON_CHIP.search(layout or ""))))
+  return out
+
+
+def _computations(hlo_text: str) -> dict[str, list[str]]:
+  """Instruction lines of each computation, by name."""
+  comps, current = {}, None
+  for line in hlo_text.splitlines():
+    if line and not line[0].isspace() and line.rstrip().endswith("{"):
+      name = re.match(r"(?:ENTRY )?%?([\w.\-]+)", line)
+      current = name.group(1) if name else None
+      if current:
+        comps[current] = []
+    elif current and line.startswith("  "):
+      comps[current].append(line.strip())
+  return comps
+
+
+def loop_hbm_bytes(hlo_text: str) -> int:
+  """HBM bytes moved by one iteration of the largest while loop's body in
+  `hlo_text` (module docstring). Raises ValueError if it has no loop."""
+  comps = _computations(hlo_text)
+  shapes = {}
+  for lines in comps.values():
+    for line in lines:
+      m = _INSTRUCTION.match(line)
+      if m:
+        shapes[m.group(1)] = m.group(2)
+  bodies = [
+      re.search(r"body=%?([\w.\-]+)", line).group(1)
+      for lines in comps.values()
+      for line in lines
+      if " while(" in line and "body=" in line
+  ]
+  if not bodies:
+    raise ValueError("the compiled program has no while loop")
+  body = max(bodies, key=lambda b: len(comps.get(b, ())))
+  total = 0
+  for line in comps[body]:
+    m = _INSTRUCTION.match(line)
+    if not m or m.group(3) in _SKIP:
+      continue
+    _, shape, opcode, rest = m.groups()
+    operands = [
+        a
+        for name in re.findall(r"%([\w.\-]+)", rest.split("), ")[0])
+        for a in _arrays(shapes.get(name, ""))
+    ]
+    from_hbm = not any(on_chip for _, on_chip in operands)
+    if opcode in ("copy-start", "async-start"):
+      # copy-start: (destination, source, context); async-start: ((source),
+      # destination, context). Each reads its destination's bytes of the
+      # source (an async slice reads only its slice) and writes them.
+      outputs = _arrays(shape)
+      dest = outputs[0] if opcode == "copy-start" else outputs[len(operands)]
+      total += dest[0] * (from_hbm + (not dest[1]))
+    else:
+      total += sum(n for n, on_chip in operands if not on_chip)
+      total += sum(n for n, on_chip in _arrays(shape) if not on_chip)
+  return total
