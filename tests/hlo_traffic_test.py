@@ -6,8 +6,9 @@ import pytest
 from scalerl_jax.jobs import hlo_traffic
 
 # The decode loop's body (the larger of two loops): a weight w staged into
-# on-chip memory (S(1)) by an asynchronous copy, one slice of it by an
-# asynchronous slice, a fusion reading x from HBM and the staged copies, a
+# on-chip memory (S(1)) by an asynchronous copy, two slices of it by
+# asynchronous slices (as async-start and, as `as_text()` prints them,
+# slice-start), a fusion reading x from HBM and the staged copies, a
 # result made on chip and copied back to HBM, a Pallas kernel and a nested
 # loop (both left out).
 HLO = """\
@@ -28,7 +29,9 @@ HloModule jit_advance, entry_computation_layout={()->()}
   %copy-done = bf16[64,128]{1,0:T(8,128)(2,1)S(1)} copy-done(%copy-start)
   %slice-start = ((bf16[64,128]{1,0:T(8,128)(2,1)}), bf16[8,128]{1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) async-start(%w), calls=%async_computation
   %slice-done = bf16[8,128]{1,0:T(8,128)(2,1)S(1)} async-done(%slice-start)
-  %fusion = f32[8,128]{1,0:T(8,128)} fusion(%x, %copy-done, %slice-done), kind=kOutput, calls=%fused_computation
+  %slice-start.1 = ((bf16[64,128]{1,0:T(8,128)(2,1)}), bf16[16,128]{1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) slice-start(%w), slice={[8:24], [0:128]}
+  %slice-done.1 = bf16[16,128]{1,0:T(8,128)(2,1)S(1)} slice-done(%slice-start.1)
+  %fusion = f32[8,128]{1,0:T(8,128)} fusion(%x, %copy-done, %slice-done, %slice-done.1), kind=kOutput, calls=%fused_computation
   %fusion.2 = f32[8,128]{1,0:T(8,128)S(1)} fusion(%x), kind=kLoop, calls=%fused_computation.2
   %copy-start.1 = (f32[8,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) copy-start(%fusion.2)
   %copy-done.1 = f32[8,128]{1,0:T(8,128)} copy-done(%copy-start.1)
@@ -50,6 +53,7 @@ def test_counts_what_crosses_hbm_by_hand():
   assert hlo_traffic.loop_hbm_bytes(HLO) == (
       w  # copy-start: w read from HBM into on-chip memory, once
       + w_slice  # async slice: only its 2,048 B of w read
+      + 2 * w_slice  # the same as the compiler prints it (slice-start)
       + x
       + x  # fusion: x read from HBM, its output written to HBM
       + x  # fusion.2: x read (its output is on chip)

@@ -49,15 +49,14 @@ _ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([0-9,]*)\](\{[^}]*\})?")
 _ON_CHIP = re.compile(r"S\([1-9]\d*\)")
 # %name = shape opcode(operands), attributes
 _INSTRUCTION = re.compile(r"(?:ROOT )?%([\w.\-]+) = (.+?) ([a-z][\w\-]*)\((.*)")
-# Instructions that move no data of their own (aliases, control, bookkeeping)
-# and the ones counted elsewhere (see the module docstring).
+# Instructions that move no data of their own (aliases, control, bookkeeping;
+# and every asynchronous "-done"), and the ones counted elsewhere (see the
+# module docstring).
 _SKIP = frozenset(
     {
         "after-all",
-        "async-done",
         "bitcast",
         "constant",
-        "copy-done",
         "custom-call",
         "get-tuple-element",
         "parameter",
@@ -116,7 +115,7 @@ def loop_hbm_bytes(hlo_text: str) -> int:
   total = 0
   for line in comps[body]:
     m = _INSTRUCTION.match(line)
-    if not m or m.group(3) in _SKIP:
+    if not m or m.group(3) in _SKIP or m.group(3).endswith("-done"):
       continue
     _, shape, opcode, rest = m.groups()
     operands = [
@@ -125,10 +124,11 @@ def loop_hbm_bytes(hlo_text: str) -> int:
         for a in _arrays(shapes.get(name, ""))
     ]
     from_hbm = not any(on_chip for _, on_chip in operands)
-    if opcode in ("copy-start", "async-start"):
-      # copy-start: (destination, source, context); async-start: ((source),
-      # destination, context). Each reads its destination's bytes of the
-      # source (an async slice reads only its slice) and writes them.
+    if opcode.endswith("-start"):
+      # copy-start: (destination, source, context); async-start and its
+      # printed forms (slice-start, ...): ((source), destination, context).
+      # Each reads its destination's bytes of the source (an asynchronous
+      # slice reads only its slice) and writes them.
       outputs = _arrays(shape)
       dest = outputs[0] if opcode == "copy-start" else outputs[len(operands)]
       total += dest[0] * (from_hbm + (not dest[1]))
