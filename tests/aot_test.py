@@ -97,7 +97,7 @@ def test_decode_traffic_counted_from_the_compiled_loop(compiled):
   # least the floor (weights + the filled cache) and at most what the cost
   # analysis counts, which counts on-chip copies again.
   decode = compiled[0]["decode"]
-  hbm = decode.loop_hbm_bytes + decode.kernel_reads
+  hbm = decode.loop_hbm_bytes + decode.kernel_hbm_reads()
   seen = decode.cost["bytes accessed"] + decode.kernel_reads
   assert decode.decode_floor <= hbm < seen
   assert compiled[0]["train_step"].loop_hbm_bytes == 0  # Decode programs only.

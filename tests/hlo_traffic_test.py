@@ -35,7 +35,8 @@ HloModule jit_advance, entry_computation_layout={()->()}
   %fusion.2 = f32[8,128]{1,0:T(8,128)S(1)} fusion(%x), kind=kLoop, calls=%fused_computation.2
   %copy-start.1 = (f32[8,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) copy-start(%fusion.2)
   %copy-done.1 = f32[8,128]{1,0:T(8,128)} copy-done(%copy-start.1)
-  %kernel = f32[8,128]{1,0:T(8,128)} custom-call(%x, %w), custom_call_target="tpu_custom_call"
+  %kernel = f32[8,128]{1,0:T(8,128)} custom-call(%i, %x, %copy-done, %w), custom_call_target="tpu_custom_call"
+  %concat = bf16[64,128]{1,0:T(8,128)(2,1)S(1)} custom-call(%copy-done), custom_call_target="ConcatBitcast"
   %rows = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%small_body
   %bitcast = f32[1024]{0} bitcast(%fusion)
   ROOT %t = (s32[], f32[8,128]{1,0:T(8,128)}, bf16[64,128]{1,0:T(8,128)(2,1)}) tuple(%i, %fusion, %w)
@@ -72,6 +73,16 @@ def test_an_operand_in_hbm_is_counted_where_on_chip_it_is_not():
   )  # x's reads by fusion and fusion.2
 
 
+def test_a_kernel_operand_staged_on_chip_is_read_from_the_staging():
+  # The Pallas kernel (lengths, queries, keys, values) reads w's staged copy
+  # (copy-done, on chip) and w in HBM: the staged one is counted in the
+  # copy-start already. ConcatBitcast is no Pallas kernel.
+  assert hlo_traffic.staged_kernel_bytes(HLO) == 64 * 128 * 2
+  assert hlo_traffic.staged_kernel_bytes(HLO, skip=3) == 0
+
+
 def test_a_program_without_a_loop_is_refused():
   with pytest.raises(ValueError, match="no while loop"):
     hlo_traffic.loop_hbm_bytes(HLO.replace("while(", "call("))
+  with pytest.raises(ValueError, match="no while loop"):
+    hlo_traffic.staged_kernel_bytes(HLO.replace("while(", "call("))

@@ -173,8 +173,10 @@ class Result:
   # Pallas TPU kernels (splash attention) in the compiled program.
   pallas_calls: int = 0
   # Decode programs on TPU: the HBM bytes one step moves outside its Pallas
-  # kernel, counted from the compiled loop's buffers (`hlo_traffic`).
+  # kernel, counted from the compiled loop's buffers, and the kernel's reads
+  # of cache the compiler staged on chip, counted in that (`hlo_traffic`).
   loop_hbm_bytes: int = 0
+  kernel_staged_bytes: int = 0
   # The HBM per chip the program was compiled to fit in (TPU): the chip's
   # less what the run holds beside it; 0 = not limited.
   budget: float = 0.0
@@ -195,6 +197,11 @@ class Result:
     return dataclasses.replace(
         self.compiled or self.estimate, temporaries=self.least_temporaries
     ).peak
+
+  def kernel_hbm_reads(self) -> int:
+    """`kernel_reads` less the cache the compiler staged on chip for the
+    kernel (read from HBM in the staging, in `loop_hbm_bytes`)."""
+    return max(self.kernel_reads - self.kernel_staged_bytes, 0)
 
   def planner_ratio(self) -> Optional[float]:
     """Planner / compiler peak: the compiler's least where it was measured
@@ -436,9 +443,10 @@ def compile_for_slice(
       result.compiled = compiled_memory(compiled)
       result.cost = _cost(compiled)
       text = compiled.as_text()
-      result.pallas_calls = text.count('custom_call_target="tpu_custom_call"')
+      result.pallas_calls = text.count(hlo_traffic.PALLAS_CALL)
       if result.decode_floor and platform == "tpu":
         result.loop_hbm_bytes = hlo_traffic.loop_hbm_bytes(text)
+        result.kernel_staged_bytes = hlo_traffic.staged_kernel_bytes(text)
     except Exception as e:  # pylint: disable=broad-except
       if not _is_out_of_memory(e):
         raise
@@ -605,12 +613,13 @@ def format_report(
           f"+ the filled cache read once, {r.decode_floor / plan_lib.GB:.3f} GB)"
       )
     if r.decode_floor and r.loop_hbm_bytes:
-      hbm = r.loop_hbm_bytes + r.kernel_reads
+      kernel = r.kernel_hbm_reads()
       lines.append(
           f"  {r.name}: counted from the compiled loop's HBM buffers "
           f"(jobs/hlo_traffic.py; on-chip copies not counted again) "
-          f"{r.loop_hbm_bytes / plan_lib.GB:.3f} GB + the kernel's reads = "
-          f"{hbm / r.decode_floor:.2f}x the floor"
+          f"{r.loop_hbm_bytes / plan_lib.GB:.3f} GB + {kernel / plan_lib.GB:.3f}"
+          f" GB the kernel reads from HBM = "
+          f"{(r.loop_hbm_bytes + kernel) / r.decode_floor:.2f}x the floor"
       )
   fits = all(r.fits(chip.hbm_bytes) for r in results)
   lines += [

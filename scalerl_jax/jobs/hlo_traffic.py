@@ -18,7 +18,10 @@ the body of the program's largest while loop (the decode step), it sums:
 
 Left out: Pallas kernels (custom calls), whose reads are counted by
 construction (`aot.Result.kernel_reads`), and loops nested in the body (the
-cache's row-by-row writes, a few bytes per slot). A fusion is taken to read
+cache's row-by-row writes, a few bytes per slot). Where the compiler stages
+a kernel's cache operand in on-chip memory, its HBM reads are the staging's,
+counted here; `staged_kernel_bytes` gives what to take off the kernel's
+reads. A fusion is taken to read
 each HBM operand whole, so a fusion that slices one is over-counted: the sum
 bounds the step's HBM traffic from above, as far as the schedule is the one
 the compiler printed. It is a count from the compiled program, not a
@@ -47,6 +50,8 @@ _BYTES = {
 # dtype[dims]{layout}: the layout names an on-chip memory space as S(n).
 _ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([0-9,]*)\](\{[^}]*\})?")
 _ON_CHIP = re.compile(r"S\([1-9]\d*\)")
+# A Pallas TPU kernel in compiled HLO text.
+PALLAS_CALL = 'custom_call_target="tpu_custom_call"'
 # %name = shape opcode(operands), attributes
 _INSTRUCTION = re.compile(r"(?:ROOT )?%([\w.\-]+) = (.+?) ([a-z][\w\-]*)\((.*)")
 # Instructions that move no data of their own (aliases, control, bookkeeping;
@@ -93,9 +98,9 @@ def _computations(hlo_text: str) -> dict[str, list[str]]:
   return comps
 
 
-def loop_hbm_bytes(hlo_text: str) -> int:
-  """HBM bytes moved by one iteration of the largest while loop's body in
-  `hlo_text` (module docstring). Raises ValueError if it has no loop."""
+def _loop_body(hlo_text: str) -> tuple[list[str], dict[str, str]]:
+  """The largest while loop body's instruction lines, and every value's
+  shape by name. Raises ValueError if the program has no loop."""
   comps = _computations(hlo_text)
   shapes = {}
   for lines in comps.values():
@@ -111,18 +116,28 @@ def loop_hbm_bytes(hlo_text: str) -> int:
   ]
   if not bodies:
     raise ValueError("the compiled program has no while loop")
-  body = max(bodies, key=lambda b: len(comps.get(b, ())))
+  return comps[max(bodies, key=lambda b: len(comps.get(b, ())))], shapes
+
+
+def _operands(
+    rest: str, shapes: dict[str, str]
+) -> list[list[tuple[int, bool]]]:
+  """Each operand's arrays, from the text after an instruction's opcode."""
+  names = re.findall(r"%([\w.\-]+)", rest.split("), ")[0])
+  return [_arrays(shapes.get(name, "")) for name in names]
+
+
+def loop_hbm_bytes(hlo_text: str) -> int:
+  """HBM bytes moved by one iteration of the largest while loop's body in
+  `hlo_text` (module docstring). Raises ValueError if it has no loop."""
+  body, shapes = _loop_body(hlo_text)
   total = 0
-  for line in comps[body]:
+  for line in body:
     m = _INSTRUCTION.match(line)
     if not m or m.group(3) in _SKIP or m.group(3).endswith("-done"):
       continue
     _, shape, opcode, rest = m.groups()
-    operands = [
-        a
-        for name in re.findall(r"%([\w.\-]+)", rest.split("), ")[0])
-        for a in _arrays(shapes.get(name, ""))
-    ]
+    operands = [a for arrays in _operands(rest, shapes) for a in arrays]
     from_hbm = not any(on_chip for _, on_chip in operands)
     if opcode.endswith("-start"):
       # copy-start: (destination, source, context); async-start and its
@@ -135,4 +150,20 @@ def loop_hbm_bytes(hlo_text: str) -> int:
     else:
       total += sum(n for n, on_chip in operands if not on_chip)
       total += sum(n for n, on_chip in _arrays(shape) if not on_chip)
+  return total
+
+
+def staged_kernel_bytes(hlo_text: str, skip: int = 2) -> int:
+  """Bytes the loop body's Pallas kernels read from on-chip memory: their
+  operands after the first `skip` (the decode kernel's lengths and queries;
+  then its keys and values) that the compiler staged on chip. Their HBM
+  reads are counted already by `loop_hbm_bytes`, in the staging."""
+  body, shapes = _loop_body(hlo_text)
+  total = 0
+  for line in body:
+    m = _INSTRUCTION.match(line)
+    if not m or m.group(3) != "custom-call" or PALLAS_CALL not in line:
+      continue
+    for arrays in _operands(m.group(4), shapes)[skip:]:
+      total += sum(n for n, on_chip in arrays if on_chip)
   return total
