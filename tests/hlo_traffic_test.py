@@ -51,7 +51,7 @@ ENTRY %main (a: (s32[], f32[8,128], bf16[64,128])) -> (s32[], f32[8,128], bf16[6
 
 def test_counts_what_crosses_hbm_by_hand():
   w, w_slice, x = 64 * 128 * 2, 8 * 128 * 2, 8 * 128 * 4
-  assert hlo_traffic.loop_hbm_bytes(HLO) == (
+  assert hlo_traffic.loop_traffic(HLO).hbm_bytes == (
       w  # copy-start: w read from HBM into on-chip memory, once
       + w_slice  # async slice: only its 2,048 B of w read
       + 2 * w_slice  # the same as the compiler prints it (slice-start)
@@ -66,23 +66,19 @@ def test_an_operand_in_hbm_is_counted_where_on_chip_it_is_not():
   on_chip = HLO.replace(
       "%x = f32[8,128]{1,0:T(8,128)}", "%x = f32[8,128]{1,0:T(8,128)S(1)}"
   )
-  assert hlo_traffic.loop_hbm_bytes(HLO) - hlo_traffic.loop_hbm_bytes(
-      on_chip
-  ) == 2 * (
-      8 * 128 * 4
-  )  # x's reads by fusion and fusion.2
+  hbm = lambda text: hlo_traffic.loop_traffic(text).hbm_bytes
+  # x's reads by fusion and fusion.2.
+  assert hbm(HLO) - hbm(on_chip) == 2 * (8 * 128 * 4)
 
 
 def test_a_kernel_operand_staged_on_chip_is_read_from_the_staging():
   # The Pallas kernel (lengths, queries, keys, values) reads w's staged copy
   # (copy-done, on chip) and w in HBM: the staged one is counted in the
   # copy-start already. ConcatBitcast is no Pallas kernel.
-  assert hlo_traffic.staged_kernel_bytes(HLO) == 64 * 128 * 2
-  assert hlo_traffic.staged_kernel_bytes(HLO, skip=3) == 0
+  assert hlo_traffic.loop_traffic(HLO).staged_kernel_bytes == 64 * 128 * 2
+  assert hlo_traffic.loop_traffic(HLO, kernel_skip=3).staged_kernel_bytes == 0
 
 
 def test_a_program_without_a_loop_is_refused():
   with pytest.raises(ValueError, match="no while loop"):
-    hlo_traffic.loop_hbm_bytes(HLO.replace("while(", "call("))
-  with pytest.raises(ValueError, match="no while loop"):
-    hlo_traffic.staged_kernel_bytes(HLO.replace("while(", "call("))
+    hlo_traffic.loop_traffic(HLO.replace("while(", "call("))

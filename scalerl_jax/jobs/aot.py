@@ -445,8 +445,9 @@ def compile_for_slice(
       text = compiled.as_text()
       result.pallas_calls = text.count(hlo_traffic.PALLAS_CALL)
       if result.decode_floor and platform == "tpu":
-        result.loop_hbm_bytes = hlo_traffic.loop_hbm_bytes(text)
-        result.kernel_staged_bytes = hlo_traffic.staged_kernel_bytes(text)
+        traffic = hlo_traffic.loop_traffic(text)
+        result.loop_hbm_bytes = traffic.hbm_bytes
+        result.kernel_staged_bytes = traffic.staged_kernel_bytes
     except Exception as e:  # pylint: disable=broad-except
       if not _is_out_of_memory(e):
         raise

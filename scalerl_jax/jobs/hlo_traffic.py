@@ -20,8 +20,8 @@ Left out: Pallas kernels (custom calls), whose reads are counted by
 construction (`aot.Result.kernel_reads`), and loops nested in the body (the
 cache's row-by-row writes, a few bytes per slot). Where the compiler stages
 a kernel's cache operand in on-chip memory, its HBM reads are the staging's,
-counted here; `staged_kernel_bytes` gives what to take off the kernel's
-reads. A fusion is taken to read
+counted here; `LoopTraffic.staged_kernel_bytes` gives what to take off the
+kernel's reads. A fusion is taken to read
 each HBM operand whole, so a fusion that slices one is over-counted: the sum
 bounds the step's HBM traffic from above, as far as the schedule is the one
 the compiler printed. It is a count from the compiled program, not a
@@ -31,6 +31,7 @@ profile of a TPU.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 _BYTES = {
     "pred": 1,
@@ -127,16 +128,33 @@ def _operands(
   return [_arrays(shapes.get(name, "")) for name in names]
 
 
-def loop_hbm_bytes(hlo_text: str) -> int:
-  """HBM bytes moved by one iteration of the largest while loop's body in
-  `hlo_text` (module docstring). Raises ValueError if it has no loop."""
+class LoopTraffic(NamedTuple):
+  """What one iteration of a compiled loop moves (module docstring)."""
+
+  # HBM bytes of the body outside its Pallas kernels.
+  hbm_bytes: int
+  # What the Pallas kernels read of operands the compiler staged on chip;
+  # their HBM reads are in `hbm_bytes` already, in the staging.
+  staged_kernel_bytes: int
+
+
+def loop_traffic(hlo_text: str, kernel_skip: int = 2) -> LoopTraffic:
+  """The traffic of one iteration of the largest while loop's body in
+  `hlo_text`, read once. A Pallas kernel's first `kernel_skip` operands are
+  not its staged reads (the decode kernel's lengths and queries; then its
+  keys and values). Raises ValueError if the program has no loop."""
   body, shapes = _loop_body(hlo_text)
-  total = 0
+  hbm = staged = 0
   for line in body:
     m = _INSTRUCTION.match(line)
-    if not m or m.group(3) in _SKIP or m.group(3).endswith("-done"):
+    if not m:
       continue
     _, shape, opcode, rest = m.groups()
+    if opcode == "custom-call" and PALLAS_CALL in line:
+      for arrays in _operands(rest, shapes)[kernel_skip:]:
+        staged += sum(n for n, on_chip in arrays if on_chip)
+    if opcode in _SKIP or opcode.endswith("-done"):
+      continue
     operands = [a for arrays in _operands(rest, shapes) for a in arrays]
     from_hbm = not any(on_chip for _, on_chip in operands)
     if opcode.endswith("-start"):
@@ -146,24 +164,8 @@ def loop_hbm_bytes(hlo_text: str) -> int:
       # slice reads only its slice) and writes them.
       outputs = _arrays(shape)
       dest = outputs[0] if opcode == "copy-start" else outputs[len(operands)]
-      total += dest[0] * (from_hbm + (not dest[1]))
+      hbm += dest[0] * (from_hbm + (not dest[1]))
     else:
-      total += sum(n for n, on_chip in operands if not on_chip)
-      total += sum(n for n, on_chip in _arrays(shape) if not on_chip)
-  return total
-
-
-def staged_kernel_bytes(hlo_text: str, skip: int = 2) -> int:
-  """Bytes the loop body's Pallas kernels read from on-chip memory: their
-  operands after the first `skip` (the decode kernel's lengths and queries;
-  then its keys and values) that the compiler staged on chip. Their HBM
-  reads are counted already by `loop_hbm_bytes`, in the staging."""
-  body, shapes = _loop_body(hlo_text)
-  total = 0
-  for line in body:
-    m = _INSTRUCTION.match(line)
-    if not m or m.group(3) != "custom-call" or PALLAS_CALL not in line:
-      continue
-    for arrays in _operands(m.group(4), shapes)[skip:]:
-      total += sum(n for n, on_chip in arrays if on_chip)
-  return total
+      hbm += sum(n for n, on_chip in operands if not on_chip)
+      hbm += sum(n for n, on_chip in _arrays(shape) if not on_chip)
+  return LoopTraffic(hbm, staged)

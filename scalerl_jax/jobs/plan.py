@@ -270,14 +270,14 @@ def _sampler_temps(
     cache_len: int,
     kv_bytes: int,
     platform: str,
+    cache_positions: int,
     decode_kernel: str = "plain",
-    cache_positions: Optional[int] = None,
 ) -> tuple[int, int]:
   """Temporaries of a prefill of `rows` slots `width` wide, and of a decode.
 
-  A decode step's float32 scores over the cache's `cache_positions` (default
-  `cache_len`) count with the plain `decode_kernel`; the Pallas kernel keeps
-  them on chip.
+  `cache_len` positions of records per slot; a decode step's float32 scores
+  over the cache's allocated `cache_positions` count with the plain
+  `decode_kernel`; the Pallas kernel keeps them on chip.
   """
   c = np.dtype(cfg.dtype).itemsize
   k, e, q = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
@@ -314,7 +314,7 @@ def _sampler_temps(
     ]
   logits = ((rows, cfg.vocab_size), ("act_batch", "act_vocab"), 4)
   scores = (
-      (rows, k, q, cache_positions or cache_len),
+      (rows, k, q, cache_positions),
       ("act_batch", "act_kv_heads", None, None),
       4,
   )

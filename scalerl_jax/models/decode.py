@@ -74,6 +74,12 @@ def cache_align(platform: str) -> int:
   return TPU_LANES if platform == "tpu" else 1
 
 
+def allocated_length(length: int, align: int) -> int:
+  """The positions a cache of `length` allocates: the next multiple of
+  `align` (`cache_align`)."""
+  return -(-length // align) * align
+
+
 def _len_axis(layout: str) -> int:
   """The position axis of a value cache in `layout`."""
   return VALUE_LAYOUTS[layout].index("act_len")
@@ -121,7 +127,7 @@ def init_cache(
     raise ValueError(
         f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}"
     )
-  length = -(-length // align) * align
+  length = allocated_length(length, align)
   dtype = dtype or cfg.dtype
   k, e, n = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
   size = {

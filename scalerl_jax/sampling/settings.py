@@ -105,7 +105,7 @@ class SamplingSettings:
   def cache_positions(self) -> int:
     """Positions the KV cache allocates per slot: `cache_len` rounded up to
     a multiple of `cache_align`."""
-    return -(-self.cache_len // self.cache_align) * self.cache_align
+    return decode.allocated_length(self.cache_len, self.cache_align)
 
   def validate(self, model_cfg: ModelConfig) -> None:
     """Raises ValueError naming the first setting the model cannot work with."""
