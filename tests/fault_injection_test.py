@@ -33,7 +33,7 @@ _SLEEPER = "```python\nimport time\ntime.sleep(600)\n```"
 # A second, different program: the pool runs a repeated program for the same
 # record once per call, so two busy workers need two distinct sleepers.
 _SLEEPER_2 = "```python\nimport time\ntime.sleep(601)\n```"
-_CODE_RECORD = {"id": "c", "verifier": "code", "answer": "assert True"}
+_CODE_RECORD = {"id": "c", "verifier": "code", "answer": "assert f() is None"}
 # One long-lived thread for the calls that may restart the fork server: Linux
 # kills it (PR_SET_PDEATHSIG) when the thread that started it exits.
 _RUNNER = concurrent.futures.ThreadPoolExecutor(max_workers=1)

@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from configs import scalerl
+from scalerl_jax.rewards import isolation
 
 
 def tiny_config(**model_overrides):
@@ -91,3 +94,17 @@ class StatsDevice:
 
   def memory_stats(self):
     return self.stats
+
+
+def needs_bwrap():
+  """Skips the calling test, saying why, where bubblewrap does not run here.
+
+  Fails it instead under SCALERL_REQUIRE_BWRAP=1 (.ci/run sets it), so that
+  no sandbox test skips silently in CI.
+  """
+  works, why = isolation.bwrap_works()
+  if works:
+    return
+  if os.environ.get("SCALERL_REQUIRE_BWRAP") == "1":
+    pytest.fail(f"SCALERL_REQUIRE_BWRAP=1 and bubblewrap does not run: {why}")
+  pytest.skip(f"bubblewrap does not run here: {why}")

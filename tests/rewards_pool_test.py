@@ -124,7 +124,7 @@ def test_a_hanging_verification_is_killed_and_the_pool_recovers(pool):
 
 
 def test_a_code_timeout_leaves_no_program_behind(pool, sandbox_root):
-  record = {"id": "c", "verifier": "code", "answer": "assert True"}
+  record = {"id": "c", "verifier": "code", "answer": "assert f(1) == 1"}
   sleeper = "```python\nimport time\ntime.sleep(600)\n```"
   scores, _ = pool.score([sleeper], [record])
   assert scores[0] == 0.0
@@ -133,8 +133,8 @@ def test_a_code_timeout_leaves_no_program_behind(pool, sandbox_root):
 
 
 def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
-  # A fresh sandbox per program: the program is found by its temp dir.
-  record = {"id": "c", "verifier": "code", "answer": "assert True"}
+  # A fresh sandbox per program, found as its worker's child.
+  record = {"id": "c", "verifier": "code", "answer": "assert f(1) == 1"}
   sleeper = "```python\nimport time\ntime.sleep(600)\n```"
   # Ample time to catch the program running, however loaded the machine.
   timeout_s = 20.0
@@ -293,7 +293,7 @@ def test_close_leaves_nothing_behind():
   assert len(psutil.Process().children(recursive=True)) == len(before) + 3
   p.score(
       ["```python\nimport time\ntime.sleep(600)\n```"],
-      [{"id": "c", "verifier": "code", "answer": "assert True"}],
+      [{"id": "c", "verifier": "code", "answer": "assert f(1) == 1"}],
   )
   p.close()
   p.close()  # Idempotent.
@@ -310,20 +310,34 @@ def _alive(process):
 
 
 def _sandboxed_programs(root):
-  """Live sandboxed programs whose temp dir lies under `root`."""
+  """Live sandboxes below this process: bwrap, or a server in `root`
+  (its own processes left out)."""
   found = []
-  for process in psutil.process_iter(["cmdline"]):
-    cmdline = process.info["cmdline"] or []
-    if any(arg.startswith(str(root)) for arg in cmdline) and _alive(process):
+  for process in psutil.Process().children(recursive=True):
+    try:
+      cmdline = process.cmdline()
+    except psutil.Error:
+      continue
+    if (
+        cmdline
+        and _alive(process)
+        and (
+            os.path.basename(cmdline[0]) == "bwrap"
+            or any(arg.startswith(str(root)) for arg in cmdline)
+        )
+    ):
       found.append(process)
-  return found
+  pids = {process.pid for process in found}
+  return [process for process in found if process.ppid() not in pids]
 
 
 def test_copies_of_a_program_for_the_same_code_record_run_once(pool):
   # A coin flip: 16 separate runs would all agree with probability 2**-15.
-  program = "```python\nimport random\nassert random.random() < 0.5\n```"
-  record = {"id": "coin", "verifier": "code", "answer": "pass"}
-  other = {"id": "coin2", "verifier": "code", "answer": "assert True"}
+  program = (
+      "```python\nimport random\ndef f():\n  return random.random() < 0.5\n```"
+  )
+  record = {"id": "coin", "verifier": "code", "answer": "assert f()"}
+  other = {"id": "coin2", "verifier": "code", "answer": "assert f() == True"}
   scores, stats = pool.score(
       [program] * 16 + [program], [record] * 16 + [other]
   )

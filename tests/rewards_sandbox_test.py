@@ -13,19 +13,23 @@ import pytest
 
 from scalerl_jax import rewards
 from scalerl_jax.rewards import code_sandbox
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
+from scalerl_jax.rewards import sandbox_boot
+from scalerl_jax.rewards import sandbox_client
+from tests import helpers
 
 
-def _ctx(wall_s=10.0, cpu_s=2.0, memory_mb=512, spawned=None):
-  # A fresh sandbox per program, whose process group and temporary directory
-  # these tests follow; the fork server's runs are held to the same results
-  # by test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does.
+def _ctx(wall_s=10.0, cpu_s=2.0, memory_mb=512, spawned=None, isolation="auto"):
+  # A fresh sandbox per program, whose process group (and temporary
+  # directory, without bubblewrap) these tests follow; the fork server's runs
+  # are held to the same results by
+  # test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does.
   spawned = spawned if spawned is not None else []
   return registry.VerifyContext(
       deadline=time.monotonic() + wall_s,
       code_cpu_s=cpu_s,
       code_memory_mb=memory_mb,
+      code_isolation=isolation,
       code_fork_server=False,
       on_spawn=lambda pgid, tmpdir: spawned.append((pgid, tmpdir)),
   )
@@ -127,7 +131,8 @@ def _in_group(process, pgid):
     return False
 
 
-def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed():
+@pytest.mark.parametrize("isolation", ["auto", "python"])
+def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed(isolation):
   spawned = []
   result = code_sandbox.run_program(
       "import tempfile, os\n"
@@ -136,12 +141,13 @@ def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed():
       "os.mkdir('d'); os.rename('a.txt', 'd/b.txt')\n"
       "print(open('d/b.txt').read(), os.getcwd() == os.environ['HOME'])\n",
       "",
-      _ctx(spawned=spawned),
+      _ctx(spawned=spawned, isolation=isolation),
   )
   assert result.ok, result
   assert result.stdout == b"xxxxxxxxxx True\n"
   ((_, tmpdir),) = spawned
-  assert os.path.basename(tmpdir).startswith(code_sandbox.TEMP_PREFIX)
+  if isolation == "python":  # Under bubblewrap nothing is written outside.
+    assert os.path.basename(tmpdir).startswith(sandbox_client.TEMP_PREFIX)
   assert not os.path.exists(tmpdir)
 
 
@@ -182,7 +188,7 @@ def test_wall_clock_deadline_kills_a_sleeper_and_its_group():
 def test_output_is_capped():
   result = _run("while True: print('x' * 65536)", wall_s=20.0)
   assert not result.ok
-  assert len(result.stdout) <= code_sandbox.MAX_OUTPUT_BYTES
+  assert len(result.stdout) <= sandbox_boot.MAX_OUTPUT_BYTES
 
 
 def test_stdin_reaches_the_program():
@@ -192,22 +198,6 @@ def test_stdin_reaches_the_program():
   assert result.ok and result.stdout == b"cba\n"
 
 
-def test_wait_reaps_an_exited_process_and_leaves_a_running_one():
-  # `_wait` watches a pidfd instead of polling: an exited process is reaped
-  # (returncode set) and a running one is still running when it times out.
-  quick = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
-  assert code_sandbox._wait(quick, 10.0)
-  assert quick.returncode == 3
-  slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-  try:
-    assert not code_sandbox._wait(slow, 0.2)
-    assert slow.poll() is None
-  finally:
-    slow.kill()
-    slow.wait()
-
-
-_NO_BWRAP = "bubblewrap does not run here (apt-get install bubblewrap)"
 _PROGRAMS = {
     "prints": ("print(sum(range(10)))", ""),
     "echoes_stdin": ("print(input()[::-1])", "hello\n"),
@@ -247,8 +237,7 @@ def test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does():
   # The same program under the same limits gives the same exit status,
   # output and deadline verdict as a fork of the warm sandboxed interpreter
   # as it does as a fresh bubblewrap sandbox and interpreter.
-  if not isolation.bwrap_works()[0]:
-    pytest.skip(_NO_BWRAP)
+  helpers.needs_bwrap()
   names = sorted(_PROGRAMS)
   done = subprocess.run(
       [
@@ -267,48 +256,63 @@ def test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does():
     assert fork == fresh, name
 
 
+# The audit hook is a guard, not the boundary: these programs switch it off
+# (it reports through a module global) to test what lies beneath.
+_NO_HOOK = "import sandbox_boot\nsandbox_boot._violation = lambda event: None\n"
 _LEAVE_AND_LOOK = """
-import sys, time
+import json, sys, time
 from scalerl_jax.rewards import code_sandbox, registry
 ctx = lambda: registry.VerifyContext(
     deadline=time.monotonic() + 10.0, code_isolation="bwrap",
     code_fork_server=True)
 first = code_sandbox.run_program(sys.argv[1], "", ctx())
 server = code_sandbox._server.proc.pid
-second = code_sandbox.run_program(sys.argv[2], "", ctx())
-print(first.ok, first.stdout == b"started\\n", code_sandbox._server.proc.pid == server)
-print(second.ok, second.stdout.decode().strip())
+sleeper = first.stdout.decode().split()[0]
+second = code_sandbox.run_program(sys.argv[2].replace("SLEEPER", sleeper), "", ctx())
+print(json.dumps([first.stdout.decode(), code_sandbox._server.proc.pid == server,
+                  second.stdout.decode()]))
 """
 
 
 def test_the_fork_server_leaves_nothing_of_one_program_to_the_next():
-  # The first program escapes the audit hook to start a process that would
-  # outlive it and leaves a file; the second, in the same sandbox, finds
-  # neither (the program's PID namespace dies with it, and the server
-  # empties the sandbox after each run).
-  if not isolation.bwrap_works()[0]:
-    pytest.skip(_NO_BWRAP)
-  leave = textwrap.dedent("""
+  # The first program, its audit hook off, starts a process below the hook
+  # that would outlive it, leaves files everywhere it can and locks a
+  # directory against its removal; the second, in the same sandbox, finds
+  # no other process and no file (the server sweeps the namespace and
+  # empties the tmpfs after each run; everything else is read-only).
+  helpers.needs_bwrap()
+  leave = _NO_HOOK + textwrap.dedent("""
       import _posixsubprocess, os
       r, w = os.pipe()
-      _posixsubprocess.fork_exec(
+      pid = _posixsubprocess.fork_exec(
           ['/bin/sleep', '30'], [b'/bin/sleep'], True, (), None, None,
           -1, -1, -1, -1, -1, -1, r, w, True, False, -1, None, None, None,
           -1, None, False)
-      open('left_behind', 'w').write('x')
-      print('started')
-  """)
-  look = textwrap.dedent("""
-      import os
-      sleepers = 0
-      for p in os.listdir('/proc'):
+      written = []
+      for path in ('left', '../left', '/left', '/dev/left', '/dev/shm/left',
+                   '/tmp/left', '/usr/left'):
         try:
-          sleepers += p.isdigit() and b'sleep' in open(
-              f'/proc/{p}/cmdline', 'rb').read()
+          open(path, 'w').write('x')
+          written.append(path)
         except OSError:
           pass
+      os.makedirs('../locked/inner')
+      open('../locked/inner/f', 'w').write('x')
+      os.chmod('../locked/inner', 0)
+      os.chmod('../locked', 0)
+      print(pid, written)
+  """)
+  look = _NO_HOOK + textwrap.dedent("""
+      import os
+      try:
+        os.kill(SLEEPER, 0)
+        others = True
+      except ProcessLookupError:
+        others = False
       mine = os.path.basename(os.getcwd())
-      print(sleepers, sorted(set(os.listdir('..')) - {mine}))
+      print(others, sorted(set(os.listdir('..')) - {mine}),
+            [p for p in ('/left', '/dev/left', '/dev/shm/left')
+             if os.path.exists(p)])
   """)
   done = subprocess.run(
       [sys.executable, "-c", _LEAVE_AND_LOOK, leave, look],
@@ -318,6 +322,72 @@ def test_the_fork_server_leaves_nothing_of_one_program_to_the_next():
       check=True,
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
   )
-  first, second = done.stdout.splitlines()
-  assert first == "True True True"  # Ran, and the same sandbox served both.
-  assert second == "True 0 ['sandbox_boot.py', 'server.py']"
+  first, same_server, second = json.loads(done.stdout)
+  # Only its own directory and the sandbox's tmpfs took a file.
+  assert first.split(maxsplit=1)[1] == "['left', '../left']\n"
+  assert same_server
+  assert second == "False ['sandbox_boot.py', 'server.py'] []\n"
+
+
+_CONFINEMENT = _NO_HOOK + textwrap.dedent("""
+    import ctypes, gc, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = {}
+    found['proc'] = os.path.exists('/proc/self')
+    # ptrace(PTRACE_ATTACH, 1), shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600),
+    # add_key: denied by the seccomp filter.
+    found['ptrace'] = libc.ptrace(16, 1, 0, 0) == 0
+    found['shmget'] = libc.shmget(0, 4096, 0o1600) >= 0
+    found['add_key'] = libc.syscall(248, b'user', b'k', b'v', 1, -3) >= 0
+    try:
+      with open('big', 'wb') as f:
+        for _ in range(100):
+          f.write(b'x' * (1 << 20))
+      found['wrote_100_mib'] = True
+    except OSError:
+      found['wrote_100_mib'] = False
+    print(sorted(k for k, v in found.items() if v))
+""")
+
+
+@pytest.mark.parametrize("fork_server", [False, True])
+def test_below_the_hook_the_sandbox_denies_proc_ptrace_ipc_and_disk(
+    fork_server,
+):
+  helpers.needs_bwrap()
+  ctx = registry.VerifyContext(
+      deadline=time.monotonic() + 20.0,
+      code_memory_mb=1024,
+      code_isolation="bwrap",
+      code_fork_server=fork_server,
+  )
+  try:
+    result = code_sandbox.run_program(_CONFINEMENT, "", ctx)
+  finally:
+    code_sandbox.stop_server()
+  assert result.stdout == b"[]\n", result
+
+
+_HANDLES = textwrap.dedent("""
+    import gc, sys
+    print(sorted(m for m in sys.modules if 'ctypes' in m),
+          sorted({type(o).__name__ for o in gc.get_objects()
+                  if 'ctypes' in type(type(o)).__module__
+                  or 'ctypes' in type(o).__module__}))
+""")
+
+
+def test_the_fork_server_leaves_the_program_no_handle_of_its_own():
+  # A forked program starts from the server's memory: the server must hold
+  # no ctypes module or object a program could call through.
+  helpers.needs_bwrap()
+  ctx = registry.VerifyContext(
+      deadline=time.monotonic() + 10.0,
+      code_isolation="bwrap",
+      code_fork_server=True,
+  )
+  try:
+    result = code_sandbox.run_program(_HANDLES, "", ctx)
+  finally:
+    code_sandbox.stop_server()
+  assert result.stdout == b"[] []\n", result

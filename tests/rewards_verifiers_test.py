@@ -10,7 +10,7 @@ from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
-from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import code_tests
 from scalerl_jax.rewards import math_answer
 from scalerl_jax.rewards import registry
 
@@ -217,11 +217,26 @@ def test_code_assertion_tests():
         ("[]", "empty list"),
         ("{not json", "do not parse"),
         ('[{"input": 1, "output": "1"}]', "string or a list of strings"),
+        ('{"fn_name": "f", "inputs": [[1]]}', "need"),
+        ('{"fn_name": "f x", "inputs": [[1]], "outputs": [1]}', "identifier"),
+        (
+            '{"fn_name": "f", "inputs": [1], "outputs": [1]}',
+            "list of arguments",
+        ),
+        ("assert f(1) > 2", "line 1 is not an assert"),
+        ("x = 3\nassert f(1) == 2", "line 1 is not an assert"),
+        ("assert f(1) == g(2)", "line 1 is not an assert"),
+        ("assert all(f(x) for x in [1])", "line 1 is not an assert"),
+        ("def check(c):\n  assert c(1) == 2", "line 1 is not an assert"),
+        ("import math", "no assert"),
+        ("assert f(1) ==", "neither JSON nor Python"),
     ],
 )
 def test_malformed_code_tests_are_errors(answer, message):
+  # Never run: tests the verifier cannot hold outside the program are an
+  # error naming the line, not code appended to the program.
   with pytest.raises(ValueError, match=message):
-    code_sandbox.parse_tests(answer)
+    code_tests.parse_tests(answer)
 
 
 def _thinking_cases():

@@ -13,6 +13,7 @@ alone. docs/reliability.md tabulates which layer stops which.
 import hashlib
 import json
 import os
+import re
 import socket
 import textwrap
 import threading
@@ -22,6 +23,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.rewards import isolation
+from tests import helpers
 
 # In the trainer's environment, which a program must not read.
 _CANARY = "SCALERL_CANARY_7f3a"
@@ -196,15 +198,9 @@ HOSTILE = {
 
 
 def _layers():
-  bwrap_ok, why = isolation.bwrap_works()
-  bwrap_skip = pytest.mark.skipif(
-      not bwrap_ok, reason=f"bubblewrap does not run here: {why}"
-  )
   for name, (_, needs_lower) in HOSTILE.items():
-    yield pytest.param(name, "bwrap", marks=bwrap_skip, id=f"{name}-bwrap")
-    yield pytest.param(
-        name, "bwrap_fork_server", marks=bwrap_skip, id=f"{name}-fork_server"
-    )
+    yield pytest.param(name, "bwrap", id=f"{name}-bwrap")
+    yield pytest.param(name, "bwrap_fork_server", id=f"{name}-fork_server")
     if not needs_lower:  # The others would breach: docs/reliability.md.
       yield pytest.param(name, "python", id=f"{name}-python")
 
@@ -302,6 +298,8 @@ def _completion(source):
 def test_hostile_program_scores_zero_and_changes_nothing_outside(
     world, pools, name, layer
 ):
+  if layer != "python":
+    helpers.needs_bwrap()
   target = world["outside"] / f"{name}-{layer}"
   source = HOSTILE[name][0]
   for placeholder, value in (
@@ -331,21 +329,53 @@ def test_hostile_program_scores_zero_and_changes_nothing_outside(
   assert scores.tolist() == [1.0]
 
 
-def test_auto_warns_at_start_up_when_bubblewrap_is_missing(monkeypatch):
+@pytest.mark.parametrize("mode", ["auto", "bwrap"])
+def test_without_bubblewrap_a_run_that_scores_code_stops_at_start_up(
+    monkeypatch, mode
+):
   monkeypatch.setattr(
       isolation, "bwrap_works", lambda: (False, "bwrap is not installed")
   )
-  with pytest.MonkeyPatch.context() as patch:
-    warnings = []
-    patch.setattr(
-        isolation.logging,
-        "warning",
-        lambda msg, *args: warnings.append(msg % args),
-    )
-    isolation.check("auto")
-  assert len(warnings) == 1 and "SANDBOX: bwrap is not installed" in warnings[0]
-  with pytest.raises(
-      RuntimeError, match="code_isolation='bwrap': bwrap is not installed"
-  ):
-    isolation.check("bwrap")
-  assert not isolation.use_bwrap("auto")
+  config = scalerl.get_config()
+  install = re.escape("install it (apt-get install bubblewrap)")
+  with config.unlocked():
+    config.rewards.code_isolation = mode
+    config.data.source = "builtin_code"
+  assert isolation.config_scores_code(config)
+  with pytest.raises(RuntimeError, match=f"'{mode}': bwrap is not .*{install}"):
+    isolation.check(mode, isolation.config_scores_code(config))
+  # A run that scores no code starts under `auto`; `bwrap` is required.
+  config.data.source = "builtin"
+  assert not isolation.config_scores_code(config)
+  if mode == "auto":
+    isolation.check(mode, isolation.config_scores_code(config))
+  # Code records reaching the pool stop the run, never scored outside.
+  config.rewards.update(num_workers=1, code_isolation=mode)
+  if mode == "bwrap":
+    with pytest.raises(RuntimeError, match=install):
+      rewards.RewardPool(config.rewards)
+    return
+  with rewards.RewardPool(config.rewards) as pool:
+    with pytest.raises(RuntimeError, match=install):
+      pool.score([_completion("print(42)")], [_record("42")])
+
+
+def test_python_isolation_is_explicit_and_says_it_is_no_boundary(monkeypatch):
+  monkeypatch.setattr(
+      isolation, "bwrap_works", lambda: (False, "bwrap is not installed")
+  )
+  warnings = []
+  monkeypatch.setattr(
+      isolation.logging,
+      "warning",
+      lambda msg, *args: warnings.append(msg % args),
+  )
+  isolation._warn_no_boundary.cache_clear()
+  assert not isolation.use_bwrap("python")
+  assert len(warnings) == 1 and "no security boundary" in warnings[0]
+  assert rewards.verify(
+      _completion("print(6 * 7)"),
+      _record("42"),
+      "code",
+      rewards.VerifyContext(code_isolation="python"),
+  )

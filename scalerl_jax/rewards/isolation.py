@@ -1,8 +1,10 @@
-"""The sandbox's lower layer: bubblewrap (Debian's `bubblewrap` package).
+"""The sandbox's boundary: bubblewrap (Debian's `bubblewrap` package).
 
-rewards.code_isolation: `auto` uses bubblewrap where it runs, else warns at
-start-up (`check`); `bwrap` requires it; `python` keeps the audit hook and
-rlimits alone. Design: docs/design/sandbox.md; attacks: docs/reliability.md.
+rewards.code_isolation: `auto` and `bwrap` run generated code under
+bubblewrap and stop, naming the install command, where it does not run;
+`python` runs it under the audit hook and rlimits alone, which is no security
+boundary (trusted code only). There is no fallback from one to the other.
+Design: docs/design/sandbox.md; attacks: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from absl import logging
+
+from scalerl_jax.rewards import seccomp
 
 # What `config.rewards.code_isolation` allows.
 MODES = ("auto", "bwrap", "python")
 SANDBOX_ROOT = "/sandbox"  # The program's directory inside bubblewrap.
 TMPFS_BYTES = 64 << 20  # Size of SANDBOX_ROOT: all a program may write.
+INSTALL = "apt-get install bubblewrap"
 _CHILD_PID = re.compile(rb'"child-pid":\s*([0-9]+)')
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
@@ -44,16 +49,40 @@ def interpreter() -> str:
   return os.path.realpath(sys.executable)
 
 
+def seccomp_fd() -> int:
+  """A pipe's read end holding the seccomp filter, for `command`.
+
+  The caller passes it to bwrap and closes it once bwrap has started.
+
+  Raises:
+    RuntimeError: no filter for this machine's architecture.
+  """
+  filter_ = seccomp.program()
+  if filter_ is None:
+    raise RuntimeError(
+        f"the sandbox's seccomp filter does not cover {os.uname().machine}"
+    )
+  read_end, write_end = os.pipe()
+  try:
+    os.write(write_end, filter_)  # Smaller than a pipe's buffer.
+  finally:
+    os.close(write_end)
+  return read_end
+
+
 def command(
     files: Sequence[tuple[str, str]],
     argv: Sequence[str],
+    seccomp_read_end: int,
     info_fd: Optional[int] = None,
 ) -> list[str]:
   """The bubblewrap argv that runs `argv` confined, as PID 1 of its namespace.
 
   `files` are (path outside, path inside SANDBOX_ROOT), bound read-only;
-  `argv` names paths as the program sees them; bwrap writes the program's
-  pid to `info_fd` (`read_child_pid`).
+  `argv` names paths as the program sees them; `seccomp_read_end` is
+  `seccomp_fd()`'s; bwrap writes the program's pid to `info_fd`
+  (`read_child_pid`). Only SANDBOX_ROOT, a size-capped tmpfs, is writable:
+  `/` and `/dev` are remounted read-only, and there is no `/proc`.
   """
   args = [
       "bwrap",
@@ -63,8 +92,6 @@ def command(
       "--cap-drop",
       "ALL",
       *_system_binds(),
-      "--proc",
-      "/proc",
       "--dev",
       "/dev",
       "--size",
@@ -74,6 +101,8 @@ def command(
   ]
   for outside, inside in files:
     args += ["--ro-bind", outside, os.path.join(SANDBOX_ROOT, inside)]
+  args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+  args += ["--seccomp", str(seccomp_read_end)]
   if info_fd is not None:
     args += ["--info-fd", str(info_fd)]
   return args + ["--chdir", SANDBOX_ROOT, "--", *argv]
@@ -98,16 +127,23 @@ def read_child_pid(info_r: int) -> Optional[int]:
 def bwrap_works() -> tuple[bool, str]:
   """(whether bubblewrap runs a confined interpreter here, why not)."""
   if shutil.which("bwrap") is None:
-    return False, "bwrap is not installed (apt-get install bubblewrap)"
+    return False, f"bwrap is not installed ({INSTALL})"
+  try:
+    filter_fd = seccomp_fd()
+  except RuntimeError as e:
+    return False, str(e)
   try:
     run = subprocess.run(
-        command([], [interpreter(), "-I", "-S", "-c", "pass"]),
+        command([], [interpreter(), "-I", "-S", "-c", "pass"], filter_fd),
         capture_output=True,
         timeout=30,
         check=False,
+        pass_fds=(filter_fd,),
     )
   except (OSError, subprocess.TimeoutExpired) as e:
     return False, f"bwrap did not run: {e}"
+  finally:
+    os.close(filter_fd)
   if run.returncode != 0:
     return False, (
         f"bwrap exited with status {run.returncode}: "
@@ -117,28 +153,60 @@ def bwrap_works() -> tuple[bool, str]:
 
 
 def use_bwrap(mode: str) -> bool:
-  """Whether a program runs under bubblewrap for `code_isolation=mode`."""
-  if mode not in MODES:
-    raise ValueError(f"rewards.code_isolation: {mode!r} is not one of {MODES}")
-  return mode != "python" and bwrap_works()[0]
-
-
-def check(mode: str) -> None:
-  """Start-up check: raises, or under `auto` warns, without bubblewrap.
+  """Whether a program runs under bubblewrap for `code_isolation=mode`.
 
   Raises:
     ValueError: an unknown mode.
-    RuntimeError: mode `bwrap` and bubblewrap does not run here.
+    RuntimeError: mode `auto` or `bwrap`, and bubblewrap does not run here.
   """
-  if use_bwrap(mode) or mode == "python":
-    return
-  why = bwrap_works()[1]
-  if mode == "bwrap":
-    raise RuntimeError(f"rewards.code_isolation='bwrap': {why}")
+  if mode not in MODES:
+    raise ValueError(f"rewards.code_isolation: {mode!r} is not one of {MODES}")
+  if mode == "python":
+    _warn_no_boundary()
+    return False
+  works, why = bwrap_works()
+  if not works:
+    raise RuntimeError(
+        f"rewards.code_isolation={mode!r}: {why}. Generated code runs only "
+        f"under bubblewrap: install it ({INSTALL}), or, for trusted code only, "
+        "set rewards.code_isolation='python', which is no security boundary "
+        "(docs/design/sandbox.md)"
+    )
+  return True
+
+
+@functools.cache
+def _warn_no_boundary() -> None:
   logging.warning(
-      "SANDBOX: %s. Generated code runs under the Python audit hook and rlimits alone, which "
-      "code that reaches C (ctypes, _posixsubprocess) can go around, and which let it read "
-      "your files (workdir, checkpoints, home). Install bubblewrap, or set "
-      "rewards.code_isolation='python' to accept this (docs/reliability.md).",
-      why,
+      "SANDBOX: rewards.code_isolation='python': generated code runs under the "
+      "Python audit hook and rlimits alone, which is no security boundary; "
+      "use it for trusted code only (docs/design/sandbox.md)."
+  )
+
+
+def check(mode: str, scores_code: bool = True) -> None:
+  """Start-up check of `code_isolation=mode` for a run.
+
+  Raises where `use_bwrap` would, if the run `scores_code`; mode `bwrap`
+  requires bubblewrap whatever the run scores.
+  """
+  if scores_code or mode == "bwrap":
+    use_bwrap(mode)
+  elif mode not in MODES:
+    raise ValueError(f"rewards.code_isolation: {mode!r} is not one of {MODES}")
+
+
+def config_scores_code(config: Any) -> bool:
+  """Whether a run's config sends records to the code verifier.
+
+  What the config names: `rewards.verifier='code'`, or a source or mixture
+  domain of the built-in code domain or with verifier `code`. Records of a
+  JSONL or TFDS source that name `code` themselves are caught by the pool
+  (`RewardPool.score` raises on the first one).
+  """
+  if config.rewards.verifier == "code" or config.data.source == "builtin_code":
+    return True
+  return any(
+      domain.get("source") == "builtin_code" or domain.get("verifier") == "code"
+      for domain in (config.data.get("mixture", None) or {}).values()
   )

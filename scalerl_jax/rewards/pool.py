@@ -99,8 +99,9 @@ class RewardPool:
   """
 
   def __init__(self, rewards_config: Any):
-    # Warns when the lower layer is missing.
-    isolation.check(rewards_config.code_isolation)
+    # Code records are checked as they come (`_score`); the run checks what
+    # its config names at start-up (isolation.config_scores_code).
+    isolation.check(rewards_config.code_isolation, scores_code=False)
     self._mode = rewards_config.verifier
     if self._mode not in registry.MODES:
       raise ValueError(
@@ -309,7 +310,9 @@ class RewardPool:
 
     Raises:
       ValueError: lengths differ, a malformed record or an unknown verifier.
-      RuntimeError: closed, or processes failed to start or failed twice.
+      RuntimeError: closed, processes failed to start or failed twice, or a
+        code record to score and bubblewrap does not run here (unless
+        rewards.code_isolation='python').
     """
     if len(completions) != len(records):
       raise ValueError(
@@ -337,6 +340,9 @@ class RewardPool:
   ) -> tuple[np.ndarray, dict[str, float]]:
     """`score`, with the lock held."""
     specs = [registry.resolve_spec(record, self._mode) for record in records]
+    if any(registry.kind_of(spec) == "code" for spec in specs):
+      # Stops the run rather than scoring code outside bubblewrap.
+      isolation.use_bwrap(self._settings.code_isolation)
     start = time.monotonic()
     batch = _Batch(
         np.zeros(len(completions), np.float32), np.zeros(len(completions))

@@ -1,54 +1,49 @@
-"""A fork server in one bubblewrap sandbox: `server.py <root> <keep>...`.
+"""A sandbox's server: `server.py <root> <keep>...`, one program per request.
 
-Run by `python -I -S -B` as PID 1 of the sandbox's namespaces (standard
-library only). It reads requests from fd 0 and answers on fd 1, one at a time,
-each a 4-byte big-endian length and a JSON object: `{source, stdin, cpu_s,
-memory_mb, wall_s}` in, `{returncode, stdout (base64), timed_out}` out. Each
-program runs in a forked child of this clean interpreter, in a fresh
-directory under `root` (whose `keep` entries, the server's own read-only
-files, stay), with the rlimits and the audit hook of a fresh
-sandboxed run (sandbox_boot.py), so its start-up is a fork, not an
-interpreter. Invariants: the server runs no program code itself; after every
-run it kills every other process in the namespace (SIGKILL to PID 1 from
-inside is ignored by the kernel) and empties `root`, so nothing one program
-leaves reaches the next. Design: docs/design/sandbox.md.
+Run by `python -I -S -B` (standard library only), under bubblewrap as PID 1
+of the sandbox's namespaces, or without it (rewards.code_isolation='python')
+as a plain process. Requests come on fd 0, one at a time: a 12-byte header
+(big-endian body length, wall-clock seconds as a double) and a `marshal`ed
+dict `{source, stdin, calls, cpu_s, memory_mb}` from the host; each answer
+on fd 1 is `ANSWER` (return code, timed out, the two lengths) followed by
+the program's stdout and its report (sandbox_boot.py).
+
+Per request the server forks a runner, which forks the program's process
+(sandbox_boot.run_child) in a fresh directory under `root` and collects its
+output and report. Invariants: the server runs no program code and holds no
+program data (the request is spliced into a memfd, the answer sent from
+one), so a program that reads the server's memory finds nothing of another;
+after every run, as PID 1, it kills every other process of the sandbox and
+empties `root` but for its `keep` entries, and stops if it cannot, so
+nothing one program leaves reaches the next. Design: docs/design/sandbox.md.
 """
 
-import base64
-import ctypes
-import io
-import json
+import marshal
 import os
 import select
-import shutil
-import signal
 import struct
 import sys
 import time
-import traceback
+
+# The C half of `signal`, which imports enum, which every fresh sandbox would
+# pay for.
+import _signal as signal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sandbox_boot  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_PR_SET_DUMPABLE = 4
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWPID = 0x20000000
-_unshare = None  # libc's unshare, bound before ctypes leaves sys.modules.
-
-
-def _read_message(fd):
-  """The next request, or None when the host has closed the pipe."""
-  header = _read_exactly(fd, 4)
-  if header is None:
-    return None
-  body = _read_exactly(fd, struct.unpack(">I", header)[0])
-  return None if body is None else json.loads(body)
+_HEADER = struct.Struct(">Id")
+# Return code, timed out, stdout's and the report's lengths.
+ANSWER = struct.Struct(">i?II")
+_RUNNER_GRACE_S = 1.0  # Past the program's deadline, for its runner.
+# The answer when the runner died before answering (a program may kill it).
+_NO_ANSWER = ANSWER.pack(-signal.SIGKILL, False, 0, 0)
 
 
 def _read_exactly(fd, n):
   chunks = []
   while n:
-    chunk = os.read(fd, min(n, 1 << 20))
+    chunk = os.read(fd, min(n, 1 << 16))
     if not chunk:
       return None
     chunks.append(chunk)
@@ -56,174 +51,184 @@ def _read_exactly(fd, n):
   return b"".join(chunks)
 
 
-def _write_message(fd, message):
-  body = json.dumps(message).encode()
-  data = struct.pack(">I", len(body)) + body
+def _write_all(fd, data):
   while data:
     data = data[os.write(fd, data) :]
 
 
-def _child(run_dir, source, cpu_s, memory_mb):
-  """The forked child: confines itself, then runs `source` as __main__."""
-  status = 1
+def _read(fd, chunks):
+  """Appends the next chunk of `fd`; False at EOF or past MAX_OUTPUT_BYTES."""
+  chunk = os.read(fd, 1 << 16)
+  chunks.append(chunk)
+  return bool(chunk) and sum(map(len, chunks)) <= sandbox_boot.MAX_OUTPUT_BYTES
+
+
+def _drain(fd, chunks):
+  """Appends what `fd` holds now; a writer left alive is not waited for."""
+  os.set_blocking(fd, False)
   try:
-    os.setsid()
-    os.chdir(run_dir)
-    os.dup2(os.open("stdin", os.O_RDONLY), 0)
-    os.dup2(os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
-    os.dup2(os.open("/dev/null", os.O_WRONLY), 2)
-    os.closerange(3, 1 << 16)  # The request and answer pipes among them.
-    sandbox_boot.set_limits(cpu_s, memory_mb)
-    os.environ.clear()
-    os.environ.update(sandbox_boot.program_env(run_dir))
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False))
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False))
-    sys.argv = [os.path.join(run_dir, "main.py")]
-    code = compile(source, sys.argv[0], "exec")
-    sys.addaudithook(sandbox_boot.make_hook(run_dir))
-    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})  # pylint: disable=exec-used
-    status = 0
-  except SystemExit as e:
-    if e.code is None or isinstance(e.code, int):
-      status = e.code or 0
-    else:
-      print(e.code, file=sys.stderr)
-  except BaseException:  # pylint: disable=broad-except
-    traceback.print_exc()
-  try:
-    sys.stdout.flush()
-  except BaseException:  # pylint: disable=broad-except
-    status = status or 1
-  os._exit(status & 0xFF)
+    while _read(fd, chunks):
+      pass
+  except BlockingIOError:
+    pass
 
 
-def _intermediate(run_dir, request):
-  """Starts the program as PID 1 of a pid namespace of its own; its status.
+def _collect(pid, pipes, wall_s):
+  """Reads the program's pipes until it exits, overflows one, or its deadline.
 
-  As in a fresh sandbox, the program's parent is out of its sight
-  (getppid() is 0), it can signal neither this process nor the server, and
-  every process it starts dies with it.
+  Kills its process group (as PID 1 the server kills the rest). Returns what
+  each pipe held (capped), its return code, and whether the deadline passed.
   """
-  try:
-    # A user namespace for the right to make the pid namespace; its ids are
-    # left unmapped (mapping uid 0 needs CAP_SETFCAP, dropped), so the
-    # program sees itself as uid 65534 while the kernel checks its files
-    # access as before.
-    if _unshare(_CLONE_NEWUSER | _CLONE_NEWPID) != 0:
-      os._exit(1)
-    pid = os.fork()
-    if pid == 0:
-      _child(run_dir, request["source"], request["cpu_s"], request["memory_mb"])
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):  # Dies the same death, for the server to read.
-      sig = os.WTERMSIG(status)
-      if sig not in (signal.SIGKILL, signal.SIGSTOP):
-        signal.signal(sig, signal.SIG_DFL)
-      os.kill(os.getpid(), sig)
-    os._exit(os.WEXITSTATUS(status))
-  finally:
-    os._exit(1)  # Never back into the server's loop.
-
-
-def _others():
-  """Every process of the namespace but this one (PID 1)."""
-  return [int(p) for p in os.listdir("/proc") if p.isdigit() and p != "1"]
-
-
-def _sweep():
-  """Kills and reaps every other process in the namespace."""
-  for _ in range(100):
-    pids = _others()
-    if not pids:
-      break
-    for pid in pids:
-      try:
-        os.kill(pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
-    _reap_any()
-    time.sleep(0.001)
-  _reap_any()
-
-
-def _reap_any():
-  while True:
-    try:
-      pid, _ = os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-      return
-    if pid == 0:
-      return
-
-
-def _run(root, keep, n, request):
-  run_dir = os.path.join(root, f"run{n}")
-  os.mkdir(run_dir, 0o700)
-  with open(os.path.join(run_dir, "stdin"), "w", encoding="utf-8") as f:
-    f.write(request["stdin"])
-  pid = os.fork()
-  if pid == 0:
-    _intermediate(run_dir, request)
+  deadline = time.monotonic() + wall_s
   pidfd = os.pidfd_open(pid)
-  try:
-    ready, _, _ = select.select([pidfd], [], [], max(0.0, request["wall_s"]))
-  finally:
-    os.close(pidfd)
-  timed_out = not ready
-  if timed_out:
-    os.kill(pid, signal.SIGKILL)
+  chunks = {fd: [] for fd in pipes}
+  open_ = set(pipes)
+  timed_out = overflowed = False
+  while not overflowed:
+    timeout = deadline - time.monotonic()
+    ready, _, _ = select.select([pidfd, *open_], [], [], max(0.0, timeout))
+    if not ready:
+      timed_out = True
+      break
+    for fd in set(ready) & open_:
+      if not _read(fd, chunks[fd]):
+        open_.discard(fd)
+        overflowed = bool(chunks[fd][-1])
+    if pidfd in ready:
+      break
+  for kill in (os.kill, os.killpg):
+    try:
+      kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+      pass
   _, status = os.waitpid(pid, 0)
-  _sweep()
-  try:
-    with open(os.path.join(run_dir, "stdout"), "rb") as f:
-      stdout = f.read(sandbox_boot.MAX_OUTPUT_BYTES)
-  except OSError:
-    stdout = b""
-  for entry in set(os.listdir(root)) - keep:
-    path = os.path.join(root, entry)
-    if os.path.isdir(path) and not os.path.islink(path):
-      shutil.rmtree(path, ignore_errors=True)
-    else:
-      try:
-        os.remove(path)
-      except OSError:
-        pass
+  os.close(pidfd)
+  for fd in open_:
+    _drain(fd, chunks[fd])
   returncode = (
       -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
   )
-  return {
-      "returncode": returncode,
-      "stdout": base64.b64encode(stdout).decode(),
-      "timed_out": timed_out,
-  }
+  out = [b"".join(chunks[fd])[: sandbox_boot.MAX_OUTPUT_BYTES] for fd in pipes]
+  return out, returncode, timed_out
+
+
+def _runner(request_fd, answer_fd, run_dir, wall_s):
+  """The forked runner: runs one request's program, writes the answer."""
+  status = 1
+  try:
+    size = os.fstat(request_fd).st_size
+    request = marshal.loads(os.pread(request_fd, size, 0))
+    os.mkdir(run_dir, 0o700)
+    with open(
+        os.path.join(run_dir, "stdin"), "w", encoding="utf-8", errors="replace"
+    ) as f:
+      f.write(request["stdin"])
+    stdout_r, stdout_w = os.pipe()
+    result_r, result_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+      sandbox_boot.run_child(run_dir, request, stdout_w, result_w)
+    os.close(stdout_w)
+    os.close(result_w)
+    (stdout, result), returncode, timed_out = _collect(
+        pid, [stdout_r, result_r], wall_s
+    )
+    header = ANSWER.pack(returncode, timed_out, len(stdout), len(result))
+    _write_all(answer_fd, header + stdout + result)
+    status = 0
+  finally:
+    os._exit(status)  # Never back into the server's loop.
+
+
+def _sweep():
+  """As PID 1: kills and reaps every other process of the namespace."""
+  while True:
+    try:
+      os.kill(-1, signal.SIGKILL)  # All but this one, as PID 1.
+    except ProcessLookupError:
+      pass
+    try:
+      os.waitpid(-1, 0)
+    except ChildProcessError:
+      return
+
+
+def _remove(path):
+  """Removes a tree as its owner, whatever modes the program left on it."""
+  if os.path.isdir(path) and not os.path.islink(path):
+    os.chmod(path, 0o700)
+    for entry in os.listdir(path):
+      _remove(os.path.join(path, entry))
+    os.rmdir(path)
+  else:
+    os.unlink(path)
+
+
+def _empty(root, keep):
+  """Removes every entry of `root` but `keep`; False if one stays."""
+  os.chmod(root, 0o700)
+  for entry in set(os.listdir(root)) - keep:
+    try:
+      _remove(os.path.join(root, entry))
+    except (OSError, RecursionError):
+      return False
+  return not set(os.listdir(root)) - keep
+
+
+def _serve(requests, answers, root, keep, n):
+  """Serves one request; False when the host has closed the pipe."""
+  header = _read_exactly(requests, _HEADER.size)
+  if header is None:
+    return False
+  size, wall_s = _HEADER.unpack(header)
+  request_fd = os.memfd_create("request")
+  answer_fd = os.memfd_create("answer")
+  try:
+    while size:  # From pipe to memfd in the kernel, past this heap.
+      moved = os.splice(requests, request_fd, size)
+      if not moved:
+        return False
+      size -= moved
+    pid = os.fork()
+    if pid == 0:
+      os.close(requests)
+      os.close(answers)
+      _runner(request_fd, answer_fd, os.path.join(root, f"run{n}"), wall_s)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], wall_s + _RUNNER_GRACE_S)
+    os.close(pidfd)
+    if not ready:
+      os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if os.getpid() == 1:
+      _sweep()
+    if not _empty(root, keep):
+      raise RuntimeError(f"the sandbox's {root} could not be emptied")
+    size = os.fstat(answer_fd).st_size
+    if status == 0 and size:
+      offset = 0
+      while offset < size:
+        offset += os.sendfile(answers, answer_fd, offset, size - offset)
+    else:
+      _write_all(answers, _NO_ANSWER)
+  finally:
+    os.close(request_fd)
+    os.close(answer_fd)
+  return True
 
 
 def main(argv):
   """Serves requests until the host closes fd 0."""
   root, keep = argv[1], set(argv[2:])
-  global _unshare
-  libc = ctypes.CDLL(None, use_errno=True)
-  # No process here may read this one's memory or descriptors.
-  libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-  _unshare = libc.unshare
-  # A program's `import ctypes` must import it afresh, which the audit hook
-  # stops, as in a fresh interpreter.
-  for name in [
-      m for m in sys.modules if m == "ctypes" or m.startswith("ctypes.")
-  ]:
-    del sys.modules[name]
+  # A program's signals to PID 1 are dropped unless it has a handler.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
   requests, answers = os.dup(0), os.dup(1)
   null = os.open("/dev/null", os.O_RDWR)
   os.dup2(null, 0)
   os.dup2(null, 1)
   n = 0
-  while True:
-    request = _read_message(requests)
-    if request is None:
-      return
+  while _serve(requests, answers, root, keep, n):
     n += 1
-    _write_message(answers, _run(root, keep, n, request))
 
 
 if __name__ == "__main__":

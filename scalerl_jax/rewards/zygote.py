@@ -19,7 +19,7 @@ import sys
 import traceback
 from multiprocessing import connection as mp_connection
 
-from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import sandbox_client
 from scalerl_jax.rewards import worker
 
 
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
   """Serves fork and kill requests until the pool closes the connection."""
   # Ctrl-C is the trainer's to handle.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  code_sandbox.die_with_parent()
+  sandbox_client.die_with_parent()
   path = argv[1]
   control = connect(path)
   settings = control.recv()

@@ -1,0 +1,236 @@
+"""The host's side of one sandbox: starts sandbox_server.py, sends programs.
+
+Under bubblewrap the server is PID 1 of the sandbox (isolation.command);
+with rewards.code_isolation='python' it is a plain process in a session of
+its own with a temporary directory. The protocol is sandbox_server.py's.
+Design: docs/design/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import marshal
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Optional
+
+from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards import sandbox_boot
+
+_BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
+# Run inside the sandbox, never imported here (it imports sandbox_boot as a
+# top-level module, as the sandbox's interpreter sees it).
+_SERVER_SCRIPT = os.path.join(
+    os.path.dirname(_BOOT_SCRIPT), "sandbox_server.py"
+)
+# The server's own files under bubblewrap, which it keeps when it empties
+# SANDBOX_ROOT.
+_KEEP = ("sandbox_boot.py", "server.py")
+_HEADER = struct.Struct(">Id")  # sandbox_server._HEADER.
+_ANSWER = struct.Struct(">i?II")  # sandbox_server.ANSWER.
+_SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
+_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its program.
+TEMP_PREFIX = "scalerl_sandbox_"  # Of the temporary directory, python mode.
+_PR_SET_PDEATHSIG = 1
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramResult:
+  """What one sandboxed run did."""
+
+  returncode: int  # Negative: killed by that signal.
+  stdout: bytes  # At most sandbox_boot.MAX_OUTPUT_BYTES.
+  timed_out: bool  # Killed at the wall-clock deadline.
+  # The program's report (sandbox_boot.py): the only source of its values.
+  result: bytes = b""
+
+  @property
+  def violation(self) -> bool:
+    """Whether the audit hook stopped the program."""
+    return self.returncode == sandbox_boot.VIOLATION_EXIT_CODE
+
+  @property
+  def ok(self) -> bool:
+    """Exited by itself with status 0."""
+    return not self.timed_out and self.returncode == 0
+
+
+@functools.cache
+def _libc() -> Optional[ctypes.CDLL]:
+  return (
+      ctypes.CDLL(None, use_errno=True)
+      if sys.platform.startswith("linux")
+      else None
+  )
+
+
+def die_with_parent() -> None:
+  """Has Linux SIGKILL this process when its parent exits (no-op elsewhere)."""
+  libc = _libc()
+  if libc is not None:
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _confine_python_server() -> None:
+  """preexec_fn of a server without bubblewrap: dies with its parent, and
+  gets a private network namespace where the kernel grants one (as root, or
+  through an unprivileged user namespace; the audit hook blocks sockets
+  without it)."""
+  die_with_parent()
+  libc = _libc()
+  if libc is not None and libc.unshare(_CLONE_NEWNET) != 0:
+    libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
+
+
+def _kill(pid: int, kill: Callable[[int, int], None]) -> None:
+  try:
+    kill(pid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass  # Gone already.
+
+
+class Sandbox:
+  """One sandbox process, serving programs one at a time until closed.
+
+  Reports its process group (and temporary directory) to `on_spawn`, so that
+  the pool kills it with a worker it had to kill.
+
+  Raises:
+    RuntimeError: bubblewrap asked for and not running here.
+  """
+
+  def __init__(self, bwrap: bool, on_spawn: Callable[[int, str], None]):
+    _libc()  # Loaded before forking, not inside the child.
+    self._info_r, pass_fds, preexec_fn = None, (), None
+    self.tmp = ""
+    if bwrap:
+      root = isolation.SANDBOX_ROOT
+      filter_fd = isolation.seccomp_fd()
+      self._info_r, info_w = os.pipe()
+      argv = isolation.command(
+          [(_BOOT_SCRIPT, _KEEP[0]), (_SERVER_SCRIPT, _KEEP[1])],
+          [isolation.interpreter(), "-I", "-S", "-B", f"{root}/{_KEEP[1]}"]
+          + [root, *_KEEP],
+          filter_fd,
+          info_fd=info_w,
+      )
+      pass_fds = (filter_fd, info_w)
+    else:
+      root = self.tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
+      argv = [sys.executable, "-I", "-S", "-B", _SERVER_SCRIPT, root]
+      preexec_fn = _confine_python_server
+    try:
+      self.proc = subprocess.Popen(
+          argv,
+          stdin=subprocess.PIPE,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.DEVNULL,
+          cwd=root if not bwrap else "/",
+          env=sandbox_boot.program_env(root),
+          # Under bwrap no preexec_fn: Python code between fork and exec can
+          # deadlock in a threaded parent, and bwrap --die-with-parent does
+          # what it would.
+          preexec_fn=preexec_fn,
+          start_new_session=True,
+          close_fds=True,
+          pass_fds=pass_fds,
+      )
+    finally:
+      for fd in pass_fds:
+        os.close(fd)
+    on_spawn(self.proc.pid, self.tmp)
+    self._child = None  # The server's pid under bwrap.
+    if self._info_r is not None:
+      # Open as long as bwrap lives: bwrap writes to it after the child's pid,
+      # and a closed read end killed it by SIGPIPE (about one start in three).
+      self._child = isolation.read_child_pid(self._info_r)
+
+  def alive(self) -> bool:
+    return self.proc.poll() is None
+
+  def run(
+      self,
+      source: str,
+      stdin: str,
+      calls: Optional[dict[str, Any]],
+      cpu_s: float,
+      memory_mb: int,
+      deadline: float,
+  ) -> Optional[ProgramResult]:
+    """The program's result, or None if the server died or did not answer."""
+    wall_s = max(0.0, deadline - time.monotonic())
+    # marshal: the sandbox's interpreter reads it without an import.
+    body = marshal.dumps(
+        {
+            "source": source,
+            "stdin": stdin,
+            "calls": calls,
+            "cpu_s": float(cpu_s),
+            "memory_mb": int(memory_mb),
+        }
+    )
+    try:
+      self.proc.stdin.write(_HEADER.pack(len(body), wall_s) + body)
+      self.proc.stdin.flush()
+    except OSError:
+      return None
+    until = time.monotonic() + wall_s + _SERVER_GRACE_S
+    header = self._read(_ANSWER.size, until)
+    if header is None:
+      return None
+    returncode, timed_out, stdout_size, result_size = _ANSWER.unpack(header)
+    if max(stdout_size, result_size) > sandbox_boot.MAX_OUTPUT_BYTES:
+      return None
+    data = self._read(stdout_size + result_size, until)
+    if data is None:
+      return None
+    return ProgramResult(
+        returncode, data[:stdout_size], timed_out, data[stdout_size:]
+    )
+
+  def _read(self, n: int, until: float) -> Optional[bytes]:
+    """`n` bytes of the server's answer; None at EOF or past `until`."""
+    fd, chunks = self.proc.stdout.fileno(), []
+    while n:
+      timeout = max(0.0, until - time.monotonic())
+      ready, _, _ = select.select([fd], [], [], timeout)
+      chunk = os.read(fd, min(n, 1 << 20)) if ready else b""
+      if not chunk:
+        return None
+      chunks.append(chunk)
+      n -= len(chunk)
+    return b"".join(chunks)
+
+  def close(self, on_reap: Callable[[int], None]) -> None:
+    """Kills the sandbox (all of its processes) and reaps it."""
+    if self._child is not None and self.alive():
+      # PID 1 first, which takes its namespace with it, so that bwrap reaps
+      # it and exits; bwrap's group below.
+      _kill(self._child, os.kill)
+      try:
+        self.proc.wait(timeout=_BWRAP_EXIT_S)
+      except subprocess.TimeoutExpired:
+        pass
+    _kill(self.proc.pid, os.killpg)
+    self.proc.wait()
+    for pipe in (self.proc.stdin, self.proc.stdout):
+      try:
+        pipe.close()
+      except OSError:
+        pass
+    if self._info_r is not None:
+      os.close(self._info_r)
+    if self.tmp:
+      shutil.rmtree(self.tmp, ignore_errors=True)
+    on_reap(self.proc.pid)
