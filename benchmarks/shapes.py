@@ -3,7 +3,8 @@ optionally with model fields changed.
 
 `tiny_cpu:embed_dim=256;mlp_dim=768` is configs/scalerl.py's tiny_cpu with a
 wider residual stream and MLP; `tiny_cpu:family=qwen3;qk_norm=True` adds
-Qwen3's per-head q/k norms.
+Qwen3's per-head q/k norms; a dotted name sets any field:
+`qwen3_0.6b:trainer.microbatches=8`.
 """
 
 import ml_collections
@@ -33,5 +34,10 @@ def shape_config(
       config.data.prompts_per_step = prompts_per_step
     for item in filter(None, fields.split(";")):
       name, value = item.split("=")
-      config.model[name] = _parse(value, config.model[name])
+      # A bare name is a model field; a dotted one any field of the config.
+      *path, leaf = name.split(".") if "." in name else ("model", name)
+      node = config
+      for part in path:
+        node = node[part]
+      node[leaf] = _parse(value, node[leaf])
   return config

@@ -148,6 +148,11 @@ def _model_config(variant):
   m.compute_dtype = "float32"  # Activation/matmul dtype: float32 | bfloat16.
   # PAPER.md §5: final logits in float32 (moved A 0.52 -> 0.61).
   m.fp32_lm_head = True
+  # How the FP32 head multiplies: highest (one float32 matmul at
+  # Precision.HIGHEST) | bf16_3x (float32 weights split into two bfloat16
+  # parts, products on the bfloat16 units, float32 sums) | auto: bf16_3x when
+  # compute_dtype is bfloat16, else highest (models/transformer.py).
+  m.lm_head_algorithm = "auto"
   # Rematerialise each block in the backward pass (saves memory).
   m.remat = False
   # Training and prefill attention (models/attention.py): plain | blockwise |
@@ -371,12 +376,13 @@ def get_config(arg=None):
   c.rewards.num_workers = 2  # Verifier worker processes.
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
   c.rewards.code_memory_mb = 512  # code: address-space limit.
-  # code: the sandbox's layer below the audit hook (rewards/isolation.py):
-  # auto (bubblewrap if it runs, else warn) | bwrap (required) | python (none).
+  # code: the sandbox's boundary (rewards/isolation.py): auto and bwrap need
+  # bubblewrap, and a run that scores code without it stops at start-up |
+  # python: the audit hook alone, no security boundary (trusted code only).
   c.rewards.code_isolation = "auto"
   # code, under bubblewrap: run each program as a fork of one warm sandboxed
-  # interpreter per worker (rewards/sandbox_server.py, 3 ms a program) instead
-  # of a fresh sandbox and interpreter (20 ms); the same limits and hook.
+  # interpreter per worker (rewards/sandbox_server.py, ~5 ms a program) instead
+  # of a fresh sandbox and interpreter (~40 ms); the same limits and hook.
   # configs/multitask.py turns it on.
   c.rewards.code_fork_server = False
   # Address-space limit of a verifier worker; 0 = none.

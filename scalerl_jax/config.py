@@ -134,6 +134,7 @@ RULES: dict[str, Rule] = {
     "model.param_dtype": _one_of(transformer.DTYPES),
     "model.compute_dtype": _one_of(transformer.DTYPES),
     "model.attention": _one_of(attention.choices),
+    "model.lm_head_algorithm": _one_of(transformer.LM_HEAD_ALGORITHMS),
     "model.scan_unroll": _NONNEG_INT,
     # mesh
     "mesh.axes": _rule(

@@ -27,6 +27,7 @@ from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import hf_io, transformer
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards.pool import RewardPool
 from scalerl_jax.rewards.shared import SharedRewardPool
 from scalerl_jax.sampling.sampler import Sampler
@@ -81,6 +82,7 @@ class Experiment:
           param_dtype=config.model.param_dtype,
           compute_dtype=config.model.compute_dtype,
           fp32_lm_head=config.model.fp32_lm_head,
+          lm_head_algorithm=config.model.lm_head_algorithm,
           remat=config.model.remat,
           attention=config.model.attention,
       )
@@ -138,6 +140,11 @@ class Experiment:
 
     Across processes each verifies a share and all get every score.
     """
+    # Stops here, before any step, if code would run without bubblewrap.
+    isolation.check(
+        self.config.rewards.code_isolation,
+        isolation.config_scores_code(self.config),
+    )
     pool = RewardPool(self.config.rewards)
     return pool if jax.process_count() == 1 else SharedRewardPool(pool)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from scalerl_jax.models import decode_attention
+from scalerl_jax.models import decode_attention_gpu
 from scalerl_jax.models.transformer import attention
 
 
@@ -19,7 +20,9 @@ def _inputs(b, k, q, e, s, dtype, seed=0):
   )
 
 
-def _attend(q_Bx1xKxQxE, keys, values, lengths, dtype, position_axis=2):
+def _attend(
+    q_Bx1xKxQxE, keys, values, lengths, dtype, position_axis=2, platform="tpu"
+):
   return decode_attention.attend(
       q_Bx1xKxQxE[:, 0],
       keys,
@@ -27,6 +30,7 @@ def _attend(q_Bx1xKxQxE, keys, values, lengths, dtype, position_axis=2):
       jnp.asarray(lengths),
       values_position_axis=position_axis,
       dtype=dtype,
+      platform=platform,
   )
 
 
@@ -94,6 +98,8 @@ def test_blocks_and_the_auto_rule():
   assert decode_attention.choose("auto", "tpu", 16_384) == "pallas"
   assert decode_attention.choose("auto", "tpu", 1_000) == "plain"
   assert decode_attention.choose("auto", "cpu", 16_384) == "plain"
+  assert decode_attention.choose("auto", "gpu", 1_000) == "pallas"
+  assert decode_attention.choose("pallas", "gpu", 1_000) == "pallas"
   assert decode_attention.choose("pallas", "cpu", 160) == "pallas"
   with pytest.raises(ValueError, match="1000 positions"):
     decode_attention.choose("pallas", "tpu", 1_000)
@@ -111,3 +117,39 @@ def test_jit_and_grad_free():
   )
   out = f(q_Bx1xKxQxE[:, 0], keys, values, jnp.array([3, 256]))
   assert out.shape == (2, 2, 2, 16)
+
+
+@pytest.mark.parametrize(
+    "k,q,e,s",
+    [(2, 2, 128, 200), (1, 7, 64, 100), (4, 1, 32, 64)],
+)
+def test_gpu_kernel_equals_plain_attention_at_every_length(k, q, e, s):
+  # The Triton kernel in Pallas' interpreter. Lengths 1, within the first
+  # block, a block's end, a block's end + 1 and the whole cache (no multiple
+  # of the block: the last block is masked).
+  block = decode_attention_gpu.BLOCK
+  lengths = np.array([1, 5, min(block, s), min(block + 1, s), s])
+  q_Bx1xKxQxE, keys, values = _inputs(len(lengths), k, q, e, s, jnp.float32)
+  visible = np.arange(s)[None, None, :] < lengths[:, None, None]
+  # Exact float32 products for the reference: on a GPU the default is TF32.
+  with jax.default_matmul_precision("highest"):
+    want = attention(q_Bx1xKxQxE, keys, values, visible, jnp.float32)[:, 0]
+  got = _attend(q_Bx1xKxQxE, keys, values, lengths, jnp.float32, platform="gpu")
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_gpu_kernel_never_reads_past_a_rows_length():
+  # NaN at every position from a row's length on cannot reach its output:
+  # the walk stops at the length and masks the loads of its last block.
+  lengths = np.array([3, 70])
+  q_Bx1xKxQxE, keys, values = _inputs(2, 2, 2, 16, 128, jnp.float32, seed=4)
+  past = np.arange(128)[None, :] >= lengths[:, None]
+  got = _attend(
+      q_Bx1xKxQxE,
+      jnp.where(past[:, None, None, :], jnp.nan, keys),
+      jnp.where(past[:, None, :, None], jnp.nan, values),
+      lengths,
+      jnp.float32,
+      platform="gpu",
+  )
+  assert np.isfinite(np.asarray(got)).all()

@@ -497,8 +497,8 @@ def make_plan(
   )
   head = {k: v for k, v in prepared.items() if k != "layers"}
   head_specs = {
-      name: nn.logical_to_mesh_axes(axes, weight_rules)
-      for name, axes in decode.TOP_AXES.items()
+      name: nn.logical_to_mesh_axes(decode.TOP_AXES[name], weight_rules)
+      for name in head
   }
   unsharded = lambda spec: PartitionSpec(
       *(sharding.without_axes(a, ("fsdp",)) for a in spec)
@@ -594,7 +594,11 @@ def make_plan(
       decode_gathered=decode_gathered,
       prepared_rest=tree_bytes(head, head_specs, mesh),
       prepare_temps=(
-          tree_bytes(head["head"], head_specs["head"], mesh)
+          sum(
+              tree_bytes(head[name], head_specs[name], mesh)
+              for name in ("head", "head_lo")
+              if name in head
+          )
           if cfg.tie_embeddings
           else 0
       ),

@@ -35,9 +35,11 @@ from scalerl_jax.models.transformer import (
     ModelConfig,
     apply_rope,
     attention,
+    head_algorithm,
     lm_head,
     rms_norm,
     rope_frequencies,
+    split_bf16,
 )
 
 # {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E] or [B, K, E, S]}
@@ -109,6 +111,7 @@ TOP_AXES = {  # ... and of the rest of them.
     "embedding": ("vocab", "embed"),
     "final_norm": ("norm",),
     "head": ("embed", "vocab"),
+    "head_lo": ("embed", "vocab"),
 }
 
 
@@ -255,14 +258,19 @@ def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
     )
   head = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
   # The embedding is looked up, then cast: cast first, the same values. The
-  # head is kept in the dtype `lm_head` computes in (float32 for the FP32
-  # head), so the copy each chip holds is no wider than it is used.
-  head_dtype = jnp.float32 if cfg.fp32_lm_head else dtype
+  # head is kept as `lm_head` computes with it, so the copy each chip holds is
+  # no wider than it is used: float32 for the FP32 head at "highest", its
+  # bfloat16 parts for "bf16_3x" (split once here, not on every step).
   top = {
       "embedding": params["embedding"].astype(dtype),
       "final_norm": params["final_norm"]["scale"],
-      "head": head.astype(head_dtype),
   }
+  if not cfg.fp32_lm_head:
+    top["head"] = head.astype(dtype)
+  elif head_algorithm(cfg) == "bf16_3x":
+    top["head"], top["head_lo"] = split_bf16(head)
+  else:
+    top["head"] = head.astype(jnp.float32)
   return {
       **{
           name: nn.with_logical_constraint(w, TOP_AXES[name])
@@ -381,7 +389,10 @@ def forward(
         ("act_batch", "act_len", "act_embed"),
     )
   x_BxTxD = rms_norm(x_BxTxD, prepared["final_norm"], cfg.norm_eps, dtype)
-  return lm_head(cfg, x_BxTxD, prepared["head"]), {
+  logits_BxTxV = lm_head(
+      cfg, x_BxTxD, prepared["head"], prepared.get("head_lo")
+  )
+  return logits_BxTxV, {
       "k": tuple(keys),
       "v": tuple(values),
   }

@@ -1,4 +1,5 @@
-"""One decode step's attention over the KV cache as one Pallas TPU kernel.
+"""One decode step's attention over the KV cache as one Pallas TPU kernel,
+and the choice between it, its GPU twin (decode_attention_gpu.py) and plain.
 
 `transformer.attention` with T = 1 writes float32 scores [B, K, Q, S] to HBM
 and passes over them several times (mask, max, exp, sum, normalise). At the
@@ -33,6 +34,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from scalerl_jax.models import attention as attention_lib
+from scalerl_jax.models import decode_attention_gpu
 
 # Positions per block, largest first: whole 128-lane tiles of keys (and of
 # "ES" values); 512 keeps a block's copy large against its fixed cost.
@@ -51,20 +53,21 @@ def block_for(cache_len: int) -> Optional[int]:
 
 def choose(name: str, platform: str, cache_len: int) -> str:
   """The kernel that runs for `name` (one of KERNELS): "auto" is "pallas" on
-  TPU where a block tiles the cache, else "plain". Raises ValueError for
-  "pallas" on a cache no block tiles."""
+  GPU, and on TPU where a block tiles the cache, else "plain". Raises
+  ValueError for "pallas" on a TPU cache no block tiles."""
   if name not in KERNELS:
     raise ValueError(
         f"sampling.decode_attention: {name!r} is not one of {KERNELS}"
     )
-  tiled = block_for(cache_len) is not None
+  # The GPU kernel masks its last block: any length runs.
+  tiled = platform == "gpu" or block_for(cache_len) is not None
   if name == "pallas" and not tiled:
     raise ValueError(
         f"sampling.decode_attention=pallas: the cache's {cache_len} positions "
         f"(max_prompt_len + max_new_tokens) are no multiple of {BLOCKS[-1]}"
     )
   if name == "auto":
-    return "pallas" if platform == "tpu" and tiled else "plain"
+    return "pallas" if platform in ("tpu", "gpu") and tiled else "plain"
   return name
 
 
@@ -195,20 +198,30 @@ def attend(
     *,
     values_position_axis: int,
     dtype,
+    platform: Optional[str] = None,
     interpret: Optional[bool] = None,
 ) -> jax.Array:
   """Each row's queries over its first `lengths_B` cached positions.
 
   `values` are [B, K, S, E] (`values_position_axis` 2) or [B, K, E, S] (3):
   the cache's layouts (decode.VALUE_LAYOUTS), as `transformer.attention`
-  takes them. Returns [B, K, Q, E] in `dtype`.
-  `interpret`: None means off TPU only.
+  takes them. Returns [B, K, Q, E] in `dtype`. `platform` picks the kernel:
+  "gpu" the Triton one (values [B, K, S, E] only), else the TPU one; None is
+  the platform traced for. `interpret`: None means off that platform only
+  (CPU runs either kernel in Pallas' interpreter).
   """
+  traced = attention_lib.platform()
+  gpu = (platform or traced) == "gpu"
   if interpret is None:
-    interpret = attention_lib.platform() != "tpu"
-  body = functools.partial(
-      _local, values_position_axis=values_position_axis, interpret=interpret
-  )
+    interpret = traced != ("gpu" if gpu else "tpu")
+  if gpu:
+    if values_position_axis != 2:
+      raise ValueError("the GPU decode kernel reads values as [B, K, S, E]")
+    body = functools.partial(decode_attention_gpu.attend, interpret=interpret)
+  else:
+    body = functools.partial(
+        _local, values_position_axis=values_position_axis, interpret=interpret
+    )
   args = (
       q_BxKxQxE.astype(keys_BxKxExS.dtype),
       keys_BxKxExS,

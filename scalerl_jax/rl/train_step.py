@@ -96,14 +96,22 @@ def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
   return logp_BxT, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
 
 
-def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
-  """`_logprobs_and_entropy`, the logits `chunk` positions at a time."""
-  x_BxTxD = model.apply(
-      {"params": params}, tokens_BxS[:, :-1], return_hidden=True
-  )
-  targets_BxT = tokens_BxS[:, 1:]
-  (b, t, d), c = x_BxTxD.shape, min(chunk, tokens_BxS.shape[1] - 1)
-  n = -(-t // c)
+def head_logprobs(
+    cfg: transformer.ModelConfig,
+    params: Any,
+    x_BxTxD: jax.Array,
+    targets_BxT: jax.Array,
+    temperature: float,
+    chunk: int,
+) -> tuple[jax.Array, jax.Array]:
+  """(logp_BxT, entropy_BxT) from the last block's output: final norm, LM
+  head and log-softmax, `chunk` positions at a time."""
+  b, t, d = x_BxTxD.shape
+  # As many chunks as `chunk` positions need, evened out: at most n - 1
+  # padded positions, where `chunk` itself could pad nearly one chunk (T =
+  # 1,279 at 1,024: 769 positions of logits computed for nothing).
+  n = -(-t // min(chunk, t))
+  c = -(-t // n)
   pad = ((0, 0), (0, n * c - t))
   x_JxBxCxD = (
       jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
@@ -114,7 +122,7 @@ def _chunked_logprobs(model, params, tokens_BxS, temperature, chunk):
   # instead of keeping every chunk's.
   @jax.checkpoint
   def one_chunk(params, x_BxCxD, targets_BxC):
-    logits_BxCxV = transformer.output_logits(model.cfg, params, x_BxCxD)
+    logits_BxCxV = transformer.output_logits(cfg, params, x_BxCxD)
     return _logprobs_and_entropy(logits_BxCxV, targets_BxC, temperature)
 
   _, (logp_JxBxC, entropy_JxBxC) = jax.lax.scan(
@@ -139,8 +147,11 @@ def policy_logprobs(
   positions at a time, with the same results.
   """
   if chunk:
-    logp_BxT, entropy_BxT = _chunked_logprobs(
-        model, params, tokens_BxS, temperature, chunk
+    x_BxTxD = model.apply(
+        {"params": params}, tokens_BxS[:, :-1], return_hidden=True
+    )
+    logp_BxT, entropy_BxT = head_logprobs(
+        model.cfg, params, x_BxTxD, tokens_BxS[:, 1:], temperature, chunk
     )
   else:
     logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])

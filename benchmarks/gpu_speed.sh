@@ -1,0 +1,102 @@
+#!/bin/bash
+# Where a real run spends its time, on one GPU, in one call of under 10
+# minutes (issue 37): the decode kernel and the FP32 head checked on the GPU,
+# the head's algorithms timed against float64, the qwen3_0.6b train step
+# (MFU, memory against the planner, its parts), and the sampler against its
+# HBM floor, its log-probs against the trainer's, and transformers.
+#
+#   OUT=/tmp/gpu_speed bash benchmarks/gpu_speed.sh
+#   OUT=/tmp/gpu_speed STAGES="head train mismatch" bash benchmarks/gpu_speed.sh
+#
+# Stages beyond the default list: sampler_graphs, m8.
+#
+# Run from the checkout's root on a machine with one NVIDIA GPU and a CUDA
+# JAX. Each stage runs in its own process under its own time limit (the
+# *_S variables), in the order of STAGES, so a slow stage cannot take the
+# rest down with it. Writes to $OUT: log (everything), lm_head.json,
+# train_step.jsonl, sampler.json, mismatch.json, hf.json.
+set -u
+OUT=${OUT:-/tmp/gpu_speed}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+STAGES=${STAGES:-"tests head train sampler mismatch hf no_remat highest"}
+# The recipe's qwen3_0.6b at gpu_rl_step.sh's shape: 8 x 16 completions of
+# 256 + 1,024 tokens, 16 microbatches, cuDNN attention. The variables below
+# shrink it for a dry run on CPU (docs/gpu.md).
+SHAPE=${SHAPE:-"qwen3_0.6b:model.attention=cudnn;trainer.microbatches=16"}
+SEQ_LEN=${SEQ_LEN:-1280}
+SAMPLER=(python3 -m benchmarks.sampler_gpu --shape="${SAMPLER_SHAPE:-qwen3_0.6b}"
+  --prompt_len="${PROMPT_LEN:-256}")
+HEAD=(${HEAD_ARGS:-})
+TRAIN=(python3 -m benchmarks.train_step_gpu --prompts_per_step=8
+  --seq_len="$SEQ_LEN" --json="$OUT/train_step.jsonl")
+
+stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
+
+run_stage() {
+  case $1 in
+    tests)
+      stage "the Triton decode kernel and the FP32 head, on the GPU"
+      JAX_PLATFORMS=cuda timeout "${TESTS_S:-60}" python3 -m pytest -q \
+        -p no:cacheprovider tests/decode_attention_test.py \
+        tests/transformer_test.py -k "gpu or head" ;;
+    head)
+      stage "LM head algorithms (benchmarks/lm_head.py)"
+      timeout "${HEAD_S:-60}" python3 -m benchmarks.lm_head "${HEAD[@]}" \
+        --json="$OUT/lm_head.json" ;;
+    train)
+      stage "train step: the recipe's, with its parts"
+      timeout "${TRAIN_S:-150}" "${TRAIN[@]}" --shape="$SHAPE" \
+        ${PARTS---parts} --label=recipe ;;
+    sampler)
+      stage "sampler against its HBM floor (benchmarks/sampler_gpu.py)"
+      timeout "${SAMPLER_S:-120}" "${SAMPLER[@]}" \
+        --runs="${RUNS:-256x512,64x256}" --kernels=pallas --mismatch_run= \
+        --json="$OUT/sampler.json" ;;
+    mismatch)
+      stage "sampler-trainer log-prob mismatch by LM head"
+      timeout "${MISMATCH_S:-100}" "${SAMPLER[@]}" --runs= \
+        --mismatch_run="${MISMATCH:-64x256}" --heads="${HEADS:-bf16_3x,off}" \
+        --json="$OUT/mismatch.json" ;;
+    hf)
+      stage "transformers generate on the same weights"
+      JAX_PLATFORMS=cpu timeout "${HF_S:-60}" "${SAMPLER[@]}" --hf_only \
+        --hf_rows="${HF_ROWS:-64}" --hf_new=128 --json="$OUT/hf.json" ;;
+    no_remat)
+      stage "train step: no remat, the layers as a loop"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.remat=False;model.scan_unroll=1" \
+        --label=no_remat_loop ;;
+    highest)
+      stage "train step: HIGHEST head (the head before)"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.lm_head_algorithm=highest" --label=highest ;;
+    sampler_graphs)
+      # Not yet run on a GPU: the decode loop's body as CUDA graphs (XLA's
+      # command buffers), against the per-kernel launch cost that keeps a
+      # 64-row decode step at 3.2 ms where its bytes need 1.6 ms.
+      stage "sampler with the decode loop in command buffers"
+      XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1" \
+        timeout "${SAMPLER_S:-120}" "${SAMPLER[@]}" \
+        --runs="${RUNS:-256x512,64x256}" --kernels=pallas --mismatch_run= \
+        --json="$OUT/sampler_graphs.json" ;;
+    m8)
+      stage "train step: 8 microbatches of 16 rows"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;trainer.microbatches=8" --label=m8 ;;
+    *) echo "unknown stage $1" ;;
+  esac
+}
+
+{
+  stage "machine"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', \
+flax.__version__, 'optax', optax.__version__, jax.devices())"
+  for name in $STAGES; do run_stage "$name"; done
+  stage "done"
+} 2>&1 | tee "$OUT/log"
