@@ -11,7 +11,8 @@ configuration's seeds. Below 1, --fit_fraction predicts the rest of each
 curve and sets the error beside the noise of one validation score. Runs of
 an ablation grid (a directory in their paths named like its sweep file, or
 --grid) are checked against the paper's claims on it: "agrees", "disagrees"
-or "inconclusive". The procedure: docs/design/scaling.md.
+or "inconclusive". A train metric (--metric=train/code/reward_mean) has no
+step 0, so its R_0 is fitted. The procedure: docs/design/scaling.md.
 """
 
 import os

@@ -13,6 +13,7 @@ import pytest
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import runs
 from scalerl_jax.scaling import sigmoid
+from scalerl_jax.scaling import uncertainty
 from tests import scaling_helpers
 
 CURVE = dict(a=0.6, b=1.9, c_mid_step=20)
@@ -64,8 +65,56 @@ def test_r0_is_the_score_at_step_0(tmp_path):
   raised = run.score.copy()
   raised[0] = 0.25  # Measured, not fitted: R_0 follows the point exactly.
   assert curves.fit_curve(run.steps, run.compute, raised).fit.r0 == 0.25
-  later = curves.fit_curve(run.steps[1:], run.compute[1:], run.score[1:])
-  assert later.fit is None and "no validation score at step 0" in later.error
+
+
+def test_a_curve_without_step_0_fits_r0(tmp_path):
+  # A train metric has no step 0. R_0 becomes a fourth parameter, pinned by
+  # the early points: the truth, 0.2, within 0.02; steps play their parts as
+  # with a step 0 (step 5 skipped, 10-200 fitted).
+  run, _ = _read(tmp_path)
+  curve = curves.fit_curve(run.steps[1:], run.compute[1:], run.score[1:])
+  assert curve.error == "" and curve.fit.r0_source == "fitted"
+  assert abs(curve.fit.r0 - 0.2) <= 0.02, curve.fit
+  assert abs(curve.fit.a - 0.6) <= 0.01, curve.fit
+  assert _steps(curve, "r0") == [] and _steps(curve, "skipped") == [5]
+  assert _steps(curve, "fitted") == list(range(10, 201, 5))
+
+
+def test_bootstrap_spread_as_large_as_the_value_makes_a_fit_unreliable(
+    tmp_path,
+):
+  # The shape of the case (docs/multitask.txt, math, first half: A
+  # 0.316 ± 0.213, B 2.73 ± 3.10): a gain of 0.13 over 60 steps, evaluated
+  # every 4, with noise 0.02. Its half-run fit raises no other warning, but
+  # the bootstrap std of each parameter exceeds MAX_RELATIVE_STD of it.
+  run, _ = _read(
+      tmp_path,
+      a=0.32,
+      b=2.7,
+      c_mid_step=24,
+      r0=0.19,
+      noise=0.02,
+      num_steps=60,
+      eval_every=4,
+  )
+  kwargs = dict(fit_fraction=0.5)
+  plain = curves.fit_curve(run.steps, run.compute, run.score, **kwargs)
+  assert plain.fit.reliable, plain.fit.warnings
+  curve = curves.fit_curve(
+      run.steps, run.compute, run.score, num_bootstrap=100, **kwargs
+  )
+  f, u = curve.fit, curve.uncertainty
+  limit = uncertainty.MAX_RELATIVE_STD
+  assert u.a_std >= limit * f.a and u.b_std >= limit * f.b
+  assert u.c_mid_std >= limit * f.c_mid
+  assert not f.reliable and curve.extrapolation.fit is f
+  assert [w.split("=")[0] for w in f.warnings] == ["A", "B", "C_mid"]
+  # The well-measured curve of the other tests keeps its verdict.
+  good, _ = _read(tmp_path, name="good")
+  fitted = curves.fit_curve(
+      good.steps, good.compute, good.score, num_bootstrap=100, **kwargs
+  )
+  assert fitted.fit.reliable, fitted.fit.warnings
 
 
 def test_fit_fraction_holds_out_the_second_half_and_predicts_the_final_value(

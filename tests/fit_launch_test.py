@@ -132,6 +132,41 @@ def test_report_states_settings_points_and_failures(tmp_path):
   assert "short: not fitted (see notes)" in text
 
 
+def test_fit_launcher_fits_a_train_metric(tmp_path):
+  # train/reward_mean is logged from step 1 on (step 0 trains nothing): its
+  # R_0 is fitted and the report says so, where every step used to be
+  # listed as skipped and nothing fitted.
+  _write(tmp_path / "run", train_score=True)
+  out = tmp_path / "fit.png"
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "launch.fit",
+          f"--workdirs={tmp_path / 'run'}",
+          "--metric=train/reward_mean",
+          "--num_bootstrap=0",
+          f"--out={out}",
+      ],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr
+  text = proc.stdout
+  assert "fitted where a curve has no step 0 (train metrics)" in text
+  row = next(line for line in text.splitlines() if line.startswith("run "))
+  # Of steps 1-200, 1-5 (x < 0.06 h) are skipped, 6-200 fitted; A near 0.6.
+  assert row.split()[1] == "195" and abs(float(row.split()[2]) - 0.6) <= 0.01
+  assert re.search(
+      r"run: R_0 0\.\d{3} fitted \(no step 0\); skipped \(x < 0\.06\): steps 1-5 "
+      r"\(5 points, x 0\.01-0\.05\); fitted: steps 6-200 \(195 points",
+      text,
+  ), text
+  assert "run: not fitted" not in text
+
+
 def test_estimates_take_the_mean_over_seeds_and_its_standard_error(tmp_path):
   for s in range(3):
     _write(tmp_path / f"cispo_seed{s}", seed=s)

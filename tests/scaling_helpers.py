@@ -59,6 +59,7 @@ def write_workdir(
     eval_every=5,
     seconds_per_step=36.0,
     stderr=None,
+    train_score=False,
     extra_lines=()
 ):
   """Writes `<workdir>/metrics.jsonl` of a fabricated run.
@@ -75,6 +76,9 @@ def write_workdir(
     seconds_per_step: device seconds each step adds (FLOPS_PER_STEP FLOPs).
     stderr: val/mean_at_k_stderr written on every validation line, as the
       trainer logs it; None writes none, as older runs.
+    train_score: also write train/reward_mean on every line after step 0, as
+      the trainer logs a batch's reward (no line at step 0, which trains
+      nothing): the same sigmoid plus noise, drawn after the validation's.
     extra_lines: raw lines appended at the end.
 
   Returns:
@@ -98,6 +102,11 @@ def write_workdir(
         row["val/mean_at_k"] = scores[step] = float(np.clip(score, 0, 1))
         if stderr is not None:
           row["val/mean_at_k_stderr"] = stderr
+      if train_score and step > 0:
+        score = sigmoid.sigmoid(step, a, b, c_mid_step, r0) + rng.normal(
+            0, noise
+        )
+        row["train/reward_mean"] = float(np.clip(score, 0, 1))
       f.write(json.dumps(row) + "\n")
     f.writelines(line + "\n" for line in extra_lines)
   return scores

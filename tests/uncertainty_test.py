@@ -102,3 +102,33 @@ def test_extrapolate_needs_held_out_points():
   compute, score = scaling_helpers.table1_run(0, 0)
   with pytest.raises(ValueError, match="fit_fraction"):
     uncertainty.extrapolate(compute, score, 1.0)
+
+
+def test_spread_warnings_flag_a_std_of_half_the_value_or_more():
+  # MAX_RELATIVE_STD is 0.5: B's std 1.0 is exactly half of B = 2 (flagged),
+  # C_mid's 49 is under half of 100, A's 0.1 a fifth of 0.5.
+  assert uncertainty.MAX_RELATIVE_STD == 0.5
+  fit = sigmoid.SigmoidFit(
+      a=0.5,
+      b=2.0,
+      c_mid=100.0,
+      r0=0.2,
+      r0_source="given",
+      rmse=0.01,
+      num_points=10,
+      compute_range=(10.0, 400.0),
+  )
+  unc = uncertainty.Uncertainty(
+      a_std=0.1,
+      b_std=1.0,
+      c_mid_std=49.0,
+      a_interval=(0.3, 0.7),
+      num_samples=100,
+  )
+  (warning,) = uncertainty.spread_warnings(fit, unc)
+  assert warning.startswith("B=2 has bootstrap std 1")
+  wide = uncertainty.Uncertainty(0.25, 0.9, 60.0, (0.0, 1.0), 100)
+  assert [w.split("=")[0] for w in uncertainty.spread_warnings(fit, wide)] == [
+      "A",
+      "C_mid",
+  ]

@@ -1,8 +1,10 @@
 """Runs and seed groups -> fitted curves, by the paper's procedure (§1).
 
 Every curve, a run's or a seed group's mean, is fitted alike: R_0 is the
-score at step 0 (measured, never fitted); the first `skip_fraction` of the
-final compute is left out; with `fit_fraction` < 1 the rest is predicted.
+score at step 0 (measured), fitted only where a curve has no step 0 (train
+metrics); the first `skip_fraction` of the final compute is left out; with
+`fit_fraction` < 1 the rest is predicted. A bootstrap spread of at least
+`uncertainty.MAX_RELATIVE_STD` of a parameter makes the fit unreliable.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and J evaluations
 of a curve. Design: docs/design/scaling.md.
@@ -26,7 +28,7 @@ SKIP_FRACTION = 0.03
 
 @dataclasses.dataclass(frozen=True)
 class CurveFit:
-  """A curve (step 0 included) with its fit, or the reason it has none."""
+  """A curve (step 0 included, if logged) with its fit, or why it has none."""
 
   steps: np.ndarray  # [J]
   compute: np.ndarray  # [J]
@@ -79,9 +81,11 @@ def fit_curve(
     num_bootstrap: int = 0,
     seed: int = 0,
 ) -> CurveFit:
-  """Fits one curve (`steps` increasing, 0 among them) by the paper's procedure.
+  """Fits one curve (`steps` increasing) by the paper's procedure.
 
-  `num_bootstrap` > 0 adds the bootstrap uncertainty. A curve that cannot be
+  R_0 is the score at step 0, or fitted where `steps` has no 0.
+  `num_bootstrap` > 0 adds the bootstrap uncertainty, and its spread's
+  warnings (`uncertainty.spread_warnings`) to the fit. A curve that cannot be
   fitted has the reason in `error`. ValueError unless 0 <= skip_fraction <
   fit_fraction <= 1.
   """
@@ -97,12 +101,13 @@ def fit_curve(
   rl = steps > 0
   skip_until = skip_fraction * float(compute[rl][-1]) if rl.any() else 0.0
   curve = CurveFit(steps, compute, score, skip_until)
-  if not (steps == 0).any():
-    return dataclasses.replace(
-        curve,
-        error="no validation score at step 0 (R_0, the pass rate " "before RL)",
-    )
-  kwargs = dict(min_compute=skip_until, r0=float(score[steps == 0][0]))
+  # A train metric (train/reward_mean) has no step 0: a step's line scores
+  # the batch it trained on, and step 0 trains nothing. Its R_0 is fitted,
+  # pinned by all the early points, rather than taken from step 1: that is one
+  # batch's sampling noise at a compute above 0, and under PipelineRL the
+  # next k batches come from the same early policies too.
+  r0 = float(score[steps == 0][0]) if (steps == 0).any() else None
+  kwargs = dict(min_compute=skip_until, r0=r0)
   try:
     if fit_fraction < 1:
       ex = uncertainty.extrapolate(
@@ -113,13 +118,16 @@ def fit_curve(
       ex, fit = None, sigmoid.fit(compute[rl], score[rl], **kwargs)
   except ValueError as e:
     return dataclasses.replace(curve, error=str(e))
-  unc = (
-      uncertainty.bootstrap(
-          compute[rl], score[rl], fit, num_samples=num_bootstrap, seed=seed
-      )
-      if num_bootstrap > 0
-      else None
+  if num_bootstrap <= 0:
+    return dataclasses.replace(curve, fit=fit, extrapolation=ex)
+  unc = uncertainty.bootstrap(
+      compute[rl], score[rl], fit, num_samples=num_bootstrap, seed=seed
   )
+  fit = dataclasses.replace(
+      fit, warnings=fit.warnings + uncertainty.spread_warnings(fit, unc)
+  )
+  if ex is not None:
+    ex = dataclasses.replace(ex, fit=fit)
   return dataclasses.replace(curve, fit=fit, uncertainty=unc, extrapolation=ex)
 
 

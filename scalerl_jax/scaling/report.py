@@ -103,9 +103,12 @@ def _points(name: str, curve: curves.CurveFit) -> str:
   """Which steps (and compute) of a curve played which part in its fit."""
   roles = curve.roles()
   r0 = np.flatnonzero(roles["r0"])
-  parts = [
-      f"R_0 {curve.score[r0[0]]:.3f} at step 0" if r0.size else "no step 0"
-  ]
+  if r0.size:
+    parts = [f"R_0 {curve.score[r0[0]]:.3f} at step 0"]
+  elif curve.fit is not None:
+    parts = [f"R_0 {curve.fit.r0:.3f} fitted (no step 0)"]
+  else:
+    parts = ["no step 0"]
   for key, label in _ROLES:
     mask = roles[key]
     if key == "skipped":
@@ -221,8 +224,14 @@ def format_report(
   logged. `num_bootstrap` (0: none) is reported as the source of the ±.
   """
   extrap = fit_fraction < 1
+  no_step_0 = any(not (c.steps == 0).any() for _, _, c, _ in _rows(groups) if c)
   out = [
-      f"x: {x_key}; y: {y_key}; R_0: the score at step 0, measured, not fitted",
+      f"x: {x_key}; y: {y_key}; R_0: the score at step 0, measured, not fitted"
+      + (
+          "; fitted where a curve has no step 0 (train metrics)"
+          if no_step_0
+          else ""
+      ),
       f"skipped: points below {skip_fraction:.1%} of each curve's final compute, but step 0",
   ]
   out.append(

@@ -1,7 +1,8 @@
 """How far to trust a fitted curve: bootstrap spread, extrapolation error.
 
 `bootstrap` refits resamples of a fit's points, all at once; `extrapolate`
-is the paper's test (§1): fit the first part of a run, predict the rest.
+is the paper's test (§1): fit the first part of a run, predict the rest;
+`spread_warnings` says when a fit's bootstrap spread makes it unreliable.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and J points, R
 bootstrap resamples, U free parameters. Design: docs/design/scaling.md.
@@ -19,6 +20,12 @@ from scipy import special
 from scalerl_jax.scaling import sigmoid
 
 _LM_STEPS = 30
+# A fit is not reliable when the bootstrap std of A, B or C_mid is at least
+# this share of the fitted value. A, B and C_mid are positive, and at half its
+# value a parameter's value - 2 std (about the bootstrap's 95% band) reaches 0:
+# the points do not tell its value from none at all (no ceiling, a flat curve,
+# a midpoint at no compute), however well the curve runs through them.
+MAX_RELATIVE_STD = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +138,24 @@ def bootstrap(
       ),
       num_samples=num_samples,
   )
+
+
+def spread_warnings(
+    fit: sigmoid.SigmoidFit, unc: Uncertainty
+) -> tuple[str, ...]:
+  """A warning per parameter with bootstrap std >= MAX_RELATIVE_STD of it."""
+  out = []
+  for name, value, std in (
+      ("A", fit.a, unc.a_std),
+      ("B", fit.b, unc.b_std),
+      ("C_mid", fit.c_mid, unc.c_mid_std),
+  ):
+    if std >= MAX_RELATIVE_STD * abs(value):
+      out.append(
+          f"{name}={value:.4g} has bootstrap std {std:.4g}, at least "
+          f"{MAX_RELATIVE_STD:.0%} of it: the points do not pin it down"
+      )
+  return tuple(out)
 
 
 def extrapolate(
