@@ -16,7 +16,7 @@ environment (README.md says how to install with it).
 import setuptools
 
 _RUNTIME = [
-    "jax>=0.10.2,<0.12",
+    "jax>=0.10.2,<0.11",
     "flax>=0.12.8,<0.13",
     "optax>=0.2.8,<0.3",
     "orbax-checkpoint>=0.12.8,<0.13",

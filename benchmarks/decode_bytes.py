@@ -27,7 +27,8 @@ from ml_collections import config_flags
 from benchmarks import decode_parts
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
-from scalerl_jax.jobs import aot
+from scalerl_jax.jobs import aot_programs
+from scalerl_jax.jobs import topology
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/scalerl.py:variant=qwen3_0.6b", "Run config."
@@ -42,7 +43,7 @@ GB = 1e9
 def main(argv):
   del argv
   config = _CONFIG.value
-  devices, chip = aot.slice_devices(_TOPOLOGY.value)
+  devices, chip = topology.slice_devices(_TOPOLOGY.value)
   config_lib.validate(config, num_devices=len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
   rules = sharding.logical_rules(config.mesh)
@@ -57,7 +58,7 @@ def main(argv):
   for name, kernel, parts in runs:
     config.sampling.decode_attention = kernel
     # Programs built anew for each: a jitted function keeps its first trace.
-    programs = aot._programs(config, mesh, rules)  # pylint: disable=protected-access
+    programs = aot_programs.build_programs(config, mesh, rules)
     floor = programs.decode_floor["decode"]
     options = sharding.hbm_budget_options(
         "tpu", chip.hbm_bytes - programs.beside["decode"]

@@ -14,7 +14,7 @@ them) and float32 weights w [D, V] scaled so the logits spread over about
   (max and mean absolute over the first 256 positions).
 
 Algorithms: `highest` (float32 at Precision.HIGHEST), `bf16_3x`
-(transformer.bf16_3x_dot: the weights split in two bfloat16 parts), `tf32`
+(lm_head.bf16_3x_dot: the weights split in two bfloat16 parts), `tf32`
 (float32 at Precision.HIGH, TF32 on NVIDIA GPUs; not offered by the
 config), and `bf16` (no FP32 head: bfloat16 weights, bfloat16 logits).
 """
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import timing
-from scalerl_jax.models import transformer
+from scalerl_jax.models import lm_head
 
 _TOKENS = flags.DEFINE_integer("tokens", 10240, "N: positions in the chunk.")
 _VOCAB = flags.DEFINE_integer("vocab", 151936, "V.")
@@ -36,7 +36,7 @@ _JSON = flags.DEFINE_string("json", "", "Write the rows as JSON here.")
 
 def _dot(algorithm):
   if algorithm == "bf16_3x":
-    return transformer.bf16_3x_dot
+    return lm_head.bf16_3x_dot
   if algorithm == "bf16":
     return lambda x, w: jnp.dot(x, w.astype(jnp.bfloat16))
   precision = {
@@ -50,7 +50,7 @@ def _dot(algorithm):
 
 def _logp(dot, x, w, targets):
   logits = dot(x, w).astype(jnp.float32)
-  return transformer.token_logprobs(logits[None], targets[None])[0]
+  return lm_head.token_logprobs(logits[None], targets[None])[0]
 
 
 def main(argv):

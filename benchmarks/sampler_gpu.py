@@ -44,7 +44,7 @@ from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import transformer
-from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.rl import logprobs as logprobs_lib
 from scalerl_jax.sampling.sampler import Sampler
 
 _SHAPE = flags.DEFINE_string("shape", "qwen3_0.6b", "Config variant.")
@@ -145,7 +145,7 @@ def mismatch(config, params, rows, new) -> dict[str, float]:
   sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
   prompts, lens = _prompts(cfg, rows, config.sampling.max_prompt_len)
   out = sampler.generate(params, prompts, lens, jax.random.key(1))
-  logprobs = jax.jit(train_step_lib.policy_logprobs, static_argnums=(0, 3, 4))
+  logprobs = jax.jit(logprobs_lib.policy_logprobs, static_argnums=(0, 3, 4))
   tokens = np.asarray(out.tokens)
   with sharding.activate(mesh, rules):
     # Eight rows at a time, as a train microbatch: one chunk's float32 logits

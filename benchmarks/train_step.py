@@ -10,8 +10,8 @@ completion after an S/4-token prompt; generator log-probs near the policy's;
 0/1 rewards with both values in every group), all measured in this one run:
 
 * step: the jitted `rl.train_step.train_step` with a StepSpec read from the
-  config as `trainer.make_train_step` builds it, the state donated, on a batch
-  already on the device;
+  config as `train_step.jit_train_step` builds it, the state donated, on a
+  batch already on the device;
 * its parts, each jitted alone on the same arrays: forward (`policy_logprobs`
   only); backward (`loss_and_grads` minus forward); log-prob and loss (the
   final norm, LM head, log-softmax, entropy and loss, forward and backward,
@@ -42,9 +42,9 @@ from benchmarks.shapes import shape_config
 from scalerl_jax.metrics import compute
 from scalerl_jax import optim
 from scalerl_jax import sharding
-from scalerl_jax import trainer
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, losses
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
 
 _SHAPES = flags.DEFINE_list(
@@ -117,7 +117,7 @@ def synthetic_batch(
       np.int32
   )
   mask = (live & (positions[None, :] >= prompt)).astype(np.float32)
-  logp, _ = jax.jit(train_step_lib.policy_logprobs, static_argnums=(0, 3))(
+  logp, _ = jax.jit(logprobs.policy_logprobs, static_argnums=(0, 3))(
       spec.model, params, tokens, spec.temperature
   )
   gen_logp = mask * (np.asarray(logp) + 0.05 * rng.standard_normal(mask.shape))
@@ -183,9 +183,7 @@ def time_parts(
       functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0
   )
   forward = jax.jit(
-      lambda p, t: train_step_lib.policy_logprobs(
-          spec.model, p, t, spec.temperature
-      )
+      lambda p, t: logprobs.policy_logprobs(spec.model, p, t, spec.temperature)
   )
   grads_fn = jax.jit(
       functools.partial(train_step_lib.loss_and_grads, spec=spec)
@@ -289,7 +287,7 @@ def main(argv):
       for seq_len in map(int, _SEQ_LENS.value):
         # A copy: the step donates its state, and jit passes
         # unchanged inputs through.
-        state, _ = trainer.init_train_state(
+        state, _ = train_step_lib.init_train_state(
             optimizer, jax.tree_util.tree_map(jnp.copy, params), param_sh, mesh
         )
         host_batch = synthetic_batch(spec, params, seq_len)

@@ -11,7 +11,7 @@ tokens, a loss mask over a random-length completion after an S/4-token
 prompt, generator log-probs drawn near -1, 0/1 rewards with both values in
 every group, so every group trains):
 
-* step: the run's own program, `trainer.jit_train_step` (the state donated,
+* step: the run's own program, `train_step.jit_train_step` (the state donated,
   the batch on the device); its compile time; its FLOP/s counted as
   `compute.train_flops` counts them, against the chip's dense bfloat16 peak
   (`--peak_tflops`) and against a bfloat16 8192^3 matmul timed here;
@@ -42,11 +42,12 @@ from benchmarks import timing
 from benchmarks.shapes import shape_config
 from scalerl_jax import optim
 from scalerl_jax import sharding
-from scalerl_jax import trainer
 from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
+from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
 
 _SHAPE = flags.DEFINE_string(
@@ -118,7 +119,7 @@ def time_parts(config, model, params, batch, spec) -> dict[str, float]:
     return jnp.sum(hidden(p, tokens).astype(jnp.float32) * probe_BxTxD)
 
   def head_loss(p, x_BxTxD, tokens):
-    logp, _ = train_step_lib.head_logprobs(
+    logp, _ = logprobs.head_logprobs(
         cfg,
         p,
         x_BxTxD,
@@ -191,13 +192,13 @@ def main(argv):
   )
   # The parts need the parameters after the step has donated its own; without
   # them the state takes these, and the allocator's peak is the step's alone.
-  state, state_sh = trainer.init_train_state(
+  state, state_sh = train_step_lib.init_train_state(
       optimizer,
       jax.tree_util.tree_map(jnp.copy, params) if _PARTS.value else params,
       param_sh,
       mesh,
   )
-  step, batch_sh = trainer.jit_train_step(
+  step, batch_sh = train_step_lib.jit_train_step(
       config, model, mesh, rules, optimizer, state_sh
   )
   host = synthetic_batch(
@@ -235,7 +236,7 @@ def main(argv):
       "microbatches": spec.microbatches,
       "logprob_chunk": spec.logprob_chunk,
       "remat": cfg.remat,
-      "lm_head": transformer.head_algorithm(cfg) if cfg.fp32_lm_head else "off",
+      "lm_head": lm_head.head_algorithm(cfg) if cfg.fp32_lm_head else "off",
       "attention": attention_lib.resolve(
           cfg.attention, _SEQ_LEN.value - 1, cfg.dtype
       ),

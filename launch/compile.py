@@ -22,6 +22,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax.jobs import aot
+from scalerl_jax.jobs import aot_report
+from scalerl_jax.jobs import topology
 from scalerl_jax import config as config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -31,7 +33,7 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True,
 )
 _TOPOLOGY = flags.DEFINE_string(
-    "topology", None, f"TPU slice: {aot.TOPOLOGY_FORMS}."
+    "topology", None, f"TPU slice: {topology.TOPOLOGY_FORMS}."
 )
 _PROGRAMS = flags.DEFINE_list(
     "programs", [], "Programs to compile (default all)."
@@ -60,13 +62,16 @@ def main(argv):
         progress=lambda line: print(line, flush=True),
         check_planner=_CHECK_PLANNER.value,
     )
-  except (aot.CompileError, config_lib.ConfigError) as e:
+  except (topology.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None
-  print(aot.format_report(results, chip, mesh_shape, _TOPOLOGY.value), end="")
+  print(
+      aot_report.format_report(results, chip, mesh_shape, _TOPOLOGY.value),
+      end="",
+  )
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(
-          aot.results_json(results, chip, mesh_shape, _TOPOLOGY.value),
+          aot_report.results_json(results, chip, mesh_shape, _TOPOLOGY.value),
           f,
           indent=1,
       )

@@ -15,7 +15,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax import config as config_lib
+from scalerl_jax.jobs import accelerators
 from scalerl_jax.jobs import plan
+from scalerl_jax.jobs import plan_report
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -30,8 +32,8 @@ _NUM_DEVICES = flags.DEFINE_integer(
 )
 _ACCELERATORS = flags.DEFINE_list(
     "accelerators",
-    list(plan.ACCELERATORS),
-    f"Chips to check, from {sorted(plan.ACCELERATORS)}.",
+    list(accelerators.ACCELERATORS),
+    f"Chips to check, from {sorted(accelerators.ACCELERATORS)}.",
 )
 _PLATFORM = flags.DEFINE_enum(
     "platform",
@@ -60,14 +62,14 @@ def main(argv):
         f"--num_devices must be >= 1; got {_NUM_DEVICES.value}"
     )
   try:
-    accelerators = plan.accelerators_named(_ACCELERATORS.value)
+    chips = accelerators.accelerators_named(_ACCELERATORS.value)
     num_devices = plan.resolve_num_devices(
         _CONFIG.value.mesh, _NUM_DEVICES.value
     )
     result = plan.make_plan(_CONFIG.value, num_devices, _PLATFORM.value)
   except (config_lib.ConfigError, ValueError) as e:
     raise SystemExit(f"launch.plan: {e}") from None
-  print(plan.format_report(result, accelerators, _MARGIN.value), end="")
+  print(plan_report.format_report(result, chips, _MARGIN.value), end="")
 
 
 if __name__ == "__main__":

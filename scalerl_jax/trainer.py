@@ -15,14 +15,11 @@ groups -> work counts, meter, counters -> monitors -> metrics.jsonl cut.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from typing import Any, Optional
 
 from absl import logging
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
 
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
@@ -41,80 +38,6 @@ from scalerl_jax.rl import buffer as buffer_lib
 from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
-
-
-def train_state_shardings(
-    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
-) -> train_step_lib.TrainState:
-  """Where the TrainState of `params` (arrays or shapes) lives on the mesh.
-
-  The optimizer's moments are sharded like their parameters and its step
-  counts replicated (`sharding.opt_state_shardings`), so FSDP shards the
-  AdamW state too instead of replicating it on every device.
-  """
-  replicated = NamedSharding(mesh, PartitionSpec())
-  return train_step_lib.TrainState(
-      step=replicated,
-      params=param_shardings,
-      opt_state=sharding.opt_state_shardings(
-          optimizer, params, param_shardings, replicated
-      ),
-  )
-
-
-def init_train_state(
-    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
-) -> tuple[train_step_lib.TrainState, Any]:
-  """A fresh TrainState on the mesh, and its shardings.
-
-  `params` are donated: their buffers become the state's parameters, so no
-  second copy stays allocated (on an H200, qwen3_0.6b's undonated float32
-  copy held 2.38 GB for a whole run).
-  """
-  shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
-  init = jax.jit(
-      functools.partial(train_step_lib.init_state, optimizer=optimizer),
-      out_shardings=shardings,
-      donate_argnums=0,
-  )
-  return init(params), shardings
-
-
-def jit_train_step(
-    config: ml_collections.ConfigDict,
-    model,
-    mesh: jax.sharding.Mesh,
-    rules: sharding.Rules,
-    optimizer,
-    state_shardings,
-    hbm_budget: Optional[float] = None,
-):
-  """The jitted train step with explicit shardings and a donated state.
-
-  `hbm_budget` holds the compiled step to that many bytes per chip where the
-  compiler takes a limit (TPU: `sharding.hbm_budget_options`); None: none.
-
-  Returns:
-    (step, batch_shardings): `step(state, batch)`, to be called (or lowered)
-    inside `sharding.activate(mesh, rules)`, and the sharding of each batch
-    array. `launch/compile.py` lowers this same function for a TPU slice.
-  """
-  spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
-  batch_sh = {
-      k: sharding.batch_sharding(mesh, rules, 2)
-      for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")
-  }
-  batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
-  step = jax.jit(
-      functools.partial(train_step_lib.train_step, spec=spec),
-      in_shardings=(state_shardings, batch_sh),
-      out_shardings=(state_shardings, None),
-      donate_argnums=0,
-      compiler_options=sharding.hbm_budget_options(
-          sharding.platform_of(mesh), hbm_budget
-      ),
-  )
-  return step, batch_sh
 
 
 def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
@@ -143,7 +66,7 @@ def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
 def make_train_step(
     exp: Experiment, optimizer, state_shardings, beside_bytes: int = 0
 ):
-  """`jit_train_step` for the experiment, taking host batches.
+  """`train_step.jit_train_step` for the experiment, taking host batches.
 
   The step is compiled to fit beside `beside_bytes` per chip that the run
   keeps allocated through it (the rollout slots), where the devices report
@@ -157,7 +80,7 @@ def make_train_step(
         budget / 1e9,
         beside_bytes / 1e9,
     )
-  step, batch_sh = jit_train_step(
+  step, batch_sh = train_step_lib.jit_train_step(
       exp.config,
       exp.model,
       exp.mesh,
@@ -201,7 +124,7 @@ class Trainer:
     resuming = restore_step is not None
     self.exp = exp = Experiment.build(config, workdir, base_params=not resuming)
     self.optimizer = optim.make_optimizer(config.optim)
-    self.state, self.state_shardings = init_train_state(
+    self.state, self.state_shardings = train_step_lib.init_train_state(
         self.optimizer, exp.params, exp.param_shardings, exp.mesh
     )
     exp.params = None  # Donated to the train state.

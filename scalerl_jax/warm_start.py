@@ -29,6 +29,7 @@ import orbax.checkpoint as ocp
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
 
 # Sources with worked solutions -> their training records
@@ -117,7 +118,7 @@ def supervised_examples(
 def _sft_step(params, opt_state, tokens_BxS, mask_BxS, *, model, optimizer):
   def loss_fn(p):
     logits = model.apply({"params": p}, tokens_BxS[:, :-1])
-    logp = transformer.token_logprobs(logits, tokens_BxS[:, 1:])
+    logp = lm_head.token_logprobs(logits, tokens_BxS[:, 1:])
     m = mask_BxS[:, 1:]
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1.0)
 

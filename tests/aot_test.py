@@ -1,5 +1,5 @@
-"""scalerl_jax.jobs.aot / launch/compile.py: the run's programs compiled
-by the TPU compiler.
+"""scalerl_jax.jobs.aot (with topology, aot_programs, aot_report) and
+launch/compile.py: the run's programs compiled by the TPU compiler.
 
 libtpu compiles for a TPU slice on this CPU machine (no TPU): these tests build
 tiny_cpu's and small_cpu's train step and decode step for a v5e 2x2 slice and
@@ -18,20 +18,26 @@ import pytest
 from configs import scalerl
 from tests import helpers
 from scalerl_jax.jobs import aot
+from scalerl_jax.jobs import aot_programs
+from scalerl_jax.jobs import aot_report
+from scalerl_jax.jobs import program_estimates
+from scalerl_jax.jobs import topology
 from scalerl_jax import sharding
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None
 needs_libtpu = pytest.mark.skipif(
     _NO_LIBTPU,
-    reason=f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}",
+    reason=f"libtpu (the TPU compiler) is not installed: {topology.INSTALL}",
 )
 
 
 @pytest.fixture(scope="module", params=["tiny_cpu", "small_cpu"])
 def compiled(request):
   if _NO_LIBTPU:
-    pytest.skip(f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
+    pytest.skip(
+        f"libtpu (the TPU compiler) is not installed: {topology.INSTALL}"
+    )
   results, chip, mesh_shape = aot.compile_for_slice(
       scalerl.get_config(request.param),
       "v5e:2x2",
@@ -45,7 +51,7 @@ def test_local_compiles_for_this_machines_own_devices():
   # --topology=local: this machine's backend (the CPU here, a GPU on a GPU
   # host) compiles the run's programs; the capacity is the machine's memory.
   results, chip, mesh_shape = aot.compile_for_slice(
-      scalerl.get_config("tiny_cpu"), aot.LOCAL, only=["decode"]
+      scalerl.get_config("tiny_cpu"), topology.LOCAL, only=["decode"]
   )
   assert chip.name == "cpu (this machine)"
   assert chip.hbm_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf(
@@ -138,7 +144,7 @@ def test_the_least_peak_is_at_most_the_first_compiles(compiled):
         r.least_temporaries == r.compiled.temporaries == 0
     )
     assert r.least_peak() <= r.compiled.peak
-  report = aot.format_report(
+  report = aot_report.format_report(
       list(compiled[0].values()), *compiled[1:], "v5e:2x2"
   )
   assert "train_step: the compiler's least peak" in report
@@ -149,14 +155,18 @@ def test_a_remat_model_runs_its_layers_as_a_loop_on_tpu():
   # model.scan_unroll = 0 on a TPU slice: with remat the train step's layers
   # are a while loop (forward and backward), unrolled without remat or when
   # asked; traced on the slice's devices, on this CPU-only machine.
-  devices, _ = aot.slice_devices("v5e:2x2")
+  devices, _ = topology.slice_devices("v5e:2x2")
 
   def whiles(**model):
     config = scalerl.get_config("tiny_cpu")
     config.model.update(model)
     mesh = sharding.make_mesh(config.mesh, devices)
     rules = sharding.logical_rules(config.mesh)
-    text = aot._programs(config, mesh, rules).lower["train_step"]().as_text()
+    text = (
+        aot_programs.build_programs(config, mesh, rules)
+        .lower["train_step"]()
+        .as_text()
+    )
     return text.count("stablehlo.while")
 
   layers = scalerl.get_config("tiny_cpu").model.num_layers
@@ -180,12 +190,14 @@ def test_required_temporaries_reads_the_tpu_compilers_refusal():
 
 
 def test_planner_ratio_is_against_the_least_peak_where_measured():
-  gb = lambda x: aot.Memory(int(x * 1e9), 0, 0, 0)
+  gb = lambda x: program_estimates.Memory(int(x * 1e9), 0, 0, 0)
   result = aot.Result("train_step", gb(10), 0, compiled=gb(23))
   assert result.planner_ratio() == pytest.approx(10 / 23)
   result.least_temporaries = int(1e9)  # Least peak: 23 GB of arguments + 1.
   assert result.least_peak() == int(24e9)
-  result.compiled = aot.Memory(int(2e9), int(1e9), int(1e9), int(21e9))
+  result.compiled = program_estimates.Memory(
+      int(2e9), int(1e9), int(1e9), int(21e9)
+  )
   # Arguments 2 + outputs 1 - aliased 1 + least temporaries 1 = 3 GB.
   assert result.least_peak() == int(3e9)
   assert result.planner_ratio() == pytest.approx(10 / 3)
@@ -198,14 +210,18 @@ def test_the_runs_hbm_budget_reaches_the_tpu_compiler(program):
   # Through the trainer's and the sampler's own jits, a budget below a
   # program's need is refused by the compiler, naming HBM.
   if _NO_LIBTPU:
-    pytest.skip(f"libtpu (the TPU compiler) is not installed: {aot.INSTALL}")
+    pytest.skip(
+        f"libtpu (the TPU compiler) is not installed: {topology.INSTALL}"
+    )
   config = scalerl.get_config("tiny_cpu")
-  devices, _ = aot.slice_devices("v5e:2x2")
+  devices, _ = topology.slice_devices("v5e:2x2")
   mesh = sharding.make_mesh(config.mesh, devices)
   rules = sharding.logical_rules(config.mesh)
   # The same programs compile within the chip's HBM in
   # test_train_and_decode_fit_a_v5e_2x2.
-  lower = aot._programs(config, mesh, rules, hbm_budget=2**20).lower[program]
+  lower = aot_programs.build_programs(
+      config, mesh, rules, hbm_budget=2**20
+  ).lower[program]
   with pytest.raises(Exception, match="(?i)hbm"):
     lower().compile()
 
@@ -235,9 +251,10 @@ def test_hbm_capacity_is_the_smallest_limit_on_a_common_grain():
 def test_unknown_topology_lists_the_valid_forms():
   for name in ("v4:2x2x1", "v5e:2x2x2", "v5p:4x4", "tpu-v5e-8", "v6e"):
     with pytest.raises(
-        aot.CompileError, match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>"
+        topology.CompileError,
+        match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>",
     ):
-      aot.slice_devices(name)
+      topology.slice_devices(name)
 
 
 def test_without_libtpu_it_says_how_to_install(monkeypatch):
@@ -248,9 +265,9 @@ def test_without_libtpu_it_says_how_to_install(monkeypatch):
       lambda name, *a: None if name == "libtpu" else real(name, *a),
   )
   with pytest.raises(
-      aot.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'
+      topology.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'
   ):
-    aot.slice_devices("v5e:2x2")
+    topology.slice_devices("v5e:2x2")
 
 
 @needs_libtpu
@@ -280,7 +297,7 @@ def test_a_mesh_axis_that_splits_the_torus_is_laid_out_with_a_warning(caplog):
   import ml_collections  # pylint: disable=g-import-not-at-top
   from scalerl_jax import sharding  # pylint: disable=g-import-not-at-top
 
-  devices, _ = aot.slice_devices("v6e:16x16")
+  devices, _ = topology.slice_devices("v6e:16x16")
   mesh_cfg = ml_collections.ConfigDict(
       {"axes": ("data", "fsdp", "tensor"), "shape": (1, 128, 2)}
   )

@@ -1,4 +1,5 @@
-"""Tests of scalerl_jax/models/attention.py: every kernel against `plain`."""
+"""Tests of scalerl_jax/models/attention.py and its blockwise and splash
+kernels: every kernel against `plain`."""
 
 import functools
 import os
@@ -14,6 +15,8 @@ from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.models import attention
+from scalerl_jax.models import blockwise_attention
+from scalerl_jax.models import splash_attention
 from scalerl_jax.models import decode
 from scalerl_jax.models import transformer
 
@@ -75,7 +78,7 @@ def _max_errors(fn, q, k, v, seg):
 def test_blockwise_equals_plain_forward_and_gradients(t, h, k, block, lengths):
   q, kk, v = _qkv(2, t, h, k, 16)
   seg = None if lengths is None else _padding(lengths, t)
-  fn = functools.partial(attention.blockwise, block_size=block)
+  fn = functools.partial(blockwise_attention.blockwise, block_size=block)
   assert max(_max_errors(fn, q, kk, v, seg)) < 1e-5
 
 
@@ -84,7 +87,9 @@ def test_blockwise_padding_changes_padded_rows_only():
   # unaffected by them (causality already hides right padding).
   q, k, v = _qkv(1, 24, 2, 1, 8)
   seg = _padding((10,), 24)
-  fn = functools.partial(attention.blockwise, dtype=_F32, block_size=8)
+  fn = functools.partial(
+      blockwise_attention.blockwise, dtype=_F32, block_size=8
+  )
   with_pads, without = fn(q, k, v, seg), fn(q, k, v, None)
   np.testing.assert_allclose(with_pads[:, :10], without[:, :10], atol=1e-6)
   assert float(jnp.max(jnp.abs(with_pads[:, 10:] - without[:, 10:]))) > 1e-2
@@ -101,7 +106,7 @@ def test_blockwise_padding_changes_padded_rows_only():
 def test_splash_interpret_equals_plain_forward_and_gradients(t, h, k, lengths):
   q, kk, v = _qkv(2, t, h, k, 64, seed=1)
   seg = None if lengths is None else _padding(lengths, t)
-  fn = functools.partial(attention.splash, interpret=True)
+  fn = functools.partial(splash_attention.splash, interpret=True)
   assert max(_max_errors(fn, q, kk, v, seg)) < 1e-5
 
 
@@ -114,9 +119,12 @@ def test_splash_under_a_mesh_runs_in_shard_map():
   q, k, v = _qkv(2, 128, 4, 2, 64, seed=2)
   with sharding.activate(mesh, rules):
     abstract = mesh.abstract_mesh
-    assert attention._mesh_axes(abstract, 2, 2) == (("data", "fsdp"), "tensor")
+    assert splash_attention._mesh_axes(abstract, 2, 2) == (
+        ("data", "fsdp"),
+        "tensor",
+    )
     out = jax.jit(
-        functools.partial(attention.splash, dtype=_F32, interpret=True)
+        functools.partial(splash_attention.splash, dtype=_F32, interpret=True)
     )(q, k, v)
   ref = transformer.plain_attention(q, k, v, dtype=_F32)
   assert float(jnp.max(jnp.abs(out - ref))) < 1e-5
@@ -173,7 +181,7 @@ def test_splash_compiles_for_a_tpu_slice_under_auto():
 def test_splash_mesh_axes_split_what_divides(b, k, expected):
   mesh = jax.sharding.AbstractMesh((1, 4, 2), ("data", "fsdp", "tensor"))
   with nn.logical_axis_rules(sharding.logical_rules(scalerl.get_config().mesh)):
-    assert attention._mesh_axes(mesh, b, k) == expected
+    assert splash_attention._mesh_axes(mesh, b, k) == expected
 
 
 @pytest.mark.parametrize(
@@ -212,9 +220,9 @@ def test_registry():
       "splash",
   )
   with pytest.raises(ValueError, match="already registered"):
-    attention.register_attention("blockwise")(attention.blockwise)
+    attention.register_attention("blockwise")(blockwise_attention.blockwise)
   with pytest.raises(ValueError, match="reserved"):
-    attention.register_attention("auto")(attention.blockwise)
+    attention.register_attention("auto")(blockwise_attention.blockwise)
   with pytest.raises(ValueError, match="model.attention: 'flash'"):
     attention.apply("flash", *_qkv(1, 4, 2, 1, 8), dtype=_F32)
 

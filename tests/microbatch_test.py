@@ -22,6 +22,7 @@ import pytest
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
 from scalerl_jax.models import transformer
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as ts
 from tests import helpers
@@ -194,7 +195,9 @@ def test_chunked_logprobs_equal_the_whole_sequence():
   weights = jnp.asarray(np.random.RandomState(1).randn(P * G, S), jnp.float32)
 
   def run(params, chunk):
-    logp, entropy = ts.policy_logprobs(model, params, tokens, 0.7, chunk=chunk)
+    logp, entropy = logprobs.policy_logprobs(
+        model, params, tokens, 0.7, chunk=chunk
+    )
     return jnp.sum(logp * weights), (logp, entropy)
 
   grad = jax.grad(run, has_aux=True)

@@ -20,6 +20,7 @@ import pytest
 
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
 from tests import helpers
 
@@ -53,7 +54,7 @@ def run(tmp_path_factory):
     batch = buffer_lib.collate(groups)
     model, params = trainer.exp.model, jax.device_get(trainer.state.params)
     recompute = lambda params, t: np.asarray(
-        train_step_lib.policy_logprobs(model, params, batch["tokens_BxS"], t)[0]
+        logprobs.policy_logprobs(model, params, batch["tokens_BxS"], t)[0]
     )
     out = {
         "batch": batch,

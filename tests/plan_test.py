@@ -1,5 +1,6 @@
-"""Tests of scalerl_jax.jobs.plan (memory and FLOPs per
-device) and launch/plan.py.
+"""Tests of the planner, scalerl_jax.jobs.plan (memory and FLOPs per device)
+with its layout_bytes, activations, program_estimates and plan_report, and
+launch/plan.py.
 
 The numbers are worked out by hand below for `tiny_cpu`'s settings with a
 wider model (`_SHAPE`, ~3.3M parameters, the shape tiny_cpu had until its
@@ -26,7 +27,12 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
+from scalerl_jax.jobs import accelerators
+from scalerl_jax.jobs import activations
+from scalerl_jax.jobs import layout_bytes
 from scalerl_jax.jobs import plan
+from scalerl_jax.jobs import plan_report
+from scalerl_jax.jobs import program_estimates
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.models import transformer
@@ -182,19 +188,23 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
       scalerl.get_config("tiny_cpu").model
   )
   # auto on a TPU slice.
-  assert plan._resolve_attention(cfg, "tpu", 159) == "splash"
-  assert plan._resolve_attention(cfg, "cpu", 159) == "plain"
+  assert activations._resolve_attention(cfg, "tpu", 159) == "splash"
+  assert activations._resolve_attention(cfg, "cpu", 159) == "plain"
 
 
 def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   # float32 tiles are (8, 128), bfloat16 (16, 128): q [rows, T, H=4, E=32].
   # The compiler tiles the sublanes with the dim that pads least: here the
   # 64, not the 4 (x2 for float32, x4 for bfloat16's 16-row tiles).
-  assert plan.tpu_tiled([64, 159, 4, 32], 4) == [64, 159, 4, 128]
-  assert plan.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 4, 128]
-  assert plan.tpu_tiled([3, 5, 32], 4) == [3, 8, 128]  # 5 -> 8 beats 3 -> 8.
-  assert plan.tpu_tiled([1, 16383, 2, 64], 2) == [1, 16384, 2, 128]
-  assert plan.tpu_tiled([1024], 4) == [1024]
+  assert layout_bytes.tpu_tiled([64, 159, 4, 32], 4) == [64, 159, 4, 128]
+  assert layout_bytes.tpu_tiled([64, 159, 4, 32], 2) == [64, 159, 4, 128]
+  assert layout_bytes.tpu_tiled([3, 5, 32], 4) == [
+      3,
+      8,
+      128,
+  ]  # 5 -> 8 beats 3 -> 8.
+  assert layout_bytes.tpu_tiled([1, 16383, 2, 64], 2) == [1, 16384, 2, 128]
+  assert layout_bytes.tpu_tiled([1024], 4) == [1024]
   # Temporaries are counted tiled on TPU, arrays that live across programs not;
   # the TPU allocates the cache's 160 positions as 256 (decode.cache_align).
   plain = _config()
@@ -252,7 +262,7 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
     config.model.compute_dtype = "bfloat16"
     config.model.qk_norm = True
   cfg = transformer.ModelConfig.from_config(config.model)
-  mesh = plan.abstract_mesh(config.mesh, 1)
+  mesh = layout_bytes.abstract_mesh(config.mesh, 1)
   rules = sharding.logical_rules(config.mesh)
   # One sequence, 159 tokens. Per token per layer: the 4,096 entries above
   # in bfloat16 = 8,192 B; the float32 softmax and its bfloat16 copy
@@ -260,10 +270,10 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   # = 768 B; 16,592 B. Head: the final hidden state 256 x 2 + a float32
   # logit chunk 512 x 4 = 2,560 B. Layer input (remat): 256 x 2 = 512 B.
   # With remat a layer's backward (16,592 B per token) outweighs the head.
-  assert plan.activation_bytes(
+  assert activations.activation_bytes(
       cfg, mesh, rules, 1, 160, remat=False, platform="cpu"
   ) == 159 * (4 * 16_592 + 2_560)
-  assert plan.activation_bytes(
+  assert activations.activation_bytes(
       cfg, mesh, rules, 1, 160, remat=True, platform="cpu"
   ) == 159 * (4 * 512 + 16_592)
 
@@ -285,15 +295,15 @@ def test_fit_against_a_made_up_chip():
   # Train peak: params and grads 1,647,616 x 2 + optimizer 3,295,240 + KV
   # 20,971,520 + records 108,448 + activations 227,362,816 = 255,033,256 B.
   assert p.peak == p.train_peak == 255_033_256
-  chip = plan.Accelerator(
+  chip = accelerators.Accelerator(
       "chip", hbm_bytes=400e6, peak_flops=1e12, source="none"
   )
-  f = plan.fit(p, chip, margin=0.1)  # 360e6 usable.
+  f = plan_report.fit(p, chip, margin=0.1)  # 360e6 usable.
   assert f.fits and f.free_bytes == pytest.approx(360e6 - 255_033_256)
   # Without activations 27,670,440 B; 332,329,560 / 14,144,640 per row = 23.5.
   assert f.rows_that_fit == 23
-  assert plan.fit(p, chip, margin=0.36).fits  # 256e6 usable.
-  assert not plan.fit(p, chip, margin=0.37).fits  # 252e6 usable.
+  assert plan_report.fit(p, chip, margin=0.36).fits  # 256e6 usable.
+  assert not plan_report.fit(p, chip, margin=0.37).fits  # 252e6 usable.
   # 128 x 1,094,123,520 FLOPs over 8 chips x 1e12 FLOP/s.
   assert f.generate_s == pytest.approx(0.017505976)
   assert f.train_s == pytest.approx(128 * 3_303_997_440 / 8e12)
@@ -347,8 +357,10 @@ def test_sampler_weights_resident_are_whole_on_each_chip_and_never_gathered():
   assert p.generate_peak == p.resident + p.decode_weights + p.prepared_rest
   # The tied table transposed into the float32 head, from a copy as large.
   assert p.prepare_temps == _QWEN3_TABLE * 4
-  assert plan.program_estimates(_qwen3("resident"), 8)["prepare"] == (
-      plan.Memory(
+  assert program_estimates.program_estimates(_qwen3("resident"), 8)[
+      "prepare"
+  ] == (
+      program_estimates.Memory(
           p.params, p.decode_weights + p.prepared_rest, 0, p.prepare_temps
       )
   )
@@ -363,12 +375,12 @@ def test_sampler_weights_resident_are_whole_on_each_chip_and_never_gathered():
 
 def test_the_report_warns_of_the_regroup_on_a_tensor_split_mesh():
   # The TPU compiler held up to 1.6x the planner's regroup there (docs/tpu.md).
-  chips = plan.accelerators_named(["tpu_v5p"])
+  chips = accelerators.accelerators_named(["tpu_v5p"])
   warn = "Mesh with a tensor axis"
-  assert warn in plan.format_report(
+  assert warn in plan_report.format_report(
       _plan(_config(shape=(2, 2, 2)), 8), chips, 0.1
   )
-  assert warn not in plan.format_report(_plan(_config(), 8), chips, 0.1)
+  assert warn not in plan_report.format_report(_plan(_config(), 8), chips, 0.1)
 
 
 def test_num_slots_rule():
@@ -509,7 +521,7 @@ def _real_bytes_on_device_0():
     params, param_shardings = sharding.init_model_params(
         transformer.Transformer(cfg), jax.random.key(0), mesh, rules
     )
-    state, _ = trainer_lib.init_train_state(
+    state, _ = train_step_lib.init_train_state(
         optim.make_optimizer(config.optim), params, param_shardings, mesh
     )
     sampler = Sampler(

@@ -20,6 +20,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
+from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
 
 _STEPS = 20
@@ -44,7 +45,7 @@ def _summed_updates(cfg, params0, optimizer, tokens_BxS):
 
   def loss(params):
     logits = model.apply({"params": params}, tokens_BxS[:, :-1])
-    return -jnp.mean(transformer.token_logprobs(logits, tokens_BxS[:, 1:]))
+    return -jnp.mean(lm_head.token_logprobs(logits, tokens_BxS[:, 1:]))
 
   @jax.jit
   def step(params, opt_state):

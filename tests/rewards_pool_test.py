@@ -165,7 +165,7 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
 
 
 def test_killed_workers_are_replaced(pool):
-  workers = psutil.Process(pool._zygote.pid).children()
+  workers = psutil.Process(pool._workers._zygote.pid).children()
   assert len(workers) == 2
   for process in workers:
     process.send_signal(signal.SIGKILL)

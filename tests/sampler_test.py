@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from scalerl_jax import sharding
-from scalerl_jax.models.transformer import ModelConfig, Transformer, token_logprobs
+from scalerl_jax.models.lm_head import token_logprobs
+from scalerl_jax.models.transformer import ModelConfig, Transformer
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.settings import SamplingSettings
 from tests import helpers

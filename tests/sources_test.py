@@ -9,6 +9,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax.data import builtin_task
+from scalerl_jax.data import readers
 from scalerl_jax.data import sources
 
 
@@ -22,7 +23,7 @@ def _config(**data):
 
 def _assert_records(records):
   for record in records:
-    assert tuple(record) == sources.RECORD_FIELDS
+    assert tuple(record) == readers.RECORD_FIELDS
     assert all(isinstance(v, str) for v in record.values())
     assert isinstance(json.loads(record["metadata"]), dict)
   assert len({r["id"] for r in records}) == len(records)
@@ -97,7 +98,7 @@ def _write_rows(path):
 
 def test_jsonl_reports_every_malformed_row_with_its_line(tmp_path):
   path = _write_rows(tmp_path / "train.jsonl")
-  records, malformed = sources.read_jsonl(str(path))
+  records, malformed = readers.read_jsonl(str(path))
   assert [r["prompt"] for r in records] == ["1+1?", "2+2?", "code"]
   assert [r["answer"] for r in records] == ["2", "4", "ok"]
   assert [r["verifier"] for r in records] == ["math", "task", "math"]
@@ -266,7 +267,7 @@ def test_gsm8k_rows_through_field_mapping_and_answer_delimiter(tmp_path):
       {"source": "gsm8k"},
       {},
   ]
-  _, malformed = sources.read_jsonl(str(path), "question", "answer", "####")
+  _, malformed = readers.read_jsonl(str(path), "question", "answer", "####")
   assert [(m.location, m.reason) for m in malformed] == [
       (
           f"{path}:3",
@@ -278,7 +279,7 @@ def test_gsm8k_rows_through_field_mapping_and_answer_delimiter(tmp_path):
   ]
   # Without the delimiter the whole worked solution would be
   # the reference answer.
-  whole, _ = sources.read_jsonl(str(path), "question")
+  whole, _ = readers.read_jsonl(str(path), "question")
   assert whole[0]["answer"] == "6 * 7 = <<6*7=42>>42\n#### 42"
   same = _config(jsonl_prompt_field="answer")
   with pytest.raises(

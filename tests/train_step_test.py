@@ -10,6 +10,7 @@ import numpy as np
 
 from scalerl_jax import optim
 from scalerl_jax.models import transformer
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as ts
 from tests import helpers
@@ -17,36 +18,47 @@ from tests import helpers
 P, G, S = 2, 2, 12
 
 
-def _setup(loss="cispo"):
+def _spec(
+    model,
+    num_prompts=P,
+    aggregation="prompt",
+    zero_variance_filter=True,
+    loss="cispo",
+):
   config = helpers.tiny_config()
   config.rl.loss = loss
+  config.rl.aggregation = aggregation
   config.optim.warmup_steps = 0
-  cfg = transformer.ModelConfig.from_config(config.model)
+  return ts.StepSpec(
+      model=model,
+      optimizer=optim.make_optimizer(config.optim),
+      loss=losses.LossParams.from_config(config.rl),
+      adv_norm="batch",
+      zero_variance_filter=zero_variance_filter,
+      num_prompts=num_prompts,
+      num_generations=G,
+      temperature=1.0,
+  )
+
+
+def _setup(**spec_args):
+  cfg = transformer.ModelConfig.from_config(helpers.tiny_config().model)
   model = transformer.Transformer(cfg)
   params = nn.unbox(
       model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
   )["params"]
-  optimizer = optim.make_optimizer(config.optim)
-  spec = ts.StepSpec(
-      model=model,
-      optimizer=optimizer,
-      loss=losses.LossParams.from_config(config.rl),
-      adv_norm="batch",
-      zero_variance_filter=True,
-      num_prompts=P,
-      num_generations=G,
-      temperature=1.0,
-  )
+  spec = _spec(model, **spec_args)
   step = jax.jit(functools.partial(ts.train_step, spec=spec))
-  return model, params, ts.init_state(params, optimizer), step
+  return model, params, ts.init_state(params, spec.optimizer), step
 
 
 def _batch(model, params, rewards):
+  rows = np.size(rewards)
   rng = np.random.RandomState(0)
-  tokens = rng.randint(0, 128, (P * G, S)).astype(np.int32)
-  mask = np.zeros((P * G, S), np.float32)
+  tokens = rng.randint(0, 128, (rows, S)).astype(np.int32)
+  mask = np.zeros((rows, S), np.float32)
   mask[:, 4:10] = 1
-  logp, _ = ts.policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
+  logp, _ = logprobs.policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
   return {
       "tokens_BxS": tokens,
       "mask_BxS": mask,
@@ -82,7 +94,7 @@ def test_entropy_covers_every_generated_token_dropped_groups_included():
   # Group 1 is dropped from the loss.
   batch = _batch(model, params, [[1, 0], [1, 1]])
   _, metrics = step(state, batch)
-  _, entropy_BxS = ts.policy_logprobs(
+  _, entropy_BxS = logprobs.policy_logprobs(
       model, params, jnp.asarray(batch["tokens_BxS"]), 1.0
   )
   entropy_BxS, mask = np.asarray(entropy_BxS, np.float64), batch["mask_BxS"]
@@ -118,6 +130,41 @@ def test_all_zero_variance_leaves_params_and_optimizer_state_bit_identical():
   )
 
 
+def test_a_zero_gradient_without_the_filter_leaves_the_state_unchanged():
+  # Without zero-variance filtering, a batch whose every group has equal
+  # rewards keeps its loss tokens but has zero advantages: the gradient is
+  # exactly 0, and AdamW's momentum and weight decay must not move the
+  # parameters on it (they did: update L2 0.064, issue 39).
+  model, params, state, step = _setup(zero_variance_filter=False)
+  state, _ = step(state, _batch(model, params, [[1, 0], [0, 1]]))
+  before = jax.device_get(state)
+  new_state, metrics = step(state, _batch(model, params, [[0, 0], [1, 1]]))
+  assert float(metrics["loss_tokens"]) == 24.0
+  assert float(metrics["l2_grads"]) == 0.0
+  assert float(metrics["no_signal"]) == 1.0
+  assert float(metrics["l2_updates"]) == 0.0
+  assert _same(new_state.params, before.params)
+  assert _same(new_state.opt_state, before.opt_state)
+
+
+def test_filtered_groups_count_in_no_denominator():
+  # Zero-variance filtering drops a group from the loss entirely, the
+  # aggregation's denominators included: the loss of groups {0: [1, 0],
+  # 1: [1, 1]} equals the loss of group 0 alone as a batch of one prompt,
+  # under every aggregation. Zeroing only the dropped group's advantages
+  # would keep its prompt and tokens in the denominators and halve it.
+  model, params, _, _ = _setup()
+  for aggregation in losses.AGGREGATIONS.names():
+    loss = {}
+    for rewards in ([[1, 0], [1, 1]], [[1, 0]]):
+      spec = _spec(model, len(rewards), aggregation)
+      batch = _batch(model, params, rewards)
+      loss_fn = jax.jit(functools.partial(ts.loss_and_grads, spec=spec))
+      loss[len(rewards)] = loss_fn(params, batch)[0]
+    assert abs(float(loss[1])) > 1e-6, aggregation
+    np.testing.assert_allclose(loss[2], loss[1], rtol=1e-4, err_msg=aggregation)
+
+
 def test_non_finite_gradient_leaves_state_unchanged():
   model, params, state, step = _setup()
   batch = _batch(model, params, [[1, 0], [0, 1]])
@@ -138,7 +185,7 @@ def test_policy_logprobs_align_with_targets():
   tokens = jnp.asarray(
       np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32
   )
-  logp, entropy = ts.policy_logprobs(model, params, tokens, 1.0)
+  logp, entropy = logprobs.policy_logprobs(model, params, tokens, 1.0)
   logits = model.apply({"params": params}, tokens)
   want = jax.nn.log_softmax(logits[:, 2])[np.arange(2), tokens[:, 3]]
   np.testing.assert_allclose(logp[:, 3], want, atol=1e-6)

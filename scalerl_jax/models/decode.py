@@ -35,12 +35,10 @@ from scalerl_jax.models.transformer import (
     ModelConfig,
     apply_rope,
     attention,
-    head_algorithm,
-    lm_head,
     rms_norm,
     rope_frequencies,
-    split_bf16,
 )
+from scalerl_jax.models.lm_head import head_algorithm, lm_head, split_bf16
 
 # {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E] or [B, K, E, S]}
 Cache = dict[str, tuple[jax.Array, ...]]

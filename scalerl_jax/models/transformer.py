@@ -27,17 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from scalerl_jax.models import attention as attention_lib
+from scalerl_jax.models.lm_head import lm_head
 
 # The choices of `config.model.param_dtype` / `compute_dtype`, and of
 # `config.model.rope_scaling.type`.
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ROPE_SCALINGS = ("none", "llama3")
-# How the FP32 LM head multiplies (`config.model.lm_head_algorithm`):
-# "highest" one float32 matmul at Precision.HIGHEST; "bf16_3x" the float32
-# operands split into bfloat16 high and low parts, multiplied on the bfloat16
-# units with float32 sums (`bf16_3x_dot`); "auto" is bf16_3x when the model
-# computes in bfloat16, else highest.
-LM_HEAD_ALGORITHMS = ("auto", "highest", "bf16_3x")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +74,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   fp32_lm_head: bool = True
-  lm_head_algorithm: str = "auto"  # One of LM_HEAD_ALGORITHMS.
+  lm_head_algorithm: str = "auto"  # One of lm_head.ALGORITHMS.
   remat: bool = False
   attention: str = attention_lib.AUTO
   # Layers per iteration of the layer scan; 0 = `scan_layers_unroll`'s pick.
@@ -477,119 +472,6 @@ class Transformer(nn.Module):
     return lm_head(cfg, x_BxTxD, head_DxV)
 
 
-def head_algorithm(cfg: ModelConfig) -> str:
-  """How the FP32 head multiplies: "highest" or "bf16_3x", "auto" resolved
-  (LM_HEAD_ALGORITHMS). Unused without `cfg.fp32_lm_head`."""
-  if cfg.lm_head_algorithm not in LM_HEAD_ALGORITHMS:
-    raise ValueError(
-        f"model.lm_head_algorithm: {cfg.lm_head_algorithm!r} is not one of "
-        f"{LM_HEAD_ALGORITHMS}"
-    )
-  if cfg.lm_head_algorithm == "auto":
-    return "bf16_3x" if cfg.compute_dtype == "bfloat16" else "highest"
-  return cfg.lm_head_algorithm
-
-
-def split_bf16(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(hi, lo) in bfloat16 with hi + lo = x to 16 significant bits.
-
-  hi is x rounded to bfloat16 (to nearest, ties to even) in integer
-  arithmetic on its bits, and lo the rest rounded to bfloat16. Cast through
-  bfloat16 and back instead, XLA:GPU (excess precision allowed) folded the
-  round trip away: lo came out 0, the head as coarse as a bfloat16 one
-  (issue 37, H100). Finite x only.
-  """
-  x32 = x.astype(jnp.float32)
-  bits = jax.lax.bitcast_convert_type(x32, jnp.uint32)
-  odd = (bits >> 16) & jnp.uint32(1)
-  rounded = (bits + jnp.uint32(0x7FFF) + odd) & jnp.uint32(0xFFFF0000)
-  hi = jax.lax.bitcast_convert_type(rounded, jnp.float32)
-  return hi.astype(jnp.bfloat16), (x32 - hi).astype(jnp.bfloat16)
-
-
-def _dot_f32(a: jax.Array, b: jax.Array) -> jax.Array:
-  return jnp.dot(a, b, preferred_element_type=jnp.float32)
-
-
-def split_dot(
-    x_NxD: jax.Array, w_hi_DxV: jax.Array, w_lo_DxV: jax.Array
-) -> jax.Array:
-  """x @ (w_hi + w_lo) in float32 from bfloat16 products (no gradient).
-
-  A bfloat16 `x` is exact in one part: two products. A float32 `x` is split
-  too, and its low part meets `w_hi` (x_lo @ w_lo, below float32's rounding
-  of the sum, is dropped): three. The small products are summed first.
-  """
-  if x_NxD.dtype == jnp.bfloat16:
-    return _dot_f32(x_NxD, w_lo_DxV) + _dot_f32(x_NxD, w_hi_DxV)
-  x_hi, x_lo = split_bf16(x_NxD)
-  small = _dot_f32(x_hi, w_lo_DxV) + _dot_f32(x_lo, w_hi_DxV)
-  return small + _dot_f32(x_hi, w_hi_DxV)
-
-
-@jax.custom_vjp
-def bf16_3x_dot(x_NxD: jax.Array, w_DxV: jax.Array) -> jax.Array:
-  """x @ w to float32 accuracy on bfloat16 units (`split_dot` of w's split).
-
-  The gradient is computed as the rest of a bfloat16 network's is: the
-  incoming gradient and the operands rounded to bfloat16, float32 sums. The
-  FP32 head is there for the forward log-probs (the importance ratio and the
-  sampler-trainer mismatch, PAPER.md §5); a HIGHEST-precision backward would
-  cost 3x more for a gradient no more accurate than the layers' below it.
-  """
-  return split_dot(x_NxD, *split_bf16(w_DxV))
-
-
-def _bf16_3x_fwd(x_NxD, w_DxV):
-  w_hi, w_lo = split_bf16(w_DxV)
-  return split_dot(x_NxD, w_hi, w_lo), (x_NxD, w_DxV)
-
-
-def _bf16_3x_bwd(residuals, g_NxV):
-  x_NxD, w_DxV = residuals
-  g_NxV = g_NxV.astype(jnp.bfloat16)
-  dx_NxD = _dot_f32(g_NxV, w_DxV.astype(jnp.bfloat16).T)
-  dw_DxV = _dot_f32(x_NxD.astype(jnp.bfloat16).T, g_NxV)
-  return dx_NxD.astype(x_NxD.dtype), dw_DxV.astype(w_DxV.dtype)
-
-
-bf16_3x_dot.defvjp(_bf16_3x_fwd, _bf16_3x_bwd)
-
-
-def lm_head(
-    cfg: ModelConfig,
-    x_BxTxD: jax.Array,
-    head_DxV: jax.Array,
-    head_lo_DxV: Optional[jax.Array] = None,
-) -> jax.Array:
-  """The final projection; float32 logits when `cfg.fp32_lm_head`, computed
-  by `head_algorithm(cfg)`.
-
-  `head_lo_DxV`: the low part of a head already split (`split_bf16`), as
-  the sampler's prepared weights hold it for bf16_3x; `head_DxV` is then the
-  high part.
-  """
-  lead, d = x_BxTxD.shape[:-1], x_BxTxD.shape[-1]
-  if cfg.fp32_lm_head and head_algorithm(cfg) == "bf16_3x":
-    x_NxD = x_BxTxD.reshape(-1, d)
-    if head_lo_DxV is None:
-      logits_NxV = bf16_3x_dot(x_NxD, head_DxV)
-    else:
-      logits_NxV = split_dot(x_NxD, head_DxV, head_lo_DxV)
-    logits_BxTxV = logits_NxV.reshape(lead + (-1,))
-  elif cfg.fp32_lm_head:
-    logits_BxTxV = jnp.dot(
-        x_BxTxD.astype(jnp.float32),
-        head_DxV.astype(jnp.float32),
-        precision=jax.lax.Precision.HIGHEST,
-    )
-  else:
-    logits_BxTxV = jnp.dot(x_BxTxD, head_DxV.astype(cfg.dtype))
-  return nn.with_logical_constraint(
-      logits_BxTxV, ("act_batch", "act_len", "act_vocab")
-  )
-
-
 def output_logits(
     cfg: ModelConfig, params: Any, x_BxTxD: jax.Array
 ) -> jax.Array:
@@ -599,17 +481,3 @@ def output_logits(
       x_BxTxD, params["final_norm"]["scale"], cfg.norm_eps, cfg.dtype
   )
   return lm_head(cfg, x_BxTxD, head_DxV)
-
-
-def token_logprobs(
-    logits_BxTxV: jax.Array, targets_BxT: jax.Array, temperature: float = 1.0
-) -> jax.Array:
-  """log softmax(logits / temperature)[target] in float32, per position."""
-  logits = logits_BxTxV.astype(jnp.float32)
-  if temperature != 1.0:
-    logits = logits / temperature
-  logz_BxT = jax.nn.logsumexp(logits, axis=-1)
-  picked_BxT = jnp.take_along_axis(logits, targets_BxT[..., None], axis=-1)[
-      ..., 0
-  ]
-  return picked_BxT - logz_BxT

@@ -2,8 +2,9 @@
 
 Each swappable piece of the RL step (losses, aggregations, advantage
 normalisations, schedules) is registered by name with `@REGISTRY.register`,
-and the config names it. `names()` are the allowed values that `config.py`
-checks; `get` raises naming them. Registering a name twice raises.
+and the config names it. `names()` are the allowed values that
+`config/fields.py` checks; `get` raises naming them. Registering a name
+twice raises.
 """
 
 from typing import Callable, Generic, TypeVar

@@ -1,30 +1,33 @@
-"""The jitted RL train step: pi_train, advantages, loss, update (pure).
+"""The RL train step: pi_train, advantages, loss, update; pure, and jitted
+with its shardings beside it (`jit_train_step`).
 
 `train_step(state, batch, *, spec) -> (state, metrics)`, with the static
 choices in a hashable `StepSpec`. The batch is prompt-major: `tokens_BxS`,
 `mask_BxS` (1.0 on sampled tokens), `gen_logp_BxS`, `rewards_PxG`. Over M
 microbatches the aggregation's denominators are the whole batch's, so loss,
 gradient and metrics equal the whole batch's; with `logprob_chunk` C no pass
-holds more than one chunk's [B, C, V] logits.
+holds more than one chunk's [B, C, V] logits (rl/logprobs.py).
 
-Shape letters: the package key (scalerl_jax/__init__.py), and C positions
-per log-prob chunk, J chunks. Design: docs/design/rl.md.
+Shape letters: the package key (scalerl_jax/__init__.py). Design:
+docs/design/rl.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import flax
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
 import optax
 
+from scalerl_jax import sharding
 from scalerl_jax.models import transformer
-from scalerl_jax.rl import advantages, losses
+from scalerl_jax.rl import advantages, logprobs, losses
 from scalerl_jax.sampling import selection
 
 
@@ -89,82 +92,6 @@ def _masked_mean(x_BxT, mask_BxT):
   return jnp.sum(x_BxT * mask_BxT) / jnp.maximum(jnp.sum(mask_BxT), 1.0)
 
 
-def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
-  logits_BxTxV = logits_BxTxV.astype(jnp.float32) / temperature
-  logp_BxT = transformer.token_logprobs(logits_BxTxV, targets_BxT)
-  logp_all = jax.nn.log_softmax(logits_BxTxV, axis=-1)
-  return logp_BxT, -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-
-
-def head_logprobs(
-    cfg: transformer.ModelConfig,
-    params: Any,
-    x_BxTxD: jax.Array,
-    targets_BxT: jax.Array,
-    temperature: float,
-    chunk: int,
-) -> tuple[jax.Array, jax.Array]:
-  """(logp_BxT, entropy_BxT) from the last block's output: final norm, LM
-  head and log-softmax, `chunk` positions at a time."""
-  b, t, d = x_BxTxD.shape
-  # As many chunks as `chunk` positions need, evened out: at most n - 1
-  # padded positions, where `chunk` itself could pad nearly one chunk (T =
-  # 1,279 at 1,024: 769 positions of logits computed for nothing).
-  n = -(-t // min(chunk, t))
-  c = -(-t // n)
-  pad = ((0, 0), (0, n * c - t))
-  x_JxBxCxD = (
-      jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
-  )
-  targets_JxBxC = jnp.pad(targets_BxT, pad).reshape(b, n, c).swapaxes(0, 1)
-
-  # Rematerialised: the backward pass recomputes one chunk's logits at a time
-  # instead of keeping every chunk's.
-  @jax.checkpoint
-  def one_chunk(params, x_BxCxD, targets_BxC):
-    logits_BxCxV = transformer.output_logits(cfg, params, x_BxCxD)
-    return _logprobs_and_entropy(logits_BxCxV, targets_BxC, temperature)
-
-  _, (logp_JxBxC, entropy_JxBxC) = jax.lax.scan(
-      lambda carry, xs: (carry, one_chunk(params, *xs)),
-      None,
-      (x_JxBxCxD, targets_JxBxC),
-  )
-  unchunk = lambda y_JxBxC: y_JxBxC.swapaxes(0, 1).reshape(b, n * c)[:, :t]
-  return unchunk(logp_JxBxC), unchunk(entropy_JxBxC)
-
-
-def policy_logprobs(
-    model: transformer.Transformer,
-    params: Any,
-    tokens_BxS: jax.Array,
-    temperature: float,
-    chunk: int = 0,
-) -> tuple[jax.Array, jax.Array]:
-  """float32 (logp_BxS, entropy_BxS) of pi_train = softmax(logits / temp).
-
-  Position 0 (no prefix) holds 0. `chunk` > 0 computes the logits that many
-  positions at a time, with the same results.
-  """
-  if chunk:
-    x_BxTxD = model.apply(
-        {"params": params}, tokens_BxS[:, :-1], return_hidden=True
-    )
-    logp_BxT, entropy_BxT = head_logprobs(
-        model.cfg, params, x_BxTxD, tokens_BxS[:, 1:], temperature, chunk
-    )
-  else:
-    logits_BxTxV = model.apply({"params": params}, tokens_BxS[:, :-1])
-    logp_BxT, entropy_BxT = _logprobs_and_entropy(
-        logits_BxTxV, tokens_BxS[:, 1:], temperature
-    )
-  pad = jnp.zeros((tokens_BxS.shape[0], 1), jnp.float32)
-  return (
-      jnp.concatenate([pad, logp_BxT], axis=1),
-      jnp.concatenate([pad, entropy_BxT], axis=1),
-  )
-
-
 # Metrics that `_rows_loss` reports as its rows' share of a whole-batch mean
 # (summed over microbatches); every other metric is a mean over the rows' loss
 # tokens (weighted by them) or a maximum.
@@ -178,7 +105,7 @@ def _rows_loss(params, rows, counts, gen_tokens, spec):
   gen_mask_BxS (every generated token), adv_B, group_B. `counts` and
   `gen_tokens` are the whole batch's.
   """
-  logp_BxS, entropy_BxS = policy_logprobs(
+  logp_BxS, entropy_BxS = logprobs.policy_logprobs(
       spec.model,
       params,
       rows["tokens_BxS"],
@@ -304,16 +231,17 @@ def train_step(
   """One optimizer step on a batch of scored completions: (state, metrics).
 
   A non-finite loss or gradient (`nonfinite` = 1), or a batch without a loss
-  token (`no_signal` = 1), leaves params and optimizer state unchanged; the
-  step counter still advances.
+  token or with a gradient exactly zero (`no_signal` = 1), leaves params and
+  optimizer state unchanged; the step counter still advances.
   """
   loss, metrics, grads = loss_and_grads(state.params, batch, spec)
   grad_norm = _tree_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  # No loss token (zero-variance filtering dropped every group): no gradient,
-  # so no update either; AdamW's momentum and weight decay would move the
+  # No loss token (zero-variance filtering dropped every group), or a
+  # gradient exactly zero (no filter, and every group's rewards equal): no
+  # update either; AdamW's momentum and weight decay would move the
   # parameters all the same.
-  signal = metrics["loss_tokens"] > 0
+  signal = (metrics["loss_tokens"] > 0) & (grad_norm > 0)
   apply = finite & signal
   # Zeroed gradients keep the optimizer arithmetic finite; the result is
   # discarded below anyway when the step is not applied.
@@ -339,3 +267,84 @@ def train_step(
       no_signal=1.0 - signal.astype(jnp.float32),
   )
   return new_state, metrics
+
+
+# The jitted step. The state lives where `train_state_shardings` puts it (the
+# parameters by their logical axes, the AdamW moments like their parameters,
+# counters replicated: FSDP shards the optimizer state too) and is donated,
+# so the update writes in place; the batch's rows split over the mesh's
+# batch axes. The same function is lowered for a TPU slice by jobs/aot.
+
+
+def train_state_shardings(
+    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
+) -> TrainState:
+  """Where the TrainState of `params` (arrays or shapes) lives on the mesh.
+
+  The optimizer's moments are sharded like their parameters and its step
+  counts replicated (`sharding.opt_state_shardings`), so FSDP shards the
+  AdamW state too instead of replicating it on every device.
+  """
+  replicated = NamedSharding(mesh, PartitionSpec())
+  return TrainState(
+      step=replicated,
+      params=param_shardings,
+      opt_state=sharding.opt_state_shardings(
+          optimizer, params, param_shardings, replicated
+      ),
+  )
+
+
+def init_train_state(
+    optimizer, params: Any, param_shardings: Any, mesh: jax.sharding.Mesh
+) -> tuple[TrainState, Any]:
+  """A fresh TrainState on the mesh, and its shardings.
+
+  `params` are donated: their buffers become the state's parameters, so no
+  second copy stays allocated (on an H200, qwen3_0.6b's undonated float32
+  copy held 2.38 GB for a whole run).
+  """
+  shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
+  init = jax.jit(
+      functools.partial(init_state, optimizer=optimizer),
+      out_shardings=shardings,
+      donate_argnums=0,
+  )
+  return init(params), shardings
+
+
+def jit_train_step(
+    config: ml_collections.ConfigDict,
+    model,
+    mesh: jax.sharding.Mesh,
+    rules: sharding.Rules,
+    optimizer,
+    state_shardings,
+    hbm_budget: Optional[float] = None,
+):
+  """The jitted train step with explicit shardings and a donated state.
+
+  `hbm_budget` holds the compiled step to that many bytes per chip where the
+  compiler takes a limit (TPU: `sharding.hbm_budget_options`); None: none.
+
+  Returns:
+    (step, batch_shardings): `step(state, batch)`, to be called (or lowered)
+    inside `sharding.activate(mesh, rules)`, and the sharding of each batch
+    array. `launch/compile.py` lowers this same function for a TPU slice.
+  """
+  spec = StepSpec.from_config(config, model, optimizer)
+  batch_sh = {
+      k: sharding.batch_sharding(mesh, rules, 2)
+      for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")
+  }
+  batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
+  step = jax.jit(
+      functools.partial(train_step, spec=spec),
+      in_shardings=(state_shardings, batch_sh),
+      out_shardings=(state_shardings, None),
+      donate_argnums=0,
+      compiler_options=sharding.hbm_budget_options(
+          sharding.platform_of(mesh), hbm_budget
+      ),
+  )
+  return step, batch_sh

@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from scalerl_jax.models.transformer import token_logprobs
+from scalerl_jax.models.lm_head import token_logprobs
 
 _BLOCK = 128  # A: entries per block of the two-level draw (`_draw`).
 

@@ -1,42 +1,31 @@
-"""Checks of an experiment config that a locked ConfigDict cannot make.
+"""The values each config field allows: ranges, and registry choices.
 
-`validate(config)` runs before anything is built or compiled. It checks the
-values each field allows (`RULES`: ranges, and choices read from the
-registries that give the names meaning) and the relations between fields.
-Every error is a `ConfigError` whose message starts with the dotted name of
-the offending field. A new field needs a `RULES` entry only if some values of
-its type are invalid.
-
-Design: docs/design/config.md.
+`RULES` maps a dotted field name to its rule. A new field needs an entry only
+if some values of its type are invalid.
 """
 
 from __future__ import annotations
 
-import math
-import warnings
 from typing import Any, Callable, Collection, Optional, Union
 
 import ml_collections
 
 from scalerl_jax import optim
 from scalerl_jax import sharding
+from scalerl_jax.config.errors import ConfigError
 from scalerl_jax.data import chat_template
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import sources
 from scalerl_jax.models import attention
 from scalerl_jax.models import decode_attention
-from scalerl_jax.models import hf_io
+from scalerl_jax.models import hf_config
+from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
 from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry as verifiers
 from scalerl_jax.rl import advantages
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import schedules
-
-
-class ConfigError(ValueError):
-  """A field holds a value it does not allow, or fields are inconsistent."""
-
 
 # A field's value -> what is wrong with it, or None.
 Rule = Callable[[Any], Optional[str]]
@@ -111,7 +100,7 @@ def _axis_rules_ok(rules):
 RULES: dict[str, Rule] = {
     "seed": _NONNEG_INT,
     # model
-    "model.family": _one_of(hf_io.ARCHITECTURES.values()),
+    "model.family": _one_of(hf_config.ARCHITECTURES.values()),
     "model.vocab_size": _POS_INT,
     "model.embed_dim": _POS_INT,
     "model.num_layers": _POS_INT,
@@ -134,7 +123,7 @@ RULES: dict[str, Rule] = {
     "model.param_dtype": _one_of(transformer.DTYPES),
     "model.compute_dtype": _one_of(transformer.DTYPES),
     "model.attention": _one_of(attention.choices),
-    "model.lm_head_algorithm": _one_of(transformer.LM_HEAD_ALGORITHMS),
+    "model.lm_head_algorithm": _one_of(lm_head.ALGORITHMS),
     "model.scan_unroll": _NONNEG_INT,
     # mesh
     "mesh.axes": _rule(
@@ -286,185 +275,9 @@ def _value(config: Any, name: str) -> Any:
   return node
 
 
-def _check_fields(config):
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError naming the first field whose value its rule refuses."""
   for name, rule in RULES.items():
     problem = rule(_value(config, name))
     if problem is not None:
       raise ConfigError(f"{name}: {problem}")
-
-
-def _mesh_axis_size(config, axis, num_devices):
-  """Size of a mesh axis, resolving -1 against `num_devices` when known."""
-  sizes = list(config.mesh.shape)
-  if -1 in sizes:
-    if num_devices is None:
-      return None
-    fixed = math.prod(s for s in sizes if s != -1)
-    sizes[sizes.index(-1)] = (
-        num_devices // fixed if fixed and num_devices % fixed == 0 else None
-    )
-  return dict(zip(config.mesh.axes, sizes)).get(axis, 1)
-
-
-def _rule_axes(config, logical):
-  """Mesh axes that `config.mesh`'s rules map a logical axis to."""
-  return sharding.rule_axes(config.mesh.logical_axis_rules, logical)
-
-
-def _logical_ways(config, logical, num_devices):
-  """Ways a logical axis is split over the mesh; None if not yet known."""
-  size = 1
-  for axis in _rule_axes(config, logical):
-    axis_size = _mesh_axis_size(config, axis, num_devices)
-    if axis_size is None:
-      return None
-    size *= axis_size
-  return size
-
-
-def _check_microbatches(config, num_devices):
-  rows = config.data.prompts_per_step * config.data.generations_per_prompt
-  m = config.trainer.microbatches
-  if rows % m:
-    raise ConfigError(
-        f"trainer.microbatches: {m} does not divide the batch of data.prompts_per_step x "
-        f"data.generations_per_prompt = {rows} completions"
-    )
-  ways = _logical_ways(config, "act_batch", num_devices)
-  if m > 1 and ways and (rows // m) % ways:
-    raise ConfigError(
-        f"trainer.microbatches: {m} microbatches of {rows // m} completions do not divide "
-        f"over the {ways}-way batch sharding (mesh axes {_rule_axes(config, 'act_batch')})"
-    )
-
-
-def _check_relations(config, num_devices):
-  m = config.model
-  if m.num_heads % m.num_kv_heads:
-    raise ConfigError(
-        f"model.num_kv_heads: {m.num_kv_heads} does not divide model.num_heads={m.num_heads}"
-    )
-  if len(config.mesh.axes) != len(config.mesh.shape):
-    raise ConfigError(
-        f"mesh.shape: {tuple(config.mesh.shape)} has {len(config.mesh.shape)} sizes for "
-        f"{len(config.mesh.axes)} axes {tuple(config.mesh.axes)}"
-    )
-  for name, target in config.mesh.logical_axis_rules:
-    for axis in (target,) if isinstance(target, str) else (target or ()):
-      if axis not in config.mesh.axes:
-        raise ConfigError(
-            f"mesh.logical_axis_rules: rule for {name!r} names mesh axis {axis!r}, "
-            f"not one of mesh.axes {tuple(config.mesh.axes)}"
-        )
-  if num_devices is not None:
-    sizes = [s for s in config.mesh.shape if s != -1]
-    fixed = math.prod(sizes)
-    if -1 in config.mesh.shape:
-      if num_devices % fixed:
-        raise ConfigError(
-            f"mesh.shape: fixed sizes {tuple(config.mesh.shape)} (product {fixed}) do not "
-            f"divide the {num_devices} available devices"
-        )
-    elif fixed != num_devices:
-      raise ConfigError(
-          f"mesh.shape: {tuple(config.mesh.shape)} needs {fixed} devices, {num_devices} available"
-      )
-  # Dimensions sharded over mesh axes must divide evenly.
-  for field, logical in (
-      ("num_heads", "heads"),
-      ("num_kv_heads", "kv_heads"),
-      ("mlp_dim", "mlp"),
-      ("vocab_size", "vocab"),
-      ("embed_dim", "embed"),
-  ):
-    size = _logical_ways(config, logical, num_devices)
-    value = getattr(m, field)
-    if size and value % size:
-      raise ConfigError(
-          f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
-          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
-      )
-  if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
-    raise ConfigError(
-        f"model.attention: 'cudnn' needs model.compute_dtype='bfloat16' (cuDNN's flash "
-        f"attention takes 16-bit inputs), not {m.compute_dtype!r}"
-    )
-  s = config.sampling
-  if s.max_prompt_len + s.max_new_tokens > m.max_seq_len:
-    raise ConfigError(
-        f"sampling.max_new_tokens: max_prompt_len {s.max_prompt_len} + max_new_tokens "
-        f"{s.max_new_tokens} exceeds model.max_seq_len {m.max_seq_len}"
-    )
-  it = s.interruption
-  if it.enabled:
-    if it.thinking_budget_min > it.thinking_budget_max:
-      raise ConfigError(
-          f"sampling.interruption.thinking_budget_min: {it.thinking_budget_min} > "
-          f"thinking_budget_max {it.thinking_budget_max}"
-      )
-    if it.thinking_budget_max > s.max_new_tokens:
-      raise ConfigError(
-          f"sampling.interruption.thinking_budget_max: {it.thinking_budget_max} exceeds "
-          f"sampling.max_new_tokens {s.max_new_tokens}"
-      )
-  _check_microbatches(config, num_devices)
-  if config.optim.schedule == "cosine" and config.optim.decay_steps <= 0:
-    raise ConfigError(
-        "optim.decay_steps: cosine schedule needs decay_steps > 0"
-    )
-  if config.rl.reward_correct <= config.rl.reward_incorrect:
-    raise ConfigError(
-        f"rl.reward_correct: {config.rl.reward_correct} must exceed "
-        f"rl.reward_incorrect {config.rl.reward_incorrect}"
-    )
-  d = config.data
-  required = {
-      "reasoning_gym": ("reasoning_gym_name",),
-      "tfds": ("tfds_name",),
-      "jsonl": ("jsonl_train",),
-  }
-  for field in required.get(d.source, ()):
-    if not getattr(d, field):
-      raise ConfigError(
-          f"data.{field}: must be set when data.source={d.source!r}"
-      )
-  if d.jsonl_prompt_field == d.jsonl_answer_field:
-    raise ConfigError(
-        f"data.jsonl_answer_field: {d.jsonl_answer_field!r} is also "
-        "data.jsonl_prompt_field"
-    )
-
-
-def validate(
-    config: ml_collections.ConfigDict, num_devices: Optional[int] = None
-) -> None:
-  """Raises ConfigError naming the first bad field of `config`.
-
-  With `num_devices`, the mesh shape is checked against it and sharded
-  dimensions for divisibility with `-1` resolved. Warns `PrecisionWarning`
-  for bfloat16 parameters.
-  """
-  _check_fields(config)
-  _check_relations(config, num_devices)
-  _warn_bfloat16_master(config)
-
-
-class PrecisionWarning(UserWarning):
-  """A valid config whose numerics will quietly waste the run."""
-
-
-def _warn_bfloat16_master(config: ml_collections.ConfigDict) -> None:
-  """bfloat16 parameters under AdamW lose updates below one ulp.
-
-  See docs/design/precision.md and tests/precision_test.py.
-  """
-  if config.model.param_dtype != "bfloat16":
-    return
-  warnings.warn(
-      f"model.param_dtype='bfloat16': AdamW updates the bfloat16 weights themselves, and an "
-      f"update at optim.learning_rate={config.optim.learning_rate:g} is far below one "
-      f"bfloat16 ulp of a typical weight (2^-8 of it), so most entries never change. Keep "
-      f"model.param_dtype='float32' (master weights) with model.compute_dtype='bfloat16'.",
-      PrecisionWarning,
-      stacklevel=3,
-  )

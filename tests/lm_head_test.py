@@ -1,0 +1,87 @@
+"""The LM head: the FP32 head's accuracy against float64, its gradient, the
+algorithm rule, and log-probs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from scalerl_jax.models import lm_head
+from scalerl_jax.models import transformer
+from tests import helpers
+
+
+def _head_inputs(x_dtype, seed=0):
+  # Unit-scale hidden states and a head whose logits spread over about +-10,
+  # as a trained model's do.
+  rng = np.random.RandomState(seed)
+  x = rng.randn(3, 5, 64).astype(np.float32)
+  w = (rng.randn(64, 96) * 0.4).astype(np.float32)
+  x = np.asarray(jnp.asarray(x, x_dtype).astype(jnp.float32))
+  return x, w, x.astype(np.float64) @ w.astype(np.float64)
+
+
+def _head_cfg(**overrides):
+  return transformer.ModelConfig.from_config(
+      helpers.tiny_config(**overrides).model
+  )
+
+
+@pytest.mark.parametrize("x_dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("algorithm", ["highest", "bf16_3x"])
+def test_fp32_head_is_float32_accurate(algorithm, x_dtype):
+  # The FP32 head's logits against float64 arithmetic on the same inputs,
+  # per logit over |x| . |w|: float32's 2^-24 over 64 terms with room, 2e-6.
+  # bf16_3x keeps 16 of a float32 operand's 24 significant bits (2^-17), so a
+  # float32 x is held to 2e-5; the bfloat16 x of a bfloat16 model is exact in
+  # one part and only w's split counts. A head in bfloat16 (the last check) is
+  # off by ~1e-3: this test fails when the head quietly loses precision.
+  x, w, want = _head_inputs(x_dtype)
+  scale = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64)
+  cfg = _head_cfg(compute_dtype="bfloat16", lm_head_algorithm=algorithm)
+  # Jitted: XLA may fold a split it can see whole (lm_head.split_bf16).
+  head = jax.jit(lm_head.lm_head, static_argnums=0)
+  got = head(cfg, jnp.asarray(x, x_dtype), jnp.asarray(w))
+  assert got.dtype == jnp.float32
+  bound = 2e-5 if (algorithm, x_dtype) == ("bf16_3x", jnp.float32) else 2e-6
+  assert np.max(np.abs(np.asarray(got, np.float64) - want) / scale) < bound
+  cfg16 = _head_cfg(compute_dtype="bfloat16", fp32_lm_head=False)
+  lossy = head(cfg16, jnp.asarray(x, x_dtype), jnp.asarray(w))
+  assert np.max(np.abs(np.asarray(lossy, np.float64) - want) / scale) > 1e-4
+
+
+def test_auto_head_algorithm_follows_the_compute_dtype():
+  auto = lambda dtype: lm_head.head_algorithm(_head_cfg(compute_dtype=dtype))
+  assert (auto("bfloat16"), auto("float32")) == ("bf16_3x", "highest")
+  with pytest.raises(ValueError, match="lm_head_algorithm"):
+    lm_head.head_algorithm(_head_cfg(lm_head_algorithm="tf32"))
+
+
+def test_bf16_3x_head_gradient_is_the_bfloat16_product_of_the_exact_one():
+  # d/dx and d/dw of sum(g * x @ w) are g @ w.T and x.T @ g; bf16_3x computes
+  # them from bfloat16-rounded g and w (x is bfloat16 already), float32 sums:
+  # within bfloat16's rounding of the exact values.
+  x, w, _ = _head_inputs(jnp.bfloat16, seed=1)
+  g = np.random.RandomState(2).randn(3, 5, 96).astype(np.float32)
+  cfg = _head_cfg(compute_dtype="bfloat16", lm_head_algorithm="bf16_3x")
+  f = lambda x, w: jnp.sum(jnp.asarray(g) * lm_head.lm_head(cfg, x, w))
+  dx, dw = jax.grad(f, argnums=(0, 1))(jnp.asarray(x, jnp.bfloat16), w)
+  assert (dx.dtype, dw.dtype) == (jnp.bfloat16, jnp.float32)
+  g64, x64 = g.reshape(15, 96).astype(np.float64), x.reshape(15, 64)
+  want_dx = (g64 @ w.astype(np.float64).T).reshape(3, 5, 64)
+  want_dw = x64.astype(np.float64).T @ g64
+  rel = lambda a, b: np.max(np.abs(np.asarray(a, np.float64) - b)) / np.max(
+      np.abs(b)
+  )
+  assert rel(dx, want_dx) < 2e-2 and rel(dw, want_dw) < 2e-2
+
+
+def test_token_logprobs_matches_log_softmax():
+  logits = jnp.asarray(np.random.RandomState(0).randn(2, 3, 5), jnp.float32)
+  targets = jnp.array([[0, 4, 2], [1, 1, 3]])
+  got = lm_head.token_logprobs(logits, targets, temperature=0.5)
+  ref = jax.nn.log_softmax(logits / 0.5, axis=-1)
+  want = np.take_along_axis(
+      np.asarray(ref), np.asarray(targets)[..., None], -1
+  )[..., 0]
+  np.testing.assert_allclose(got, want, atol=1e-6)
