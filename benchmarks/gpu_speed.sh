@@ -43,7 +43,7 @@ run_stage() {
       stage "the Triton decode kernel and the FP32 head, on the GPU"
       JAX_PLATFORMS=cuda timeout "${TESTS_S:-60}" python3 -m pytest -q \
         -p no:cacheprovider tests/decode_attention_test.py \
-        tests/transformer_test.py -k "gpu or head" ;;
+        tests/lm_head_test.py -k "gpu or head" ;;
     head)
       stage "LM head algorithms (benchmarks/lm_head.py)"
       timeout "${HEAD_S:-60}" python3 -m benchmarks.lm_head "${HEAD[@]}" \
