@@ -18,14 +18,8 @@
 # compile.json (launch.compile --topology=local) and plan.txt (launch.plan).
 set -u
 OUT=${OUT:-/tmp/gpu_check}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-# Let XLA take 95% of the card (default 75%); the limit is logged.
-export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}
 # The compile stage reuses the run's compiled programs where they are equal.
-export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
-export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+source benchmarks/gpu_env.sh
 CONFIG=configs/scalerl.py:variant=qwen3_0.6b
 SHAPE=(
   --config.model.attention=cudnn

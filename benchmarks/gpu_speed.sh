@@ -17,12 +17,7 @@
 # train_step.jsonl, sampler.json, mismatch.json, hf.json.
 set -u
 OUT=${OUT:-/tmp/gpu_speed}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}
-export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
-export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+source benchmarks/gpu_env.sh
 STAGES=${STAGES:-"tests head train sampler mismatch hf no_remat highest"}
 # The recipe's qwen3_0.6b at gpu_rl_step.sh's shape: 8 x 16 completions of
 # 256 + 1,024 tokens, 16 microbatches, cuDNN attention. The variables below

@@ -88,6 +88,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import tunix_sampler
+from benchmarks import hf_sampling
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import hf_io
@@ -342,19 +343,6 @@ def _matmul_ceiling_programs(
   return programs
 
 
-def hf_sampling_kwargs(attention_mask) -> dict:
-  """transformers `generate` arguments that sample as the sampler does here:
-  temperature 1, no top-k/top-p, no EOS stop (with min_new_tokens)."""
-  return dict(
-      attention_mask=attention_mask,
-      do_sample=True,
-      temperature=1.0,
-      top_k=0,
-      top_p=1.0,
-      pad_token_id=0,
-  )
-
-
 def _hf_tokens_per_s(
     hf_dir: str, prompts: np.ndarray, new: int
 ) -> tuple[float, int]:
@@ -367,7 +355,7 @@ def _hf_tokens_per_s(
       hf_dir, dtype=torch.float32
   ).eval()
   ids = torch.from_numpy(prompts.astype(np.int64))
-  kwargs = hf_sampling_kwargs(torch.ones_like(ids))
+  kwargs = hf_sampling.kwargs(torch.ones_like(ids))
   best = (0.0, 0)
   with torch.inference_mode():
     for threads in map(int, _TORCH_THREADS.value):

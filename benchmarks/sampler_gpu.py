@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import sampler as cpu_sampler
+from benchmarks import hf_sampling
 from benchmarks import timing
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
@@ -125,7 +125,7 @@ def _hf_tokens_per_s(params, cfg, rows, prompt, new) -> float:
   )
   prompts, _ = _prompts(cfg, rows, prompt)
   ids = torch.from_numpy(prompts.astype(np.int64)).cuda()
-  kwargs = cpu_sampler.hf_sampling_kwargs(torch.ones_like(ids))
+  kwargs = hf_sampling.kwargs(torch.ones_like(ids))
   with torch.inference_mode():
     model.generate(ids, max_new_tokens=4, min_new_tokens=4, **kwargs)
     torch.cuda.synchronize()
@@ -135,13 +135,10 @@ def _hf_tokens_per_s(params, cfg, rows, prompt, new) -> float:
   return rows * new / (time.perf_counter() - start)
 
 
-def mismatch(config, params, rows, new) -> dict[str, float]:
+def mismatch(config, mesh, rules, params, rows) -> dict[str, float]:
   """|log pi_gen - log pi_train| over generated tokens (module docstring)."""
   cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
-  mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(
-      config.mesh
-  )
   sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
   prompts, lens = _prompts(cfg, rows, config.sampling.max_prompt_len)
   out = sampler.generate(params, prompts, lens, jax.random.key(1))
@@ -205,20 +202,21 @@ def main(argv):
   )
   print("|---|---|---|---|---|---|---|---|")
   results = {"device": device, "copy_tbps": bandwidth / 1e12, "runs": []}
+  # Every variant below differs in sampling and head fields only: one mesh.
   base = _config("plain", "bf16_3x", prompt, 1)
+  mesh = sharding.make_mesh(base.mesh)
+  rules = sharding.logical_rules(base.mesh)
   params, _ = sharding.init_model_params(
       transformer.Transformer(transformer.ModelConfig.from_config(base.model)),
       jax.random.key(0),
-      sharding.make_mesh(base.mesh),
-      sharding.logical_rules(base.mesh),
+      mesh,
+      rules,
   )
   for run in filter(None, _RUNS.value):
     rows, new = map(int, run.split("x"))
     for kernel in _KERNELS.value:
       config = _config(kernel, "bf16_3x", prompt, new)
       cfg = transformer.ModelConfig.from_config(config.model)
-      mesh = sharding.make_mesh(config.mesh)
-      rules = sharding.logical_rules(config.mesh)
       sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
       prepared = sampler.prepare(params)
       prompts, lens = _prompts(cfg, rows, prompt)
@@ -261,7 +259,9 @@ def main(argv):
     rows, new = map(int, _MISMATCH.value.split("x"))
     results["mismatch"] = {}
     for head in _HEADS.value:
-      got = mismatch(_config("auto", head, prompt, new), params, rows, new)
+      got = mismatch(
+          _config("auto", head, prompt, new), mesh, rules, params, rows
+      )
       results["mismatch"][head] = got
       print(
           f"sampler-trainer |logp diff|, head {head}: mean {got['mean']:.2e} "

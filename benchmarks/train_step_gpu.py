@@ -102,7 +102,7 @@ def memory_gb() -> dict[str, float]:
   }
 
 
-def time_parts(config, model, params, batch, spec) -> dict[str, float]:
+def time_parts(mesh, rules, model, params, batch, spec) -> dict[str, float]:
   """Seconds per step of each part (module docstring), from one microbatch."""
   cfg = model.cfg
   m = spec.microbatches
@@ -162,17 +162,13 @@ def time_parts(config, model, params, batch, spec) -> dict[str, float]:
       ),
       "optimizer": (update, (params, opt_state, grads), 1),
   }
-  with sharding.activate(*config_mesh(config)):
+  with sharding.activate(mesh, rules):
     seconds = {
         name: times * timing.best_seconds(functools.partial(fn, *args), 3)
         for name, (fn, args, times) in fns.items()
     }
   seconds["backward"] = seconds.pop("layers_fwd_bwd") - seconds["forward"]
   return seconds
-
-
-def config_mesh(config):
-  return sharding.make_mesh(config.mesh), sharding.logical_rules(config.mesh)
 
 
 def main(argv):
@@ -184,7 +180,8 @@ def main(argv):
     config.sampling.interruption.enabled = False
   cfg = transformer.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
-  mesh, rules = config_mesh(config)
+  mesh = sharding.make_mesh(config.mesh)
+  rules = sharding.logical_rules(config.mesh)
   optimizer = optim.make_optimizer(config.optim)
   spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
   params, param_sh = sharding.init_model_params(
@@ -253,7 +250,7 @@ def main(argv):
       "loss": float(metrics["loss"]),
   }
   if _PARTS.value:
-    row["parts_s"] = time_parts(config, model, params, batch, spec)
+    row["parts_s"] = time_parts(mesh, rules, model, params, batch, spec)
     row["parts_s"]["rest"] = (
         step_s
         - sum(row["parts_s"].values())

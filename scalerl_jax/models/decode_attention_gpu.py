@@ -3,11 +3,11 @@
 The GPU twin of decode_attention.py's TPU kernel, lowered through Triton.
 One program per (row, kv head) walks the row's cached positions in blocks of
 `block` with an online softmax and stops at the row's length, so a row's
-keys and values are read once and only as far as it has written them. The
-plain path (`transformer.attention` at T = 1) reads every allocated position
-of every row and writes float32 scores to memory between its passes: on one
-H100 at 256 rows with 768 allocated positions that capped the sampler at
-0.69 of its HBM floor (issue 37, docs/gpu.md).
+keys and values are read once and only as far as it has written them, and
+its scores stay on chip, where the plain path (`transformer.attention` at
+T = 1, over `Sampler._windows`) reads a whole window of every row and writes
+float32 scores between its passes. What it changed on an H100 is in
+docs/gpu.md.
 
 Keys are read as the cache holds them, [E, S] per row and kv head (a block
 is E rows of `block` consecutive positions), values as [S, E] ("SE", the

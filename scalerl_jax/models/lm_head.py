@@ -5,8 +5,8 @@ moved A 0.52 -> 0.61) the logits are float32, computed as
 `config.model.lm_head_algorithm` says: "highest", one float32 matmul at
 Precision.HIGHEST, or "bf16_3x", the float32 weights split into a bfloat16
 high part and the rounded rest, multiplied on the bfloat16 units with
-float32 sums (`bf16_3x_dot`): log-probs within 3e-5 of float64 at a fifth of
-HIGHEST's time on an H100 (docs/gpu.md). "auto" is bf16_3x when the model
+float32 sums (`bf16_3x_dot`; its accuracy and cost against HIGHEST are
+measured in docs/gpu.md). "auto" is bf16_3x when the model
 computes in bfloat16 (its hidden states are then exact in one part), else
 highest. The trainer and the sampler (decode.prepare splits once) compute the
 same function.
@@ -44,10 +44,9 @@ def split_bf16(x: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(hi, lo) in bfloat16 with hi + lo = x to 16 significant bits.
 
   hi is x rounded to bfloat16 (to nearest, ties to even) in integer
-  arithmetic on its bits, and lo the rest rounded to bfloat16. Cast through
-  bfloat16 and back instead, XLA:GPU (excess precision allowed) folded the
-  round trip away: lo came out 0, the head as coarse as a bfloat16 one
-  (issue 37, H100). Finite x only.
+  arithmetic on its bits, and lo the rest rounded to bfloat16. Not a cast
+  through bfloat16 and back: XLA:GPU may fold that round trip away (excess
+  precision), leaving lo 0 (docs/gpu.md). Finite x only.
   """
   x32 = x.astype(jnp.float32)
   bits = jax.lax.bitcast_convert_type(x32, jnp.uint32)
