@@ -13,6 +13,10 @@ planner's estimate beside each, what the rest of the run holds meanwhile,
 and whether it fits, with the compiler's message when it refuses. On TPU
 each program is compiled within the HBM the rest of the run leaves it;
 `--check_planner` compiles again within 1.2x the planner's figure.
+
+Then each program's roofline time from the compiler's cost analysis, and
+from them the estimated time of one RL step and of the whole run
+(`--completion_len`): estimates, not measurements.
 """
 
 import json
@@ -23,6 +27,7 @@ from ml_collections import config_flags
 
 from scalerl_jax.jobs import aot
 from scalerl_jax.jobs import aot_report
+from scalerl_jax.jobs import step_estimate
 from scalerl_jax.jobs import topology
 from scalerl_jax import config as config_lib
 
@@ -44,6 +49,12 @@ _CHECK_PLANNER = flags.DEFINE_bool(
     "TPU: compile again, within 1.2x the planner's peak, each program that "
     "took more when given the chip (the compiler fills the HBM it is given).",
 )
+_COMPLETION_LEN = flags.DEFINE_integer(
+    "completion_len",
+    0,
+    "Tokens of every completion in the step estimate; 0 = "
+    "sampling.max_new_tokens (every completion at the full budget).",
+)
 _JSON = flags.DEFINE_string(
     "json", "", "Also write the results to this JSON file."
 )
@@ -55,6 +66,10 @@ def main(argv):
   if _CONFIG.value is None or not _TOPOLOGY.value:
     raise app.UsageError("--config and --topology are required")
   try:
+    counts = step_estimate.step_counts(_CONFIG.value, _COMPLETION_LEN.value)
+  except ValueError as e:
+    raise app.UsageError(f"--{e}") from None
+  try:
     results, chip, mesh_shape = aot.compile_for_slice(
         _CONFIG.value,
         _TOPOLOGY.value,
@@ -65,13 +80,17 @@ def main(argv):
   except (topology.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None
   print(
-      aot_report.format_report(results, chip, mesh_shape, _TOPOLOGY.value),
+      aot_report.format_report(
+          results, chip, mesh_shape, _TOPOLOGY.value, counts
+      ),
       end="",
   )
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(
-          aot_report.results_json(results, chip, mesh_shape, _TOPOLOGY.value),
+          aot_report.results_json(
+              results, chip, mesh_shape, _TOPOLOGY.value, counts
+          ),
           f,
           indent=1,
       )

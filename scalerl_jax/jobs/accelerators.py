@@ -16,25 +16,26 @@ class Accelerator:
   hbm_bytes: float  # HBM capacity per chip.
   peak_flops: float  # Dense bf16 FLOP/s per chip.
   source: str
+  hbm_bandwidth: float = 0.0  # HBM bytes/s per chip; 0 = not known.
 
 
-# Published per-chip figures: HBM capacity and dense bf16 peak. NVIDIA's
-# datasheets list 1,979 bf16 TFLOP/s "with sparsity"; dense is half.
+# Published per-chip figures: HBM capacity, dense bf16 peak and HBM bandwidth.
+# NVIDIA's datasheets list 1,979 bf16 TFLOP/s "with sparsity"; dense is half.
 ACCELERATORS = {
     "tpu_v5e": Accelerator(
-        "TPU v5e", 16 * GB, 197e12, 'Google Cloud TPU docs, "TPU v5e"'
+        "TPU v5e", 16 * GB, 197e12, 'Google Cloud TPU docs, "TPU v5e"', 819e9
     ),
     "tpu_v5p": Accelerator(
-        "TPU v5p", 95 * GB, 459e12, 'Google Cloud TPU docs, "TPU v5p"'
+        "TPU v5p", 95 * GB, 459e12, 'Google Cloud TPU docs, "TPU v5p"', 2765e9
     ),
     "tpu_v6e": Accelerator(
-        "TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"'
+        "TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"', 1640e9
     ),
     "h100": Accelerator(
-        "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet"
+        "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet", 3.35e12
     ),
     "h200": Accelerator(
-        "NVIDIA H200 SXM", 141 * GB, 989e12, "NVIDIA H200 datasheet"
+        "NVIDIA H200 SXM", 141 * GB, 989e12, "NVIDIA H200 datasheet", 4.8e12
     ),
 }
 

@@ -5,7 +5,8 @@ for a named slice, or over this machine's own devices (`topology.py`),
 lowers every program a run executes from abstract inputs (`aot_programs.py`),
 and compiles each with that platform's compiler. Each `Result` sets the
 compiler's bytes per chip beside the planner's estimate and what the rest of
-the run holds meanwhile; `aot_report.py` prints them.
+the run holds meanwhile, and its roofline time (`roofline.py`);
+`aot_report.py` prints them.
 
 Design: docs/design/planner.md; measurements: docs/tpu.md.
 """
@@ -24,6 +25,7 @@ from scalerl_jax import sharding
 from scalerl_jax.jobs import accelerators
 from scalerl_jax.jobs import hlo_traffic
 from scalerl_jax.jobs import program_estimates
+from scalerl_jax.jobs import roofline as roofline_lib
 from scalerl_jax.jobs import topology as topology_lib
 from scalerl_jax.jobs.aot_programs import build_programs
 from scalerl_jax.jobs.program_estimates import Memory
@@ -74,6 +76,13 @@ class Result:
   # that compile gave no figure.
   least_temporaries: Optional[int] = None
   least_error: str = ""
+  # Attention FLOPs per chip done in Pallas kernels (`Programs.attention_flops`
+  # where the program has any), and the roofline of one run with them and
+  # the decode kernel's reads (`roofline`): an estimate, not a measurement.
+  attention_flops: int = 0
+  # `Programs.model_flops`: the FLOPs one run needs, the roofline's floor.
+  model_flops: int = 0
+  roofline: Optional[roofline_lib.Roofline] = None
 
   def fits(self, hbm: float) -> bool:
     return self.compiled is not None and self.compiled.peak + self.beside <= hbm
@@ -192,6 +201,16 @@ def compile_for_slice(
         traffic = hlo_traffic.loop_traffic(text)
         result.loop_hbm_bytes = traffic.hbm_bytes
         result.kernel_staged_bytes = traffic.staged_kernel_bytes
+      if result.pallas_calls:
+        result.attention_flops = programs.attention_flops[name]
+      result.model_flops = programs.model_flops[name]
+      result.roofline = roofline_lib.program_roofline(
+          result.cost,
+          chip,
+          result.attention_flops,
+          result.kernel_hbm_reads(),
+          result.model_flops,
+      )
     except Exception as e:  # pylint: disable=broad-except
       if not _is_out_of_memory(e):
         raise

@@ -19,6 +19,7 @@ import numpy as np
 from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
+from scalerl_jax.metrics import compute
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
@@ -36,6 +37,13 @@ class Programs:
   decode_floor: dict[str, int]
   # `Result.kernel_reads` of each decode program.
   kernel_reads: dict[str, int]
+  # Attention FLOPs per chip of one run of each program (`metrics.compute`;
+  # decode at the full cache), which Pallas kernels do out of the cost
+  # analysis's sight (`roofline`).
+  attention_flops: dict[str, int]
+  # All FLOPs per chip of one run (`metrics.compute`, the LM head included):
+  # the roofline's floor where the cost analysis counts a loop's body once.
+  model_flops: dict[str, int]
 
 
 def build_programs(
@@ -131,6 +139,27 @@ def build_programs(
     with sharding.activate(mesh, rules):
       return step.lower(train_state, batch)
 
+  # Each program's rows, tokens and cached positions per run, and 3 for the
+  # train step (forward and backward, as `compute.train_flops`). A decode
+  # step at the full cache; one microbatch of the train step, which is what
+  # its cost analysis counts (`step_estimate`).
+  full = sampler.settings.cache_len - 1
+  val_rows = val_slots.length.shape[0]
+  shapes = {
+      "train_step": (p * g // config.trainer.microbatches, s, 0, 3),
+      "prefill": (num_slots, width, 0, 1),
+      "decode": (num_slots, 1, full, 1),
+      "val_prefill": (val_rows, width, 0, 1),
+      "val_decode": (val_rows, 1, full, 1),
+  }
+
+  def flops(count: Callable[..., int]) -> dict[str, int]:
+    """`count`(model, tokens, past) over each program's rows, per chip."""
+    return {"prepare": 0} | {
+        name: k * rows * count(model_cfg, tokens, past) // mesh.size
+        for name, (rows, tokens, past, k) in shapes.items()
+    }
+
   held = {
       "train_state": sharding.per_device_bytes(train_state),
       "slots": sharding.per_device_bytes(slots),
@@ -171,4 +200,6 @@ def build_programs(
           for name, state in (("decode", slots), ("val_decode", val_slots))
           if sampler.settings.decode_attention == "pallas"
       },
+      attention_flops=flops(compute.attention_flops),
+      model_flops=flops(compute.forward_flops),
   )

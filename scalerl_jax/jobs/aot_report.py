@@ -1,11 +1,15 @@
-"""The compile report: every program's bytes per chip against the planner."""
+"""The compile report: every program's bytes per chip against the planner,
+its roofline time, and an RL step's estimated time (`time_report`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 from scalerl_jax.jobs import accelerators
+from scalerl_jax.jobs import step_estimate
+from scalerl_jax.jobs import time_report
 from scalerl_jax.jobs.aot import PLANNER_TOLERANCE, Result
 
 
@@ -14,12 +18,16 @@ def results_json(
     chip: accelerators.Accelerator,
     mesh_shape: dict,
     topology: str,
+    counts: Optional[step_estimate.StepCounts] = None,
 ) -> dict:
-  """The report's numbers as plain data (`launch.compile --json`)."""
-  return {
+  """The report's numbers as plain data (`launch.compile --json`); with
+  `counts`, the estimated time of an RL step and of the run."""
+  out = {
       "topology": topology,
       "chip": chip.name,
       "hbm_bytes": chip.hbm_bytes,
+      "peak_flops": chip.peak_flops,
+      "hbm_bandwidth": chip.hbm_bandwidth,
       "mesh_shape": mesh_shape,
       "programs": [
           dict(
@@ -31,6 +39,9 @@ def results_json(
           for r in results
       ],
   }
+  if counts is not None:
+    out["estimate"] = time_report.estimate_json(results, counts)
+  return out
 
 
 def format_report(
@@ -38,8 +49,10 @@ def format_report(
     chip: accelerators.Accelerator,
     mesh_shape: dict,
     topology: str,
+    counts: Optional[step_estimate.StepCounts] = None,
 ) -> str:
-  """Per-chip bytes of every program: compiler, planner, ratio and fit."""
+  """Per-chip bytes of every program: compiler, planner, ratio and fit; each
+  program's roofline; with `counts`, an RL step's and the run's time."""
   gb = lambda n: f"{n / accelerators.GB:8.3f}"
   lines = [
       f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
@@ -114,5 +127,11 @@ def format_report(
       "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
       "(exact, from the shardings). On TPU each program is compiled within the HBM "
       "less 'beside'.",
+      "",
   ]
+  lines += time_report.roofline_lines(results, chip)
+  if counts is not None:
+    lines += [""] + time_report.step_lines(
+        results, counts, math.prod(mesh_shape.values())
+    )
   return "\n".join(lines) + "\n"

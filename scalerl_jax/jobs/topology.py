@@ -89,8 +89,8 @@ def local_devices() -> tuple[list[Any], accelerators.Accelerator]:
   The capacity is the allocator's limit where the backend reports one
   (`sharding.hbm_capacity`; on a GPU, what XLA may take of the card), else
   the published figure, and on a
-  CPU the machine's memory; the peak FLOP/s is the published one for a known
-  chip, else 0.
+  CPU the machine's memory; the peak FLOP/s and HBM bandwidth are the
+  published ones for a known chip, else 0.
   """
   devices = jax.devices()
   kind = devices[0].device_kind
@@ -115,4 +115,5 @@ def local_devices() -> tuple[list[Any], accelerators.Accelerator]:
       float(limit) if limit else known.hbm_bytes,
       known.peak_flops if known else 0.0,
       "allocator limit or RAM" if limit else known.source,
+      known.hbm_bandwidth if known else 0.0,
   )

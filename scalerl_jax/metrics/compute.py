@@ -28,16 +28,19 @@ def matmul_params(cfg: ModelConfig) -> int:
   return cfg.num_layers * per_layer + d * cfg.vocab_size
 
 
-def _attention_flops_per_key(cfg: ModelConfig) -> int:
+def attention_flops(cfg: ModelConfig, num_tokens: int, past: int = 0) -> int:
+  """Forward FLOPs of attention alone (scores and weighted values) for
+  `num_tokens` causal tokens after `past` cached ones."""
+  n = int(num_tokens)
+  keys = n * int(past) + n * (n + 1) // 2
   # q.k scores and the probability-weighted values: 2 matmuls x 2 FLOPs.
-  return 2 * 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim
+  return 2 * 2 * cfg.num_layers * cfg.num_heads * cfg.head_dim * keys
 
 
 def forward_flops(cfg: ModelConfig, num_tokens: int, past: int = 0) -> int:
   """Forward FLOPs of `num_tokens` causal tokens after `past` cached ones."""
   n = int(num_tokens)
-  keys = n * int(past) + n * (n + 1) // 2
-  return 2 * matmul_params(cfg) * n + _attention_flops_per_key(cfg) * keys
+  return 2 * matmul_params(cfg) * n + attention_flops(cfg, n, past)
 
 
 def prefill_flops(cfg: ModelConfig, prompt_lens: Sequence[int]) -> int:
