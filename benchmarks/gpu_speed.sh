@@ -8,7 +8,8 @@
 #   OUT=/tmp/gpu_speed bash benchmarks/gpu_speed.sh
 #   OUT=/tmp/gpu_speed STAGES="head train mismatch" bash benchmarks/gpu_speed.sh
 #
-# Stages beyond the default list: sampler_graphs, m8.
+# Stages beyond the default list: sampler_graphs, m8, remat_dots,
+# remat_dots_m8 (the next GPU session's; docs/gpu.md).
 #
 # Run from the checkout's root on a machine with one NVIDIA GPU and a CUDA
 # JAX. Each stage runs in its own process under its own time limit (the
@@ -28,7 +29,8 @@ SAMPLER=(python3 -m benchmarks.sampler_gpu --shape="${SAMPLER_SHAPE:-qwen3_0.6b}
   --prompt_len="${PROMPT_LEN:-256}")
 HEAD=(${HEAD_ARGS:-})
 TRAIN=(python3 -m benchmarks.train_step_gpu --prompts_per_step=8
-  --seq_len="$SEQ_LEN" --json="$OUT/train_step.jsonl")
+  --seq_len="$SEQ_LEN" --matmul_n="${MATMUL_N:-8192}"
+  --json="$OUT/train_step.jsonl")
 
 stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 
@@ -83,6 +85,15 @@ run_stage() {
       stage "train step: 8 microbatches of 16 rows"
       timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
         --shape="$SHAPE;trainer.microbatches=8" --label=m8 ;;
+    remat_dots)
+      stage "train step: remat keeping the projections' outputs"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.remat_policy=save_dots" --label=remat_dots ;;
+    remat_dots_m8)
+      stage "train step: remat keeping the projections, 8 microbatches"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.remat_policy=save_dots;trainer.microbatches=8" \
+        --label=remat_dots_m8 ;;
     *) echo "unknown stage $1" ;;
   esac
 }

@@ -63,6 +63,9 @@ _PARTS = flags.DEFINE_bool("parts", False, "Also time the step's parts.")
 _PEAK = flags.DEFINE_float(
     "peak_tflops", 989.0, "The chip's dense bfloat16 peak (H100/H200 SXM)."
 )
+_MATMUL_N = flags.DEFINE_integer(
+    "matmul_n", 8192, "Side of the bfloat16 matmul timed beside the step."
+)
 _LABEL = flags.DEFINE_string("label", "", "Row label; default the shape.")
 _JSON = flags.DEFINE_string("json", "", "Append the row as JSON here.")
 
@@ -233,6 +236,7 @@ def main(argv):
       "microbatches": spec.microbatches,
       "logprob_chunk": spec.logprob_chunk,
       "remat": cfg.remat,
+      "remat_policy": cfg.remat_policy,
       "lm_head": lm_head.head_algorithm(cfg) if cfg.fp32_lm_head else "off",
       "attention": attention_lib.resolve(
           cfg.attention, _SEQ_LEN.value - 1, cfg.dtype
@@ -242,7 +246,7 @@ def main(argv):
       "train_flops": flops,
       "tflops": flops / step_s / 1e12,
       "mfu": flops / step_s / (_PEAK.value * 1e12),
-      "matmul_tflops": timing.matmul_flops_per_s() / 1e12,
+      "matmul_tflops": timing.matmul_flops_per_s(_MATMUL_N.value) / 1e12,
       "peak_after_compile_gb": after_compile.get("peak_gb"),
       "memory": memory,
       "planned_train_gb": planned / 1e9,

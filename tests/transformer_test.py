@@ -243,6 +243,7 @@ def test_model_config_defaults_are_the_configs():
       "fp32_lm_head",
       "lm_head_algorithm",
       "remat",
+      "remat_policy",
       "attention",
       "scan_unroll",
   }

@@ -124,6 +124,7 @@ RULES: dict[str, Rule] = {
     "model.compute_dtype": _one_of(transformer.DTYPES),
     "model.attention": _one_of(attention.choices),
     "model.lm_head_algorithm": _one_of(lm_head.ALGORITHMS),
+    "model.remat_policy": _one_of(transformer.REMAT_POLICIES),
     "model.scan_unroll": _NONNEG_INT,
     # mesh
     "mesh.axes": _rule(

@@ -33,6 +33,14 @@ from scalerl_jax.models.lm_head import lm_head
 # `config.model.rope_scaling.type`.
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ROPE_SCALINGS = ("none", "llama3")
+# The choices of `config.model.remat_policy`: what a rematerialised block keeps
+# for its backward pass beyond its input (None: nothing, all recomputed).
+REMAT_POLICIES = {
+    "full": None,
+    # The projections' outputs (matmuls without batch dimensions); norms,
+    # rope, attention and the SwiGLU product are recomputed.
+    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +84,7 @@ class ModelConfig:
   fp32_lm_head: bool = True
   lm_head_algorithm: str = "auto"  # One of lm_head.ALGORITHMS.
   remat: bool = False
+  remat_policy: str = "full"  # One of REMAT_POLICIES.
   attention: str = attention_lib.AUTO
   # Layers per iteration of the layer scan; 0 = `scan_layers_unroll`'s pick.
   scan_unroll: int = 0
@@ -443,7 +452,15 @@ class Transformer(nn.Module):
     # prevent_cse where unrolled: nothing else then stops XLA from merging
     # remat's recomputation with the forward pass, which keeps every layer's
     # activations (docs/design/models.md). A loop cannot merge them.
-    block = nn.remat(Block, prevent_cse=unroll > 1) if cfg.remat else Block
+    block = (
+        nn.remat(
+            Block,
+            prevent_cse=unroll > 1,
+            policy=REMAT_POLICIES[cfg.remat_policy],
+        )
+        if cfg.remat
+        else Block
+    )
     blocks = nn.scan(
         block,
         variable_axes={"params": 0},
