@@ -18,6 +18,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from scalerl_jax.models import model_config
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
@@ -34,7 +35,7 @@ from scalerl_jax.sampling.sampler import Sampler
 
 
 def _sync_model_config(
-    config: ml_collections.ConfigDict, cfg: transformer.ModelConfig
+    config: ml_collections.ConfigDict, cfg: model_config.ModelConfig
 ) -> None:
   """Writes an imported checkpoint's shape back into `config.model`."""
   with config.unlocked():
@@ -50,7 +51,7 @@ class Experiment:
   mesh: jax.sharding.Mesh
   rules: sharding.Rules
   tok: tokenizer_lib.Tokenizer
-  model_cfg: transformer.ModelConfig
+  model_cfg: model_config.ModelConfig
   model: transformer.Transformer
   params: Any  # Base policy parameters, sharded.
   param_shardings: Any
@@ -89,7 +90,7 @@ class Experiment:
       _sync_model_config(config, model_cfg)
       config_lib.validate(config, num_devices=jax.device_count())
     else:
-      model_cfg = transformer.ModelConfig.from_config(config.model)
+      model_cfg = model_config.ModelConfig.from_config(config.model)
     # Checks model.vocab_size too.
     tok = tokenizer_lib.get_tokenizer(config, workdir)
     model = transformer.Transformer(model_cfg)

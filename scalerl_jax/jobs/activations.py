@@ -17,7 +17,7 @@ from jax.sharding import AbstractMesh
 from scalerl_jax import sharding
 from scalerl_jax.jobs.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
-from scalerl_jax.models import transformer
+from scalerl_jax.models import model_config
 
 # An activation: shape, logical axis names, bytes per entry.
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
@@ -39,7 +39,7 @@ def _bytes(
 
 
 def _block_residuals(
-    cfg: transformer.ModelConfig, b: int, t: int, attention: str
+    cfg: model_config.ModelConfig, b: int, t: int, attention: str
 ) -> list[Residual]:
   """(shape, logical axes, bytes) one block keeps for its backward pass."""
   c = np.dtype(cfg.dtype).itemsize
@@ -77,7 +77,7 @@ class Unsharded:
 
 
 def activation_bytes(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,
@@ -126,7 +126,7 @@ def activation_bytes(
 
 
 def _resolve_attention(
-    cfg: transformer.ModelConfig, platform: str, seq_len: int
+    cfg: model_config.ModelConfig, platform: str, seq_len: int
 ) -> str:
   """The attention implementation `cfg.attention` runs as on `platform`."""
   if cfg.attention == attention_lib.AUTO:
@@ -135,7 +135,7 @@ def _resolve_attention(
 
 
 def sampler_temps(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,
