@@ -46,6 +46,7 @@ from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import lm_head
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
@@ -181,7 +182,7 @@ def main(argv):
     config.sampling.max_prompt_len = _SEQ_LEN.value // 5
     config.sampling.max_new_tokens = _SEQ_LEN.value - _SEQ_LEN.value // 5
     config.sampling.interruption.enabled = False
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.logical_rules(config.mesh)

@@ -155,7 +155,7 @@ def _model_config(variant):
   m.lm_head_algorithm = "auto"
   # Rematerialise each block in the backward pass (saves memory).
   m.remat = False
-  # What a rematerialised block keeps for its backward (models/transformer.py
+  # What a rematerialised block keeps for its backward (models/model_config.py
   # REMAT_POLICIES): full (its input) | save_dots (its projections' outputs).
   m.remat_policy = "full"
   # Training and prefill attention (models/attention.py): plain | blockwise |

@@ -17,14 +17,15 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.jobs import activations
 from scalerl_jax.jobs import layout_bytes
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from tests import helpers
 
-_POLICIES = sorted(transformer.REMAT_POLICIES)
+_POLICIES = sorted(model_config.REMAT_POLICIES)
 
 
 def _cfg(**overrides):
-  return transformer.ModelConfig.from_config(
+  return model_config.ModelConfig.from_config(
       helpers.tiny_config(qk_norm=True, **overrides).model
   )
 
@@ -118,7 +119,7 @@ def test_the_planner_counts_what_each_policy_saves(policy, dtype):
 
 
 def test_the_planner_knows_every_policy():
-  assert set(activations.REMAT_SAVES) == set(transformer.REMAT_POLICIES)
+  assert set(activations.REMAT_SAVES) == set(model_config.REMAT_POLICIES)
 
 
 def test_save_dots_raises_the_planned_train_activations():
@@ -128,7 +129,7 @@ def test_save_dots_raises_the_planned_train_activations():
 
   def planned(policy):
     cfg = dataclasses.replace(
-        transformer.ModelConfig.from_config(config.model),
+        model_config.ModelConfig.from_config(config.model),
         remat_policy=policy,
     )
     return activations.activation_bytes(

@@ -17,7 +17,7 @@ from jax.sharding import AbstractMesh
 from scalerl_jax import sharding
 from scalerl_jax.jobs.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
-from scalerl_jax.models import transformer
+from scalerl_jax.models import model_config
 
 # An activation: shape, logical axis names, bytes per entry.
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
@@ -39,7 +39,7 @@ def _bytes(
 
 
 def _activations(
-    cfg: transformer.ModelConfig, b: int, t: int
+    cfg: model_config.ModelConfig, b: int, t: int
 ) -> dict[str, Residual]:
   """A block's activations by kind: [B, T, D], [B, T, H, E], [B, T, K, E]
   and [B, T, I], in the compute dtype."""
@@ -55,7 +55,7 @@ def _activations(
 
 
 def _block_residuals(
-    cfg: transformer.ModelConfig, b: int, t: int, attention: str
+    cfg: model_config.ModelConfig, b: int, t: int, attention: str
 ) -> list[Residual]:
   """(shape, logical axes, bytes) one block keeps for its backward pass."""
   c = np.dtype(cfg.dtype).itemsize
@@ -79,7 +79,7 @@ def _block_residuals(
 
 
 def _projections(
-    cfg: transformer.ModelConfig, b: int, t: int
+    cfg: model_config.ModelConfig, b: int, t: int
 ) -> list[Residual]:
   """The outputs of q, k, v, o, gate and up: what `save_dots` keeps beyond a
   block's input (down's output is only added to the residual stream, which
@@ -89,7 +89,7 @@ def _projections(
 
 
 # `model.remat_policy` -> what a rematerialised block keeps beyond its input;
-# one entry per transformer.REMAT_POLICIES name (tests/remat_test.py).
+# one entry per model_config.REMAT_POLICIES name (tests/remat_test.py).
 REMAT_SAVES = {
     "full": lambda cfg, b, t: [],
     "save_dots": _projections,
@@ -107,7 +107,7 @@ class Unsharded:
 
 
 def activation_bytes(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,
@@ -158,7 +158,7 @@ def activation_bytes(
 
 
 def _resolve_attention(
-    cfg: transformer.ModelConfig, platform: str, seq_len: int
+    cfg: model_config.ModelConfig, platform: str, seq_len: int
 ) -> str:
   """The attention implementation `cfg.attention` runs as on `platform`."""
   if cfg.attention == attention_lib.AUTO:
@@ -167,7 +167,7 @@ def _resolve_attention(
 
 
 def sampler_temps(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,

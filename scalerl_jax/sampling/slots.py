@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.transformer import DTYPES, ModelConfig
+from scalerl_jax.models.model_config import DTYPES, ModelConfig
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.selection import select_tokens
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -63,11 +63,18 @@ class SlotState:
 
 @flax.struct.dataclass
 class Completions:
-  """Finished sequences, one row each, in the trainer's layout."""
+  """Finished sequences, one row each: the record of a completion.
+
+  The one type that carries completions from harvest to the train batch:
+  harvested rows ([F, ...]), a prompt's group (`rl/buffer.Group`, G rows),
+  and the rows of a train batch (`rl/buffer.collate`, B rows, whose
+  `BATCH_FIELDS` the train step reads as `<field>_BxS`). Host numpy arrays
+  once harvested. Shapes below are written for F rows.
+  """
 
   tokens: jax.Array  # [F, S] int32
   # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
-  logp: jax.Array
+  gen_logp: jax.Array
   # [F, S] float32 log-prob under the top-k/top-p distribution.
   logp_sampling: jax.Array
   # [F, S] int32 policy version per generated token; -1 elsewhere.
@@ -382,7 +389,7 @@ def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
 
   out = Completions(
       tokens=rows(state.tokens),
-      logp=rows(state.logp),
+      gen_logp=rows(state.logp),
       logp_sampling=rows(state.logp_sampling),
       version=rows(state.version),
       mask=rows(state.mask),
