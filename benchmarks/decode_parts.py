@@ -42,7 +42,8 @@ from benchmarks import sampler as sampler_bench
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.sampling.sampler import Sampler
 
 # The flags of benchmarks/sampler.py: --variants, --batch_sizes, --new_tokens,

@@ -8,13 +8,16 @@
 #   OUT=/tmp/gpu_speed bash benchmarks/gpu_speed.sh
 #   OUT=/tmp/gpu_speed STAGES="head train mismatch" bash benchmarks/gpu_speed.sh
 #
-# Stages beyond the default list: sampler_graphs, m8.
+# Stages beyond the default list: sampler_graphs, m8, remat_dots,
+# remat_dots_m8, learn (the next GPU session's; docs/gpu.md).
 #
 # Run from the checkout's root on a machine with one NVIDIA GPU and a CUDA
 # JAX. Each stage runs in its own process under its own time limit (the
 # *_S variables), in the order of STAGES, so a slow stage cannot take the
 # rest down with it. Writes to $OUT: log (everything), lm_head.json,
-# train_step.jsonl, sampler.json, mismatch.json, hf.json.
+# train_step.jsonl, sampler.json, mismatch.json, hf.json, and for `learn`
+# learn_metrics.jsonl, learn_config.json, learn_summary.{md,json} (its
+# workdir, $LEARN_DIR, stays outside $OUT).
 set -u
 OUT=${OUT:-/tmp/gpu_speed}
 source benchmarks/gpu_env.sh
@@ -27,8 +30,10 @@ SEQ_LEN=${SEQ_LEN:-1280}
 SAMPLER=(python3 -m benchmarks.sampler_gpu --shape="${SAMPLER_SHAPE:-qwen3_0.6b}"
   --prompt_len="${PROMPT_LEN:-256}")
 HEAD=(${HEAD_ARGS:-})
+LEARN_DIR=${LEARN_DIR:-/tmp/gpu_learn}
 TRAIN=(python3 -m benchmarks.train_step_gpu --prompts_per_step=8
-  --seq_len="$SEQ_LEN" --json="$OUT/train_step.jsonl")
+  --seq_len="$SEQ_LEN" --matmul_n="${MATMUL_N:-8192}"
+  --json="$OUT/train_step.jsonl")
 
 stage() { echo; echo "=== $1 ($(date -u +%H:%M:%S))"; }
 
@@ -83,6 +88,29 @@ run_stage() {
       stage "train step: 8 microbatches of 16 rows"
       timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
         --shape="$SHAPE;trainer.microbatches=8" --label=m8 ;;
+    remat_dots)
+      stage "train step: remat keeping the projections' outputs"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.remat_policy=save_dots" --label=remat_dots ;;
+    remat_dots_m8)
+      stage "train step: remat keeping the projections, 8 microbatches"
+      timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \
+        --shape="$SHAPE;model.remat_policy=save_dots;trainer.microbatches=8" \
+        --label=remat_dots_m8 ;;
+    learn)
+      # Goal 5: a warm start and 60 RL steps on the built-in task, validated
+      # every 10; LEARN_ARGS adds --config.* flags (a CPU dry run shrinks it).
+      stage "learning on the built-in task (configs/gpu_learn.py)"
+      rm -rf "$LEARN_DIR"
+      started=$(date +%s.%N)
+      timeout -k 10 "${LEARN_S:-300}" python3 -m launch.train \
+        --config=configs/gpu_learn.py --workdir="$LEARN_DIR" ${LEARN_ARGS:-}
+      echo "launch.train exited with $?"
+      cp "$LEARN_DIR/metrics.jsonl" "$OUT/learn_metrics.jsonl"
+      cp "$LEARN_DIR/config.json" "$OUT/learn_config.json"
+      python3 -m benchmarks.learn_summary --workdir="$LEARN_DIR" \
+        --started="$started" --json="$OUT/learn_summary.json" \
+        | tee "$OUT/learn_summary.md" ;;
     *) echo "unknown stage $1" ;;
   esac
 }

@@ -229,9 +229,8 @@ def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
     setattr(
         obj, attr, timers.wrap(name, getattr(obj, attr), block=name in _COMPUTE)
     )
-  trainer.rollouts.prompts = _TimedIterator(
-      timers, "prompt pipeline", trainer.rollouts.prompts
-  )
+  rollouts = trainer.generation.rollouts
+  rollouts.prompts = _TimedIterator(timers, "prompt pipeline", rollouts.prompts)
   submit = trainer.pool.submit
 
   def submit_timing_the_wait(*args, **kwargs):

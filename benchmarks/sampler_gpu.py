@@ -43,6 +43,7 @@ from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import hf_io
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs as logprobs_lib
 from scalerl_jax.sampling.sampler import Sampler
@@ -137,7 +138,7 @@ def _hf_tokens_per_s(params, cfg, rows, prompt, new) -> float:
 
 def mismatch(config, mesh, rules, params, rows) -> dict[str, float]:
   """|log pi_gen - log pi_train| over generated tokens (module docstring)."""
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
   prompts, lens = _prompts(cfg, rows, config.sampling.max_prompt_len)
@@ -162,13 +163,13 @@ def mismatch(config, mesh, rules, params, rows) -> dict[str, float]:
         ]
     )
   mask = np.asarray(out.mask)
-  diff = np.abs(np.asarray(out.logp) - train_logp)[mask]
+  diff = np.abs(np.asarray(out.gen_logp) - train_logp)[mask]
   return {"mean": float(diff.mean()), "max": float(diff.max())}
 
 
 def hf_main():
   config = _config("plain", "bf16_3x", _PROMPT.value, _HF_NEW.value)
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   with jax.default_device(jax.devices("cpu")[0]):
     params = transformer.Transformer(cfg).init(
         jax.random.key(0), jnp.zeros((1, 1), jnp.int32)
@@ -207,7 +208,7 @@ def main(argv):
   mesh = sharding.make_mesh(base.mesh)
   rules = sharding.logical_rules(base.mesh)
   params, _ = sharding.init_model_params(
-      transformer.Transformer(transformer.ModelConfig.from_config(base.model)),
+      transformer.Transformer(model_config.ModelConfig.from_config(base.model)),
       jax.random.key(0),
       mesh,
       rules,
@@ -216,7 +217,7 @@ def main(argv):
     rows, new = map(int, run.split("x"))
     for kernel in _KERNELS.value:
       config = _config(kernel, "bf16_3x", prompt, new)
-      cfg = transformer.ModelConfig.from_config(config.model)
+      cfg = model_config.ModelConfig.from_config(config.model)
       sampler = Sampler.from_config(config, mesh, rules, eos_ids=(), pad_id=0)
       prepared = sampler.prepare(params)
       prompts, lens = _prompts(cfg, rows, prompt)

@@ -42,6 +42,7 @@ from benchmarks.shapes import shape_config
 from scalerl_jax.metrics import compute
 from scalerl_jax import optim
 from scalerl_jax import sharding
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, losses
 from scalerl_jax.rl import logprobs
@@ -274,7 +275,7 @@ def main(argv):
   print("|" + "---|" * (header.count("|") - 1))
   for shape in _SHAPES.value:
     config = shape_config(shape, _PROMPTS.value)
-    cfg = transformer.ModelConfig.from_config(config.model)
+    cfg = model_config.ModelConfig.from_config(config.model)
     model = transformer.Transformer(cfg)
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)

@@ -46,6 +46,7 @@ from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import lm_head
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
@@ -62,6 +63,9 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed steps; best is kept.")
 _PARTS = flags.DEFINE_bool("parts", False, "Also time the step's parts.")
 _PEAK = flags.DEFINE_float(
     "peak_tflops", 989.0, "The chip's dense bfloat16 peak (H100/H200 SXM)."
+)
+_MATMUL_N = flags.DEFINE_integer(
+    "matmul_n", 8192, "Side of the bfloat16 matmul timed beside the step."
 )
 _LABEL = flags.DEFINE_string("label", "", "Row label; default the shape.")
 _JSON = flags.DEFINE_string("json", "", "Append the row as JSON here.")
@@ -178,7 +182,7 @@ def main(argv):
     config.sampling.max_prompt_len = _SEQ_LEN.value // 5
     config.sampling.max_new_tokens = _SEQ_LEN.value - _SEQ_LEN.value // 5
     config.sampling.interruption.enabled = False
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   mesh = sharding.make_mesh(config.mesh)
   rules = sharding.logical_rules(config.mesh)
@@ -233,6 +237,7 @@ def main(argv):
       "microbatches": spec.microbatches,
       "logprob_chunk": spec.logprob_chunk,
       "remat": cfg.remat,
+      "remat_policy": cfg.remat_policy,
       "lm_head": lm_head.head_algorithm(cfg) if cfg.fp32_lm_head else "off",
       "attention": attention_lib.resolve(
           cfg.attention, _SEQ_LEN.value - 1, cfg.dtype
@@ -242,7 +247,7 @@ def main(argv):
       "train_flops": flops,
       "tflops": flops / step_s / 1e12,
       "mfu": flops / step_s / (_PEAK.value * 1e12),
-      "matmul_tflops": timing.matmul_flops_per_s() / 1e12,
+      "matmul_tflops": timing.matmul_flops_per_s(_MATMUL_N.value) / 1e12,
       "peak_after_compile_gb": after_compile.get("peak_gb"),
       "memory": memory,
       "planned_train_gb": planned / 1e9,

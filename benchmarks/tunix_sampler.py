@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.models.model_config import ModelConfig
 
 
 def unavailable() -> Optional[str]:

@@ -155,6 +155,9 @@ def _model_config(variant):
   m.lm_head_algorithm = "auto"
   # Rematerialise each block in the backward pass (saves memory).
   m.remat = False
+  # What a rematerialised block keeps for its backward (models/model_config.py
+  # REMAT_POLICIES): full (its input) | save_dots (its projections' outputs).
+  m.remat_policy = "full"
   # Training and prefill attention (models/attention.py): plain | blockwise |
   # splash (Pallas, TPU) | cudnn (GPU, bfloat16) | auto: splash on TPU, cudnn
   # on GPU in bfloat16, else plain, or blockwise from LONG_SEQ_LEN positions.

@@ -25,6 +25,7 @@ from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import plots
 from scalerl_jax.scaling import report
+from scalerl_jax.scaling import verdicts
 from scalerl_jax.scaling import runs
 
 _WORKDIRS = flags.DEFINE_list(
@@ -96,7 +97,7 @@ def _fit_metric(workdirs, y_key):
         num_bootstrap=_NUM_BOOTSTRAP.value,
     )
     grid = _GRID.value or compare.find_grid(workdirs)
-    verdicts = report.format_verdicts(grid, groups) if grid else ""
+    checked = verdicts.format_verdicts(grid, groups) if grid else ""
   except ValueError as e:
     raise SystemExit(f"launch.fit: {y_key}: {e}") from None
   text = report.format_report(
@@ -108,7 +109,7 @@ def _fit_metric(workdirs, y_key):
       num_bootstrap=_NUM_BOOTSTRAP.value,
       noise=noise,
   )
-  return groups, text + (verdicts and "\n" + verdicts)
+  return groups, text + (checked and "\n" + checked)
 
 
 def main(argv):

@@ -18,6 +18,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from scalerl_jax.models import model_config
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
@@ -33,12 +34,24 @@ from scalerl_jax.rewards.shared import SharedRewardPool
 from scalerl_jax.sampling.sampler import Sampler
 
 
-def _sync_model_config(
-    config: ml_collections.ConfigDict, cfg: transformer.ModelConfig
-) -> None:
-  """Writes an imported checkpoint's shape back into `config.model`."""
+def read_model_config(
+    config: ml_collections.ConfigDict,
+) -> model_config.ModelConfig:
+  """The run's ModelConfig: `config.model`, or `model.hf_path`'s network.
+
+  With `hf_path` the network's shape comes from the checkpoint's config.json
+  and is written back into `config.model`; the run's choices (every
+  `model_config.run_time_fields()`) come from `config.model`.
+  """
+  if not config.model.hf_path:
+    return model_config.ModelConfig.from_config(config.model)
+  cfg = hf_io.read_config(
+      config.model.hf_path,
+      **{name: config.model[name] for name in model_config.run_time_fields()},
+  )
   with config.unlocked():
     config.model.update(dataclasses.asdict(cfg))
+  return cfg
 
 
 @dataclasses.dataclass
@@ -50,7 +63,7 @@ class Experiment:
   mesh: jax.sharding.Mesh
   rules: sharding.Rules
   tok: tokenizer_lib.Tokenizer
-  model_cfg: transformer.ModelConfig
+  model_cfg: model_config.ModelConfig
   model: transformer.Transformer
   params: Any  # Base policy parameters, sharded.
   param_shardings: Any
@@ -76,20 +89,9 @@ class Experiment:
     os.makedirs(workdir, exist_ok=True)
     mesh = sharding.make_mesh(config.mesh)
     rules = sharding.logical_rules(config.mesh)
+    model_cfg = read_model_config(config)
     if config.model.hf_path:
-      model_cfg = hf_io.read_config(
-          config.model.hf_path,
-          param_dtype=config.model.param_dtype,
-          compute_dtype=config.model.compute_dtype,
-          fp32_lm_head=config.model.fp32_lm_head,
-          lm_head_algorithm=config.model.lm_head_algorithm,
-          remat=config.model.remat,
-          attention=config.model.attention,
-      )
-      _sync_model_config(config, model_cfg)
       config_lib.validate(config, num_devices=jax.device_count())
-    else:
-      model_cfg = transformer.ModelConfig.from_config(config.model)
     # Checks model.vocab_size too.
     tok = tokenizer_lib.get_tokenizer(config, workdir)
     model = transformer.Transformer(model_cfg)

@@ -1,7 +1,7 @@
 """train_and_evaluate(config, workdir): the loop of generate and train phases.
 
 One mesh holds the policy, shared by the sampler and the jitted train step.
-A step generates as the schedule allows (`rl/rollouts.generate_phase`) until
+A step generates as the schedule allows (`rl/generation.Generation`) until
 the buffer can hand out P groups, takes one optimizer step on them
 (`rl/train_step.py`), then writes metrics, validates every `eval_every` and
 checkpoints every `checkpoint_every` steps. Every process of a
@@ -31,11 +31,9 @@ from scalerl_jax import optim
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
-from scalerl_jax.data import mixture as mixture_lib
-from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.rl import buffer as buffer_lib
-from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 
@@ -138,28 +136,10 @@ class Trainer:
         exp, self.state, slot_bytes
     )
     self.pool = exp.reward_pool()
-    # One per domain in a mixture.
-    self.curriculum = mixture_lib.make_curriculum(config)
-    # Looked up at call time: a restore replaces the curriculum object.
-    self.pipeline = pipeline_lib.make_pipeline(
-        config,
-        exp.prompts("train"),
-        exp.tok,
-        is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id),
+    self.generation = generation_lib.Generation(
+        config, self.sampler, self.pool, exp.tok, exp.prompts("train")
     )
     self.val_batches = exp.eval_batches()
-    self.buffer = buffer_lib.RolloutBuffer(config.buffer.max_off_policy)
-    self.schedule = schedules.make(config)
-    self.rollouts = rollouts_lib.Rollouts(
-        sampler=self.sampler,
-        pool=self.pool,
-        tok=exp.tok,
-        prompts=self.pipeline,
-        num_slots=schedules.num_slots(config),
-        generations=config.data.generations_per_prompt,
-        reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
-        rng=jax.random.key(config.seed + 1),
-    )
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
@@ -182,16 +162,11 @@ class Trainer:
   # Checkpoints.
 
   def _checkpoint_items(self):
-    buf_arrays, buf_meta = self.buffer.state()
-    slots, roll_arrays, roll_meta = self.rollouts.state()
+    slots, host, gen_extra = self.generation.state()
     device = {"train": self.state, "slots": slots}
-    host = {"buffer": buf_arrays, "rollouts": roll_arrays}
     extra = {
         "step": self.step,
-        "pipeline": self.pipeline.get_state(),
-        "curriculum": self.curriculum.state_dict(),
-        "buffer": buf_meta,
-        "rollouts": roll_meta,
+        **gen_extra,
         "meter": self.meter.state_dict(),
         "counters": self.counters,
         "monitors": self.monitors.state_dict(),
@@ -213,12 +188,7 @@ class Trainer:
     device, extra, host = self.checkpointer.restore(step, abstract)
     self.state = device["train"]
     self.step = int(extra["step"])
-    self.pipeline.set_state(extra["pipeline"])
-    self.curriculum = mixture_lib.restore_curriculum(extra["curriculum"])
-    self.buffer.restore(host.get("buffer", {}), extra["buffer"])
-    self.rollouts.restore(
-        device["slots"], host.get("rollouts", {}), extra["rollouts"]
-    )
+    self.generation.restore(device["slots"], host, extra)
     self.meter.load_state_dict(extra["meter"])
     self.counters = dict(extra["counters"])
     # Absent before monitors existed.
@@ -237,20 +207,11 @@ class Trainer:
     sampler once per phase, and the regrouped copy is dropped before training.
     """
     params = self.sampler.prepare(self.state.params)
-    t0, flops0 = time.perf_counter(), self.rollouts.work["flops"]
-    decoded = rollouts_lib.generate_phase(
-        self.rollouts,
-        self.schedule,
-        self.buffer,
-        self.curriculum,
-        params,
-        self.step,
-        overlap=self.config.rewards.overlap,
-    )
+    work = self.generation.rollouts.work
+    t0, flops0 = time.perf_counter(), work["flops"]
+    decoded = self.generation.run(params, self.step)
     t_gen = time.perf_counter() - t0
-    self.meter.add(
-        self.rollouts.work["flops"] - flops0, t_gen, self.exp.mesh.size
-    )
+    self.meter.add(work["flops"] - flops0, t_gen, self.exp.mesh.size)
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
 
   def train(self, groups) -> tuple[dict[str, float], int]:
@@ -289,16 +250,9 @@ class Trainer:
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
-    cfg, p = self.config, self.config.data.prompts_per_step
     gen_metrics = self.generate()
-    groups = self.buffer.take(p, self.step)
-    if groups is None:
-      raise RuntimeError(
-          f"step {self.step}: the buffer could not supply {p} fresh groups"
-      )
-    row = buffer_lib.batch_metrics(groups, self.step, cfg.buffer.max_off_policy)
-    # train/<domain>/...; none for one source.
-    row.update(mixture_lib.train_metrics(groups))
+    groups = self.generation.take(self.step)
+    row = self.generation.batch_metrics(groups, self.step)
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
@@ -311,24 +265,15 @@ class Trainer:
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
-    row.update(self.curriculum.metrics())
+    row.update(self.generation.curriculum.metrics())
     row.update(
         {
             **gen_metrics,
             "time/train_s": t_train,
             "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
-            "buffer/evicted_stale": float(self.buffer.num_evicted),
-            "buffer/size": float(len(self.buffer)),
-            "buffer/in_flight": float(self.rollouts.in_flight),
-            **{
-                f"verify/{k}": float(v)
-                for k, v in self.rollouts.verify_stats.items()
-            },
+            **self.generation.scalars(),
             **{f"counters/{k}": float(v) for k, v in self.counters.items()},
-            **{
-                f"counters/{k}": float(self.rollouts.work[k])
-                for k in ("prompt_tokens", "tokens_generated")
-            },
+            **self.generation.work_scalars(),
             **self.meter.scalars(),
             **compute.memory_scalars(),
         }

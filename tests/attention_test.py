@@ -18,6 +18,7 @@ from scalerl_jax.models import attention
 from scalerl_jax.models import blockwise_attention
 from scalerl_jax.models import splash_attention
 from scalerl_jax.models import decode
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 
 _F32 = jnp.float32
@@ -262,7 +263,7 @@ def _model(attention_name):
   with config.unlocked():
     config.model.attention = attention_name
   return transformer.Transformer(
-      transformer.ModelConfig.from_config(config.model)
+      model_config.ModelConfig.from_config(config.model)
   )
 
 

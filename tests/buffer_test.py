@@ -1,10 +1,13 @@
 """Rollout buffer: start-order consumption, staleness faults, histogram,
 checkpoints, collate."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.sampling.completions import Completions
 
 
 def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
@@ -12,25 +15,32 @@ def _group(index, versions_GxC, prompt_len=2, seq=8, reward=(1.0, 0.0)):
   given per-token versions."""
   g = len(versions_GxC)
   version = np.full((g, seq), -1, np.int32)
-  mask = np.zeros((g, seq), np.float32)
+  mask = np.zeros((g, seq), bool)
   lengths = np.zeros((g,), np.int32)
   for i, vs in enumerate(versions_GxC):
     version[i, prompt_len : prompt_len + len(vs)] = vs
-    mask[i, prompt_len : prompt_len + len(vs)] = 1
+    mask[i, prompt_len : prompt_len + len(vs)] = True
     lengths[i] = len(vs)
+  gen_logp = -mask.astype(np.float32)
   return buffer_lib.Group(
       record={"id": f"p{index}"},
       index=index,
-      tokens_GxS=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
-      mask_GxS=mask,
-      gen_logp_GxS=-mask,
-      version_GxS=version,
+      completions=Completions(
+          tokens=np.arange(g * seq, dtype=np.int32).reshape(g, seq),
+          gen_logp=gen_logp,
+          logp_sampling=2 * gen_logp,
+          version=version,
+          mask=mask,
+          prompt_len=np.full((g,), prompt_len, np.int32),
+          seq_len=prompt_len + lengths,
+          truncated=np.zeros((g,), bool),
+          interrupted=np.array([True, False])[:g],
+          thinking_budget=np.full((g,), 5, np.int32),
+          meta=np.full((g, 1), index, np.int32),
+          slot=np.arange(g, dtype=np.int32),
+      ),
       scores_G=np.asarray(reward[:g], np.float32),
       rewards_G=np.asarray(reward[:g], np.float32),
-      prompt_lens_G=np.full((g,), prompt_len, np.int32),
-      completion_lens_G=lengths,
-      truncated_G=np.zeros((g,), bool),
-      interrupted_G=np.array([True, False])[:g],
   )
 
 
@@ -39,40 +49,43 @@ def _ids(groups):
 
 
 def test_groups_are_handed_out_in_start_order_not_finish_order():
-  buf = buffer_lib.RolloutBuffer(max_off_policy=2)
+  buf = buffer_lib.RolloutBuffer()
+  k = 2
   buf.add(_group(1, [[0], [0]]))  # Finished before group 0.
   buf.add(_group(2, [[0], [0]]))
   # Group 0 is still in flight: nothing may pass it.
-  assert buf.num_ready(0) == 0 and buf.take(1, 0) is None
+  assert buf.num_ready(0, k) == 0 and buf.take(1, 0, k) is None
   assert len(buf) == 2  # A failed take consumes nothing.
   buf.add(_group(0, [[0, 0], [0]]))
-  assert buf.num_ready(0) == 3
-  assert _ids(buf.take(2, 0)) == [0, 1]
+  assert buf.num_ready(0, k) == 3
+  assert _ids(buf.take(2, 0, k)) == [0, 1]
   buf.add(_group(4, [[1], [1]]))  # 3 in flight: only 2 is ready.
-  assert buf.num_ready(1) == 1 and buf.take(2, 1) is None
+  assert buf.num_ready(1, k) == 1 and buf.take(2, 1, k) is None
   buf.add(_group(3, [[1], [1]]))
-  assert _ids(buf.take(3, 1)) == [2, 3, 4]
+  assert _ids(buf.take(3, 1, k)) == [2, 3, 4]
   assert buf.num_evicted == 0 and len(buf) == 0
 
 
 def test_a_group_staler_than_k_is_evicted_and_counted_never_consumed():
-  buf = buffer_lib.RolloutBuffer(max_off_policy=2)
+  buf = buffer_lib.RolloutBuffer()
+  k = 2
   buf.add(_group(0, [[0, 0], [0, 1]]))  # Oldest token 0.
   buf.add(_group(1, [[1, 2], [2]]))  # Oldest 1.
   buf.add(_group(2, [[3], [3, 3]]))  # Oldest 3.
   # At version 3: group 0 lags 3 > 2 and does not count; 1 (lag 2) and 2 (0) do.
-  assert buf.num_ready(3) == 2
-  assert buf.take(3, 3) is None
-  assert _ids(buf.take(2, 3)) == [1, 2]
+  assert buf.num_ready(3, k) == 2
+  assert buf.take(3, 3, k) is None
+  assert _ids(buf.take(2, 3, k)) == [1, 2]
   assert buf.num_evicted == 1 and len(buf) == 0
 
 
 def test_a_group_is_added_once():
-  buf = buffer_lib.RolloutBuffer(max_off_policy=1)
+  buf = buffer_lib.RolloutBuffer()
+  k = 1
   buf.add(_group(0, [[0], [0]]))
   with pytest.raises(ValueError, match="group 0 was already added"):
     buf.add(_group(0, [[0], [0]]))
-  buf.take(1, 0)
+  buf.take(1, 0, k)
   with pytest.raises(ValueError, match="group 0 was already added"):
     buf.add(_group(0, [[0], [0]]))
 
@@ -111,24 +124,36 @@ def test_oldest_version_of_mixed_versions():
 
 
 def test_state_round_trip():
-  buf = buffer_lib.RolloutBuffer(max_off_policy=4)
+  buf = buffer_lib.RolloutBuffer()
+  k = 4
   buf.add(_group(0, [[0, 1], [1]]))
   buf.add(_group(1, [[2], [2, 2, 2]]))
   buf.add(_group(2, [[7], [7]]))
   # 0 and 1 lag 7 and 5 > 4: evicted on the way.
-  assert _ids(buf.take(1, 7)) == [2]
+  assert _ids(buf.take(1, 7, k)) == [2]
   buf.add(_group(4, [[7], [7]]))
   buf.add(_group(3, [[7], [8]]))
   arrays, meta = buf.state()
-  other = buffer_lib.RolloutBuffer(max_off_policy=4)
+  other = buffer_lib.RolloutBuffer()
   other.restore(arrays, meta)
-  assert other.num_evicted == 2 and len(other) == 2 and other.num_ready(8) == 2
-  taken = other.take(2, 8)
+  assert (
+      other.num_evicted == 2 and len(other) == 2 and other.num_ready(8, k) == 2
+  )
+  taken = other.take(2, 8, k)
   assert _ids(taken) == [3, 4]
   ref = _group(3, [[7], [8]])
   assert taken[0].record == {"id": "p3"}
-  for name in buffer_lib.Group._ARRAYS:  # pylint: disable=protected-access
-    np.testing.assert_array_equal(getattr(taken[0], name), getattr(ref, name))
+  got_arrays, ref_arrays = taken[0].arrays(), ref.arrays()
+  # Every field of the record, and the scores and rewards.
+  assert set(got_arrays) == {
+      f.name for f in dataclasses.fields(Completions)
+  } | {
+      "scores_G",
+      "rewards_G",
+  }
+  for name, value in ref_arrays.items():
+    np.testing.assert_array_equal(got_arrays[name], value)
+    assert got_arrays[name].dtype == value.dtype
 
 
 def test_collate_is_prompt_major_and_trims_padding():
@@ -140,12 +165,15 @@ def test_collate_is_prompt_major_and_trims_padding():
   # Longest row: prompt 2 + 3 tokens = 5 -> trimmed to 32 of 80 columns.
   assert batch["tokens_BxS"].shape == (4, 32)
   np.testing.assert_array_equal(
-      batch["tokens_BxS"][2], groups[1].tokens_GxS[0, :32]
+      batch["tokens_BxS"][2], groups[1].completions.tokens[0, :32]
   )
   np.testing.assert_array_equal(batch["rewards_PxG"], [[1, 0], [1, 0]])
   assert batch["mask_BxS"].sum() == 3 + 1 + 1 + 2
-
-
-def test_bad_k_is_rejected():
-  with pytest.raises(ValueError, match="buffer.max_off_policy"):
-    buffer_lib.RolloutBuffer(0)
+  # The step's inputs, and only them, in the step's dtypes.
+  assert {k: v.dtype for k, v in batch.items()} == {
+      "tokens_BxS": np.int32,
+      "mask_BxS": np.float32,
+      "gen_logp_BxS": np.float32,
+      "rewards_PxG": np.float32,
+  }
+  np.testing.assert_array_equal(batch["gen_logp_BxS"], -batch["mask_BxS"])

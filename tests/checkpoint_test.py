@@ -11,7 +11,8 @@ import pytest
 
 from scalerl_jax import optim, sharding
 from scalerl_jax.checkpoint import checkpointer
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from tests.helpers import tiny_config
 
 

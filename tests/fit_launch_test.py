@@ -18,6 +18,7 @@ import pytest
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import report
+from scalerl_jax.scaling import verdicts
 from scalerl_jax.scaling import runs
 from tests import scaling_helpers
 
@@ -176,7 +177,7 @@ def test_estimates_take_the_mean_over_seeds_and_its_standard_error(tmp_path):
       for n in ("cispo_seed0", "cispo_seed1", "cispo_seed2", "dapo")
   ]
   groups = curves.fit_groups(loaded, num_bootstrap=20)
-  points = report.estimates(groups)
+  points = verdicts.estimates(groups)
   s, u = groups[0].spread, groups[1].fits[0].uncertainty
   assert points["cispo"].a == s.a_mean and points["cispo"].b == s.b_mean
   assert points["cispo"].a_std == pytest.approx(s.a_std / np.sqrt(3))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from scalerl_jax import sharding
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.interruptions import InterruptionSettings
 from scalerl_jax.sampling.sampler import Sampler
@@ -77,7 +78,7 @@ def test_phrase_at_the_sampled_budget_with_mask_zero_then_answer_budget(setup):
     np.testing.assert_array_equal(completion[b : b + r], PHRASE)
     assert mask[:b].all() and not mask[b : b + r].any() and mask[b + r :].all()
     assert (out.version[i, n + b : n + b + r] == -1).all()
-    assert (out.logp[i, n + b : n + b + r] == 0).all()
+    assert (out.gen_logp[i, n + b : n + b + r] == 0).all()
     # No EOS configured, so the answer budget is used up exactly.
     assert len(completion) == b + r + ANSWER and out.truncated[i]
   assert out.interrupted.sum() >= 6

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from scalerl_jax.models import lm_head
-from scalerl_jax.models import transformer
+from scalerl_jax.models import model_config
 from tests import helpers
 
 
@@ -22,7 +22,7 @@ def _head_inputs(x_dtype, seed=0):
 
 
 def _head_cfg(**overrides):
-  return transformer.ModelConfig.from_config(
+  return model_config.ModelConfig.from_config(
       helpers.tiny_config(**overrides).model
   )
 

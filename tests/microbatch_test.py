@@ -21,6 +21,7 @@ import pytest
 
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
@@ -49,7 +50,7 @@ def _model(**overrides):
       **overrides
   )
   model = transformer.Transformer(
-      transformer.ModelConfig.from_config(config.model)
+      model_config.ModelConfig.from_config(config.model)
   )
   params = nn.unbox(
       model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))

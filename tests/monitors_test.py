@@ -84,7 +84,7 @@ def test_a_lag_above_k_or_an_eviction_is_a_staleness_fault():
   ]
   assert alerts[0].message.startswith(
       "staleness/over_k 12: tokens trained with a lag above "
-      "buffer.max_off_policy 8 (staleness/max 9)"
+      "k (buffer.max_off_policy; staleness/max 9)"
   )
   assert alerts[1].message.startswith("buffer/evicted_stale rose by 2")
 

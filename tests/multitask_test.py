@@ -94,8 +94,10 @@ def test_two_source_run_logs_each_domain_and_resumes_bit_identically(
     trainer = trainer_lib.Trainer(_config(4), workdir)
     try:
       params.append(jax.device_get(trainer.state.params))
-      assert trainer.curriculum.metrics() == {
-          k: v for k, v in rows[-1].items() if k in trainer.curriculum.metrics()
+      assert trainer.generation.curriculum.metrics() == {
+          k: v
+          for k, v in rows[-1].items()
+          if k in trainer.generation.curriculum.metrics()
       }
     finally:
       trainer.close()

@@ -50,7 +50,7 @@ def run(tmp_path_factory):
   try:
     trainer.generate()
     p, g = config.data.prompts_per_step, config.data.generations_per_prompt
-    groups = trainer.buffer.take(p, trainer.step)
+    groups = trainer.generation.take(trainer.step)
     batch = buffer_lib.collate(groups)
     model, params = trainer.exp.model, jax.device_get(trainer.state.params)
     recompute = lambda params, t: np.asarray(

@@ -35,6 +35,7 @@ from scalerl_jax.jobs import plan_report
 from scalerl_jax.jobs import program_estimates
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as train_step_lib
@@ -184,7 +185,7 @@ def test_flash_attention_keeps_a_log_sum_exp_instead_of_the_softmax():
       _plan(config, 8).activations_no_remat
       == 4 * 2_544 * 16_416 + 2_544 * 3_072 + 2 * 4 * 256 * 512
   )
-  cfg = transformer.ModelConfig.from_config(
+  cfg = model_config.ModelConfig.from_config(
       scalerl.get_config("tiny_cpu").model
   )
   # auto on a TPU slice.
@@ -261,7 +262,7 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   with config.unlocked():
     config.model.compute_dtype = "bfloat16"
     config.model.qk_norm = True
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   mesh = layout_bytes.abstract_mesh(config.mesh, 1)
   rules = sharding.logical_rules(config.mesh)
   # One sequence, 159 tokens. Per token per layer: the 4,096 entries above
@@ -320,7 +321,7 @@ def _qwen3(weight_layout="sharded", shape=(1, -1, 1)):
 def test_qwen3_keeps_float32_master_weights_and_moments():
   p = _plan(_qwen3(), 8)
   # Replicated norms: 28 x (2 x 1,024 + 2 x 128 q/k norms) + 1,024 = 65,536.
-  cfg = transformer.ModelConfig.from_config(
+  cfg = model_config.ModelConfig.from_config(
       scalerl.get_config("qwen3_0.6b").model
   )
   assert p.params == ((cfg.num_params() - 65_536) // 8 + 65_536) * 4
@@ -420,7 +421,7 @@ def test_activation_count_is_a_lower_bound_of_xla_cpu():
   # counts; it must never keep fewer.
   config = _config()
   p = _plan(config, 1)
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   optimizer = optim.make_optimizer(config.optim)
   params = nn.unbox(
@@ -514,7 +515,7 @@ def _real_bytes_on_device_0():
 
   for shape in ((1, 8, 1), (2, 2, 2)):
     config = _config(shape=shape)
-    cfg = transformer.ModelConfig.from_config(config.model)
+    cfg = model_config.ModelConfig.from_config(config.model)
     mesh, rules = sharding.make_mesh(config.mesh), sharding.logical_rules(
         config.mesh
     )

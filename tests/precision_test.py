@@ -21,6 +21,7 @@ from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
 from scalerl_jax.models import lm_head
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 
 _STEPS = 20
@@ -69,7 +70,7 @@ def runs():
   # lr 5e-7, eps 1e-15, warmup 100.
   optimizer = optim.make_optimizer(config.optim)
   variant = dataclasses.replace(
-      transformer.ModelConfig.from_config(config.model), **_SHAPE
+      model_config.ModelConfig.from_config(config.model), **_SHAPE
   )
   reference = dataclasses.replace(
       variant, param_dtype="float32", compute_dtype="float32"

@@ -22,7 +22,8 @@ from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import pipeline as pipeline_lib
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -171,8 +172,8 @@ def _group_rows(groups):
       (
           g.index,
           g.record["id"],
-          g.tokens_GxS.tolist(),
-          g.version_GxS.tolist(),
+          g.completions.tokens.tolist(),
+          g.completions.version.tolist(),
           g.scores_G.tolist(),
           g.rewards_G.tolist(),
           g.completion_lens_G.tolist(),
@@ -266,7 +267,8 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
   config.data.builtin_num_train, config.curriculum.retire_threshold = 12, 0.7
   config.rewards.overlap = overlap
   trainer = trainer_lib.Trainer(config, str(tmp_path / f"overlap_{overlap}"))
-  trainer.rollouts.pool = _ParityPool(trainer.rollouts.pool)
+  gen = trainer.generation
+  gen.rollouts.pool = _ParityPool(gen.rollouts.pool)
   ahead, taken, harvested, draws, decoded = (
       [],
       [],
@@ -274,7 +276,7 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       [],
       collections.Counter(),
   )
-  step, take = trainer.rollouts.step, trainer.buffer.take
+  step, take = gen.rollouts.step, gen.buffer.take
 
   def spying_step(params, version, steps, on_harvest):
     def spy(groups):
@@ -286,10 +288,10 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     groups = step(params, version, steps, spy)
     # Dispatched before the scores: what the schedule says now they are in.
     if ahead[-1]:
-      assert ahead[-1] == trainer.schedule.decode_steps(
+      assert ahead[-1] == gen.schedule.decode_steps(
           decoded[version],
-          trainer.buffer.num_ready(version),
-          trainer.rollouts.in_flight,
+          gen.buffer.num_ready(version, gen.max_off_policy),
+          gen.rollouts.in_flight,
       )
     return groups
 
@@ -297,15 +299,15 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     """The pipeline; notes for each draw whether the curriculum has seen
     every harvested group."""
     while True:
-      draws.append(trainer.curriculum.metrics()["groups_seen"] == harvested[0])
+      draws.append(gen.curriculum.metrics()["groups_seen"] == harvested[0])
       try:
         batch = next(batches)
       except StopIteration:
         return
       yield batch
 
-  def recording_take(num_groups, version):
-    groups = take(num_groups, version)
+  def recording_take(num_groups, version, max_off_policy):
+    groups = take(num_groups, version, max_off_policy)
     taken.append(
         None
         if groups is None
@@ -313,12 +315,12 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     )
     return groups
 
-  trainer.rollouts.step, trainer.buffer.take = spying_step, recording_take
-  trainer.rollouts.prompts = checked(trainer.rollouts.prompts)
+  gen.rollouts.step, gen.buffer.take = spying_step, recording_take
+  gen.rollouts.prompts = checked(gen.rollouts.prompts)
   try:
     rows = [trainer.run_step() for _ in range(num_steps)]
-    _, arrays, meta = trainer.rollouts.state()
-    curriculum = trainer.curriculum.state_dict()
+    _, arrays, meta = gen.rollouts.state()
+    curriculum = gen.curriculum.state_dict()
   finally:
     trainer.close()
   keep = (

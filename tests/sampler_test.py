@@ -10,7 +10,9 @@ import pytest
 
 from scalerl_jax import sharding
 from scalerl_jax.models.lm_head import token_logprobs
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
+from scalerl_jax.sampling import windows
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.settings import SamplingSettings
 from tests import helpers
@@ -102,9 +104,9 @@ def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
   mask = out.mask[:, 1:]
   assert mask.sum() == 24 * len(PROMPT_LENS)
   np.testing.assert_allclose(
-      out.logp[:, 1:][mask], recomputed[mask], atol=1e-5, rtol=0
+      out.gen_logp[:, 1:][mask], recomputed[mask], atol=1e-5, rtol=0
   )
-  assert (out.logp[~out.mask] == 0).all() and (
+  assert (out.gen_logp[~out.mask] == 0).all() and (
       out.version[~out.mask] == -1
   ).all()
   assert (out.version[out.mask] == 0).all()
@@ -127,9 +129,9 @@ def test_logprobs_equal_trainer_recomputation(setup, top_k, top_p):
   )
   if top_k or top_p < 1:
     # Truncation can only raise a kept token's probability.
-    assert (out.logp_sampling[out.mask] >= out.logp[out.mask] - 1e-6).all()
+    assert (out.logp_sampling[out.mask] >= out.gen_logp[out.mask] - 1e-6).all()
   else:
-    np.testing.assert_array_equal(out.logp_sampling, out.logp)
+    np.testing.assert_array_equal(out.logp_sampling, out.gen_logp)
 
 
 def test_fixed_key_is_deterministic(setup):
@@ -139,7 +141,7 @@ def test_fixed_key_is_deterministic(setup):
   )
   first, again, other = run(7), run(7), run(8)
   np.testing.assert_array_equal(first.tokens, again.tokens)
-  np.testing.assert_array_equal(first.logp, again.logp)
+  np.testing.assert_array_equal(first.gen_logp, again.gen_logp)
   assert (first.tokens != other.tokens).any()
 
 
@@ -151,7 +153,7 @@ def test_top_k_one_equals_greedy(setup):
       setup["params"], setup["prompts"], PROMPT_LENS, jax.random.key(5)
   )
   np.testing.assert_array_equal(top1.tokens, greedy.tokens)
-  np.testing.assert_allclose(top1.logp, greedy.logp, atol=1e-6)
+  np.testing.assert_allclose(top1.gen_logp, greedy.gen_logp, atol=1e-6)
   assert (top1.logp_sampling == 0).all()  # One candidate: probability 1.
 
 
@@ -180,7 +182,7 @@ def test_eos_stops_and_the_rest_is_padding(setup):
     np.testing.assert_array_equal(out.tokens[i, :end], free.tokens[i, :end])
     assert (out.tokens[i, end:] == PAD).all()
     assert not out.mask[i, end:].any() and (out.version[i, end:] == -1).all()
-    assert (out.logp[i, end:] == 0).all()
+    assert (out.gen_logp[i, end:] == 0).all()
     assert out.mask[i, n:end].all() and not out.mask[i, :n].any()
   assert (
       1 <= stopped < len(PROMPT_LENS) and out.seq_len[1] == PROMPT_LENS[1] + 4
@@ -245,7 +247,7 @@ def test_continuous_batching_equals_prompts_run_alone(setup, temperature):
     np.testing.assert_array_equal(got.tokens, ref.tokens)
     np.testing.assert_array_equal(got.mask, ref.mask)
     assert got.seq_len == ref.seq_len and got.truncated == ref.truncated
-    np.testing.assert_allclose(got.logp, ref.logp, atol=1e-5)
+    np.testing.assert_allclose(got.gen_logp, ref.gen_logp, atol=1e-5)
 
 
 def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
@@ -292,7 +294,7 @@ def test_prefill_of_slots_in_order_leaves_a_running_slot_alone(setup):
     ref = jax.tree.map(lambda x: x[i % 3], refs[i // 3])
     np.testing.assert_array_equal(results[i].tokens, ref.tokens)
     np.testing.assert_array_equal(results[i].mask, ref.mask)
-    np.testing.assert_allclose(results[i].logp, ref.logp, atol=1e-5)
+    np.testing.assert_allclose(results[i].gen_logp, ref.gen_logp, atol=1e-5)
 
 
 def test_in_flight_weight_update(setup):
@@ -349,7 +351,7 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
   assert len(prepares) == 2
   for out in (again, slots):
     np.testing.assert_array_equal(out.tokens, raw.tokens)
-    np.testing.assert_array_equal(out.logp, raw.logp)
+    np.testing.assert_array_equal(out.gen_logp, raw.gen_logp)
 
 
 # On TPU the cache's positions are allocated in whole 128-lane tiles
@@ -371,7 +373,9 @@ def test_a_cache_padded_past_its_positions_samples_the_same(
   ]
   np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
   np.testing.assert_array_equal(outs[0].seq_len, outs[1].seq_len)
-  np.testing.assert_allclose(outs[0].logp, outs[1].logp, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(
+      outs[0].gen_logp, outs[1].gen_logp, atol=1e-5, rtol=0
+  )
   assert outs[1].tokens.shape == (len(PROMPT_LENS), 40)
 
 
@@ -379,7 +383,13 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   """With a long budget, generate runs its first steps on the first
   part of the cache only."""
   sampler = setup["make"](max_new_tokens=112, temperature=0.0)  # Cache 128.
-  assert sampler._windows() == [64, 96]
+  spans = windows.attention_windows(sampler.settings)
+  assert spans == [64, 96]
+  # Hand-worked below: 49 + 32 + 31 = 112 steps.
+  assert windows.generate_calls(spans, 16, 112) == [(64, 49), (96, 32), (0, 31)]
+  assert windows.window_for(spans, 64, 1) == 64
+  assert windows.window_for(spans, 64, 2) == 96
+  assert windows.window_for(spans, 96, 2) == 0
   windows_used = []
   call = sampler._call
 
@@ -402,7 +412,7 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   assert sampler._advance._cache_size() == 3
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 112)
-  np.testing.assert_allclose(out.logp, ref.logp, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(out.gen_logp, ref.gen_logp, atol=1e-5, rtol=0)
   # The slot interface picks the window itself while the longest sequence
   # (16 tokens) + the call's steps fit: 48 steps do, the rest do not.
   state = sampler.init_state(8)
@@ -413,7 +423,7 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   assert windows_used == [64, 96, 0, 0, 64, 0]
   assert sampler._advance._cache_size() == 3
   np.testing.assert_array_equal(split.tokens, ref.tokens)
-  np.testing.assert_allclose(split.logp, ref.logp, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(split.gen_logp, ref.gen_logp, atol=1e-5, rtol=0)
 
 
 def test_compiled_once_per_bucket_and_cache_donated(setup):

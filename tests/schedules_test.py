@@ -129,3 +129,13 @@ def test_a_new_schedule_is_one_registered_class_and_config_accepts_its_name():
       schedules.SCHEDULES.register("on_policy")(OnPolicy)
   finally:
     schedules.SCHEDULES.unregister("on_policy")
+
+
+@pytest.mark.parametrize("name", schedules.SCHEDULES.names())
+def test_a_bound_below_1_is_refused_by_every_schedule(name):
+  kwargs = dict(
+      prompts_per_step=4, decode_steps_per_call=8, decode_steps_per_train_step=8
+  )
+  with pytest.raises(ValueError, match="buffer.max_off_policy: 0 must be >= 1"):
+    schedules.SCHEDULES.get(name)(max_off_policy=0, **kwargs)
+  assert schedules.SCHEDULES.get(name)(max_off_policy=1, **kwargs)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scalerl_jax import optim
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
@@ -42,7 +43,7 @@ def _spec(
 
 
 def _setup(**spec_args):
-  cfg = transformer.ModelConfig.from_config(helpers.tiny_config().model)
+  cfg = model_config.ModelConfig.from_config(helpers.tiny_config().model)
   model = transformer.Transformer(cfg)
   params = nn.unbox(
       model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))

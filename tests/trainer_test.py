@@ -27,7 +27,6 @@ from scalerl_jax.metrics import compute
 from scalerl_jax import experiment
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
-from scalerl_jax.rl import buffer as buffer_lib
 from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,14 +185,15 @@ def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(
 def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(
     base_dir, tmp_path
 ):
-  # A schedule (and a buffer) that believe k = 3 in a run whose k is 1: tokens
-  # lag up to 3, and the metrics say so instead of clipping the lags at 1.
+  # A schedule that believes k = 3 in a run whose k is 1 (the buffer reads k
+  # from it): tokens lag up to 3, and the metrics say so instead of clipping
+  # the lags at 1.
   config = helpers.rl_test_config("pipeline_rl")
   config.buffer.max_off_policy = 1
   config.buffer.decode_steps_per_train_step = 4 * config.sampling.max_new_tokens
   trainer = trainer_lib.Trainer(config, _workdir(base_dir, tmp_path, "broken"))
-  trainer.schedule = dataclasses.replace(trainer.schedule, max_off_policy=3)
-  trainer.buffer = buffer_lib.RolloutBuffer(3)
+  gen = trainer.generation
+  gen.schedule = dataclasses.replace(gen.schedule, max_off_policy=3)
   try:
     rows = []
     for step in range(1, 6):
@@ -259,12 +259,14 @@ def test_compute_counts_every_generated_token_trained_or_not(
     # Every sequence the sampler has touched, worked out from the rollouts'
     # state: finished groups in the buffer, finished rows waiting for their
     # group, and rows still decoding.
-    buffer_arrays, buffer_meta = trainer.buffer.state()
-    slots, roll_arrays, _ = trainer.rollouts.state()
+    buffer_arrays, buffer_meta = trainer.generation.buffer.state()
+    slots, roll_arrays, _ = trainer.generation.rollouts.state()
     prompt_lens, lengths = [], []
     for i in range(len(buffer_meta["records"])):
-      prompt_lens += buffer_arrays[f"{i}/prompt_lens_G"].tolist()
-      lengths += buffer_arrays[f"{i}/completion_lens_G"].tolist()
+      prompt_lens += buffer_arrays[f"{i}/prompt_len"].tolist()
+      lengths += (
+          buffer_arrays[f"{i}/seq_len"] - buffer_arrays[f"{i}/prompt_len"]
+      ).tolist()
     partial = sorted(
         k.rsplit("/", 1)[0] for k in roll_arrays if k.endswith("/prompt_len")
     )
@@ -283,8 +285,9 @@ def test_compute_counts_every_generated_token_trained_or_not(
     expected = compute.generation_flops(
         trainer.exp.model_cfg, prompt_lens, lengths
     )
-    assert trainer.meter.flops == trainer.rollouts.work["flops"] == expected
-    assert trainer.rollouts.work["tokens_generated"] == sum(lengths)
+    work = trainer.generation.rollouts.work
+    assert trainer.meter.flops == work["flops"] == expected
+    assert work["tokens_generated"] == sum(lengths)
     # Most of it is not in the next batch, and some of it
     # never teaches anything.
     rewards = [

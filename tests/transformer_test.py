@@ -12,12 +12,13 @@ import pytest
 from configs import scalerl
 from scalerl_jax.models import decode
 from scalerl_jax.models import lm_head
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from tests import helpers
 
 
 def _model(**overrides):
-  cfg = transformer.ModelConfig.from_config(
+  cfg = model_config.ModelConfig.from_config(
       helpers.tiny_config(**overrides).model
   )
   model = transformer.Transformer(cfg)
@@ -52,7 +53,7 @@ def test_param_count_matches_formula(overrides):
 
 
 def test_every_parameter_has_logical_axes():
-  cfg = transformer.ModelConfig.from_config(
+  cfg = model_config.ModelConfig.from_config(
       helpers.tiny_config(
           qkv_bias=True, qk_norm=True, tie_embeddings=False
       ).model
@@ -234,7 +235,7 @@ def test_model_config_defaults_are_the_configs():
   # configs/scalerl.py's values; the network's shape has no default at all.
   defaults = {
       f.name: f.default
-      for f in dataclasses.fields(transformer.ModelConfig)
+      for f in dataclasses.fields(model_config.ModelConfig)
       if f.default is not dataclasses.MISSING
   }
   assert set(defaults) == {
@@ -243,6 +244,7 @@ def test_model_config_defaults_are_the_configs():
       "fp32_lm_head",
       "lm_head_algorithm",
       "remat",
+      "remat_policy",
       "attention",
       "scan_unroll",
   }
@@ -282,8 +284,8 @@ def test_layer_loop_equals_unrolled_layers(remat):
   # (all layers unrolled on CPU) run the same network with the same stacked
   # parameters: same logits, same gradients.
   cfg, model, params = _model(remat=remat)
-  assert transformer.scan_layers_unroll(cfg, "cpu") == cfg.num_layers
-  assert transformer.scan_layers_unroll(cfg, "tpu") == (
+  assert model_config.scan_layers_unroll(cfg, "cpu") == cfg.num_layers
+  assert model_config.scan_layers_unroll(cfg, "tpu") == (
       1 if remat else cfg.num_layers
   )
   loop = transformer.Transformer(dataclasses.replace(cfg, scan_unroll=1))

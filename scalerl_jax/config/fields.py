@@ -20,7 +20,7 @@ from scalerl_jax.models import attention
 from scalerl_jax.models import decode_attention
 from scalerl_jax.models import hf_config
 from scalerl_jax.models import lm_head
-from scalerl_jax.models import transformer
+from scalerl_jax.models import model_config
 from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry as verifiers
 from scalerl_jax.rl import advantages
@@ -113,17 +113,18 @@ RULES: dict[str, Rule] = {
     ),
     "model.mlp_dim": _POS_INT,
     "model.rope_theta": _POS,
-    "model.rope_scaling.type": _one_of(transformer.ROPE_SCALINGS),
+    "model.rope_scaling.type": _one_of(model_config.ROPE_SCALINGS),
     "model.rope_scaling.factor": _POS,
     "model.rope_scaling.low_freq_factor": _POS,
     "model.rope_scaling.high_freq_factor": _POS,
     "model.rope_scaling.original_max_position": _POS_INT,
     "model.norm_eps": _POS,
     "model.max_seq_len": _POS_INT,
-    "model.param_dtype": _one_of(transformer.DTYPES),
-    "model.compute_dtype": _one_of(transformer.DTYPES),
+    "model.param_dtype": _one_of(model_config.DTYPES),
+    "model.compute_dtype": _one_of(model_config.DTYPES),
     "model.attention": _one_of(attention.choices),
     "model.lm_head_algorithm": _one_of(lm_head.ALGORITHMS),
+    "model.remat_policy": _one_of(model_config.REMAT_POLICIES),
     "model.scan_unroll": _NONNEG_INT,
     # mesh
     "mesh.axes": _rule(
@@ -182,7 +183,7 @@ RULES: dict[str, Rule] = {
     "sampling.max_new_tokens": _POS_INT,
     "sampling.num_slots": _NONNEG_INT,
     "sampling.decode_steps_per_call": _POS_INT,
-    "sampling.kv_cache_dtype": _one_of(transformer.DTYPES),
+    "sampling.kv_cache_dtype": _one_of(model_config.DTYPES),
     "sampling.weight_layout": _one_of(sharding.WEIGHT_LAYOUTS),
     "sampling.decode_attention": _one_of(decode_attention.KERNELS),
     "sampling.interruption.thinking_budget_min": _POS_INT,

@@ -17,7 +17,7 @@ from jax.sharding import AbstractMesh
 from scalerl_jax import sharding
 from scalerl_jax.jobs.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
-from scalerl_jax.models import transformer
+from scalerl_jax.models import model_config
 
 # An activation: shape, logical axis names, bytes per entry.
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
@@ -38,22 +38,34 @@ def _bytes(
   )
 
 
-def _block_residuals(
-    cfg: transformer.ModelConfig, b: int, t: int, attention: str
-) -> list[Residual]:
-  """(shape, logical axes, bytes) one block keeps for its backward pass."""
+def _activations(
+    cfg: model_config.ModelConfig, b: int, t: int
+) -> dict[str, Residual]:
+  """A block's activations by kind: [B, T, D], [B, T, H, E], [B, T, K, E]
+  and [B, T, I], in the compute dtype."""
   c = np.dtype(cfg.dtype).itemsize
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   tok = ("act_batch", "act_len")
-  embed = ((b, t, cfg.embed_dim), tok + ("act_embed",), c)
-  heads = ((b, t, h, e), tok + ("act_heads", "head_dim"), c)
-  kv = ((b, t, k, e), tok + ("act_kv_heads", "head_dim"), c)
-  mlp = ((b, t, cfg.mlp_dim), tok + ("act_mlp",), c)
+  return {
+      "embed": ((b, t, cfg.embed_dim), tok + ("act_embed",), c),
+      "heads": ((b, t, h, e), tok + ("act_heads", "head_dim"), c),
+      "kv": ((b, t, k, e), tok + ("act_kv_heads", "head_dim"), c),
+      "mlp": ((b, t, cfg.mlp_dim), tok + ("act_mlp",), c),
+  }
+
+
+def _block_residuals(
+    cfg: model_config.ModelConfig, b: int, t: int, attention: str
+) -> list[Residual]:
+  """(shape, logical axes, bytes) one block keeps for its backward pass."""
+  c = np.dtype(cfg.dtype).itemsize
+  a = _activations(cfg, b, t)
+  heads, kv, h = a["heads"], a["kv"], cfg.num_heads
   scores = ((b, h, t, t), ("act_batch", "act_heads", "act_len", None), 4)
   # Block input, attention norm output, residual after attention, MLP norm
   # output; q, k, v after rope and the attention output (matmul inputs);
   # gate, up and their product; the float32 softmax output [B, H, T, T].
-  out = [embed] * 4 + [heads, kv, kv, heads] + [mlp] * 3
+  out = [a["embed"]] * 4 + [heads, kv, kv, heads] + [a["mlp"]] * 3
   if attention == "plain":
     out.append(scores)
     # The probabilities cast to the compute dtype feed the values product.
@@ -64,6 +76,24 @@ def _block_residuals(
   if cfg.qk_norm:  # q and k before their norms.
     out += [heads, kv]
   return out
+
+
+def _projections(
+    cfg: model_config.ModelConfig, b: int, t: int
+) -> list[Residual]:
+  """The outputs of q, k, v, o, gate and up: what `save_dots` keeps beyond a
+  block's input (down's output is only added to the residual stream, which
+  the next block's input holds)."""
+  a = _activations(cfg, b, t)
+  return [a["heads"], a["kv"], a["kv"], a["embed"], a["mlp"], a["mlp"]]
+
+
+# `model.remat_policy` -> what a rematerialised block keeps beyond its input;
+# one entry per model_config.REMAT_POLICIES name (tests/remat_test.py).
+REMAT_SAVES = {
+    "full": lambda cfg, b, t: [],
+    "save_dots": _projections,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +107,7 @@ class Unsharded:
 
 
 def activation_bytes(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,
@@ -91,9 +121,10 @@ def activation_bytes(
   with the `weights` it un-shards, at the step's peak.
 
   The most of three phases:
-  - the head's: what the layers keep (with `remat` each layer's input, else
-    every layer's residuals), the final hidden states, one float32 [rows, T,
-    V] logit chunk (T cut to `chunk`; 0: whole) and `weights.head`;
+  - the head's: what the layers keep (with `remat` each layer's input and
+    what `cfg.remat_policy` saves, else every layer's residuals), the final
+    hidden states, one float32 [rows, T, V] logit chunk (T cut to `chunk`;
+    0: whole) and `weights.head`;
   - a layer's backward: what the layers keep, one layer's residuals and
     `weights.layer`;
   - an untied embedding's gradient, after the layers: the hidden states'
@@ -117,7 +148,8 @@ def activation_bytes(
       4,
   )
   hidden = size(block[:1])
-  kept = cfg.num_layers * (hidden if remat else size(block))
+  saved = hidden + size(REMAT_SAVES[cfg.remat_policy](cfg, rows, t))
+  kept = cfg.num_layers * (saved if remat else size(block))
   return max(
       kept + hidden + size([logits]) + weights.head,
       kept + (size(block) if remat else 0) + weights.layer,
@@ -126,7 +158,7 @@ def activation_bytes(
 
 
 def _resolve_attention(
-    cfg: transformer.ModelConfig, platform: str, seq_len: int
+    cfg: model_config.ModelConfig, platform: str, seq_len: int
 ) -> str:
   """The attention implementation `cfg.attention` runs as on `platform`."""
   if cfg.attention == attention_lib.AUTO:
@@ -135,7 +167,7 @@ def _resolve_attention(
 
 
 def sampler_temps(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     mesh: AbstractMesh,
     rules: sharding.Rules,
     rows: int,

@@ -20,6 +20,7 @@ from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
@@ -57,7 +58,7 @@ def build_programs(
   `hbm_budget` is passed to `train_step.jit_train_step` and
   `Sampler.with_hbm_budget`, as the trainer does (there, per program).
   """
-  model_cfg = transformer.ModelConfig.from_config(config.model)
+  model_cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(model_cfg)
   param_sh = sharding.param_shardings(model, mesh, rules)
   tokens = np.zeros((1, 1), np.int32)
@@ -85,13 +86,7 @@ def build_programs(
   )
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
-  batch = {
-      "tokens_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.int32),
-      "mask_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
-      "gen_logp_BxS": jax.ShapeDtypeStruct((p * g, s), jnp.float32),
-      "rewards_PxG": jax.ShapeDtypeStruct((p, g), jnp.float32),
-  }
-  batch = sharding.abstract(batch, batch_sh)
+  batch = sharding.abstract(train_step_lib.batch_shapes(p, g, s), batch_sh)
 
   # Token ids only shape constants baked into the programs; the phrase's
   # length is a stand-in (one id per word) that no buffer depends on.

@@ -31,6 +31,7 @@ from scalerl_jax import sharding
 from scalerl_jax.jobs.activations import Unsharded, activation_bytes, sampler_temps
 from scalerl_jax.jobs.layout_bytes import abstract_mesh, shard_elements, tree_bytes
 from scalerl_jax.models import decode
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.sampling import slots
@@ -132,7 +133,7 @@ def make_plan(
   the batch axes.
   """
   config_lib.validate(config, num_devices)
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   mesh = abstract_mesh(config.mesh, num_devices)
   rules = sharding.logical_rules(config.mesh)
   batch_ways = sharding.batch_divisor(mesh, rules)
@@ -198,7 +199,7 @@ def make_plan(
   val_state = jax.eval_shape(
       functools.partial(slots.empty_state, cfg, settings, val_slots, 1)
   )
-  kv_bytes = np.dtype(transformer.DTYPES[s.kv_cache_dtype]).itemsize
+  kv_bytes = np.dtype(model_config.DTYPES[s.kv_cache_dtype]).itemsize
   temps = functools.partial(
       sampler_temps,
       cfg,

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import jax
 
-from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.models.model_config import ModelConfig
 
 FLOPS_KEY = "compute/flops"
 DEVICE_SECONDS_KEY = "compute/device_seconds"

@@ -213,14 +213,15 @@ class _ValidationDrop(_Check):
 class _StalenessFault(_Check):
   _STATE = ("evicted",)
 
-  def __init__(self, max_off_policy: int):
-    self.max_off_policy = max_off_policy
+  def __init__(self):
     # buffer/evicted_stale at the last step (a running count).
     self.evicted = 0.0
 
   @classmethod
   def from_config(cls, config):
-    return cls(config.buffer.max_off_policy)
+    # staleness/over_k is counted against k where k lives (rl/schedules.py).
+    del config
+    return cls()
 
   def __call__(self, row):
     over = row.get("staleness/over_k", 0.0)
@@ -229,13 +230,13 @@ class _StalenessFault(_Check):
     if over > 0:
       return (
           f"staleness/over_k {over:g}: tokens trained with a lag above "
-          f"buffer.max_off_policy {self.max_off_policy} (staleness/max "
+          f"k (buffer.max_off_policy; staleness/max "
           f"{row.get('staleness/max', float('nan')):g}); the off-policy bound is broken"
       )
     if new_evictions > 0:
       return (
           f"buffer/evicted_stale rose by {new_evictions:g}: groups staler than "
-          f"buffer.max_off_policy {self.max_off_policy} were thrown away; the schedule "
+          "k (buffer.max_off_policy) were thrown away; the schedule "
           "let the generator run too far ahead"
       )
     return None

@@ -5,7 +5,7 @@ One program per (row, kv head) walks the row's cached positions in blocks of
 `block` with an online softmax and stops at the row's length, so a row's
 keys and values are read once and only as far as it has written them, and
 its scores stay on chip, where the plain path (`transformer.attention` at
-T = 1, over `Sampler._windows`) reads a whole window of every row and writes
+T = 1, over `sampling/windows.py`) reads a whole window of every row and writes
 float32 scores between its passes. What it changed on an H100 is in
 docs/gpu.md.
 

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from scalerl_jax.models.safetensors_reader import CheckpointError
-from scalerl_jax.models.transformer import ModelConfig, RopeScaling
+from scalerl_jax.models.model_config import ModelConfig, RopeScaling
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",

@@ -32,7 +32,8 @@ from scalerl_jax.models.hf_config import check_family
 from scalerl_jax.models.hf_config import hf_config_dict
 from scalerl_jax.models.hf_config import read_config
 from scalerl_jax.models.safetensors_reader import CheckpointError
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}

@@ -11,7 +11,7 @@ computes in bfloat16 (its hidden states are then exact in one part), else
 highest. The trainer and the sampler (decode.prepare splits once) compute the
 same function.
 
-`cfg` is a `transformer.ModelConfig`. Shape letters: the package key
+`cfg` is a `models/model_config.ModelConfig`. Shape letters: the package key
 (scalerl_jax/__init__.py), and N rows of any leading shape.
 """
 

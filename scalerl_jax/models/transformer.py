@@ -17,7 +17,6 @@ heads of either kind (H or K), R = T * Q query rows per kv head.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Optional
 
@@ -28,105 +27,10 @@ import numpy as np
 
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models.lm_head import lm_head
-
-# The choices of `config.model.param_dtype` / `compute_dtype`, and of
-# `config.model.rope_scaling.type`.
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-ROPE_SCALINGS = ("none", "llama3")
-
-
-@dataclasses.dataclass(frozen=True)
-class RopeScaling:
-  """Llama 3.1 frequency scaling of the rotary embedding."""
-
-  type: str = "none"  # One of ROPE_SCALINGS.
-  factor: float = 8.0
-  low_freq_factor: float = 1.0
-  high_freq_factor: float = 4.0
-  original_max_position: int = 8192
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """`config.model`'s fields (configs/scalerl.py) but `hf_path`; hashable.
-
-  The network's shape has no defaults: configs/scalerl.py gives it
-  (`from_config`), or a checkpoint's config.json (`hf_io.read_config`). The
-  run-time choices a checkpoint does not hold default to configs/scalerl.py's
-  values, which tests/transformer_test.py holds them to.
-  """
-
-  family: str
-  vocab_size: int
-  embed_dim: int
-  num_layers: int
-  num_heads: int
-  num_kv_heads: int
-  head_dim: int
-  mlp_dim: int
-  rope_theta: float
-  rope_scaling: RopeScaling
-  norm_eps: float
-  tie_embeddings: bool
-  qkv_bias: bool
-  qk_norm: bool
-  max_seq_len: int
-  param_dtype: str = "float32"
-  compute_dtype: str = "float32"
-  fp32_lm_head: bool = True
-  lm_head_algorithm: str = "auto"  # One of lm_head.ALGORITHMS.
-  remat: bool = False
-  attention: str = attention_lib.AUTO
-  # Layers per iteration of the layer scan; 0 = `scan_layers_unroll`'s pick.
-  scan_unroll: int = 0
-
-  @classmethod
-  def from_config(cls, m: Any) -> "ModelConfig":
-    names = [
-        f.name for f in dataclasses.fields(cls) if f.name != "rope_scaling"
-    ]
-    return cls(
-        **{name: m[name] for name in names},
-        rope_scaling=RopeScaling(**m.rope_scaling),
-    )
-
-  @property
-  def dtype(self):
-    return DTYPES[self.compute_dtype]
-
-  @property
-  def pdtype(self):
-    return DTYPES[self.param_dtype]
-
-  def num_params(self) -> int:
-    """Parameter count (embedding and LM head counted once each)."""
-    d, e = self.embed_dim, self.head_dim
-    attn = d * e * (2 * self.num_heads + 2 * self.num_kv_heads)
-    if self.qkv_bias:
-      attn += e * (self.num_heads + 2 * self.num_kv_heads)
-    if self.qk_norm:
-      attn += 2 * e
-    block = attn + 3 * d * self.mlp_dim + 2 * d
-    head = 0 if self.tie_embeddings else d * self.vocab_size
-    return self.vocab_size * d + self.num_layers * block + d + head
-
-
-def scan_layers_unroll(cfg: ModelConfig, platform: str) -> int:
-  """How many layers one iteration of the layer scan runs: `cfg.scan_unroll`,
-  or for 0 one on accelerators with `cfg.remat`, else all of them.
-
-  On XLA:CPU the unrolled scan trains 1.3x faster than a loop (tiny_cpu;
-  benchmarks/train_step.py). On TPU unrolled layers let the compiler
-  all-reduce every layer's weight gradient at full size and keep them all to
-  the end: llama3_8b's train step on v5p 4x4x8 needs at least 16.6 GiB of
-  temporaries per chip unrolled and 9.5 GiB as a loop, where each layer's
-  gradient is reduced before the next. Without remat the loop stacks every
-  layer's residuals and takes more: tiny_cpu's train step on v5e 2x2 needs
-  0.96 GB as a loop, 0.65 GB unrolled (docs/tpu.md).
-  """
-  if cfg.scan_unroll:
-    return min(cfg.scan_unroll, cfg.num_layers)
-  return 1 if cfg.remat and platform != "cpu" else cfg.num_layers
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.model_config import REMAT_POLICIES
+from scalerl_jax.models.model_config import ROPE_SCALINGS
+from scalerl_jax.models.model_config import scan_layers_unroll
 
 
 def _logical_init(init, names):
@@ -443,7 +347,15 @@ class Transformer(nn.Module):
     # prevent_cse where unrolled: nothing else then stops XLA from merging
     # remat's recomputation with the forward pass, which keeps every layer's
     # activations (docs/design/models.md). A loop cannot merge them.
-    block = nn.remat(Block, prevent_cse=unroll > 1) if cfg.remat else Block
+    block = (
+        nn.remat(
+            Block,
+            prevent_cse=unroll > 1,
+            policy=REMAT_POLICIES[cfg.remat_policy],
+        )
+        if cfg.remat
+        else Block
+    )
     blocks = nn.scan(
         block,
         variable_axes={"params": 0},

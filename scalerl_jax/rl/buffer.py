@@ -17,6 +17,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.sampling import completions as completions_lib
+from scalerl_jax.sampling.completions import Completions
+
 
 @dataclasses.dataclass
 class Group:
@@ -25,49 +29,54 @@ class Group:
   record: dict  # The prompt record (id, prompt, answer, source, verifier, ...).
   # Start order: groups are numbered 0, 1, ... as the sampler starts them.
   index: int
-  tokens_GxS: np.ndarray  # int32 [G, S]: prompt then completion, right-padded.
-  mask_GxS: np.ndarray  # float32 [G, S]: 1 on sampled tokens (loss tokens).
-  # float32 [G, S]: generator log-prob of sampled tokens.
-  gen_logp_GxS: np.ndarray
-  # int32 [G, S]: policy version per sampled token, else -1.
-  version_GxS: np.ndarray
+  # The G completions, as harvested (G rows; `Completions` names the fields).
+  completions: Completions
   # float32 [G]: verifier scores in [0, 1] (the curriculum's pass rates).
   scores_G: np.ndarray
   # float32 [G]: the scores mapped to [reward_incorrect, reward_correct].
   rewards_G: np.ndarray
-  prompt_lens_G: np.ndarray  # int32 [G]: prompt tokens.
-  # int32 [G]: completion tokens (sampled + injected).
-  completion_lens_G: np.ndarray
-  truncated_G: np.ndarray  # bool [G]: hit the length budget without EOS.
-  # bool [G]: the thinking-budget phrase was injected.
-  interrupted_G: np.ndarray
 
-  _ARRAYS = (
-      "tokens_GxS",
-      "mask_GxS",
-      "gen_logp_GxS",
-      "version_GxS",
-      "scores_G",
-      "rewards_G",
-      "prompt_lens_G",
-      "completion_lens_G",
-      "truncated_G",
-      "interrupted_G",
-  )
+  @property
+  def completion_lens_G(self) -> np.ndarray:
+    """int32 [G]: completion tokens (sampled + injected)."""
+    c = self.completions
+    return (c.seq_len - c.prompt_len).astype(np.int32)
 
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (its staleness anchor)."""
-    tagged = self.version_GxS[self.version_GxS >= 0]
+    version = self.completions.version
+    tagged = version[version >= 0]
     return int(tagged.min()) if tagged.size else 0
+
+  def arrays(self) -> dict[str, np.ndarray]:
+    """Its arrays by name, as `from_arrays` reads them (checkpoints)."""
+    return {
+        **completions_lib.to_arrays(self.completions),
+        "scores_G": self.scores_G,
+        "rewards_G": self.rewards_G,
+    }
+
+  @classmethod
+  def from_arrays(
+      cls, record: dict, index: int, arrays: dict[str, np.ndarray]
+  ) -> "Group":
+    return cls(
+        record=record,
+        index=index,
+        completions=completions_lib.from_arrays(arrays),
+        scores_G=np.asarray(arrays["scores_G"]),
+        rewards_G=np.asarray(arrays["rewards_G"]),
+    )
 
 
 class RolloutBuffer:
-  """Finished groups, consumed in start order; none staler than k."""
+  """Finished groups, consumed in start order; none staler than k.
 
-  def __init__(self, max_off_policy: int):
-    if max_off_policy < 1:
-      raise ValueError(f"buffer.max_off_policy: {max_off_policy} must be >= 1")
-    self.max_off_policy = max_off_policy
+  k (`max_off_policy`) is passed by the caller: its one home is the
+  schedule (`rl/schedules.Schedule`).
+  """
+
+  def __init__(self):
     self._groups: dict[int, Group] = {}  # Start index -> finished group.
     self._next = 0  # Start index of the next group to consume.
     # Groups found staler than k (a fault), over the whole run.
@@ -81,29 +90,28 @@ class RolloutBuffer:
       raise ValueError(f"group {group.index} was already added")
     self._groups[group.index] = group
 
-  def _stale(self, group: Group, version: int) -> bool:
-    return version - group.oldest_version() > self.max_off_policy
-
-  def num_ready(self, version: int) -> int:
+  def num_ready(self, version: int, max_off_policy: int) -> int:
     """Groups `take` could hand out at `version` (up to the first in flight)."""
     count, index = 0, self._next
     while index in self._groups:
-      count += not self._stale(self._groups[index], version)
+      count += not _stale(self._groups[index], version, max_off_policy)
       index += 1
     return count
 
-  def take(self, num_groups: int, version: int) -> Optional[list[Group]]:
+  def take(
+      self, num_groups: int, version: int, max_off_policy: int
+  ) -> Optional[list[Group]]:
     """The next `num_groups` groups in start order; None if some are in flight.
 
     Stale groups met on the way are evicted and counted.
     """
-    if self.num_ready(version) < num_groups:
+    if self.num_ready(version, max_off_policy) < num_groups:
       return None
     taken = []
     while len(taken) < num_groups:
       group = self._groups.pop(self._next)
       self._next += 1
-      if self._stale(group, version):
+      if _stale(group, version, max_off_policy):
         self.num_evicted += 1
       else:
         taken.append(group)
@@ -113,9 +121,9 @@ class RolloutBuffer:
     """(host arrays, JSON metadata) that `restore` reads back."""
     groups = list(self._groups.values())
     arrays = {
-        f"{i}/{name}": getattr(g, name)
+        f"{i}/{name}": v
         for i, g in enumerate(groups)
-        for name in Group._ARRAYS
+        for name, v in g.arrays().items()
     }
     meta = {
         "records": [json.dumps(g.record) for g in groups],
@@ -129,26 +137,29 @@ class RolloutBuffer:
       self, arrays: dict[str, np.ndarray], meta: dict[str, Any]
   ) -> None:
     """Refills the buffer from `state()` output."""
-    self._groups = {
-        index: Group(
-            record=json.loads(record),
-            index=index,
-            **{
-                name: np.asarray(arrays[f"{i}/{name}"])
-                for name in Group._ARRAYS
-            },
-        )
-        for i, (record, index) in enumerate(
-            zip(meta["records"], meta["indices"])
-        )
-    }
+    self._groups = {}
+    for i, (record, index) in enumerate(zip(meta["records"], meta["indices"])):
+      prefix = f"{i}/"
+      self._groups[index] = Group.from_arrays(
+          json.loads(record),
+          index,
+          {
+              k[len(prefix) :]: v
+              for k, v in arrays.items()
+              if k.startswith(prefix)
+          },
+      )
     self._next = int(meta["next"])
     self.num_evicted = int(meta["num_evicted"])
 
 
+def _stale(group: Group, version: int, max_off_policy: int) -> bool:
+  return version - group.oldest_version() > max_off_policy
+
+
 def staleness_histogram(groups: Sequence[Group], version: int) -> np.ndarray:
   """Counts of sampled tokens by their true lag (version - token version)."""
-  lags = [version - g.version_GxS[g.mask_GxS > 0] for g in groups]
+  lags = [version - g.completions.version[g.completions.mask] for g in groups]
   lags = np.concatenate(lags) if lags else np.zeros(0, np.int64)
   if lags.size and lags.min() < 0:
     raise ValueError(
@@ -171,7 +182,11 @@ def staleness_metrics(
   lags = np.arange(hist.size)
   tokens = max(int(hist.sum()), 1)
   mixed = np.mean(
-      [np.unique(v[v >= 0]).size > 1 for g in groups for v in g.version_GxS]
+      [
+          np.unique(v[v >= 0]).size > 1
+          for g in groups
+          for v in g.completions.version
+      ]
   )
   counts = np.zeros(max_off_policy + 1, np.int64)
   counts[: min(hist.size, max_off_policy + 1)] = hist[: max_off_policy + 1]
@@ -190,8 +205,8 @@ def batch_metrics(
   """The `train/` rewards, lengths, truncations and staleness of a batch."""
   rewards = np.stack([g.rewards_G for g in groups])
   lengths = np.concatenate([g.completion_lens_G for g in groups])
-  truncated = np.concatenate([g.truncated_G for g in groups])
-  interrupted = np.concatenate([g.interrupted_G for g in groups])
+  truncated = np.concatenate([g.completions.truncated for g in groups])
+  interrupted = np.concatenate([g.completions.interrupted for g in groups])
   return {
       "train/reward_mean": float(rewards.mean()),
       "train/mean_length": float(lengths.mean()),
@@ -207,21 +222,19 @@ def collate(
 ) -> dict[str, np.ndarray]:
   """Stacks P groups into the train step's prompt-major batch.
 
+  The batch's [B, S] arrays are the record's `train_step.BATCH_FIELDS`.
   Trailing padding that no row uses is cut, to a multiple of
   `length_multiple` (so the train step compiles for a few lengths only).
   """
-  full = groups[0].tokens_GxS.shape[1]
-  used = max(int((g.prompt_lens_G + g.completion_lens_G).max()) for g in groups)
+  rows = completions_lib.stack([g.completions for g in groups], np.concatenate)
+  full = rows.tokens.shape[1]
+  used = int(rows.seq_len.max())
   s = min(full, -(-used // length_multiple) * length_multiple)
-  return {
-      "tokens_BxS": np.concatenate(
-          [g.tokens_GxS[:, :s] for g in groups]
-      ).astype(np.int32),
-      "mask_BxS": np.concatenate([g.mask_GxS[:, :s] for g in groups]).astype(
-          np.float32
-      ),
-      "gen_logp_BxS": np.concatenate(
-          [g.gen_logp_GxS[:, :s] for g in groups]
-      ).astype(np.float32),
-      "rewards_PxG": np.stack([g.rewards_G for g in groups]).astype(np.float32),
-  }
+  rewards_PxG = np.stack([g.rewards_G for g in groups])
+  return train_step_lib.batch_of(
+      {
+          name: getattr(rows, name)[:, :s]
+          for name in train_step_lib.BATCH_FIELDS
+      },
+      rewards_PxG,
+  )

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from scalerl_jax.models import lm_head
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 
 
@@ -24,7 +25,7 @@ def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
 
 
 def head_logprobs(
-    cfg: transformer.ModelConfig,
+    cfg: model_config.ModelConfig,
     params: Any,
     x_BxTxD: jax.Array,
     targets_BxT: jax.Array,

@@ -2,11 +2,11 @@
 
 `Rollouts` fills the sampler's slots with whole groups (G slots a prompt),
 numbered in start order, and scores each group once its G completions are
-in; `generate_phase` runs one step's generation as the schedule allows,
-verifying a call's groups while the next call decodes. That overlap changes
-no decision, only wall time. Every token keeps the version that chose it,
-the work of every prefill and decoded token is counted (`work`), and the
-whole state is checkpointed. Design: docs/design/rl.md.
+in; a call's groups can be verified while the next call decodes (`step`'s
+`on_harvest`). `rl/generation.Generation` drives it as the schedule allows.
+Every token keeps the version that chose it, the work of every prefill and
+decoded token is counted (`work`), and the whole state is checkpointed.
+Design: docs/design/rl.md.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """
@@ -26,6 +26,8 @@ from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling.sampler import Sampler
+from scalerl_jax.sampling import completions as completions_lib
+from scalerl_jax.sampling.completions import Completions
 
 _VERIFY_COUNTS = (
     "num_completions",
@@ -33,16 +35,6 @@ _VERIFY_COUNTS = (
     "num_errors",
     "num_crashes",
     "num_invalid",
-)
-_ROW_FIELDS = (
-    "tokens",
-    "logp",
-    "version",
-    "mask",
-    "prompt_len",
-    "seq_len",
-    "truncated",
-    "interrupted",
 )
 
 
@@ -82,72 +74,16 @@ def to_rewards(
   ).astype(np.float32)
 
 
-def _unscored_group(
-    key: int, record: dict, rows: dict[str, np.ndarray]
-) -> Group:
-  """The group of `rows` (stacked over G); scores, rewards NaN until known."""
-  unscored_G = np.full(rows["tokens"].shape[0], np.nan, np.float32)
+def _unscored_group(key: int, record: dict, rows: Completions) -> Group:
+  """The group of its G completions `rows`; scores, rewards NaN until in."""
+  unscored_G = np.full(rows.tokens.shape[0], np.nan, np.float32)
   return Group(
       record=record,
       index=key,
-      tokens_GxS=rows["tokens"].astype(np.int32),
-      mask_GxS=rows["mask"].astype(np.float32),
-      gen_logp_GxS=rows["logp"].astype(np.float32),
-      version_GxS=rows["version"].astype(np.int32),
+      completions=rows,
       scores_G=unscored_G,
       rewards_G=unscored_G.copy(),
-      prompt_lens_G=rows["prompt_len"].astype(np.int32),
-      completion_lens_G=(rows["seq_len"] - rows["prompt_len"]).astype(np.int32),
-      truncated_G=rows["truncated"].astype(bool),
-      interrupted_G=rows["interrupted"].astype(bool),
   )
-
-
-def generate_phase(
-    rollouts: "Rollouts",
-    schedule: Any,
-    buffer: Any,
-    curriculum: Any,
-    params: Any,
-    version: int,
-    overlap: bool,
-) -> int:
-  """One train step's generation as `schedule` allows; the decode steps run.
-
-  Finished groups enter `buffer` as harvested, and their scores update
-  `curriculum` once in. With `overlap` (`rewards.overlap`) the next call is
-  planned while the verifiers score, when it needs no new prompts.
-  """
-
-  def plan(decoded: int, pull: bool = True) -> Optional[int]:
-    """Starts what is allowed; next call's steps (0: stop, None: must pull)."""
-    backlog = rollouts.in_flight + len(buffer)
-    if (
-        rollouts.fill(params, schedule.max_starts(version, backlog), pull=pull)
-        is None
-    ):
-      return None
-    return schedule.decode_steps(
-        decoded, buffer.num_ready(version), rollouts.in_flight
-    )
-
-  decoded, steps = 0, plan(0)
-  while steps:
-    decoded += steps
-    # The next call's steps, when planned while this call's groups are scored.
-    ahead = None
-
-    def on_harvest(groups: list[Group]) -> int:
-      nonlocal ahead
-      for g in groups:
-        buffer.add(g)
-      ahead = plan(decoded, pull=False) if overlap else None
-      return ahead or 0
-
-    for g in rollouts.step(params, version, steps, on_harvest):
-      curriculum.update([g.record["id"]], g.scores_G[None])
-    steps = ahead if ahead is not None else plan(decoded)
-  return decoded
 
 
 class Rollouts:
@@ -190,9 +126,7 @@ class Rollouts:
     self._queue: collections.deque = collections.deque()
     # group key -> record, for groups in flight
     self._records: dict[int, dict] = {}
-    self._partial: dict[int, list[dict[str, np.ndarray]]] = (
-        collections.defaultdict(list)
-    )
+    self._partial: dict[int, list[Completions]] = collections.defaultdict(list)
     self._next_key = 0
     self._starts = 0
     # Dispatched by `step` for the next `step`.
@@ -320,9 +254,7 @@ class Rollouts:
     finished = []
     for i in range(done.tokens.shape[0]):
       key = int(done.meta[i, 0])
-      self._partial[key].append(
-          {f: np.asarray(getattr(done, f)[i]) for f in _ROW_FIELDS}
-      )
+      self._partial[key].append(jax.tree.map(lambda x, i=i: x[i], done))
       if len(self._partial[key]) == self.generations:
         finished.append(key)
     return self._submit(finished)
@@ -331,16 +263,12 @@ class Rollouts:
     """(groups `keys` unscored, the pool's handle of their scoring or None)."""
     if not keys:
       return [], None
-    rows = [self._partial.pop(k) for k in keys]
+    stacked = [completions_lib.stack(self._partial.pop(k)) for k in keys]
     records = [self._records.pop(k) for k in keys]
-    stacked = [
-        {f: np.stack([r[f] for r in group]) for f in _ROW_FIELDS}
-        for group in rows
-    ]
     texts, row_records = [], []
     for group, record in zip(stacked, records):
       texts += completion_texts(
-          group["tokens"], group["prompt_len"], group["seq_len"], self.tok
+          group.tokens, group.prompt_len, group.seq_len, self.tok
       )
       row_records += [record] * self.generations
     scoring = self.pool.submit(texts, row_records)
@@ -380,7 +308,7 @@ class Rollouts:
     for key, rows in self._partial.items():
       partial_meta[str(key)] = len(rows)
       for j, row in enumerate(rows):
-        for f, v in row.items():
+        for f, v in completions_lib.to_arrays(row).items():
           arrays[f"partial/{key}/{j}/{f}"] = v
     for j, (_, ids) in enumerate(self._queue):
       arrays[f"queue/{j}"] = ids
@@ -408,7 +336,13 @@ class Rollouts:
     self._partial = collections.defaultdict(list)
     for key, n in meta["partial"].items():
       self._partial[int(key)] = [
-          {f: np.asarray(arrays[f"partial/{key}/{j}/{f}"]) for f in _ROW_FIELDS}
+          completions_lib.from_arrays(
+              {
+                  k.rsplit("/", 1)[1]: v
+                  for k, v in arrays.items()
+                  if k.startswith(f"partial/{key}/{j}/")
+              }
+          )
           for j in range(n)
       ]
     self._next_key = int(meta["next_key"])

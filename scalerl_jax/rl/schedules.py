@@ -28,7 +28,9 @@ SCHEDULES: registry.Registry[type["Schedule"]] = registry.Registry(
 class Schedule(abc.ABC):
   """What the generator may do, from counts (no arrays, no state)."""
 
-  max_off_policy: int  # k.
+  # k: no trained token lags the trainer by more. Its one home: the rest of
+  # the run reads it here (rl/generation.py).
+  max_off_policy: int
   prompts_per_step: int  # P: groups the trainer takes per step.
   # Steps of one sampler call; weights change between calls only.
   decode_steps_per_call: int
@@ -36,6 +38,12 @@ class Schedule(abc.ABC):
   decode_steps_per_train_step: int
 
   slot_batches: ClassVar[int]  # Default sampler slots, in batches of P x G.
+
+  def __post_init__(self):
+    if self.max_off_policy < 1:
+      raise ValueError(
+          f"buffer.max_off_policy: {self.max_off_policy} must be >= 1"
+      )
 
   @abc.abstractmethod
   def max_starts(self, version: int, backlog: int) -> int:

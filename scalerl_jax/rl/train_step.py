@@ -2,8 +2,9 @@
 with its shardings beside it (`jit_train_step`).
 
 `train_step(state, batch, *, spec) -> (state, metrics)`, with the static
-choices in a hashable `StepSpec`. The batch is prompt-major: `tokens_BxS`,
-`mask_BxS` (1.0 on sampled tokens), `gen_logp_BxS`, `rewards_PxG`. Over M
+choices in a hashable `StepSpec`. The batch (`batch_of`) is prompt-major: the
+completion record's `BATCH_FIELDS` as `tokens_BxS`, `mask_BxS` (1.0 on
+sampled tokens), `gen_logp_BxS`, and `rewards_PxG`. Over M
 microbatches the aggregation's denominators are the whole batch's, so loss,
 gradient and metrics equal the whole batch's; with `logprob_chunk` C no pass
 holds more than one chunk's [B, C, V] logits (rl/logprobs.py).
@@ -23,12 +24,40 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 import ml_collections
+import numpy as np
 import optax
 
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, logprobs, losses
 from scalerl_jax.sampling import selection
+
+# The fields of the completion record (`sampling/completions.py`) that the
+# step reads, each [B, S]; the batch names each `<field>_BxS`.
+BATCH_FIELDS = ("tokens", "mask", "gen_logp")
+_BATCH_DTYPES = {"tokens": np.int32, "mask": np.float32, "gen_logp": np.float32}
+
+
+def batch_of(
+    rows: dict[str, np.ndarray], rewards_PxG: np.ndarray
+) -> dict[str, np.ndarray]:
+  """The step's batch: `rows` ({field: [B, S]} of `BATCH_FIELDS`), rewards."""
+  batch = {
+      f"{name}_BxS": np.asarray(rows[name]).astype(_BATCH_DTYPES[name])
+      for name in BATCH_FIELDS
+  }
+  batch["rewards_PxG"] = np.asarray(rewards_PxG, np.float32)
+  return batch
+
+
+def batch_shapes(p: int, g: int, s: int) -> dict[str, jax.ShapeDtypeStruct]:
+  """The abstract batch of P prompts x G completions of S positions."""
+  batch = {
+      f"{name}_BxS": jax.ShapeDtypeStruct((p * g, s), _BATCH_DTYPES[name])
+      for name in BATCH_FIELDS
+  }
+  batch["rewards_PxG"] = jax.ShapeDtypeStruct((p, g), np.float32)
+  return batch
 
 
 @flax.struct.dataclass
@@ -334,8 +363,8 @@ def jit_train_step(
   """
   spec = StepSpec.from_config(config, model, optimizer)
   batch_sh = {
-      k: sharding.batch_sharding(mesh, rules, 2)
-      for k in ("tokens_BxS", "mask_BxS", "gen_logp_BxS")
+      f"{name}_BxS": sharding.batch_sharding(mesh, rules, 2)
+      for name in BATCH_FIELDS
   }
   batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
   step = jax.jit(

@@ -5,8 +5,9 @@ interface (PipelineRL) keeps N slots full: `start` prefills prompts into free
 slots, `advance` decodes with that call's parameters (each token records its
 `version`), `harvest` takes finished sequences out. Parameters may change
 between any two calls; sequences in flight keep their KV cache. Every input a
-caller can get wrong raises ValueError before anything compiles; all
-processes of a multi-host run pass the same host arrays.
+caller can get wrong raises ValueError before anything compiles
+(`sampling/inputs.py`); all processes of a multi-host run pass the same host
+arrays.
 
 Design: docs/design/sampling.md.
 
@@ -26,26 +27,18 @@ from jax.sharding import Mesh
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import slots
+from scalerl_jax.sampling import windows
 from scalerl_jax.sampling.settings import SamplingSettings
-from scalerl_jax.sampling.slots import Completions, SlotState
-
-_MIN_PROMPT_BUCKET = 8
-# Attention windows (`Sampler._windows`, docs/design/sampling.md): the
-# shortest, their spacing, and their number (each one more decode program).
-_MIN_WINDOW = 64
-_WINDOW_ALIGN = 32
-_MAX_WINDOWS = 4
-
-
-def _pow2_at_least(n: int) -> int:
-  return 1 << max(n - 1, 0).bit_length()
+from scalerl_jax.sampling.completions import Completions
+from scalerl_jax.sampling.slots import SlotState
 
 
 def generate_slots(batch: int, divisor: int) -> int:
   """Slots for `batch` prompts in `generate`: a multiple of `divisor`."""
-  return -(-_pow2_at_least(batch) // divisor) * divisor
+  return -(-inputs.pow2_at_least(batch) // divisor) * divisor
 
 
 def _as_key(rng: jax.Array) -> jax.Array:
@@ -263,28 +256,11 @@ class Sampler:
     prompts_BxL, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
     num_slots, width = state.meta.shape
-    slot_ids_B = np.asarray(slot_ids)
-    if slot_ids_B.shape != (b,) or not np.issubdtype(
-        slot_ids_B.dtype, np.integer
-    ):
-      raise ValueError(
-          f"slot_ids: expected {b} ints, got shape {slot_ids_B.shape}"
-      )
-    if np.any((slot_ids_B < 0) | (slot_ids_B >= num_slots)):
-      raise ValueError(
-          f"slot_ids: {slot_ids_B.tolist()} must lie in [0, {num_slots})"
-      )
-    if len(np.unique(slot_ids_B)) != b:
-      raise ValueError(f"slot_ids: {slot_ids_B.tolist()} contains duplicates")
     active, _ = self._call(self._flags, state)
-    busy = slot_ids_B[np.asarray(active)[slot_ids_B]]
-    if busy.size:
-      raise ValueError(
-          f"slot_ids: slots {busy.tolist()} still hold sequences; harvest first"
-      )
-    meta_BxW = self._check_meta(meta, b, width)
+    slot_ids_B = inputs.check_slot_ids(slot_ids, b, np.asarray(active))
+    meta_BxW = inputs.check_meta(meta, b, width)
 
-    n = min(_pow2_at_least(b), num_slots)
+    n = min(inputs.pow2_at_least(b), num_slots)
     pad = n - b
     slot_ids_n = np.concatenate(
         [slot_ids_B, np.full((pad,), num_slots)]
@@ -328,14 +304,10 @@ class Sampler:
     )
     if num_steps <= 0:
       raise ValueError(f"num_steps {num_steps} must be > 0")
-    window = 0
-    if self._windows():
-      # Step j (from 0) processes the token at position
-      # length - 1 <= longest - 1 + j.
+    window, spans = 0, windows.attention_windows(self.settings)
+    if spans:
       longest = int(self._call(self._longest, state))
-      window = next(
-          (w for w in self._windows() if longest + num_steps - 1 <= w), 0
-      )
+      window = windows.window_for(spans, longest, num_steps)
     return self._call(
         self._advance,
         state,
@@ -357,7 +329,7 @@ class Sampler:
     )
     num_slots = state.meta.shape[0]
     f = len(rows_F)
-    bucket = min(_pow2_at_least(max(f, 1)), num_slots)
+    bucket = min(inputs.pow2_at_least(max(f, 1)), num_slots)
     rows_f = np.concatenate(
         [rows_F, np.full((bucket - f,), num_slots, np.int32)]
     )
@@ -379,7 +351,7 @@ class Sampler:
     _, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
     meta_shape = () if meta is None else np.asarray(meta).shape
-    meta_BxW = self._check_meta(
+    meta_BxW = inputs.check_meta(
         meta, b, meta_shape[1] if len(meta_shape) == 2 else 1
     )
     num_slots = generate_slots(b, self._divisor)
@@ -388,111 +360,35 @@ class Sampler:
     state = self.start(
         state, params, np.arange(b), prompt_tokens, prompt_lens, rng, meta_BxW
     )
-    # Before step j (from 0) no row is longer than the longest prompt + j, so
-    # the early steps run in shorter attention windows. No row exceeds
-    # max_new_tokens, so the calls finish them all; prompt i ran in slot i
-    # and harvest returns slot order (input order).
-    longest, total, done = int(lens_B.max()), self.settings.max_new_tokens, 0
-    for window in self._windows():
-      steps = min(window - longest - done + 1, total - done)
-      if steps > 0:
-        state = self._call(
-            self._advance,
-            state,
-            params.weights,
-            np.int32(version),
-            np.int32(steps),
-            window=window,
-        )
-        done += steps
-    if done < total:
+    # No row exceeds max_new_tokens, so the calls finish them all; prompt i
+    # ran in slot i and harvest returns slot order (input order).
+    for window, steps in windows.generate_calls(
+        windows.attention_windows(self.settings),
+        int(lens_B.max()),
+        self.settings.max_new_tokens,
+    ):
       state = self._call(
           self._advance,
           state,
           params.weights,
           np.int32(version),
-          np.int32(total - done),
-          window=0,
+          np.int32(steps),
+          window=window,
       )
     return self.harvest(state)[1]
-
-  def _windows(self) -> list[int]:
-    """Attention windows shorter than the cache, ascending; none with the
-    Pallas decode kernel, which reads each row's cache only to its length."""
-    if self.settings.decode_attention == "pallas":
-      return []
-    s = self.settings.cache_len
-    span = s - _MIN_WINDOW
-    step = _WINDOW_ALIGN * max(1, -(-span // (_WINDOW_ALIGN * _MAX_WINDOWS)))
-    return list(range(_MIN_WINDOW, s, step))
 
   def _call(self, fn, *args, **static):
     # Traced inside the mesh context so the model's logical constraints apply.
     with sharding.activate(self.mesh, self.rules):
       return fn(*args, **static)
 
-  # Host-side validation.
-
   def _check_prompts(
       self, prompt_tokens: Any, prompt_lens: Any
   ) -> tuple[np.ndarray, np.ndarray]:
-    """Prompts cut or padded to a length bucket, and lengths [B]."""
-    prompts = np.asarray(prompt_tokens)
-    lens = np.asarray(prompt_lens)
-    if prompts.ndim != 2 or not np.issubdtype(prompts.dtype, np.integer):
-      raise ValueError(
-          f"prompt_tokens: expected a [batch, length] int array, got shape {prompts.shape} "
-          f"dtype {prompts.dtype}"
-      )
-    b, width = prompts.shape
-    if b == 0:
-      raise ValueError("prompt_tokens: empty batch")
-    if lens.shape != (b,) or not np.issubdtype(lens.dtype, np.integer):
-      raise ValueError(
-          f"prompt_lens: expected {b} ints, got shape {lens.shape}"
-      )
-    budget = self.settings.max_prompt_len
-    for i, n in enumerate(lens.tolist()):
-      if n < 1:
-        raise ValueError(
-            f"prompt {i}: length {n}; prompts need at least one token"
-        )
-      if n > budget:
-        raise ValueError(
-            f"prompt {i}: {n} tokens exceed the prompt budget sampling.max_prompt_len {budget}"
-        )
-      if n > width:
-        raise ValueError(
-            f"prompt {i}: length {n} exceeds the prompt_tokens width {width}"
-        )
-    vocab = self.model_cfg.vocab_size
-    inside = np.arange(width)[None, :] < lens[:, None]
-    bad = inside & ((prompts < 0) | (prompts >= vocab))
-    if bad.any():
-      i, j = np.argwhere(bad)[0]
-      raise ValueError(
-          f"prompt {i}: token id {prompts[i, j]} at position {j} is outside the vocabulary "
-          f"[0, {vocab})"
-      )
-    p = min(max(_pow2_at_least(int(lens.max())), _MIN_PROMPT_BUCKET), budget)
-    prompts = prompts[:, :p]
-    if prompts.shape[1] < p:
-      prompts = np.pad(
-          prompts,
-          ((0, 0), (0, p - width)),
-          constant_values=self.settings.pad_id,
-      )
-    return prompts.astype(np.int32), lens.astype(np.int32)
-
-  @staticmethod
-  def _check_meta(meta: Any, b: int, width: int) -> np.ndarray:
-    if meta is None:
-      return np.zeros((b, width), np.int32)
-    meta = np.asarray(meta)
-    if meta.ndim == 1 and width == 1:
-      meta = meta[:, None]
-    if meta.shape != (b, width) or not np.issubdtype(meta.dtype, np.integer):
-      raise ValueError(
-          f"meta: expected a [{b}, {width}] int array, got shape {meta.shape}"
-      )
-    return meta.astype(np.int32)
+    return inputs.check_prompts(
+        prompt_tokens,
+        prompt_lens,
+        self.settings.max_prompt_len,
+        self.model_cfg.vocab_size,
+        self.settings.pad_id,
+    )

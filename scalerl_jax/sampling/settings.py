@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from scalerl_jax.models import decode
 from scalerl_jax.models import decode_attention
-from scalerl_jax.models.transformer import ModelConfig
+from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling.interruptions import InterruptionSettings
 
 
@@ -31,7 +31,7 @@ class SamplingSettings:
   # Tokens that end a sequence (kept, mask 1); () = none.
   eos_ids: tuple[int, ...] = ()
   pad_id: int = 0  # Fills positions after a sequence's end.
-  kv_cache_dtype: str = "float32"  # A key of transformer.DTYPES.
+  kv_cache_dtype: str = "float32"  # A key of model_config.DTYPES.
   # One of sharding.WEIGHT_LAYOUTS: where the regrouped weights live.
   weight_layout: str = "sharded"
   # A key of decode.VALUE_LAYOUTS, set for the platform by `for_platform`,

@@ -26,8 +26,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.transformer import DTYPES, ModelConfig
+from scalerl_jax.models.model_config import DTYPES, ModelConfig
 from scalerl_jax.sampling import interruptions
+from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.selection import select_tokens
 from scalerl_jax.sampling.settings import SamplingSettings
 
@@ -59,27 +60,6 @@ class SlotState:
   uniform: jax.Array
   meta: jax.Array  # [N, W] int32 caller's metadata, returned with the sequence.
   interruption: interruptions.InterruptionState  # [N] fields
-
-
-@flax.struct.dataclass
-class Completions:
-  """Finished sequences, one row each, in the trainer's layout."""
-
-  tokens: jax.Array  # [F, S] int32
-  # [F, S] float32 log pi_gen at the sampling temperature (use in losses).
-  logp: jax.Array
-  # [F, S] float32 log-prob under the top-k/top-p distribution.
-  logp_sampling: jax.Array
-  # [F, S] int32 policy version per generated token; -1 elsewhere.
-  version: jax.Array
-  mask: jax.Array  # [F, S] bool generated tokens.
-  prompt_len: jax.Array  # [F] int32
-  seq_len: jax.Array  # [F] int32 prompt + completion tokens (with injected).
-  truncated: jax.Array  # [F] bool hit the length limit without an EOS token.
-  interrupted: jax.Array  # [F] bool the thinking-budget phrase was injected.
-  thinking_budget: jax.Array  # [F] int32 drawn budget (0: interruptions off).
-  meta: jax.Array  # [F, W] int32 as passed to `start`.
-  slot: jax.Array  # [F] int32 the slot it ran in (now free).
 
 
 def state_shardings(
@@ -382,7 +362,7 @@ def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
 
   out = Completions(
       tokens=rows(state.tokens),
-      logp=rows(state.logp),
+      gen_logp=rows(state.logp),
       logp_sampling=rows(state.logp_sampling),
       version=rows(state.version),
       mask=rows(state.mask),

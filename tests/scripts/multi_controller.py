@@ -113,7 +113,7 @@ class Recorder:
     self._wrap(
         buffer_lib.RolloutBuffer,
         "take",
-        lambda b, groups, n, version: self.events.append(
+        lambda b, groups, n, version, k: self.events.append(
             [
                 "take",
                 version,
@@ -128,8 +128,8 @@ class Recorder:
             [
                 "after_step",
                 t.step,
-                t.curriculum.state_dict(),
-                t.pipeline.get_state(),
+                t.generation.curriculum.state_dict(),
+                t.generation.pipeline.get_state(),
                 row["train/loss"],
             ]
         ),

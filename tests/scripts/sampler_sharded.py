@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 from scalerl_jax import sharding
-from scalerl_jax.models.transformer import ModelConfig, Transformer
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.settings import SamplingSettings
 from tests import helpers
@@ -145,7 +146,7 @@ def main():
           np.array_equal(got[name].mask, ref[name].mask)
       )
       row[f"{name}_logp_max_diff"] = float(
-          np.abs(got[name].logp - ref[name].logp).max()
+          np.abs(got[name].gen_logp - ref[name].gen_logp).max()
       )
     print(json.dumps(row))
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from scalerl_jax import sharding
+from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from tests import helpers
 
@@ -24,7 +25,7 @@ def main():
       qkv_bias=True,
       tie_embeddings=False,
   )
-  cfg = transformer.ModelConfig.from_config(config.model)
+  cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   rules = sharding.logical_rules(config.mesh)
   tokens = (

@@ -1,0 +1,177 @@
+"""Generation: everything that turns prompts into the trainer's groups.
+
+`Generation` owns the prompt pipeline, the curriculum that filters it, the
+rollouts on the sampler's slots (`rl/rollouts.py`), the buffer of finished
+groups (`rl/buffer.py`) and the off-policy schedule (`rl/schedules.py`),
+which is the one home of k (`max_off_policy`). Per train step the trainer
+calls `run` (generate as the schedule allows), then `take` (the step's P
+groups), and checkpoints `state()`.
+
+`run` starts what the schedule allows, decodes a call, puts the finished
+groups in the buffer, and, with `rewards.overlap`, plans and dispatches the
+next call while the verifiers score the last one (when that call needs no
+new prompt: the pipeline's filter reads the curriculum, which the scores
+update). The overlap changes no decision, only wall time. Design:
+docs/design/rl.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import ml_collections
+
+from scalerl_jax.data import mixture as mixture_lib
+from scalerl_jax.data import pipeline as pipeline_lib
+from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import schedules
+from scalerl_jax.rl.buffer import Group
+from scalerl_jax.sampling.sampler import Sampler
+
+
+class Generation:
+  """Prompts -> curriculum -> slots -> verifiers -> buffer, as scheduled."""
+
+  def __init__(
+      self,
+      config: ml_collections.ConfigDict,
+      sampler: Sampler,
+      pool: Any,
+      tok: tokenizer_lib.Tokenizer,
+      records: Any,
+  ):
+    """`pool` scores completions (`RewardPool`); `records` are the prompts."""
+    self.overlap = config.rewards.overlap
+    self.prompts_per_step = config.data.prompts_per_step
+    self.schedule = schedules.make(config)
+    # One per domain in a mixture.
+    self.curriculum = mixture_lib.make_curriculum(config)
+    # Looked up at call time: a restore replaces the curriculum object.
+    self.pipeline = pipeline_lib.make_pipeline(
+        config,
+        records,
+        tok,
+        is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id),
+    )
+    self.buffer = buffer_lib.RolloutBuffer()
+    self.rollouts = rollouts_lib.Rollouts(
+        sampler=sampler,
+        pool=pool,
+        tok=tok,
+        prompts=self.pipeline,
+        num_slots=schedules.num_slots(config),
+        generations=config.data.generations_per_prompt,
+        reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
+        rng=jax.random.key(config.seed + 1),
+    )
+
+  @property
+  def max_off_policy(self) -> int:
+    """k: no token trained on lags the trainer by more."""
+    return self.schedule.max_off_policy
+
+  def run(self, params: Any, version: int) -> int:
+    """One train step's generation as the schedule allows; decode steps run.
+
+    Never ends before the buffer can hand out the next P groups (the
+    schedule's contract). Finished groups enter the buffer as harvested; their
+    scores update the curriculum once in.
+    """
+    k = self.max_off_policy
+
+    def plan(decoded: int, pull: bool = True) -> Optional[int]:
+      """Starts what it may; the next call's steps (0: stop, None: pull)."""
+      backlog = self.rollouts.in_flight + len(self.buffer)
+      started = self.rollouts.fill(
+          params, self.schedule.max_starts(version, backlog), pull=pull
+      )
+      if started is None:
+        return None
+      return self.schedule.decode_steps(
+          decoded, self.buffer.num_ready(version, k), self.rollouts.in_flight
+      )
+
+    decoded, steps = 0, plan(0)
+    while steps:
+      decoded += steps
+      # The next call's steps, when planned while this call's groups score.
+      ahead = None
+
+      def on_harvest(groups: list[Group]) -> int:
+        nonlocal ahead
+        for g in groups:
+          self.buffer.add(g)
+        ahead = plan(decoded, pull=False) if self.overlap else None
+        return ahead or 0
+
+      for g in self.rollouts.step(params, version, steps, on_harvest):
+        self.curriculum.update([g.record["id"]], g.scores_G[None])
+      steps = ahead if ahead is not None else plan(decoded)
+    return decoded
+
+  def take(self, version: int) -> list[Group]:
+    """The P groups of the train step at `version`, in start order.
+
+    Raises:
+      RuntimeError: the buffer cannot supply them (a schedule fault).
+    """
+    p = self.prompts_per_step
+    groups = self.buffer.take(p, version, self.max_off_policy)
+    if groups is None:
+      raise RuntimeError(
+          f"step {version}: the buffer could not supply {p} fresh groups"
+      )
+    return groups
+
+  def batch_metrics(self, groups: list[Group], version: int) -> dict:
+    """The train batch's `train/` and `staleness/` scalars (per domain too)."""
+    row = buffer_lib.batch_metrics(groups, version, self.max_off_policy)
+    # train/<domain>/...; none for one source.
+    row.update(mixture_lib.train_metrics(groups))
+    return row
+
+  def scalars(self) -> dict[str, float]:
+    """The buffer's and the verifiers' running scalars."""
+    return {
+        "buffer/evicted_stale": float(self.buffer.num_evicted),
+        "buffer/size": float(len(self.buffer)),
+        "buffer/in_flight": float(self.rollouts.in_flight),
+        **{
+            f"verify/{k}": float(v)
+            for k, v in self.rollouts.verify_stats.items()
+        },
+    }
+
+  def work_scalars(self) -> dict[str, float]:
+    """Prompt tokens prefilled and tokens generated over the run."""
+    return {
+        f"counters/{k}": float(self.rollouts.work[k])
+        for k in ("prompt_tokens", "tokens_generated")
+    }
+
+  # Checkpoints: the slots go with the device state, the rest is host data.
+
+  def state(self) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(slot state pytree, host arrays, JSON metadata), each by part."""
+    buf_arrays, buf_meta = self.buffer.state()
+    slots, roll_arrays, roll_meta = self.rollouts.state()
+    host = {"buffer": buf_arrays, "rollouts": roll_arrays}
+    extra = {
+        "pipeline": self.pipeline.get_state(),
+        "curriculum": self.curriculum.state_dict(),
+        "buffer": buf_meta,
+        "rollouts": roll_meta,
+    }
+    return slots, host, extra
+
+  def restore(
+      self, slots: Any, host: dict[str, Any], extra: dict[str, Any]
+  ) -> None:
+    """Inverse of `state`: prompts, curriculum, buffer, then the slots."""
+    self.pipeline.set_state(extra["pipeline"])
+    self.curriculum = mixture_lib.restore_curriculum(extra["curriculum"])
+    self.buffer.restore(host.get("buffer", {}), extra["buffer"])
+    self.rollouts.restore(slots, host.get("rollouts", {}), extra["rollouts"])
