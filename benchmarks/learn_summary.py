@@ -16,7 +16,8 @@ the wall clock of each step's write, which the JSON lines do not carry.
 * host: wall less generate and train; on a validation step that includes
   the validation (the totals list those steps' apart).
 * MFU: the step's FLOPs as the meter counts them (generation and training)
-  over its device-seconds (generate + train) at `--peak_tflops` per device;
+  over its device-seconds (generate + train) at `--chip`'s dense bfloat16
+  peak per device;
   wall MFU: the same FLOPs over the step's wall.
 * noise: the validations' own sampling standard errors
   (`val/mean_at_k_stderr`), combined for the difference of the first and
@@ -33,14 +34,18 @@ from absl import app
 from absl import flags
 from tensorboardX.proto import event_pb2
 
+from scalerl_jax.jobs import accelerators
 from scalerl_jax import workdir as workdir_lib
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.")
 _STARTED = flags.DEFINE_float(
     "started", 0.0, "Unix time the run's process started; 0 = unknown."
 )
-_PEAK = flags.DEFINE_float(
-    "peak_tflops", 989.0, "Dense bfloat16 peak per device (H100/H200 SXM)."
+_CHIP = flags.DEFINE_enum(
+    "chip",
+    "h100",
+    list(accelerators.ACCELERATORS),
+    "The chip whose dense bfloat16 peak MFU is counted against.",
 )
 _JSON = flags.DEFINE_string("json", "", "Write the summary as JSON here.")
 
@@ -191,7 +196,11 @@ def table(summary: dict) -> str:
 
 def main(argv):
   del argv
-  summary = summarize(_WORKDIR.value, _STARTED.value, _PEAK.value)
+  summary = summarize(
+      _WORKDIR.value,
+      _STARTED.value,
+      accelerators.ACCELERATORS[_CHIP.value].peak_flops / 1e12,
+  )
   print(table(summary))
   if _JSON.value:
     with open(_JSON.value, "w") as f:

@@ -14,7 +14,8 @@ every group, so every group trains):
 * step: the run's own program, `train_step.jit_train_step` (the state donated,
   the batch on the device); its compile time; its FLOP/s counted as
   `compute.train_flops` counts them, against the chip's dense bfloat16 peak
-  (`--peak_tflops`) and against a bfloat16 8192^3 matmul timed here;
+  (of `--chip`, jobs/accelerators.py) and against a bfloat16 8192^3 matmul
+  timed here;
 * memory: the allocator's peak after the compile and the timed steps,
   beside the planner's train step (`plan.make_plan`, without the rollout
   slots a run keeps beside it);
@@ -40,6 +41,7 @@ import optax
 
 from benchmarks import timing
 from benchmarks.shapes import shape_config
+from scalerl_jax.jobs import accelerators
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.jobs import plan as plan_lib
@@ -61,8 +63,11 @@ _PROMPTS = flags.DEFINE_integer("prompts_per_step", 8, "P.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", 1280, "Padded sequence length S.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed steps; best is kept.")
 _PARTS = flags.DEFINE_bool("parts", False, "Also time the step's parts.")
-_PEAK = flags.DEFINE_float(
-    "peak_tflops", 989.0, "The chip's dense bfloat16 peak (H100/H200 SXM)."
+_CHIP = flags.DEFINE_enum(
+    "chip",
+    "h100",
+    list(accelerators.ACCELERATORS),
+    "The chip whose dense bfloat16 peak MFU is counted against.",
 )
 _MATMUL_N = flags.DEFINE_integer(
     "matmul_n", 8192, "Side of the bfloat16 matmul timed beside the step."
@@ -246,7 +251,9 @@ def main(argv):
       "step_s": step_s,
       "train_flops": flops,
       "tflops": flops / step_s / 1e12,
-      "mfu": flops / step_s / (_PEAK.value * 1e12),
+      "mfu": flops
+      / step_s
+      / (accelerators.ACCELERATORS[_CHIP.value].peak_flops),
       "matmul_tflops": timing.matmul_flops_per_s(_MATMUL_N.value) / 1e12,
       "peak_after_compile_gb": after_compile.get("peak_gb"),
       "memory": memory,

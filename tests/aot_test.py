@@ -28,6 +28,9 @@ from scalerl_jax.jobs import step_estimate
 from scalerl_jax.jobs import topology
 from scalerl_jax import sharding
 
+# Minutes on 2 cores: README's test command leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None
 needs_libtpu = pytest.mark.skipif(

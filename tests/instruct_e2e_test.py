@@ -33,6 +33,9 @@ from scalerl_jax import trainer
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from tests import instruct_checkpoint
 
+# Minutes on 2 cores: README's test command leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("math_verify")

@@ -58,6 +58,9 @@ import pytest
 from scalerl_jax import experiment
 from tests.scripts import multi_controller
 
+# Minutes on 2 cores: README's test command leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TIMEOUT_S = 600.0
 _MAX_PARAM_DIFF = 1e-5

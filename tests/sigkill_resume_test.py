@@ -31,12 +31,16 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
+
+# Minutes on 2 cores: README's test command leaves it out, CI runs it.
+pytestmark = pytest.mark.slow
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUM_STEPS = 8

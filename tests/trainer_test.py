@@ -26,6 +26,7 @@ from scalerl_jax.checkpoint import policy
 from scalerl_jax.metrics import compute
 from scalerl_jax import experiment
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.rl import schedules
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
@@ -106,6 +107,7 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   assert max(r["staleness/mixed_version_frac"] for r in train) > 0
 
 
+@pytest.mark.slow  # Two whole runs.
 @pytest.mark.parametrize("schedule", ["pipeline_rl", "ppo_off_policy"])
 def test_resume_is_bit_identical(base_dir, tmp_path, schedule):
   straight = _workdir(base_dir, tmp_path, "straight")
@@ -185,15 +187,26 @@ def test_pipeline_rl_holds_the_generator_back_so_no_token_lags_more_than_k(
 def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(
     base_dir, tmp_path
 ):
-  # A schedule that believes k = 3 in a run whose k is 1 (the buffer reads k
-  # from it): tokens lag up to 3, and the metrics say so instead of clipping
-  # the lags at 1.
+  # A schedule and a buffer that act as if k were 3 in a run whose k is 1 (a
+  # fault of both): tokens lag up to 3, and the metrics, which count against
+  # the run's k, say so instead of clipping the lags at 1.
   config = helpers.rl_test_config("pipeline_rl")
   config.buffer.max_off_policy = 1
   config.buffer.decode_steps_per_train_step = 4 * config.sampling.max_new_tokens
   trainer = trainer_lib.Trainer(config, _workdir(base_dir, tmp_path, "broken"))
   gen = trainer.generation
-  gen.schedule = dataclasses.replace(gen.schedule, max_off_policy=3)
+
+  class Overeager(type(gen.schedule)):
+
+    def max_starts(self, version, backlog):
+      as_if_3 = dataclasses.replace(self, max_off_policy=3)
+      return schedules.PipelineRL.max_starts(as_if_3, version, backlog)
+
+  gen.schedule = Overeager(**dataclasses.asdict(gen.schedule))
+  take, num_ready = gen.buffer.take, gen.buffer.num_ready
+  gen.buffer.take = lambda n, version, k: take(n, version, 3)
+  gen.buffer.num_ready = lambda version, k: num_ready(version, 3)
+  assert gen.max_off_policy == 1
   try:
     rows = []
     for step in range(1, 6):
