@@ -48,24 +48,28 @@ class Group:
     tagged = version[version >= 0]
     return int(tagged.min()) if tagged.size else 0
 
-  def arrays(self) -> dict[str, np.ndarray]:
-    """Its arrays by name, as `from_arrays` reads them (checkpoints)."""
+  def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+    """Its arrays, each named `prefix` + name, as `from_arrays` reads them."""
     return {
-        **completions_lib.to_arrays(self.completions),
-        "scores_G": self.scores_G,
-        "rewards_G": self.rewards_G,
+        **completions_lib.to_arrays(self.completions, prefix),
+        prefix + "scores_G": self.scores_G,
+        prefix + "rewards_G": self.rewards_G,
     }
 
   @classmethod
   def from_arrays(
-      cls, record: dict, index: int, arrays: dict[str, np.ndarray]
+      cls,
+      record: dict,
+      index: int,
+      arrays: dict[str, np.ndarray],
+      prefix: str = "",
   ) -> "Group":
     return cls(
         record=record,
         index=index,
-        completions=completions_lib.from_arrays(arrays),
-        scores_G=np.asarray(arrays["scores_G"]),
-        rewards_G=np.asarray(arrays["rewards_G"]),
+        completions=completions_lib.from_arrays(arrays, prefix),
+        scores_G=np.asarray(arrays[prefix + "scores_G"]),
+        rewards_G=np.asarray(arrays[prefix + "rewards_G"]),
     )
 
 
@@ -120,11 +124,9 @@ class RolloutBuffer:
   def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(host arrays, JSON metadata) that `restore` reads back."""
     groups = list(self._groups.values())
-    arrays = {
-        f"{i}/{name}": v
-        for i, g in enumerate(groups)
-        for name, v in g.arrays().items()
-    }
+    arrays = {}
+    for i, g in enumerate(groups):
+      arrays.update(g.arrays(f"{i}/"))
     meta = {
         "records": [json.dumps(g.record) for g in groups],
         "indices": [g.index for g in groups],
@@ -137,18 +139,12 @@ class RolloutBuffer:
       self, arrays: dict[str, np.ndarray], meta: dict[str, Any]
   ) -> None:
     """Refills the buffer from `state()` output."""
-    self._groups = {}
-    for i, (record, index) in enumerate(zip(meta["records"], meta["indices"])):
-      prefix = f"{i}/"
-      self._groups[index] = Group.from_arrays(
-          json.loads(record),
-          index,
-          {
-              k[len(prefix) :]: v
-              for k, v in arrays.items()
-              if k.startswith(prefix)
-          },
-      )
+    self._groups = {
+        index: Group.from_arrays(json.loads(record), index, arrays, f"{i}/")
+        for i, (record, index) in enumerate(
+            zip(meta["records"], meta["indices"])
+        )
+    }
     self._next = int(meta["next"])
     self.num_evicted = int(meta["num_evicted"])
 

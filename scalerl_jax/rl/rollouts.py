@@ -308,8 +308,7 @@ class Rollouts:
     for key, rows in self._partial.items():
       partial_meta[str(key)] = len(rows)
       for j, row in enumerate(rows):
-        for f, v in completions_lib.to_arrays(row).items():
-          arrays[f"partial/{key}/{j}/{f}"] = v
+        arrays.update(completions_lib.to_arrays(row, f"partial/{key}/{j}/"))
     for j, (_, ids) in enumerate(self._queue):
       arrays[f"queue/{j}"] = ids
     meta = {
@@ -336,13 +335,7 @@ class Rollouts:
     self._partial = collections.defaultdict(list)
     for key, n in meta["partial"].items():
       self._partial[int(key)] = [
-          completions_lib.from_arrays(
-              {
-                  k.rsplit("/", 1)[1]: v
-                  for k, v in arrays.items()
-                  if k.startswith(f"partial/{key}/{j}/")
-              }
-          )
+          completions_lib.from_arrays(arrays, f"partial/{key}/{j}/")
           for j in range(n)
       ]
     self._next_key = int(meta["next_key"])

@@ -44,14 +44,16 @@ class Completions:
 _FIELDS = dataclasses.fields(Completions)
 
 
-def to_arrays(rows: Completions) -> dict[str, np.ndarray]:
-  """The record's fields by name (host arrays)."""
-  return {f.name: np.asarray(getattr(rows, f.name)) for f in _FIELDS}
+def to_arrays(rows: Completions, prefix: str = "") -> dict[str, np.ndarray]:
+  """The record's fields (host arrays), each named `prefix` + field."""
+  return {prefix + f.name: np.asarray(getattr(rows, f.name)) for f in _FIELDS}
 
 
-def from_arrays(arrays: dict[str, np.ndarray]) -> Completions:
-  """Inverse of `to_arrays`."""
-  return Completions(**{f.name: np.asarray(arrays[f.name]) for f in _FIELDS})
+def from_arrays(arrays: dict[str, np.ndarray], prefix: str = "") -> Completions:
+  """Inverse of `to_arrays`; other entries of `arrays` are not read."""
+  return Completions(
+      **{f.name: np.asarray(arrays[prefix + f.name]) for f in _FIELDS}
+  )
 
 
 def stack(rows: Sequence[Completions], axis_fn=np.stack):
