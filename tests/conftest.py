@@ -10,7 +10,20 @@ import tempfile
 # Subprocesses inherit it.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # pylint: disable=g-import-not-at-top
+# Tests compile hundreds of small programs and run each only a few times, so
+# XLA:CPU's LLVM optimisation passes were about half of their wall time
+# (tests/attention_test.py alone: 66 s -> 37 s without them). LLVM's level
+# changes how fast the machine code runs, not what the program computes; the
+# HLO XLA optimises is the same. Subprocesses that tests start inherit it,
+# and those that set XLA_FLAGS themselves append to it (helpers.xla_flags).
+# Never set for runs or benchmarks (docs/testing.md).
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS
+  ).strip()
+
+import jax  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -28,8 +41,21 @@ def pytest_configure(config):
         prefix="scalerl_jax_test_compile_cache_"
     )
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config.scalerl_cache_dir
+  # Every program, however quick to compile: most of the tests' programs
+  # compile in under the default second, and the workers compile many of the
+  # same ones.
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
   jax.config.update(
       "jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"]
+  )
+  jax.config.update(
+      "jax_persistent_cache_min_compile_time_secs",
+      float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+  )
+  jax.config.update(
+      "jax_persistent_cache_min_entry_size_bytes",
+      int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
   )
 
 

@@ -54,6 +54,12 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
   return config
 
 
+def xla_flags(flags: str) -> str:
+  """`flags` after the test session's own XLA_FLAGS (tests/conftest.py), for
+  a subprocess that sets its own."""
+  return f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
 def run_on_8_devices(module: str) -> dict:
   """Runs `python -m <module>` with 8 simulated CPU devices;
   its JSON rows by shape.
@@ -64,7 +70,7 @@ def run_on_8_devices(module: str) -> dict:
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(
       os.environ,
-      XLA_FLAGS="--xla_force_host_platform_device_count=8",
+      XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
       JAX_PLATFORMS="cpu",
       PYTHONPATH=root,
   )

@@ -56,6 +56,7 @@ import portpicker
 import pytest
 
 from scalerl_jax import experiment
+from tests import helpers
 from tests.scripts import multi_controller
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
@@ -88,9 +89,11 @@ def _run_all(jobs: list[tuple[list[str], int, str]]) -> None:
           JAX_PLATFORMS="cpu",
           PYTHONPATH=_ROOT,
           NPROC="32",
-          XLA_FLAGS=f"--xla_force_host_platform_device_count={devices} "
-          "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
-          "--xla_cpu_collective_timeout_seconds=600",
+          XLA_FLAGS=helpers.xla_flags(
+              f"--xla_force_host_platform_device_count={devices} "
+              "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
+              "--xla_cpu_collective_timeout_seconds=600"
+          ),
       )
       with open(log, "w") as f:
         procs.append(

@@ -33,6 +33,7 @@ from scalerl_jax.jobs import layout_bytes
 from scalerl_jax.jobs import plan
 from scalerl_jax.jobs import plan_report
 from scalerl_jax.jobs import program_estimates
+from scalerl_jax.rl import logprobs
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.models import model_config
@@ -277,6 +278,49 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   assert activations.activation_bytes(
       cfg, mesh, rules, 1, 160, remat=True, platform="cpu"
   ) == 159 * (4 * 512 + 16_592)
+
+
+def test_gpu_counts_the_logit_chunk_and_its_gradient():
+  config = _config()
+  with config.unlocked():
+    config.model.attention = "plain"  # Both platforms run the same attention.
+  cfg = model_config.ModelConfig.from_config(config.model)
+  mesh = layout_bytes.abstract_mesh(config.mesh, 1)
+  rules = sharding.logical_rules(config.mesh)
+  count = functools.partial(
+      activations.activation_bytes, cfg, mesh, rules, 1, 160, remat=False
+  )
+  # One sequence of 159 positions: two more float32 chunks of V = 512 logits
+  # per position, 2 x 159 x 512 x 4 = 651,264 B, on GPU only.
+  assert count(platform="gpu") - count(platform="cpu") == 651_264
+
+
+def test_the_planner_counts_the_head_chunk_as_the_head_evens_it():
+  # 1,279 positions at chunk 1,024: the head runs two chunks of 640
+  # (logprobs.evened_chunks), so one float32 chunk of V = 512 is
+  # 640 x 512 x 4 = 1,310,720 B, not 1,024 x 512 x 4.
+  assert logprobs.evened_chunks(1_279, 1_024) == (2, 640)
+  assert logprobs.evened_chunks(1_279, 0) == (1, 1_279)
+  assert logprobs.evened_chunks(100, 1_024) == (1, 100)
+  config = _config()
+  with config.unlocked():
+    config.model.attention = "plain"
+  cfg = model_config.ModelConfig.from_config(config.model)
+  mesh = layout_bytes.abstract_mesh(config.mesh, 1)
+  rules = sharding.logical_rules(config.mesh)
+  count = functools.partial(
+      activations.activation_bytes,
+      cfg,
+      mesh,
+      rules,
+      1,
+      1_280,
+      remat=False,
+      platform="cpu",
+  )
+  # The whole sequence as one chunk of 1,279 against two of 640: the head's
+  # phase differs by the chunk alone, (1,279 - 640) x 512 x 4 B.
+  assert count(chunk=0) - count(chunk=1_024) == 639 * 512 * 4
 
 
 def test_flops_at_the_full_budget():

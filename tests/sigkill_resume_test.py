@@ -15,8 +15,9 @@ The kill moments (`_KILLS`) are drawn from a seeded generator:
     directory, n drawn from {1, 2};
   * a delay drawn from [0, 1] s after a life's first new metrics line.
 Runs are subprocesses of this module (`python -m tests.sigkill_resume_test
-<workdir>`). They share a persistent compilation cache, so only the reference
-run compiles.
+<workdir>`). They share the test session's persistent compilation cache
+(tests/conftest.py, which caches every program), so only the reference run
+compiles, and only what no earlier test compiled.
 """
 
 import json
@@ -114,15 +115,8 @@ class _Trigger:
     return time.monotonic() >= self.deadline
 
 
-def _start(workdir, cache_dir, log):
-  env = dict(
-      os.environ,
-      PYTHONPATH=_ROOT,
-      JAX_PLATFORMS="cpu",
-      JAX_COMPILATION_CACHE_DIR=cache_dir,
-      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
-  )
+def _start(workdir, log):
+  env = dict(os.environ, PYTHONPATH=_ROOT, JAX_PLATFORMS="cpu")
   return subprocess.Popen(
       [sys.executable, "-m", "tests.sigkill_resume_test", workdir],
       cwd=_ROOT,
@@ -137,17 +131,17 @@ def _tail(log_path):
     return f.read()[-3000:]
 
 
-def _finish(workdir, cache_dir, log_path):
+def _finish(workdir, log_path):
   with open(log_path, "a") as log:
-    process = _start(workdir, cache_dir, log)
+    process = _start(workdir, log)
     assert process.wait(timeout=_LIFE_TIMEOUT_S) == 0, _tail(log_path)
 
 
-def _kill_once(workdir, cache_dir, log_path, kind, parameter):
+def _kill_once(workdir, log_path, kind, parameter):
   """Starts a life, SIGKILLs it at the planned moment;
   whether a write was cut."""
   with open(log_path, "a") as log:
-    process = _start(workdir, cache_dir, log)
+    process = _start(workdir, log)
     trigger = _Trigger(workdir, kind, parameter)
     deadline = time.monotonic() + _LIFE_TIMEOUT_S
     while not trigger.due():
@@ -190,9 +184,9 @@ def _stream(workdir):
 
 def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
   start = time.monotonic()
-  cache_dir, log_path = str(tmp_path / "jax_cache"), str(tmp_path / "runs.log")
+  log_path = str(tmp_path / "runs.log")
   reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
-  _finish(reference, cache_dir, log_path)  # Also trains the warm start.
+  _finish(reference, log_path)  # Also trains the warm start.
   reference_s = time.monotonic() - start
   os.makedirs(killed)
   for name in ("base_policy", "tokenizer.model"):
@@ -201,13 +195,13 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
 
   cut_writes = 0
   for kind, parameter in _kill_plan():
-    cut, pid = _kill_once(killed, cache_dir, log_path, kind, parameter)
+    cut, pid = _kill_once(killed, log_path, kind, parameter)
     cut_writes += cut
     # The dead process's pid is still in the lock file, but its lock is gone.
     with open(os.path.join(killed, workdir_lib.LOCK_FILE)) as f:
       assert f.read() == str(pid)
     workdir_lib.lock_workdir(killed).close()
-  _finish(killed, cache_dir, log_path)
+  _finish(killed, log_path)
 
   assert (
       cut_writes >= 2

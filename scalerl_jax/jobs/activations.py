@@ -18,9 +18,22 @@ from scalerl_jax import sharding
 from scalerl_jax.jobs.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import model_config
+from scalerl_jax.rl import logprobs
 
 # An activation: shape, logical axis names, bytes per entry.
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
+
+# Float32 [rows, C, V] logit chunks alive at once at the head's peak, by
+# platform; one where absent. On TPU the compiler fuses the head's matmul into
+# the log-softmax that reads it, and one chunk is what it keeps
+# (launch.compile --check_planner, docs/tpu.md). On GPU the matmul is a cuBLAS
+# call that writes its whole float32 output, and the log-softmax, the
+# probabilities of the entropy and the logits' gradient are each a buffer of
+# the same size. Three, from one measurement: the recipe's train step on an
+# H100 peaked at 23.3 GB where one chunk of [8, 640, 151,936] (3.1 GB) counts
+# 16.9 GB, 2.06 chunks short (docs/gpu.md, 2026-11-26). The next GPU session's
+# remat and microbatch variants test it out of sample.
+LOGIT_CHUNKS = {"gpu": 3}
 
 
 def _bytes(
@@ -123,8 +136,9 @@ def activation_bytes(
   The most of three phases:
   - the head's: what the layers keep (with `remat` each layer's input and
     what `cfg.remat_policy` saves, else every layer's residuals), the final
-    hidden states, one float32 [rows, T, V] logit chunk (T cut to `chunk`;
-    0: whole) and `weights.head`;
+    hidden states, `LOGIT_CHUNKS` float32 [rows, T, V] logit chunks (T as
+    the head cuts it at `chunk`, `logprobs.evened_chunks`) and
+    `weights.head`;
   - a layer's backward: what the layers keep, one layer's residuals and
     `weights.layer`;
   - an untied embedding's gradient, after the layers: the hidden states'
@@ -141,7 +155,7 @@ def activation_bytes(
   size = functools.partial(_bytes, mesh=mesh, rules=rules, platform=platform)
 
   block = _block_residuals(cfg, rows, t, _resolve_attention(cfg, platform, t))
-  positions = min(chunk, t) if chunk else t
+  _, positions = logprobs.evened_chunks(t, chunk)
   logits = (
       (rows, positions, cfg.vocab_size),
       ("act_batch", "act_len", "act_vocab"),
@@ -151,7 +165,10 @@ def activation_bytes(
   saved = hidden + size(REMAT_SAVES[cfg.remat_policy](cfg, rows, t))
   kept = cfg.num_layers * (saved if remat else size(block))
   return max(
-      kept + hidden + size([logits]) + weights.head,
+      kept
+      + hidden
+      + LOGIT_CHUNKS.get(platform, 1) * size([logits])
+      + weights.head,
       kept + (size(block) if remat else 0) + weights.layer,
       hidden + weights.embedding,
   )

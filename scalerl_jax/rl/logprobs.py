@@ -17,6 +17,17 @@ from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 
 
+def evened_chunks(t: int, chunk: int) -> tuple[int, int]:
+  """(n, c): the head's `t` positions as n chunks of c, c <= `chunk`.
+
+  As many chunks as `chunk` positions need, evened out: at most n - 1 padded
+  positions, where `chunk` itself could pad nearly one chunk (T = 1,279 at
+  1,024: 769 positions of logits computed for nothing). `chunk` 0: one.
+  """
+  n = -(-t // min(chunk, t)) if chunk else 1
+  return n, -(-t // n)
+
+
 def _logprobs_and_entropy(logits_BxTxV, targets_BxT, temperature):
   logits_BxTxV = logits_BxTxV.astype(jnp.float32) / temperature
   logp_BxT = lm_head.token_logprobs(logits_BxTxV, targets_BxT)
@@ -35,11 +46,7 @@ def head_logprobs(
   """(logp_BxT, entropy_BxT) from the last block's output: final norm, LM
   head and log-softmax, `chunk` positions at a time."""
   b, t, d = x_BxTxD.shape
-  # As many chunks as `chunk` positions need, evened out: at most n - 1
-  # padded positions, where `chunk` itself could pad nearly one chunk (T =
-  # 1,279 at 1,024: 769 positions of logits computed for nothing).
-  n = -(-t // min(chunk, t))
-  c = -(-t // n)
+  n, c = evened_chunks(t, chunk)
   pad = ((0, 0), (0, n * c - t))
   x_JxBxCxD = (
       jnp.pad(x_BxTxD, pad + ((0, 0),)).reshape(b, n, c, d).swapaxes(0, 1)
