@@ -29,7 +29,7 @@ from scalerl_jax.jobs import topology
 from scalerl_jax import sharding
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=210)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_LIBTPU = importlib.util.find_spec("libtpu") is None

@@ -24,6 +24,7 @@ if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
   ).strip()
 
 import jax  # noqa: E402  # pylint: disable=g-import-not-at-top
+import pytest  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -57,6 +58,24 @@ def pytest_configure(config):
       "jax_persistent_cache_min_entry_size_bytes",
       int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
   )
+
+
+@pytest.hookimpl(trylast=True)  # After `-m` has deselected.
+def pytest_collection_modifyitems(items):
+  """The longest test files first, by their `slow` marker's `seconds`.
+
+  `.ci/run` runs the slow tests a file per worker (`--dist loadfile`) in this
+  order (`--no-loadscope-reorder`), so the short files fill in at the end
+  instead of a long one starting last and running alone (docs/testing.md).
+  The seconds are each file's measured worker time (2 cores, both workers
+  busy); other tests keep their order.
+  """
+  seconds = {}
+  for item in items:
+    marker = item.get_closest_marker("slow")
+    cost = marker.kwargs.get("seconds", 0) if marker else 0
+    seconds[item.path] = max(seconds.get(item.path, 0), cost)
+  items.sort(key=lambda item: -seconds[item.path])
 
 
 def pytest_unconfigure(config):

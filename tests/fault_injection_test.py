@@ -196,7 +196,7 @@ def test_a_full_disk_fails_the_save_with_a_clear_error_and_keeps_the_last_checkp
   np.testing.assert_array_equal(restored.state["w"], state["w"])
 
 
-@pytest.mark.slow  # A whole run.
+@pytest.mark.slow(seconds=10)  # A whole run.
 def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_workdir(
     tmp_path,
 ):

@@ -34,7 +34,7 @@ from scalerl_jax.data import tokenizer as tokenizer_lib
 from tests import instruct_checkpoint
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=20)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -60,7 +60,7 @@ from tests import helpers
 from tests.scripts import multi_controller
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=130)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TIMEOUT_S = 600.0

@@ -63,7 +63,7 @@ def _run(base_dir, tmp_path, name, steps):
     return str(workdir), [json.loads(line) for line in f]
 
 
-@pytest.mark.slow  # A whole run, resumed.
+@pytest.mark.slow(seconds=55)  # A whole run, resumed.
 def test_two_source_run_logs_each_domain_and_resumes_bit_identically(
     base_dir, tmp_path
 ):

@@ -40,7 +40,7 @@ def _loss_and_grads(cfg, params, tokens_BxT):
   return jax.jit(jax.value_and_grad(loss))(params)
 
 
-@pytest.mark.slow  # Gradients of four models.
+@pytest.mark.slow(seconds=30)  # Gradients of four models.
 @pytest.mark.parametrize("scan_unroll", [0, 1])
 @pytest.mark.parametrize("policy", _POLICIES)
 def test_every_policy_gives_the_loss_and_gradients_of_no_remat(

@@ -5,7 +5,7 @@ import pytest
 from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=100)
 
 SHAPES = [(1, 8, 1), (2, 2, 2), (8, 1, 1)]
 # The same meshes with `sampling.weight_layout` "resident", and with the

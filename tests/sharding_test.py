@@ -11,7 +11,7 @@ def sharded_results():
   return helpers.run_on_8_devices("tests.scripts.sharded_forward")
 
 
-@pytest.mark.slow  # An 8-device subprocess.
+@pytest.mark.slow(seconds=10)  # An 8-device subprocess.
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 1, 8)])
 def test_sharded_logits_match_single_device(sharded_results, shape):
   r = sharded_results[shape]

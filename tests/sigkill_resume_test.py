@@ -41,7 +41,7 @@ from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=110)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUM_STEPS = 8

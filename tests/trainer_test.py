@@ -107,7 +107,7 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   assert max(r["staleness/mixed_version_frac"] for r in train) > 0
 
 
-@pytest.mark.slow  # Two whole runs.
+@pytest.mark.slow(seconds=70)  # Two whole runs.
 @pytest.mark.parametrize("schedule", ["pipeline_rl", "ppo_off_policy"])
 def test_resume_is_bit_identical(base_dir, tmp_path, schedule):
   straight = _workdir(base_dir, tmp_path, "straight")
