@@ -280,19 +280,29 @@ def test_bfloat16_compute_and_qk_norm_add_their_residuals():
   ) == 159 * (4 * 512 + 16_592)
 
 
-def test_gpu_counts_the_logit_chunk_and_its_gradient():
+def _one_sequence_activations(seq_len, **kwargs):
+  """`activation_bytes` of the test config, plain attention on every platform,
+  for one sequence of `seq_len`, without remat; `kwargs` complete it."""
   config = _config()
   with config.unlocked():
-    config.model.attention = "plain"  # Both platforms run the same attention.
+    config.model.attention = "plain"
   cfg = model_config.ModelConfig.from_config(config.model)
-  mesh = layout_bytes.abstract_mesh(config.mesh, 1)
-  rules = sharding.logical_rules(config.mesh)
-  count = functools.partial(
-      activations.activation_bytes, cfg, mesh, rules, 1, 160, remat=False
+  return activations.activation_bytes(
+      cfg,
+      layout_bytes.abstract_mesh(config.mesh, 1),
+      sharding.logical_rules(config.mesh),
+      1,
+      seq_len,
+      remat=False,
+      **kwargs,
   )
+
+
+def test_gpu_counts_the_logit_chunk_and_its_gradient():
   # One sequence of 159 positions: two more float32 chunks of V = 512 logits
   # per position, 2 x 159 x 512 x 4 = 651,264 B, on GPU only.
-  assert count(platform="gpu") - count(platform="cpu") == 651_264
+  gpu = _one_sequence_activations(160, platform="gpu")
+  assert gpu - _one_sequence_activations(160, platform="cpu") == 651_264
 
 
 def test_the_planner_counts_the_head_chunk_as_the_head_evens_it():
@@ -302,25 +312,11 @@ def test_the_planner_counts_the_head_chunk_as_the_head_evens_it():
   assert logprobs.evened_chunks(1_279, 1_024) == (2, 640)
   assert logprobs.evened_chunks(1_279, 0) == (1, 1_279)
   assert logprobs.evened_chunks(100, 1_024) == (1, 100)
-  config = _config()
-  with config.unlocked():
-    config.model.attention = "plain"
-  cfg = model_config.ModelConfig.from_config(config.model)
-  mesh = layout_bytes.abstract_mesh(config.mesh, 1)
-  rules = sharding.logical_rules(config.mesh)
-  count = functools.partial(
-      activations.activation_bytes,
-      cfg,
-      mesh,
-      rules,
-      1,
-      1_280,
-      remat=False,
-      platform="cpu",
-  )
   # The whole sequence as one chunk of 1,279 against two of 640: the head's
   # phase differs by the chunk alone, (1,279 - 640) x 512 x 4 B.
-  assert count(chunk=0) - count(chunk=1_024) == 639 * 512 * 4
+  whole = _one_sequence_activations(1_280, chunk=0, platform="cpu")
+  evened = _one_sequence_activations(1_280, chunk=1_024, platform="cpu")
+  assert whole - evened == 639 * 512 * 4
 
 
 def test_flops_at_the_full_budget():

@@ -136,8 +136,8 @@ def activation_bytes(
   The most of three phases:
   - the head's: what the layers keep (with `remat` each layer's input and
     what `cfg.remat_policy` saves, else every layer's residuals), the final
-    hidden states, `LOGIT_CHUNKS` float32 [rows, T, V] logit chunks (T as
-    the head cuts it at `chunk`, `logprobs.evened_chunks`) and
+    hidden states, `LOGIT_CHUNKS` float32 [rows, C, V] logit chunks (C as
+    the head cuts T at `chunk`, `logprobs.evened_chunks`) and
     `weights.head`;
   - a layer's backward: what the layers keep, one layer's residuals and
     `weights.layer`;
