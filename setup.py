@@ -40,6 +40,8 @@ _EXTRAS = {
     "test": [
         "pytest",
         "pytest-xdist",
+        # tests/helpers.rl_base_dir: one warm start for every test worker.
+        "filelock",
         "psutil",
         "chex",
         "torch==2.13.0",

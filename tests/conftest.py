@@ -26,22 +26,27 @@ if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402  # pylint: disable=g-import-not-at-top
 import pytest  # noqa: E402  # pylint: disable=g-import-not-at-top
 
+from tests import helpers  # noqa: E402  # pylint: disable=g-import-not-at-top
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def pytest_configure(config):
-  """One persistent compilation cache for the whole session.
+  """One shared directory and persistent compilation cache for the session.
 
   Set before pytest-xdist starts its workers, so the workers and every
   subprocess a test starts (they inherit the environment) reuse each other's
-  compiled programs instead of compiling the same tiny configs again. The
-  executables are the same, so no result changes; only wall time.
+  compiled programs instead of compiling the same tiny configs again, and
+  the RL tests' one base workdir (helpers.rl_base_dir). The executables are
+  the same, so no result changes; only wall time.
   """
-  if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    config.scalerl_cache_dir = tempfile.mkdtemp(
-        prefix="scalerl_jax_test_compile_cache_"
-    )
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = config.scalerl_cache_dir
+  if helpers.SHARED_DIR_ENV not in os.environ:
+    config.scalerl_shared_dir = tempfile.mkdtemp(prefix="scalerl_jax_test_")
+    os.environ[helpers.SHARED_DIR_ENV] = config.scalerl_shared_dir
+  os.environ.setdefault(
+      "JAX_COMPILATION_CACHE_DIR",
+      os.path.join(os.environ[helpers.SHARED_DIR_ENV], "compile_cache"),
+  )
   # Every program, however quick to compile: most of the tests' programs
   # compile in under the default second, and the workers compile many of the
   # same ones.
@@ -79,7 +84,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_unconfigure(config):
-  """Removes the session's cache, where this process made it."""
-  cache_dir = getattr(config, "scalerl_cache_dir", None)
-  if cache_dir:
-    shutil.rmtree(cache_dir, ignore_errors=True)
+  """Removes the session's shared directory, where this process made it."""
+  shared_dir = getattr(config, "scalerl_shared_dir", None)
+  if shared_dir:
+    shutil.rmtree(shared_dir, ignore_errors=True)

@@ -1,15 +1,29 @@
 """Small configs for tests, made from the real `configs/scalerl.py`,
-and a multi-device runner."""
+the RL tests' shared base workdir, and a multi-device runner."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
+from typing import Any
+
+import filelock
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import pytest
 
 from configs import scalerl
+from scalerl_jax import experiment
 from scalerl_jax.rewards import isolation
+
+# The test session's own directory (tests/conftest.py makes one where this is
+# unset; .ci/run gives both of its pytest sessions the same): the persistent
+# compilation cache and `rl_base_dir`'s workdir live in it.
+SHARED_DIR_ENV = "SCALERL_TEST_SHARED_DIR"
 
 
 def tiny_config(**model_overrides):
@@ -52,6 +66,40 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
   config.buffer.schedule, config.buffer.max_off_policy = schedule, 2
   config.rewards.num_workers, config.rewards.timeout_s = 1, 5.0
   return config
+
+
+def init_params(model: nn.Module, seed: int = 0) -> Any:
+  """`model`'s unboxed parameters, initialised on a [1, 1] token batch under
+  jit: run eagerly, every operation of the init (the layers' scan included)
+  compiles and runs on its own, several seconds a model on 2 cores."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  return nn.unbox(jax.jit(model.init)(jax.random.key(seed), tokens))["params"]
+
+
+def rl_base_dir() -> str:
+  """A workdir holding `rl_test_config()`'s tokenizer and warm-started base
+  policy (`base_policy/`), as `Experiment.build` leaves it.
+
+  Built once for every test, pytest-xdist worker and pytest session that
+  shares SHARED_DIR_ENV (a file lock makes the others wait for it), where
+  each test module used to warm-start its own; tests copy it into their
+  workdirs, and the trainer finds and reuses what it holds there.
+  """
+  root = os.environ[SHARED_DIR_ENV]
+  path = os.path.join(root, "rl_test_base")
+  with filelock.FileLock(path + ".lock"):
+    if not os.path.isdir(path):
+      # Whole or not at all: built aside, then renamed into place.
+      building = tempfile.mkdtemp(prefix="rl_test_base_", dir=root)
+      experiment.Experiment.build(rl_test_config(), building)
+      os.rename(building, path)
+  return path
+
+
+def copy_rl_base(workdir: str) -> str:
+  """`workdir`, a new copy of `rl_base_dir()`."""
+  shutil.copytree(rl_base_dir(), workdir)
+  return workdir
 
 
 def xla_flags(flags: str) -> str:

@@ -52,9 +52,7 @@ def _model(**overrides):
   model = transformer.Transformer(
       model_config.ModelConfig.from_config(config.model)
   )
-  params = nn.unbox(
-      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
-  )["params"]
+  params = helpers.init_params(model)
   return config, model, params
 
 

@@ -9,9 +9,9 @@ old policy (bfloat16 parameters) fails the same check.
 """
 
 import dataclasses
+import functools
 import warnings
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -23,6 +23,7 @@ from scalerl_jax import optim
 from scalerl_jax.models import lm_head
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
+from tests import helpers
 
 _STEPS = 20
 # A small network with the variant's dtype policy, norms and head.
@@ -64,8 +65,10 @@ def _summed_updates(cfg, params0, optimizer, tokens_BxS):
   return jnp.concatenate([x.ravel() for x in jax.tree.leaves(moved)])
 
 
-@pytest.fixture(scope="module")
-def runs():
+@functools.cache
+def _moved(name):
+  """_summed_updates of "variant", "reference" (all float32) or
+  "bfloat16_params", each run once per process and only where a test asks."""
   config = scalerl.get_config("qwen3_0.6b")
   # lr 5e-7, eps 1e-15, warmup 100.
   optimizer = optim.make_optimizer(config.optim)
@@ -75,22 +78,16 @@ def runs():
   reference = dataclasses.replace(
       variant, param_dtype="float32", compute_dtype="float32"
   )
+  cfg = {
+      "variant": variant,
+      "reference": reference,
+      "bfloat16_params": dataclasses.replace(variant, param_dtype="bfloat16"),
+  }[name]
   tokens_BxS = jax.random.randint(
       jax.random.key(2), (8, 33), 0, _SHAPE["vocab_size"]
   )
-  params0 = nn.unbox(
-      transformer.Transformer(reference).init(
-          jax.random.key(0), tokens_BxS[:, :-1]
-      )["params"]
-  )
-  run = lambda cfg: _summed_updates(cfg, params0, optimizer, tokens_BxS)
-  return {
-      "variant": run(variant),
-      "reference": run(reference),
-      "bfloat16_params": run(
-          dataclasses.replace(variant, param_dtype="bfloat16")
-      ),
-  }
+  params0 = helpers.init_params(transformer.Transformer(reference))
+  return _summed_updates(cfg, params0, optimizer, tokens_BxS)
 
 
 def _agreement(moved, reference):
@@ -115,20 +112,22 @@ def test_variant_policy_is_float32_master_with_bfloat16_compute():
 
 
 @pytest.mark.slow(seconds=10)  # Two runs per variant.
-def test_variant_weights_move_as_float32_reference(runs):
+def test_variant_weights_move_as_float32_reference():
   # Measured: summed-update error 0.0013, norm error 0.0044, cosine 0.993 (the
   # rest is bfloat16 compute in the gradient, not lost updates).
-  sum_err, norm_err, cosine = _agreement(runs["variant"], runs["reference"])
+  sum_err, norm_err, cosine = _agreement(_moved("variant"), _moved("reference"))
   assert sum_err <= 1e-2 and norm_err <= 1e-2 and cosine >= 0.98
   # Nearly every entry moved.
-  assert float(jnp.mean(runs["variant"] != 0)) > 0.99
+  assert float(jnp.mean(_moved("variant") != 0)) > 0.99
 
 
-def test_bfloat16_parameters_fail_the_same_check(runs):
+def test_bfloat16_parameters_fail_the_same_check():
   # The defect the variants had: ~0.03% of entries move at all.
-  sum_err, norm_err, _ = _agreement(runs["bfloat16_params"], runs["reference"])
+  sum_err, norm_err, _ = _agreement(
+      _moved("bfloat16_params"), _moved("reference")
+  )
   assert sum_err > 0.9 and norm_err > 0.9
-  assert float(jnp.mean(runs["bfloat16_params"] != 0)) < 0.01
+  assert float(jnp.mean(_moved("bfloat16_params") != 0)) < 0.01
 
 
 def test_bfloat16_parameters_warn_by_name():

@@ -23,7 +23,6 @@ compiles, and only what no earlier test compiled.
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -186,12 +185,11 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
   start = time.monotonic()
   log_path = str(tmp_path / "runs.log")
   reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
-  _finish(reference, log_path)  # Also trains the warm start.
+  # Both start from the session's warm-started base (tokenizer and policy).
+  helpers.copy_rl_base(reference)
+  helpers.copy_rl_base(killed)
+  _finish(reference, log_path)
   reference_s = time.monotonic() - start
-  os.makedirs(killed)
-  for name in ("base_policy", "tokenizer.model"):
-    copy = shutil.copytree if name == "base_policy" else shutil.copy
-    copy(os.path.join(reference, name), os.path.join(killed, name))
 
   cut_writes = 0
   for kind, parameter in _kill_plan():

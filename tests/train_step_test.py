@@ -3,7 +3,6 @@ zero-variance filtering, NaN guard."""
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +16,8 @@ from scalerl_jax.rl import train_step as ts
 from tests import helpers
 
 P, G, S = 2, 2, 12
+# Jitted, as the train step runs it (eager, each operation compiles alone).
+_policy_logprobs = jax.jit(logprobs.policy_logprobs, static_argnums=(0, 3))
 
 
 def _spec(
@@ -45,9 +46,7 @@ def _spec(
 def _setup(**spec_args):
   cfg = model_config.ModelConfig.from_config(helpers.tiny_config().model)
   model = transformer.Transformer(cfg)
-  params = nn.unbox(
-      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
-  )["params"]
+  params = helpers.init_params(model)
   spec = _spec(model, **spec_args)
   step = jax.jit(functools.partial(ts.train_step, spec=spec))
   return model, params, ts.init_state(params, spec.optimizer), step
@@ -59,7 +58,7 @@ def _batch(model, params, rewards):
   tokens = rng.randint(0, 128, (rows, S)).astype(np.int32)
   mask = np.zeros((rows, S), np.float32)
   mask[:, 4:10] = 1
-  logp, _ = logprobs.policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
+  logp, _ = _policy_logprobs(model, params, jnp.asarray(tokens), 1.0)
   return {
       "tokens_BxS": tokens,
       "mask_BxS": mask,
@@ -95,7 +94,7 @@ def test_entropy_covers_every_generated_token_dropped_groups_included():
   # Group 1 is dropped from the loss.
   batch = _batch(model, params, [[1, 0], [1, 1]])
   _, metrics = step(state, batch)
-  _, entropy_BxS = logprobs.policy_logprobs(
+  _, entropy_BxS = _policy_logprobs(
       model, params, jnp.asarray(batch["tokens_BxS"]), 1.0
   )
   entropy_BxS, mask = np.asarray(entropy_BxS, np.float64), batch["mask_BxS"]
@@ -186,8 +185,8 @@ def test_policy_logprobs_align_with_targets():
   tokens = jnp.asarray(
       np.random.RandomState(1).randint(0, 128, (2, 7)), jnp.int32
   )
-  logp, entropy = logprobs.policy_logprobs(model, params, tokens, 1.0)
-  logits = model.apply({"params": params}, tokens)
+  logp, entropy = _policy_logprobs(model, params, tokens, 1.0)
+  logits = jax.jit(model.apply)({"params": params}, tokens)
   want = jax.nn.log_softmax(logits[:, 2])[np.arange(2), tokens[:, 3]]
   np.testing.assert_allclose(logp[:, 3], want, atol=1e-6)
   assert float(logp[0, 0]) == 0.0 and float(entropy[0, 0]) == 0.0

@@ -1,8 +1,8 @@
 """End-to-end RL runs on the built-in task: metrics,
 checkpoints, resume, export.
 
-One warm start is trained per session (module fixture) and copied into each
-run's workdir, where the trainer finds and reuses it.
+One warm start is trained per test session (helpers.rl_base_dir) and copied
+into each run's workdir, where the trainer finds and reuses it.
 """
 
 import copy
@@ -34,11 +34,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-  path = tmp_path_factory.mktemp("base")
-  experiment.Experiment.build(helpers.rl_test_config(), str(path))
-  assert os.path.isdir(path / "base_policy") and os.path.isfile(
-      path / "tokenizer.model"
+def base_dir():
+  path = helpers.rl_base_dir()
+  # Experiment.build keeps the warm start in the workdir by default.
+  assert os.path.isdir(os.path.join(path, "base_policy")) and os.path.isfile(
+      os.path.join(path, "tokenizer.model")
   )
   return path
 
@@ -73,6 +73,11 @@ def _final_params(config, workdir):
     trainer.close()
 
 
+# The tests of the one e2e_run share a worker (README's `--dist loadgroup`),
+# so that its run is made once, not once per worker.
+_ON_E2E_RUN = pytest.mark.xdist_group("trainer_test_e2e_run")
+
+
 @pytest.fixture(scope="module")
 def e2e_run(base_dir, tmp_path_factory):
   """A 4-step PipelineRL run with validation every 2 steps."""
@@ -82,6 +87,7 @@ def e2e_run(base_dir, tmp_path_factory):
   return config, workdir, last
 
 
+@_ON_E2E_RUN
 def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   config, workdir, last = e2e_run
   rows = _metrics(workdir)
@@ -318,6 +324,7 @@ def test_compute_counts_every_generated_token_trained_or_not(
     trainer.close()
 
 
+@_ON_E2E_RUN
 def test_export_matches_transformers_and_evaluate_reproduces_validation(
     e2e_run, tmp_path
 ):
@@ -348,6 +355,7 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(
   assert result["val/mean_at_k"] == last["val/mean_at_k"]
 
 
+@_ON_E2E_RUN
 def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
   _, workdir, _ = e2e_run
   out = tmp_path / "hf"
@@ -371,6 +379,7 @@ def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
   ).is_file()
 
 
+@_ON_E2E_RUN
 def test_resume_with_a_changed_field_warns_naming_it(
     e2e_run, tmp_path, monkeypatch
 ):

@@ -22,9 +22,7 @@ def _model(**overrides):
       helpers.tiny_config(**overrides).model
   )
   model = transformer.Transformer(cfg)
-  params = nn.unbox(
-      model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
-  )["params"]
+  params = helpers.init_params(model)
   return cfg, _Jitted(model), params
 
 
@@ -295,14 +293,15 @@ def test_layer_loop_equals_unrolled_layers(remat):
     return jnp.sum(jax.nn.log_softmax(apply({"params": p}, tokens))[..., 3])
 
   unrolled = transformer.Transformer(cfg)
+  # Jitted: run eagerly, the loop's scan dispatches op by op (14 s here).
   np.testing.assert_allclose(
-      loop.apply({"params": params}, tokens),
-      unrolled.apply({"params": params}, tokens),
+      jax.jit(loop.apply)({"params": params}, tokens),
+      jax.jit(unrolled.apply)({"params": params}, tokens),
       rtol=1e-5,
       atol=1e-5,
   )
-  g_loop = jax.grad(lambda p: loss(loop.apply, p))(params)
-  g_unrolled = jax.grad(lambda p: loss(unrolled.apply, p))(params)
+  g_loop = jax.jit(jax.grad(lambda p: loss(loop.apply, p)))(params)
+  g_unrolled = jax.jit(jax.grad(lambda p: loss(unrolled.apply, p)))(params)
   jax.tree.map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
       g_loop,
