@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from typing import Any
+from typing import Any, Callable
 
 import filelock
 import flax.linen as nn
@@ -76,29 +76,35 @@ def init_params(model: nn.Module, seed: int = 0) -> Any:
   return nn.unbox(jax.jit(model.init)(jax.random.key(seed), tokens))["params"]
 
 
-def rl_base_dir() -> str:
-  """A workdir holding `rl_test_config()`'s tokenizer and warm-started base
-  policy (`base_policy/`), as `Experiment.build` leaves it.
-
-  Built once for every test, pytest-xdist worker and pytest session that
-  shares SHARED_DIR_ENV (a file lock makes the others wait for it), where
-  each test module used to warm-start its own; tests copy it into their
-  workdirs, and the trainer finds and reuses what it holds there.
-  """
+def built_once(name: str, build: Callable[[str], None]) -> str:
+  """`<SHARED_DIR_ENV>/<name>`, made by `build(path)` the first time any test,
+  pytest-xdist worker or pytest session sharing SHARED_DIR_ENV asks for it;
+  a file lock makes the others wait for it. Whole or not at all: built aside,
+  then renamed into place. Tests read it or copy it, never write to it."""
   root = os.environ[SHARED_DIR_ENV]
-  path = os.path.join(root, "rl_test_base")
+  path = os.path.join(root, name)
   with filelock.FileLock(path + ".lock"):
     if not os.path.isdir(path):
-      # Whole or not at all: built aside, then renamed into place.
-      building = tempfile.mkdtemp(prefix="rl_test_base_", dir=root)
-      experiment.Experiment.build(rl_test_config(), building)
+      building = tempfile.mkdtemp(prefix=f"{name}_", dir=root)
+      build(building)
       os.rename(building, path)
   return path
 
 
+def rl_base_dir() -> str:
+  """A workdir holding `rl_test_config()`'s tokenizer and warm-started base
+  policy (`base_policy/`), as `Experiment.build` leaves it: warm-started once
+  (`built_once`) where each test module used to warm-start its own. Tests
+  copy it into their workdirs, and the trainer finds and reuses it there."""
+  return built_once(
+      "rl_test_base",
+      lambda path: experiment.Experiment.build(rl_test_config(), path),
+  )
+
+
 def copy_rl_base(workdir: str) -> str:
-  """`workdir`, a new copy of `rl_base_dir()`."""
-  shutil.copytree(rl_base_dir(), workdir)
+  """`workdir` (new, or empty), a copy of `rl_base_dir()`."""
+  shutil.copytree(rl_base_dir(), workdir, dirs_exist_ok=True)
   return workdir
 
 

@@ -24,10 +24,6 @@ from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import train_step as train_step_lib
 from tests import helpers
 
-# Its tests share one worker (README's `--dist loadgroup`), so that the module's
-# one run is made once.
-pytestmark = pytest.mark.xdist_group("on_policy_test")
-
 TEMPERATURE = 0.7
 
 

@@ -73,21 +73,28 @@ def _final_params(config, workdir):
     trainer.close()
 
 
-# The tests of the one e2e_run share a worker (README's `--dist loadgroup`),
-# so that its run is made once, not once per worker.
-_ON_E2E_RUN = pytest.mark.xdist_group("trainer_test_e2e_run")
+def _e2e_run_in(workdir):
+  helpers.copy_rl_base(workdir)
+  config = helpers.rl_test_config("pipeline_rl", num_steps=4)
+  last = trainer_lib.train_and_evaluate(config, workdir)
+  with open(os.path.join(workdir, "last.json"), "w") as f:
+    json.dump(last, f, default=float)
 
 
 @pytest.fixture(scope="module")
-def e2e_run(base_dir, tmp_path_factory):
-  """A 4-step PipelineRL run with validation every 2 steps."""
-  workdir = _workdir(base_dir, tmp_path_factory.mktemp("e2e"), "run")
-  config = helpers.rl_test_config("pipeline_rl", num_steps=4)
-  last = trainer_lib.train_and_evaluate(config, workdir)
-  return config, workdir, last
+def e2e_run(tmp_path_factory):
+  """A 4-step PipelineRL run with validation every 2 steps: (config, workdir,
+  its final metrics). Run once for all workers (helpers.built_once); each
+  worker's tests use their own copy, as they open trainers on it."""
+  workdir = str(tmp_path_factory.mktemp("e2e") / "run")
+  shutil.copytree(
+      helpers.built_once("trainer_test_e2e_run", _e2e_run_in), workdir
+  )
+  with open(os.path.join(workdir, "last.json")) as f:
+    last = json.load(f)
+  return helpers.rl_test_config("pipeline_rl", num_steps=4), workdir, last
 
 
-@_ON_E2E_RUN
 def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   config, workdir, last = e2e_run
   rows = _metrics(workdir)
@@ -324,7 +331,6 @@ def test_compute_counts_every_generated_token_trained_or_not(
     trainer.close()
 
 
-@_ON_E2E_RUN
 def test_export_matches_transformers_and_evaluate_reproduces_validation(
     e2e_run, tmp_path
 ):
@@ -355,7 +361,6 @@ def test_export_matches_transformers_and_evaluate_reproduces_validation(
   assert result["val/mean_at_k"] == last["val/mean_at_k"]
 
 
-@_ON_E2E_RUN
 def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
   _, workdir, _ = e2e_run
   out = tmp_path / "hf"
@@ -379,7 +384,6 @@ def test_export_launcher_needs_only_the_workdir(e2e_run, tmp_path):
   ).is_file()
 
 
-@_ON_E2E_RUN
 def test_resume_with_a_changed_field_warns_naming_it(
     e2e_run, tmp_path, monkeypatch
 ):
