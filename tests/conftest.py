@@ -10,23 +10,14 @@ import tempfile
 # Subprocesses inherit it.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Tests compile hundreds of small programs and run each only a few times, so
-# XLA:CPU's LLVM optimisation passes were about half of their wall time
-# (tests/attention_test.py alone: 66 s -> 37 s without them). LLVM's level
-# changes how fast the machine code runs, not what the program computes; the
-# HLO XLA optimises is the same. Subprocesses that tests start inherit it,
-# and those that set XLA_FLAGS themselves append to it (helpers.xla_flags).
-# Never set for runs or benchmarks (docs/testing.md).
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
-if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (
-      os.environ.get("XLA_FLAGS", "") + " " + TEST_XLA_FLAGS
-  ).strip()
+from tests import session_env  # pylint: disable=g-import-not-at-top
+
+# LLVM -O0 for every program the tests compile (session_env.TEST_XLA_FLAGS).
+if session_env.TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = session_env.xla_flags(session_env.TEST_XLA_FLAGS)
 
 import jax  # noqa: E402  # pylint: disable=g-import-not-at-top
 import pytest  # noqa: E402  # pylint: disable=g-import-not-at-top
-
-from tests import helpers  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -37,15 +28,15 @@ def pytest_configure(config):
   Set before pytest-xdist starts its workers, so the workers and every
   subprocess a test starts (they inherit the environment) reuse each other's
   compiled programs instead of compiling the same tiny configs again, and
-  the RL tests' one base workdir (helpers.rl_base_dir). The executables are
-  the same, so no result changes; only wall time.
+  what helpers.built_once builds (the RL tests' base workdir). The
+  executables are the same, so no result changes; only wall time.
   """
-  if helpers.SHARED_DIR_ENV not in os.environ:
+  if session_env.SHARED_DIR_ENV not in os.environ:
     config.scalerl_shared_dir = tempfile.mkdtemp(prefix="scalerl_jax_test_")
-    os.environ[helpers.SHARED_DIR_ENV] = config.scalerl_shared_dir
+    os.environ[session_env.SHARED_DIR_ENV] = config.scalerl_shared_dir
   os.environ.setdefault(
       "JAX_COMPILATION_CACHE_DIR",
-      os.path.join(os.environ[helpers.SHARED_DIR_ENV], "compile_cache"),
+      os.path.join(os.environ[session_env.SHARED_DIR_ENV], "compile_cache"),
   )
   # Every program, however quick to compile: most of the tests' programs
   # compile in under the default second, and the workers compile many of the

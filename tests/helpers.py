@@ -19,11 +19,7 @@ import pytest
 from configs import scalerl
 from scalerl_jax import experiment
 from scalerl_jax.rewards import isolation
-
-# The test session's own directory (tests/conftest.py makes one where this is
-# unset; .ci/run gives both of its pytest sessions the same): the persistent
-# compilation cache and `rl_base_dir`'s workdir live in it.
-SHARED_DIR_ENV = "SCALERL_TEST_SHARED_DIR"
+from tests import session_env
 
 
 def tiny_config(**model_overrides):
@@ -78,10 +74,11 @@ def init_params(model: nn.Module, seed: int = 0) -> Any:
 
 def built_once(name: str, build: Callable[[str], None]) -> str:
   """`<SHARED_DIR_ENV>/<name>`, made by `build(path)` the first time any test,
-  pytest-xdist worker or pytest session sharing SHARED_DIR_ENV asks for it;
+  pytest-xdist worker or pytest session sharing that directory asks for it
+  (session_env.SHARED_DIR_ENV);
   a file lock makes the others wait for it. Whole or not at all: built aside,
   then renamed into place. Tests read it or copy it, never write to it."""
-  root = os.environ[SHARED_DIR_ENV]
+  root = os.environ[session_env.SHARED_DIR_ENV]
   path = os.path.join(root, name)
   with filelock.FileLock(path + ".lock"):
     if not os.path.isdir(path):
@@ -108,12 +105,6 @@ def copy_rl_base(workdir: str) -> str:
   return workdir
 
 
-def xla_flags(flags: str) -> str:
-  """`flags` after the test session's own XLA_FLAGS (tests/conftest.py), for
-  a subprocess that sets its own."""
-  return f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
-
-
 def run_on_8_devices(module: str) -> dict:
   """Runs `python -m <module>` with 8 simulated CPU devices;
   its JSON rows by shape.
@@ -124,7 +115,9 @@ def run_on_8_devices(module: str) -> dict:
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(
       os.environ,
-      XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"),
+      XLA_FLAGS=session_env.xla_flags(
+          "--xla_force_host_platform_device_count=8"
+      ),
       JAX_PLATFORMS="cpu",
       PYTHONPATH=root,
   )

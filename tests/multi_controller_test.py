@@ -56,7 +56,7 @@ import portpicker
 import pytest
 
 from scalerl_jax import experiment
-from tests import helpers
+from tests import session_env
 from tests.scripts import multi_controller
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
@@ -89,7 +89,7 @@ def _run_all(jobs: list[tuple[list[str], int, str]]) -> None:
           JAX_PLATFORMS="cpu",
           PYTHONPATH=_ROOT,
           NPROC="32",
-          XLA_FLAGS=helpers.xla_flags(
+          XLA_FLAGS=session_env.xla_flags(
               f"--xla_force_host_platform_device_count={devices} "
               "--xla_cpu_collective_call_terminate_timeout_seconds=600 "
               "--xla_cpu_collective_timeout_seconds=600"
