@@ -40,7 +40,7 @@ _EXTRAS = {
     "test": [
         "pytest",
         "pytest-xdist",
-        # tests/helpers.rl_base_dir: one warm start for every test worker.
+        # tests/helpers.built_once: one build for every test worker.
         "filelock",
         "psutil",
         "chex",

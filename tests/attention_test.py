@@ -20,6 +20,7 @@ from scalerl_jax.models import splash_attention
 from scalerl_jax.models import decode
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
+from tests import helpers
 
 _F32 = jnp.float32
 
@@ -327,9 +328,7 @@ def test_transformer_blockwise_equals_plain():
 def test_prefill_through_blockwise_equals_plain():
   tokens = jax.random.randint(jax.random.key(2), (2, 40), 0, 512)
   pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
-  params = nn.unbox(jax.jit(_model("plain").init)(jax.random.key(3), tokens))[
-      "params"
-  ]
+  params = helpers.init_params(_model("plain"), seed=3)
 
   @functools.partial(jax.jit, static_argnums=0)
   def prefill(cfg, params):

@@ -1,5 +1,6 @@
-"""Small configs for tests, made from the real `configs/scalerl.py`,
-the RL tests' shared base workdir, and a multi-device runner."""
+"""Small configs for tests, made from the real `configs/scalerl.py`, jitted
+parameter init, workdirs built once per test session (the RL tests' base),
+and a multi-device runner."""
 
 import json
 import os
@@ -73,11 +74,11 @@ def init_params(model: nn.Module, seed: int = 0) -> Any:
 
 
 def built_once(name: str, build: Callable[[str], None]) -> str:
-  """`<SHARED_DIR_ENV>/<name>`, made by `build(path)` the first time any test,
-  pytest-xdist worker or pytest session sharing that directory asks for it
-  (session_env.SHARED_DIR_ENV);
-  a file lock makes the others wait for it. Whole or not at all: built aside,
-  then renamed into place. Tests read it or copy it, never write to it."""
+  """`<session_env.SHARED_DIR_ENV>/<name>`, made by `build(path)` the first
+  time any test, pytest-xdist worker or pytest session sharing that directory
+  asks for it; a file lock makes the others wait for it. Whole or not at all:
+  built aside, then renamed into place. Tests read it or copy it, never write
+  to it."""
   root = os.environ[session_env.SHARED_DIR_ENV]
   path = os.path.join(root, name)
   with filelock.FileLock(path + ".lock"):

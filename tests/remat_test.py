@@ -6,7 +6,6 @@ import dataclasses
 import io
 import re
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,9 +54,7 @@ def test_every_policy_gives_the_loss_and_gradients_of_no_remat(
   tokens_BxT = jnp.asarray(
       np.random.RandomState(0).randint(0, cfg.vocab_size, (2, 9)), jnp.int32
   )
-  params = nn.unbox(
-      transformer.Transformer(cfg).init(jax.random.key(0), tokens_BxT)
-  )["params"]
+  params = helpers.init_params(transformer.Transformer(cfg))
   remat = dataclasses.replace(cfg, remat=True, remat_policy=policy)
   loss, grads = _loss_and_grads(cfg, params, tokens_BxT)
   remat_loss, remat_grads = _loss_and_grads(remat, params, tokens_BxT)
@@ -80,7 +77,7 @@ def _saved_layer_bytes(cfg, b, t):
   `print_saved_residuals` lists them."""
   model = transformer.Transformer(cfg)
   tokens_BxT = jnp.zeros((b, t), jnp.int32)
-  params = nn.unbox(model.init(jax.random.key(0), tokens_BxT))["params"]
+  params = helpers.init_params(model)
 
   def hidden_sum(p):
     out = model.apply({"params": p}, tokens_BxT, return_hidden=True)

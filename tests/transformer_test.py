@@ -295,8 +295,8 @@ def test_layer_loop_equals_unrolled_layers(remat):
   unrolled = transformer.Transformer(cfg)
   # Jitted: run eagerly, the loop's scan dispatches op by op (14 s here).
   np.testing.assert_allclose(
-      jax.jit(loop.apply)({"params": params}, tokens),
-      jax.jit(unrolled.apply)({"params": params}, tokens),
+      _Jitted(loop).apply({"params": params}, tokens),
+      _Jitted(unrolled).apply({"params": params}, tokens),
       rtol=1e-5,
       atol=1e-5,
   )
