@@ -46,6 +46,7 @@ export.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,8 @@ import portpicker
 import pytest
 
 from scalerl_jax import experiment
+from scalerl_jax import workdir as workdir_lib
+from tests import helpers
 from tests import session_env
 from tests.scripts import multi_controller
 
@@ -142,8 +145,14 @@ def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("multi_controller")
   out, base = str(root / "out"), str(root / "base_policy")
   start = time.monotonic()
-  # The base policy both runs start from, warm-started once here on one device
-  # (its cache key leaves the mesh out) and restored by every process.
+  # The base policy both runs start from, restored by every process: the
+  # session's warm start of helpers.rl_test_config (helpers.rl_base_dir), whose
+  # cache key this run's config shares (the key leaves the mesh and the RL
+  # learning rate out). Built here on one device, Experiment.build finds it
+  # and restores it; it would warm-start one were the keys to differ.
+  shutil.copytree(
+      os.path.join(helpers.rl_base_dir(), workdir_lib.BASE_POLICY_DIR), base
+  )
   config = multi_controller.make_config(2, base)
   config.mesh.shape = (1, 1, 1)
   experiment.Experiment.build(config, str(root / "warm_start"))

@@ -7,8 +7,10 @@ writes. Design: docs/design/metrics.md.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import sys
 import tempfile
 import time
 from typing import Any, Mapping, Optional, TextIO
@@ -16,9 +18,30 @@ from typing import Any, Mapping, Optional, TextIO
 from absl import logging
 import jax
 import numpy as np
-import tensorboardX
 
 from scalerl_jax import workdir as workdir_lib
+
+
+def _import_tensorboardx():
+  """tensorboardX, imported without importing torch.
+
+  Where torch is installed (the hf extras install it), tensorboardX's writer
+  imports it at import only to accept torch tensors: 2.4 s of every run's
+  start on a 2-core host, half of `import scalerl_jax.trainer`. This writer
+  logs Python numbers, so torch is hidden for that one import (`import torch`
+  raises ImportError, which tensorboardX expects) and is importable again
+  after it. Where something imported torch already, nothing is hidden.
+  """
+  if "torch" in sys.modules:
+    return importlib.import_module("tensorboardX")
+  sys.modules["torch"] = None  # type: ignore[assignment]
+  try:
+    return importlib.import_module("tensorboardX")
+  finally:
+    del sys.modules["torch"]
+
+
+tensorboardX = _import_tensorboardx()
 
 
 def _plain(value: Any) -> int | float:
