@@ -111,31 +111,37 @@ def run_on_8_devices(module: str) -> dict:
   its JSON rows by shape.
 
   The device count is fixed when JAX starts, hence the separate process. The
-  script prints one JSON object per line with a "shape" key.
+  script prints one JSON object per line with a "shape" key. It runs once a
+  test session (`built_once`: sharding_test's tests are in both of CI's
+  sessions), its output kept in the shared directory.
   """
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(
-      os.environ,
-      XLA_FLAGS=session_env.xla_flags(
-          "--xla_force_host_platform_device_count=8"
-      ),
-      JAX_PLATFORMS="cpu",
-      PYTHONPATH=root,
-  )
-  out = subprocess.run(
-      [sys.executable, "-m", module],
-      cwd=root,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=600,
-  )
-  assert out.returncode == 0, out.stderr[-4000:]
-  rows = [
-      json.loads(line)
-      for line in out.stdout.splitlines()
-      if line.startswith("{")
-  ]
+
+  def run(path: str) -> None:
+    env = dict(
+        os.environ,
+        XLA_FLAGS=session_env.xla_flags(
+            "--xla_force_host_platform_device_count=8"
+        ),
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=root,
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    with open(os.path.join(path, "stdout.txt"), "w") as f:
+      f.write(out.stdout)
+
+  with open(
+      os.path.join(built_once(f"8_devices_{module}", run), "stdout.txt")
+  ) as f:
+    rows = [json.loads(line) for line in f if line.startswith("{")]
   return {tuple(r["shape"]): r for r in rows}
 
 
