@@ -8,8 +8,9 @@ task with validation and a checkpoint after each, the second step in a run
 resumed from the first step's checkpoint, then export the checkpoint. A
 reference run trains the same 2 steps straight in one process with 8 simulated
 devices, on the same (data 2, fsdp 2, tensor 2) mesh, at the same time. Both
-start from one warm-started base policy, trained here first. Each process logs
-every host-side decision (`tests/scripts/multi_controller.py`).
+start from one warm-started base policy, the test session's
+(`helpers.rl_base_dir`). Each process logs every host-side decision
+(`tests/scripts/multi_controller.py`).
 
 How the data is split: the host side is replicated, the device side split.
 Every process runs the same host program on the same data: the same prompt

@@ -26,11 +26,11 @@ def _import_tensorboardx():
   """tensorboardX, imported without importing torch.
 
   Where torch is installed (the hf extras install it), tensorboardX's writer
-  imports it at import only to accept torch tensors: 2.4 s of every run's
-  start on a 2-core host, half of `import scalerl_jax.trainer`. This writer
-  logs Python numbers, so torch is hidden for that one import (`import torch`
-  raises ImportError, which tensorboardX expects) and is importable again
-  after it. Where something imported torch already, nothing is hidden.
+  imports it at import only to accept torch tensors, about half of every run
+  process's start (docs/testing.md). This writer logs Python numbers, so
+  torch is hidden for that one import (`import torch` raises ImportError,
+  which tensorboardX expects) and is importable again after it. Where
+  something imported torch already, nothing is hidden.
   """
   if "torch" in sys.modules:
     return importlib.import_module("tensorboardX")
