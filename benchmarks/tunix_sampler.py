@@ -3,11 +3,12 @@ benchmarks/sampler.py.
 
 Tunix (PyPI `google-tunix`, in the `bench` extra) is optional. Its 0.1.7
 pins `safetensors<0.8` and pulls older `transformers`, `tokenizers` and
-`huggingface_hub` than constraints.txt, so install it in a venv of its own
+`huggingface_hub` than constraints/, so install it in a venv of its own
 (it runs on jax 0.10.2 and flax 0.12.8 as they are):
 
   python3.11 -m venv /tmp/venv_tunix && . /tmp/venv_tunix/bin/activate
-  pip install -c constraints.txt -e . && pip install -e ".[bench]"
+  pip install -c constraints/python3.11_jax0.10.2.txt -e .
+  pip install -e ".[bench]"
 
 The policy is Tunix's `models.qwen3.Qwen3` of our shape, loaded with Tunix's
 own loader from the Hugging Face checkpoint `hf_io.save_checkpoint` wrote of

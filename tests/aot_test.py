@@ -350,10 +350,18 @@ def test_hbm_capacity_is_the_smallest_limit_on_a_common_grain():
 
 
 def test_unknown_topology_lists_the_valid_forms():
-  for name in ("v4:2x2x1", "v5e:2x2x2", "v5p:4x4", "tpu-v5e-8", "v6e"):
+  for name in (
+      "v4:2x2x1",
+      "v5e:2x2x2",
+      "v5p:4x4",
+      "tpu-v5e-8",
+      "v6e",
+      "v7x:2x2x1",
+      "tpu7x:2x2",
+  ):
     with pytest.raises(
         topology.CompileError,
-        match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>",
+        match=r"v5e:<X>x<Y>.*v5p:<X>x<Y>x<Z>.*v6e:<X>x<Y>.*tpu7x:<X>x<Y>x<Z>",
     ):
       topology.slice_devices(name)
 
@@ -366,7 +374,7 @@ def test_without_libtpu_it_says_how_to_install(monkeypatch):
       lambda name, *a: None if name == "libtpu" else real(name, *a),
   )
   with pytest.raises(
-      topology.CompileError, match=r'pip install "jax\[tpu\]==0.10.2"'
+      topology.CompileError, match=r'pip install -e "\.\[tpu\]"'
   ):
     topology.slice_devices("v5e:2x2")
 
@@ -411,3 +419,15 @@ def test_a_mesh_axis_that_splits_the_torus_is_laid_out_with_a_warning(caplog):
   mesh_cfg.shape = (3, -1, 1)
   with pytest.raises(ValueError, match="mesh.shape"):
     sharding.make_mesh(mesh_cfg, devices)
+
+
+@needs_libtpu
+def test_a_tpu7x_slice_is_two_devices_per_chip_at_half_the_chips_figures():
+  # tpu7x:2x2x1 is 4 chips of two TensorCores, which JAX lays out as 8
+  # devices; the planner counts per device: 192 / 2 GB, 2,307 / 2 TFLOP/s.
+  devices, chip = topology.slice_devices("tpu7x:2x2x1")
+  assert len(devices) == 8
+  assert {d.device_kind for d in devices} == {"TPU7x"}
+  assert len({tuple(d.coords) for d in devices}) == 4
+  assert chip.hbm_bytes == 96e9 and chip.peak_flops == 1153.5e12
+  assert chip.hbm_bandwidth == 3.685e12

@@ -31,6 +31,16 @@ ACCELERATORS = {
     "tpu_v6e": Accelerator(
         "TPU v6e", 32 * GB, 918e12, 'Google Cloud TPU docs, "TPU v6e"', 1640e9
     ),
+    # JAX sees each TPU7x chip as two devices, one per TensorCore, and the
+    # planner and the compiler count per device: the chip's published 192 GB,
+    # 2,307 bf16 TFLOP/s and 7.37 TB/s, halved.
+    "tpu_7x": Accelerator(
+        "TPU7x (Ironwood), one of a chip's two TensorCores",
+        192 * GB / 2,
+        2307e12 / 2,
+        'Google Cloud TPU docs, "TPU7x (Ironwood)", halved per TensorCore',
+        7.37e12 / 2,
+    ),
     "h100": Accelerator(
         "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet", 3.35e12
     ),

@@ -16,18 +16,28 @@ import jax
 from scalerl_jax import sharding
 from scalerl_jax.jobs import accelerators
 
-# The exact install that brings the TPU compiler (libtpu 0.0.42.1) for the JAX
-# this package is tested with; README.md quotes it.
-INSTALL = 'pip install "jax[tpu]==0.10.2"'
+# The install that brings the TPU compiler: the package's `tpu` extra, JAX's
+# own extra, which pins the libtpu made for the JAX that setup.py's range
+# resolves to (README.md quotes it).
+INSTALL = 'pip install -e ".[tpu]"'
 # TPU generation in a slice name -> accelerators.ACCELERATORS key (HBM and
 # peak FLOP/s).
-GENERATIONS = {"v5e": "tpu_v5e", "v5p": "tpu_v5p", "v6e": "tpu_v6e"}
+GENERATIONS = {
+    "v5e": "tpu_v5e",
+    "v5p": "tpu_v5p",
+    "v6e": "tpu_v6e",
+    "tpu7x": "tpu_7x",
+}
+# Generations whose slices are named in three dimensions (X x Y x Z).
+_THREE_D = ("v5p", "tpu7x")
 # `--topology` naming this machine's own devices, compiled by its own backend.
 LOCAL = "local"
 TOPOLOGY_FORMS = (
     "v5e:<X>x<Y> (e.g. v5e:2x2, v5e:4x8, v5e:16x16), "
     "v5p:<X>x<Y>x<Z> (e.g. v5p:2x2x1, v5p:4x4x4, v5p:8x8x8), "
-    "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16); "
+    "v6e:<X>x<Y> (e.g. v6e:2x2, v6e:4x4, v6e:16x16), "
+    "tpu7x:<X>x<Y>x<Z> (TPU7x, Ironwood: e.g. tpu7x:2x2x1, tpu7x:4x4x4; "
+    "two devices per chip); "
     "chip counts are multiples of 4 (one host); "
     f"or {LOCAL!r}: this machine's own devices (a GPU, say)"
 )
@@ -40,8 +50,9 @@ _DEVICE_KINDS = {
     "v5p": "tpu_v5p",
     "v6 lite": "tpu_v6e",
     "v6e": "tpu_v6e",
+    "tpu7x": "tpu_7x",
 }
-_TOPOLOGY = re.compile(r"^(v5e|v5p|v6e):(\d+)x(\d+)(?:x(\d+))?$")
+_TOPOLOGY = re.compile(r"^(v5e|v5p|v6e|tpu7x):(\d+)x(\d+)(?:x(\d+))?$")
 
 
 class CompileError(ValueError):
@@ -52,12 +63,13 @@ def slice_devices(topology: str) -> tuple[list[Any], accelerators.Accelerator]:
   """The chips of the named slice (no TPU needed) and their published figures.
 
   Raises:
-    CompileError: the name is not a v5e / v5p / v6e slice (the message lists
-      the valid forms), or libtpu is not installed (it says how to install it).
+    CompileError: the name is not a v5e / v5p / v6e / tpu7x slice (the
+      message lists the valid forms), or libtpu is not installed (it says how
+      to install it).
   """
   match = _TOPOLOGY.match(topology)
   three_d = match is not None and match.group(4) is not None
-  if match is None or three_d != (match.group(1) == "v5p"):
+  if match is None or three_d != (match.group(1) in _THREE_D):
     raise CompileError(
         f"--topology={topology!r}: expected one of {TOPOLOGY_FORMS}"
     )

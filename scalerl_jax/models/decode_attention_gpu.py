@@ -12,7 +12,8 @@ docs/gpu.md.
 Keys are read as the cache holds them, [E, S] per row and kv head (a block
 is E rows of `block` consecutive positions), values as [S, E] ("SE", the
 value layout off TPU, decode.value_layout). The Q query heads of a kv head
-are padded to `_MIN_ROWS` rows for the tensor-core products and masked out.
+are padded with zeros to `_MIN_ROWS` rows for the tensor-core products, and
+the padding rows' outputs dropped.
 The math is `transformer.attention`'s at T = 1: scores in float32, scaled
 after the product, positions at or after a row's length masked; the
 probabilities are normalised after the product with the values.
@@ -43,12 +44,11 @@ def _dot(a, b):
   return plgpu.dot(a, b, allow_tf32=not exact).astype(jnp.float32)
 
 
-def _kernel(q_ref, k_ref, v_ref, length_ref, o_ref, *, block, rows, scale):
+def _kernel(q_ref, k_ref, v_ref, length_ref, o_ref, *, block, scale):
   """One (row, kv head): the online softmax over its first `length` keys."""
-  q, e = q_ref.shape
+  rows, e = q_ref.shape
   length = length_ref[()]
-  live_q = (jnp.arange(rows) < q)[:, None]
-  q_RxE = plgpu.load(q_ref.at[pl.ds(0, rows), :], mask=live_q, other=0.0)
+  q_RxE = q_ref[...]
 
   def body(j, carry):
     acc_RxE, m_R, l_R = carry
@@ -77,10 +77,7 @@ def _kernel(q_ref, k_ref, v_ref, length_ref, o_ref, *, block, rows, scale):
   # Every block the loop visits holds at least one live position (length >=
   # 1), so the running maximum is a real score after the first block.
   acc_RxE, _, l_R = jax.lax.fori_loop(0, pl.cdiv(length, block), body, init)
-  out_RxE = acc_RxE / l_R[:, None]
-  plgpu.store(
-      o_ref.at[pl.ds(0, rows), :], out_RxE.astype(o_ref.dtype), mask=live_q
-  )
+  o_ref[...] = (acc_RxE / l_R[:, None]).astype(o_ref.dtype)
 
 
 def _one(
@@ -96,30 +93,30 @@ def _one(
 ):
   q, e = q_QxE.shape
   s = keys_ExS.shape[1]
-  kernel = functools.partial(
-      _kernel,
-      block=block,
-      rows=max(_MIN_ROWS, pl.next_power_of_2(q)),
-      scale=e**-0.5,
-  )
+  # The padding rows are zeros in HBM, not a masked read past the query: a
+  # block's slices stay inside its array, which Pallas checks.
+  rows = max(_MIN_ROWS, pl.next_power_of_2(q))
+  q_RxE = jnp.pad(q_QxE, ((0, rows - q), (0, 0)))
+  kernel = functools.partial(_kernel, block=block, scale=e**-0.5)
   whole = lambda shape: pl.BlockSpec(shape, lambda i: (0,) * len(shape))
-  return pl.pallas_call(
+  out_RxE = pl.pallas_call(
       kernel,
       grid=(1,),
       in_specs=[
-          whole((q, e)),
+          whole((rows, e)),
           whole((e, s)),
           whole((s, e)),
           pl.BlockSpec((), lambda i: ()),
       ],
-      out_specs=whole((q, e)),
-      out_shape=jax.ShapeDtypeStruct((q, e), jnp.float32),
+      out_specs=whole((rows, e)),
+      out_shape=jax.ShapeDtypeStruct((rows, e), jnp.float32),
       compiler_params=plgpu.CompilerParams(
           num_warps=num_warps, num_stages=num_stages
       ),
       interpret=interpret,
       name="scalerl_decode_attention",
-  )(q_QxE, keys_ExS, values_SxE, length)
+  )(q_RxE, keys_ExS, values_SxE, length)
+  return out_RxE[:q]
 
 
 def attend(
