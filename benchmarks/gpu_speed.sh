@@ -9,7 +9,13 @@
 #   OUT=/tmp/gpu_speed STAGES="head train mismatch" bash benchmarks/gpu_speed.sh
 #
 # Stages beyond the default list: sampler_graphs, m8, remat_dots,
-# remat_dots_m8, learn (the next GPU session's; docs/gpu.md).
+# remat_dots_m8, learn. The next GPU session's first call (docs/gpu.md), the
+# GPU tests first, 570 s of stage limits:
+#
+#   STAGES="tests learn train remat_dots m8 remat_dots_m8" PARTS= TESTS_S=45 \
+#     LEARN_S=260 TRAIN_S=70 VARIANT_S=65 bash benchmarks/gpu_speed.sh
+#
+# The machine needs the wheels the image lacks first (benchmarks/gpu_wheels.sh).
 #
 # Run from the checkout's root on a machine with one NVIDIA GPU and a CUDA
 # JAX. Each stage runs in its own process under its own time limit (the

@@ -17,7 +17,18 @@ Algorithms: `highest` (float32 at Precision.HIGHEST), `bf16_3x`
 (lm_head.bf16_3x_dot: the weights split in two bfloat16 parts), `tf32`
 (float32 at Precision.HIGH, TF32 on NVIDIA GPUs; not offered by the
 config), and `bf16` (no FP32 head: bfloat16 weights, bfloat16 logits).
+
+Exits non-zero, after the table, when an algorithm of the FP32 head
+(`highest`, `bf16_3x`) is off by more than its bound: a logit by more than
+2^-16 of the largest sum |x| . |w| over the reference rows, a log-prob by
+twice that (its logit and the log-sum-exp). Either algorithm keeps at least
+16 significant bits of every weight, 2^-17 of each product, so the bound has
+twice that room. A head that rounds its weights to bfloat16 (2^-9 of each
+product) may err by up to 2^7 times the bound; a split that XLA folded away
+is such a head.
 """
+
+import sys
 
 from absl import app
 from absl import flags
@@ -32,6 +43,9 @@ _TOKENS = flags.DEFINE_integer("tokens", 10240, "N: positions in the chunk.")
 _VOCAB = flags.DEFINE_integer("vocab", 151936, "V.")
 _EMBED = flags.DEFINE_integer("embed", 1024, "D.")
 _JSON = flags.DEFINE_string("json", "", "Write the rows as JSON here.")
+
+# The algorithms held to the error bound (module docstring).
+FP32_HEAD = ("highest", "bf16_3x")
 
 
 def _dot(algorithm):
@@ -68,6 +82,10 @@ def main(argv):
   logz = top[:, 0] + np.log(np.exp(ref_logits - top).sum(axis=1))
   idx = np.asarray(targets[:rows_ref])
   want_logp = ref_logits[np.arange(rows_ref), idx] - logz
+  scale = np.abs(np.asarray(x[:rows_ref], np.float64)) @ np.abs(
+      np.asarray(w, np.float64)
+  )
+  logit_bound = 2.0**-16 * float(scale.max())
   print(f"device: {jax.devices()[0].device_kind}  N={n} D={d} V={v}")
   print(
       "| algorithm | fwd ms | fwd+bwd ms | fwd TFLOP/s | max logit err "
@@ -98,6 +116,8 @@ def main(argv):
         "max_logit_err": float(np.abs(got_logits - ref_logits).max()),
         "max_logp_err": float(np.abs(got - want_logp).max()),
         "mean_logp_err": float(np.abs(got - want_logp).mean()),
+        "max_logit_bound": logit_bound if algorithm in FP32_HEAD else None,
+        "max_logp_bound": 2 * logit_bound if algorithm in FP32_HEAD else None,
     }
     rows.append(row)
     print(
@@ -107,6 +127,20 @@ def main(argv):
         flush=True,
     )
   timing.write_json(_JSON.value, rows)
+  over = [
+      f"{row['algorithm']}: max logit err {row['max_logit_err']:.2e} "
+      f"(bound {row['max_logit_bound']:.2e}), max logp err "
+      f"{row['max_logp_err']:.2e} (bound {row['max_logp_bound']:.2e})"
+      for row in rows
+      if row["algorithm"] in FP32_HEAD
+      and (
+          row["max_logit_err"] > row["max_logit_bound"]
+          or row["max_logp_err"] > row["max_logp_bound"]
+      )
+  ]
+  if over:
+    sys.exit("FP32 head past its error bound: " + "; ".join(over))
+  print(f"FP32 head within its error bound ({logit_bound:.2e} a logit)")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ time goes.
 
   python -m benchmarks.train_step_gpu \
       --shape='qwen3_0.6b:model.attention=cudnn' --seq_len=1280 --parts
+  python -m benchmarks.train_step_gpu --shape=... --plan_only  # any machine
 
 One config per process, so that the allocator's peak is the step's own (a
 driver runs one process per variant: benchmarks/gpu_check.sh). Measured in
@@ -74,6 +75,12 @@ _MATMUL_N = flags.DEFINE_integer(
 )
 _LABEL = flags.DEFINE_string("label", "", "Row label; default the shape.")
 _JSON = flags.DEFINE_string("json", "", "Append the row as JSON here.")
+_PLAN_ONLY = flags.DEFINE_bool(
+    "plan_only",
+    False,
+    "Print the planner's train step for a GPU (planned_train_gb) and stop; "
+    "needs no GPU.",
+)
 
 
 def synthetic_batch(
@@ -109,6 +116,13 @@ def memory_gb() -> dict[str, float]:
       )
       if key in stats
   }
+
+
+def planned_train_gb(config, platform: str) -> float:
+  """The planner's train step alone: its peak less the rollout slots a run
+  keeps beside it."""
+  plan = plan_lib.make_plan(config, 1, platform=platform)
+  return (plan.train_peak - plan.kv_cache - plan.slot_records) / 1e9
 
 
 def time_parts(mesh, rules, model, params, batch, spec) -> dict[str, float]:
@@ -187,6 +201,9 @@ def main(argv):
     config.sampling.max_prompt_len = _SEQ_LEN.value // 5
     config.sampling.max_new_tokens = _SEQ_LEN.value - _SEQ_LEN.value // 5
     config.sampling.interruption.enabled = False
+  if _PLAN_ONLY.value:
+    print(f"planned_train_gb {planned_train_gb(config, 'gpu'):.2f}")
+    return
   cfg = model_config.ModelConfig.from_config(config.model)
   model = transformer.Transformer(cfg)
   mesh = sharding.make_mesh(config.mesh)
@@ -230,8 +247,7 @@ def main(argv):
   memory = memory_gb()
   rows = spec.num_prompts * spec.num_generations
   flops = compute.train_flops(cfg, [_SEQ_LEN.value] * rows)
-  plan = plan_lib.make_plan(config, 1, platform=jax.default_backend())
-  planned = plan.train_peak - plan.kv_cache - plan.slot_records
+  planned = planned_train_gb(config, jax.default_backend())
   row = {
       "label": _LABEL.value or _SHAPE.value,
       "device": jax.devices()[0].device_kind,
@@ -257,7 +273,7 @@ def main(argv):
       "matmul_tflops": timing.matmul_flops_per_s(_MATMUL_N.value) / 1e12,
       "peak_after_compile_gb": after_compile.get("peak_gb"),
       "memory": memory,
-      "planned_train_gb": planned / 1e9,
+      "planned_train_gb": planned,
       "updated": float(metrics["l2_updates"]) > 0,
       "loss": float(metrics["loss"]),
   }
@@ -273,7 +289,7 @@ def main(argv):
       f"| {row['label']} | {row['device']} | {step_s:.2f} | "
       f"{row['tflops']:.0f} | {100 * row['mfu']:.1f}% | "
       f"{row['matmul_tflops']:.0f} | {compile_s:.0f} | "
-      f"{memory.get('peak_gb', float('nan')):.1f} | {planned / 1e9:.1f} |"
+      f"{memory.get('peak_gb', float('nan')):.1f} | {planned:.1f} |"
   )
   if _JSON.value:
     with open(_JSON.value, "a") as f:

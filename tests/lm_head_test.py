@@ -1,6 +1,8 @@
 """The LM head: the FP32 head's accuracy against float64, its gradient, the
 algorithm rule, and log-probs."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,6 +50,72 @@ def test_fp32_head_is_float32_accurate(algorithm, x_dtype):
   cfg16 = _head_cfg(compute_dtype="bfloat16", fp32_lm_head=False)
   lossy = head(cfg16, jnp.asarray(x, x_dtype), jnp.asarray(w))
   assert np.max(np.abs(np.asarray(lossy, np.float64) - want) / scale) > 1e-4
+
+
+# A StableHLO dot_general: its precision config, operand and result types.
+_DOT = re.compile(
+    r"stablehlo\.dot_general .*?(?:precision = \[(\w+), \w+\].*?)?"
+    r" : \(tensor<(\S+)>, tensor<(\S+)>\) -> tensor<(\S+)>"
+)
+# f32 -> bf16 -> f32 conversions: `%b = convert %a (f32 -> bf16)`, then
+# `convert %b (bf16 -> f32)`.
+_TO_BF16 = re.compile(
+    r"(%\S+) = stablehlo\.convert \S+ : \(tensor<\S+xf32>\) -> "
+    r"tensor<\S+xbf16>"
+)
+_TO_F32 = re.compile(
+    r"stablehlo\.convert (%\S+) : \(tensor<\S+xbf16>\) -> tensor<\S+xf32>"
+)
+
+
+def _gpu_head_program(algorithm, x_dtype, grad):
+  """The StableHLO text of the FP32 head (its gradient too with `grad`),
+  lowered for CUDA; no GPU is needed to lower."""
+  cfg = _head_cfg(compute_dtype="bfloat16", lm_head_algorithm=algorithm)
+  head = lambda x, w: lm_head.lm_head(cfg, x, w)
+  if grad:
+    head = jax.grad(lambda x, w: jnp.sum(lm_head.lm_head(cfg, x, w) ** 2), 1)
+  x = jax.ShapeDtypeStruct((3, 5, 64), x_dtype)
+  w = jax.ShapeDtypeStruct((64, 96), jnp.float32)
+  traced = jax.jit(head).trace(x, w)
+  return traced.lower(lowering_platforms=("cuda",)).as_text()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize(
+    "algorithm,x_dtype,products",
+    [
+        # (precision, operand element types) of each product that writes the
+        # float32 logits, [15, 96] or [3, 5, 96].
+        ("bf16_3x", jnp.bfloat16, [("DEFAULT", "bf16", "bf16")] * 2),
+        ("bf16_3x", jnp.float32, [("DEFAULT", "bf16", "bf16")] * 3),
+        ("highest", jnp.bfloat16, [("HIGHEST", "f32", "f32")]),
+    ],
+)
+def test_gpu_program_of_the_fp32_head_keeps_its_products(
+    algorithm, x_dtype, products, grad
+):
+  """The head's program as JAX hands it to XLA:GPU: bf16_3x as two bfloat16
+  products (three for a float32 x) with float32 results, and no float32 ->
+  bfloat16 -> float32 round trip that the compiler could fold; HIGHEST as one
+  float32 product at HIGHEST.
+
+  This guards our side only. XLA:GPU may still fold at compile time what this
+  program spells out (it did fold a cast round trip, docs/gpu.md); the
+  accuracy test above, run on a GPU (gpu_speed.sh's `tests` stage), and
+  benchmarks/lm_head.py's error bound are what see the compiled head. On CPU,
+  where XLA keeps the split, the accuracy test alone cannot tell.
+  """
+  text = _gpu_head_program(algorithm, x_dtype, grad)
+  got = [
+      (precision or "DEFAULT", lhs.split("x")[-1], rhs.split("x")[-1])
+      for precision, lhs, rhs, out in _DOT.findall(text)
+      if out in ("15x96xf32", "3x5x96xf32")
+  ]
+  assert got == products, text
+  for function in text.split("func.func")[1:]:
+    to_bf16 = set(_TO_BF16.findall(function))
+    assert not to_bf16 & set(_TO_F32.findall(function)), function
 
 
 def test_auto_head_algorithm_follows_the_compute_dtype():
