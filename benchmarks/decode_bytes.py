@@ -17,7 +17,7 @@ once, by its block specs) are added to its row. The ablated programs are not
 samplers; their differences bound what attention and the cache writes cost.
 `cost_analysis()` also counts the TPU's copies into on-chip memory as
 accesses, so a figure above the floor is not all HBM traffic (docs/tpu.md).
-Needs libtpu (`pip install "jax[tpu]==0.10.2"`), not a TPU.
+Needs libtpu (`pip install -e ".[tpu]"`), not a TPU.
 """
 
 from absl import app

@@ -142,10 +142,16 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
   def kill_the_worker_once_its_program_runs():
     deadline = time.monotonic() + timeout_s / 2
     while time.monotonic() < deadline:
-      programs = _sandboxed_programs(sandbox_root)
-      if programs:
+      # The pool's own probe that bubblewrap runs (isolation.bwrap_works) is
+      # this process's child; the program is a worker's.
+      try:
+        parents = {p.ppid() for p in _sandboxed_programs(sandbox_root)}
+      except psutil.NoSuchProcess:  # The probe ended while being looked at.
+        continue
+      workers = parents - {os.getpid()}
+      if workers:
         time.sleep(0.2)  # Let the worker report the program to the pool first.
-        psutil.Process(programs[0].ppid()).kill()
+        psutil.Process(workers.pop()).kill()
         return
 
   with rewards.RewardPool(
