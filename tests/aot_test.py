@@ -231,7 +231,7 @@ def test_the_report_labels_a_step_estimate_and_says_what_it_lacks(tiny):
       list(results.values()), chip, mesh_shape, "v5e:2x2", counts
   )
   assert f"One RL step, {roofline.LABEL}" in report
-  assert f"Roofline of one run, per chip: {roofline.LABEL}" in report
+  assert f"Roofline of one run, per device: {roofline.LABEL}" in report
   # Only the train and decode steps were compiled: the sum names the rest.
   lacking = "no roofline for prefill, prepare, val_decode, val_prefill"
   assert "per RL step: " in report and f"(PARTIAL: {lacking})" in report

@@ -170,7 +170,7 @@ def compile_for_slice(
   for name, lower in programs.lower.items():
     if only and name not in only:
       continue
-    progress(f"compiling {name} for {topology} ({len(devices)} chips)")
+    progress(f"compiling {name} for {topology} ({len(devices)} devices)")
     result = Result(
         name,
         estimates[name],

@@ -1,4 +1,4 @@
-"""The compile report: every program's bytes per chip against the planner,
+"""The compile report: every program's bytes per device against the planner,
 its roofline time, and an RL step's estimated time (`time_report`)."""
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def format_report(
   program's roofline; with `counts`, an RL step's and the run's time."""
   gb = lambda n: f"{n / accelerators.GB:8.3f}"
   lines = [
-      f"{topology}: {math.prod(mesh_shape.values())} chips of {chip.name} "
+      f"{topology}: {math.prod(mesh_shape.values())} devices of {chip.name} "
       f"({chip.hbm_bytes / accelerators.GB:.0f} GB HBM each), mesh {mesh_shape}",
       "",
-      "Per chip, GB (compiler | planner estimate):",
+      "Per device, GB (compiler | planner estimate):",
       f"  {'program':12s} {'args':>8s} {'outputs':>8s} {'aliased':>8s} {'temps':>8s} "
       f"{'peak':>8s} | {'plan':>8s} {'ratio':>6s} | {'beside':>8s} {'total':>8s} "
       f"{'fits':>5s} {'compile':>8s}",
@@ -123,7 +123,7 @@ def format_report(
       "",
       f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
       f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
-      f"{chip.hbm_bytes / accelerators.GB:.0f} GB per chip.",
+      f"{chip.hbm_bytes / accelerators.GB:.0f} GB per device.",
       "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
       "(exact, from the shardings). On TPU each program is compiled within the HBM "
       "less 'beside'.",

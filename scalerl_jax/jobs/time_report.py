@@ -46,7 +46,7 @@ def roofline_lines(
 ) -> list[str]:
   """One line per program: its cost analysis and roofline per run."""
   lines = [
-      f"Roofline of one run, per chip: {roofline.LABEL}; {chip.name} at "
+      f"Roofline of one run, per device: {roofline.LABEL}; {chip.name} at "
       f"{chip.peak_flops / 1e12:.0f} TFLOP/s bf16, "
       f"{chip.hbm_bandwidth / 1e9:.0f} GB/s HBM. Kernel work: the attention "
       "FLOPs and decode-cache reads of Pallas kernels, which the cost "
