@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import subprocess
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from absl import logging
 
@@ -26,7 +25,6 @@ MODES = ("auto", "bwrap", "python")
 SANDBOX_ROOT = "/sandbox"  # The program's directory inside bubblewrap.
 TMPFS_BYTES = 64 << 20  # Size of SANDBOX_ROOT: all a program may write.
 INSTALL = "apt-get install bubblewrap"
-_CHILD_PID = re.compile(rb'"child-pid":\s*([0-9]+)')
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
 
@@ -74,21 +72,27 @@ def command(
     files: Sequence[tuple[str, str]],
     argv: Sequence[str],
     seccomp_read_end: int,
-    info_fd: Optional[int] = None,
 ) -> list[str]:
   """The bubblewrap argv that runs `argv` confined, as PID 1 of its namespace.
 
   `files` are (path outside, path inside SANDBOX_ROOT), bound read-only;
   `argv` names paths as the program sees them; `seccomp_read_end` is
-  `seccomp_fd()`'s; bwrap writes the program's pid to `info_fd`
-  (`read_child_pid`). Only SANDBOX_ROOT, a size-capped tmpfs, is writable:
+  `seccomp_fd()`'s. Only SANDBOX_ROOT, a size-capped tmpfs, is writable:
   `/` and `/dev` are remounted read-only, and there is no `/proc`.
+
+  No `--die-with-parent` and no `--info-fd`: either let bwrap die alone
+  (SIGKILL when its parent dies, SIGPIPE when the reader of its info pipe
+  is gone) while its child, PID 1 of the new namespace, waited in its set-up
+  for a word from it, and that child then waited forever (a `bwrap` whose
+  parent is init, immune to SIGTERM). The sandbox ends with its owner
+  instead because its PID 1, the server, exits once the owner's end of its
+  request pipe closes (sandbox_server.py), taking the namespace with it;
+  its owner kills bwrap's whole process group, that child included.
   """
   args = [
       "bwrap",
       "--unshare-all",
       "--as-pid-1",
-      "--die-with-parent",
       "--cap-drop",
       "ALL",
       *_system_binds(),
@@ -103,24 +107,7 @@ def command(
     args += ["--ro-bind", outside, os.path.join(SANDBOX_ROOT, inside)]
   args += ["--remount-ro", "/dev", "--remount-ro", "/"]
   args += ["--seccomp", str(seccomp_read_end)]
-  if info_fd is not None:
-    args += ["--info-fd", str(info_fd)]
   return args + ["--chdir", SANDBOX_ROOT, "--", *argv]
-
-
-def read_child_pid(info_r: int) -> Optional[int]:
-  """The program's pid (outside its namespace) from bwrap's `--info-fd`.
-
-  None when bwrap exited first. Keep `info_r` open until bwrap exits: a
-  closed pipe would SIGPIPE it.
-  """
-  text = b""
-  while (match := _CHILD_PID.search(text)) is None:
-    chunk = os.read(info_r, 4096)
-    if not chunk:
-      return None
-    text += chunk
-  return int(match.group(1))
 
 
 @functools.cache

@@ -38,7 +38,6 @@ _KEEP = ("sandbox_boot.py", "server.py")
 _HEADER = struct.Struct(">Id")  # sandbox_server._HEADER.
 _ANSWER = struct.Struct(">i?II")  # sandbox_server.ANSWER.
 _SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
-_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its program.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of the temporary directory, python mode.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
@@ -112,20 +111,18 @@ class Sandbox:
 
   def __init__(self, bwrap: bool, on_spawn: Callable[[int, str], None]):
     _libc()  # Loaded before forking, not inside the child.
-    self._info_r, pass_fds, preexec_fn = None, (), None
+    pass_fds, preexec_fn = (), None
     self.tmp = ""
     if bwrap:
       root = isolation.SANDBOX_ROOT
       filter_fd = isolation.seccomp_fd()
-      self._info_r, info_w = os.pipe()
       argv = isolation.command(
           [(_BOOT_SCRIPT, _KEEP[0]), (_SERVER_SCRIPT, _KEEP[1])],
           [isolation.interpreter(), "-I", "-S", "-B", f"{root}/{_KEEP[1]}"]
           + [root, *_KEEP],
           filter_fd,
-          info_fd=info_w,
       )
-      pass_fds = (filter_fd, info_w)
+      pass_fds = (filter_fd,)
     else:
       root = self.tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
       argv = [sys.executable, "-I", "-S", "-B", _SERVER_SCRIPT, root]
@@ -139,8 +136,8 @@ class Sandbox:
           cwd=root if not bwrap else "/",
           env=sandbox_boot.program_env(root),
           # Under bwrap no preexec_fn: Python code between fork and exec can
-          # deadlock in a threaded parent, and bwrap --die-with-parent does
-          # what it would.
+          # deadlock in a threaded parent, and the server leaves when this
+          # process's end of its stdin closes (isolation.command).
           preexec_fn=preexec_fn,
           start_new_session=True,
           close_fds=True,
@@ -150,11 +147,6 @@ class Sandbox:
       for fd in pass_fds:
         os.close(fd)
     on_spawn(self.proc.pid, self.tmp)
-    self._child = None  # The server's pid under bwrap.
-    if self._info_r is not None:
-      # Open as long as bwrap lives: bwrap writes to it after the child's pid,
-      # and a closed read end killed it by SIGPIPE (about one start in three).
-      self._child = isolation.read_child_pid(self._info_r)
 
   def alive(self) -> bool:
     return self.proc.poll() is None
@@ -214,14 +206,8 @@ class Sandbox:
 
   def close(self, on_reap: Callable[[int], None]) -> None:
     """Kills the sandbox (all of its processes) and reaps it."""
-    if self._child is not None and self.alive():
-      # PID 1 first, which takes its namespace with it, so that bwrap reaps
-      # it and exits; bwrap's group below.
-      _kill(self._child, os.kill)
-      try:
-        self.proc.wait(timeout=_BWRAP_EXIT_S)
-      except subprocess.TimeoutExpired:
-        pass
+    # bwrap's group holds its child, the namespace's PID 1 (in its set-up or
+    # the server), whose death takes every process of the namespace with it.
     _kill(self.proc.pid, os.killpg)
     self.proc.wait()
     for pipe in (self.proc.stdin, self.proc.stdout):
@@ -229,8 +215,6 @@ class Sandbox:
         pipe.close()
       except OSError:
         pass
-    if self._info_r is not None:
-      os.close(self._info_r)
     if self.tmp:
       shutil.rmtree(self.tmp, ignore_errors=True)
     on_reap(self.proc.pid)

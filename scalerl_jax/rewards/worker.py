@@ -86,7 +86,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
   while True:
     try:
       task_id, completion, record, spec = conn.recv()
-    except EOFError:
+    except (EOFError, ConnectionResetError):  # The pool is gone.
       code_sandbox.stop_server(on_reap)
       return
     ctx = registry.VerifyContext(
