@@ -24,7 +24,7 @@ import pytest
 from tests import helpers
 
 # Seconds of worker time on 2 cores: README's test command leaves it out.
-pytestmark = pytest.mark.slow(seconds=30)
+pytestmark = pytest.mark.slow(seconds=20)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

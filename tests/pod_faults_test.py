@@ -11,9 +11,9 @@ tests/multi_controller_test.py, with a short `mesh.peer_timeout_s`:
     process; when process 0, which holds JAX's coordination service, is
     killed outright, JAX's client aborts first, naming the leader task.
   * resume: an RL run (`tests/scripts/pod_run.py`) with a fault at seeded
-    moments (`_fault_plan`): one process killed the instant a checkpoint
-    write creates orbax's temporary directory, one stopped and one killed at
-    a random delay after a metrics line; both restarted after each fault.
+    moments (`_fault_plan`): process 0 killed inside a checkpoint save (all
+    written, nothing sealed), a process stopped and one killed at a random
+    delay after a metrics line; both restarted after each fault.
     The survivor exits as above; every step directory left verifies against
     its integrity manifest (a cut write is only a temporary directory); the
     final life's export and every metrics.jsonl row, wall-clock fields aside,
@@ -41,7 +41,7 @@ from tests import session_env
 from tests.scripts import pod_run
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow(seconds=240)
+pytestmark = pytest.mark.slow(seconds=165)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DETECT_TIMEOUT_S = 4.0
@@ -49,7 +49,7 @@ _DETECT_TIMEOUT_S = 4.0
 # machine's scheduling, and the exit itself.
 _SLACK_S = 6.0
 _LIFE_TIMEOUT_S = 600.0
-_POLL_S = 0.005
+_POLL_S = 0.01
 _TMP_MARK = ".orbax-checkpoint-tmp"
 _JAX_LEADER_DIED = "the leader task was preempted/died"
 
@@ -176,14 +176,19 @@ def test_a_killed_or_stalled_peer_stops_the_survivor_naming_it(tmp_path):
 
 
 def _fault_plan(seed=0):
-  """(trigger, parameter, victim process, signal) of each fault."""
+  """(trigger, parameter, victim process, signal) of each fault.
+
+  `seal`: process 0 kills itself in its n-th checkpoint save, once every
+  process has written (tests/scripts/pod_run.py); the survivor sees the
+  leader die. `after_metrics`: the victim is signalled a delay after the
+  life's first new metrics line.
+  """
   rng = random.Random(seed)
-  plan = [
-      ("checkpoint_write", rng.choice([1, 2]), signal.SIGKILL),
-      ("after_metrics", round(rng.uniform(0.0, 1.0), 3), signal.SIGSTOP),
-      ("after_metrics", round(rng.uniform(0.0, 1.0), 3), signal.SIGKILL),
-  ]
-  return [(t, p, rng.choice([0, 1]), s) for t, p, s in plan]
+  plan = [("seal", rng.choice([1, 2]), 0, signal.SIGKILL)]
+  for sig in (signal.SIGSTOP, signal.SIGKILL):
+    delay = round(rng.uniform(0.0, 1.0), 3)
+    plan.append(("after_metrics", delay, rng.choice([0, 1]), sig))
+  return plan
 
 
 def _metric_lines(workdir: str) -> int:
@@ -213,13 +218,14 @@ def _assert_only_whole_checkpoints(workdir: str) -> None:
       assert _TMP_MARK in entry, entry
 
 
-def _run_args(workdir: str, export: str):
+def _run_args(workdir: str, export: str, kill_at_seal: int = 0):
   return lambda i, coordinator: [
       "tests.scripts.pod_run",
       f"--workdir={workdir}",
       f"--process_id={i}",
       f"--coordinator={coordinator}",
       f"--export={export}",
+      f"--kill_at_seal={kill_at_seal if i == 0 else 0}",
   ]
 
 
@@ -235,24 +241,26 @@ def _finish(workdir: str, export: str, logs: list[str]) -> None:
 def _fault(workdir: str, logs: list[str], fault) -> tuple[float, bool]:
   """One life cut by `fault`; (survivor's seconds, whether a write was cut)."""
   trigger, parameter, victim, sig = fault
-  pair = _Pair(_run_args(workdir, workdir + "_unused_export"), logs)
+  seal = parameter if trigger == "seal" else 0
+  pair = _Pair(_run_args(workdir, workdir + "_unused_export", seal), logs)
   try:
     lines, tmp = _metric_lines(workdir), _tmp_dirs(workdir)
     deadline, fire_at = time.monotonic() + _LIFE_TIMEOUT_S, None
     while fire_at is None or time.monotonic() < fire_at:
+      if trigger == "seal" and pair.procs[victim].poll() is not None:
+        break
       assert all(
           p.poll() is None for p in pair.procs
       ), f"the run ended before the fault {fault}:\n{pair.tail(0)}"
       assert time.monotonic() < deadline, f"no moment for the fault {fault}"
-      if fire_at is None:
-        if trigger == "checkpoint_write":
-          if len(_tmp_dirs(workdir) - tmp) >= parameter:
-            fire_at = time.monotonic()
-        elif _metric_lines(workdir) > lines:
-          fire_at = time.monotonic() + parameter
+      if not seal and fire_at is None and _metric_lines(workdir) > lines:
+        fire_at = time.monotonic() + parameter
       time.sleep(_POLL_S)
     start = time.monotonic()
-    os.kill(pair.procs[victim].pid, sig)
+    if trigger == "seal":
+      assert pair.procs[victim].returncode == -signal.SIGKILL
+    else:
+      os.kill(pair.procs[victim].pid, sig)
     seconds = _survivor_stops(pair, victim, sig, start)
   finally:
     pair.kill()
