@@ -38,6 +38,7 @@ _KEEP = ("sandbox_boot.py", "server.py")
 _HEADER = struct.Struct(">Id")  # sandbox_server._HEADER.
 _ANSWER = struct.Struct(">i?II")  # sandbox_server.ANSWER.
 _SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
+_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its child.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of the temporary directory, python mode.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
@@ -92,6 +93,15 @@ def _confine_python_server() -> None:
     libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
 
 
+def _children(pid: int) -> list[int]:
+  """The children of process `pid` (none if it is gone)."""
+  try:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+      return [int(child) for child in f.read().split()]
+  except OSError:
+    return []
+
+
 def _kill(pid: int, kill: Callable[[int, int], None]) -> None:
   try:
     kill(pid, signal.SIGKILL)
@@ -113,6 +123,10 @@ class Sandbox:
     _libc()  # Loaded before forking, not inside the child.
     pass_fds, preexec_fn = (), None
     self.tmp = ""
+    self._bwrap = bwrap
+    # Every process of the sandbox, the program's forks below the audit hook
+    # included, counts against the cgroup's ceiling (isolation.MAX_TASKS).
+    self.cgroup = isolation.pids_cgroup()
     if bwrap:
       root = isolation.SANDBOX_ROOT
       filter_fd = isolation.seccomp_fd()
@@ -129,7 +143,7 @@ class Sandbox:
       preexec_fn = _confine_python_server
     try:
       self.proc = subprocess.Popen(
-          argv,
+          isolation.in_cgroup(self.cgroup, argv),
           stdin=subprocess.PIPE,
           stdout=subprocess.PIPE,
           stderr=subprocess.DEVNULL,
@@ -143,6 +157,9 @@ class Sandbox:
           close_fds=True,
           pass_fds=pass_fds,
       )
+    except BaseException:
+      isolation.remove_cgroup(self.cgroup)
+      raise
     finally:
       for fd in pass_fds:
         os.close(fd)
@@ -206,8 +223,17 @@ class Sandbox:
 
   def close(self, on_reap: Callable[[int], None]) -> None:
     """Kills the sandbox (all of its processes) and reaps it."""
-    # bwrap's group holds its child, the namespace's PID 1 (in its set-up or
-    # the server), whose death takes every process of the namespace with it.
+    if self._bwrap and self.alive():
+      # bwrap's child first: PID 1 of the namespace (in its set-up, or the
+      # server), whose death takes every process of the namespace with it,
+      # and which bwrap then reaps before it exits. Killed together, the
+      # child would be left a zombie for init to reap.
+      for child in _children(self.proc.pid):
+        _kill(child, os.kill)
+      try:
+        self.proc.wait(timeout=_BWRAP_EXIT_S)
+      except subprocess.TimeoutExpired:
+        pass
     _kill(self.proc.pid, os.killpg)
     self.proc.wait()
     for pipe in (self.proc.stdin, self.proc.stdout):
@@ -217,4 +243,5 @@ class Sandbox:
         pass
     if self.tmp:
       shutil.rmtree(self.tmp, ignore_errors=True)
+    isolation.remove_cgroup(self.cgroup)
     on_reap(self.proc.pid)

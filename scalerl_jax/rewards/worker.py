@@ -49,8 +49,10 @@ class WorkerSettings:
 
 
 def warm_up() -> None:
-  """Pays the verifiers' imports, math-verify's set-up and the bwrap probe."""
+  """Pays the verifiers' imports, math-verify's set-up and the bwrap and
+  cgroup probes."""
   isolation.bwrap_works()
+  isolation.pids_cgroup_parent()
   for name in PRELOAD_MODULES:
     try:
       importlib.import_module(name)
