@@ -254,9 +254,10 @@ def pids_cgroup_parent() -> tuple[Optional[str], str]:
 _cgroup_ids = itertools.count()
 
 
-def _remove_orphaned_cgroups(parent: str) -> None:
-  """Removes the empty sandbox cgroups of processes that died (killed before
-  they could remove them)."""
+def _remove_orphaned_cgroups(parent: str, kill: bool = False) -> None:
+  """Removes the sandbox cgroups of processes that died (killed before they
+  could remove them): the empty ones, or with `kill` all, killing what is
+  left in them."""
   try:
     names = os.listdir(parent)
   except OSError:
@@ -266,10 +267,22 @@ def _remove_orphaned_cgroups(parent: str) -> None:
       continue
     owner = name[len(_CGROUP_PREFIX) :].split("_")[0]
     if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+      path = os.path.join(parent, name)
+      if kill:
+        remove_cgroup(path)
+        continue
       try:
-        os.rmdir(os.path.join(parent, name))
+        os.rmdir(path)
       except OSError:
         pass  # Not empty yet, or another process's sweep won.
+
+
+def sweep_cgroups() -> None:
+  """Removes the sandbox cgroups whose owner died, killing what is left in
+  them; for the reward pool once it has killed its workers."""
+  parent, _ = pids_cgroup_parent()
+  if parent is not None:
+    _remove_orphaned_cgroups(parent, kill=True)
 
 
 def pids_cgroup() -> Optional[str]:
