@@ -209,6 +209,10 @@ def get_config(arg=None):
   c.mesh.coordinator_address = ""  # host:port of process 0; "" = auto-detect.
   c.mesh.num_processes = 0  # Total processes; 0 = auto-detect.
   c.mesh.process_id = -1  # This process's index; -1 = auto-detect.
+  # A process of a multi-host run silent this long (killed, preempted,
+  # stalled) stops the others, which exit with status 75 naming it
+  # (scalerl_jax/multihost/peers.py; docs/reliability.md).
+  c.mesh.peer_timeout_s = 120.0
 
   c.optim = ml_collections.ConfigDict()
   # Peak LR (paper: 5e-7 at 8B). A 0.85M policy needs a far larger one to move

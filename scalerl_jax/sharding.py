@@ -22,7 +22,11 @@ import numpy as np
 import optax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from scalerl_jax.multihost import peers
+
 Rules = tuple[tuple[str, Any], ...]
+# configs/scalerl.py's mesh.peer_timeout_s.
+PEER_TIMEOUT_S = 120.0
 
 
 def maybe_initialize_distributed(mesh_cfg: Any) -> None:
@@ -30,7 +34,9 @@ def maybe_initialize_distributed(mesh_cfg: Any) -> None:
 
   Empty / zero / -1 fields are left to JAX's cluster auto-detection. Must run
   before anything touches a device; a second call does nothing. CPU
-  collectives default to gloo unless the user chose another.
+  collectives default to gloo unless the user chose another. Every process
+  then watches the others (`multihost/peers.py`): one silent for
+  `mesh.peer_timeout_s` stops the rest with a message naming it.
   """
   if not mesh_cfg.distributed or jax.distributed.is_initialized():
     return
@@ -43,7 +49,15 @@ def maybe_initialize_distributed(mesh_cfg: Any) -> None:
     kwargs["num_processes"] = mesh_cfg.num_processes
   if mesh_cfg.process_id >= 0:
     kwargs["process_id"] = mesh_cfg.process_id
-  jax.distributed.initialize(**kwargs)
+  # Absent in configs recorded before it existed (an export reads those).
+  timeout_s = mesh_cfg.get("peer_timeout_s", PEER_TIMEOUT_S)
+  jax.distributed.initialize(
+      heartbeat_timeout_seconds=math.ceil(
+          peers.JAX_HEARTBEAT_FACTOR * timeout_s
+      ),
+      **kwargs,
+  )
+  peers.start(timeout_s)
   logging.info(
       "Process %d of %d; %d local and %d global devices.",
       jax.process_index(),

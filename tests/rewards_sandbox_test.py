@@ -13,6 +13,7 @@ import pytest
 
 from scalerl_jax import rewards
 from scalerl_jax.rewards import code_sandbox
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
 from scalerl_jax.rewards import sandbox_boot
 from scalerl_jax.rewards import sandbox_client
@@ -391,3 +392,39 @@ def test_the_fork_server_leaves_the_program_no_handle_of_its_own():
   finally:
     code_sandbox.stop_server()
   assert result.stdout == b"[] []\n", result
+
+
+def test_a_fork_flood_below_the_hook_meets_the_pids_ceiling():
+  # Below the audit hook, root ignores RLIMIT_NPROC: the sandbox's pids
+  # cgroup is the bound, refusing the fork once MAX_TASKS tasks exist (bwrap
+  # and the server's runner among them), long before the deadline.
+  helpers.needs_bwrap()
+  parent, why = isolation.pids_cgroup_parent()
+  if parent is None:
+    pytest.skip(f"no pids cgroup can be made here: {why}")
+  result = _run(
+      _NO_HOOK + textwrap.dedent("""
+      import _posixsubprocess, os
+      held = 0
+      try:
+        while True:
+          r, w = os.pipe()
+          _posixsubprocess.fork_exec(
+              ['/bin/sleep', '60'], [b'/bin/sleep'], True, (), None, None,
+              -1, -1, -1, -1, -1, -1, r, w, True, False, -1, None, None, None,
+              -1, None, False)
+          os.close(r)
+          os.close(w)
+          held += 1
+      except BlockingIOError:
+        print(held)
+      """),
+      isolation="bwrap",
+  )
+  assert not result.timed_out
+  held = int(result.stdout)
+  assert 0 < held < isolation.MAX_TASKS
+  assert not os.listdir(parent) or not any(
+      name.startswith(f"scalerl_sandbox_{os.getpid()}_")
+      for name in os.listdir(parent)
+  )

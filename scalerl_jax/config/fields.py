@@ -147,6 +147,9 @@ RULES: dict[str, Rule] = {
     ),
     "mesh.num_processes": _NONNEG_INT,
     "mesh.process_id": _rule(int, lambda v: v >= -1, "must be >= -1"),
+    "mesh.peer_timeout_s": _rule(
+        float, lambda v: v >= 1, "must be >= 1 (seconds)"
+    ),
     # optim
     "optim.learning_rate": _POS,
     "optim.warmup_steps": _NONNEG_INT,

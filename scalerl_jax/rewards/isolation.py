@@ -10,11 +10,13 @@ Design: docs/design/sandbox.md; attacks: docs/reliability.md.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
-import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from typing import Any, Optional, Sequence
 
 from absl import logging
@@ -26,7 +28,12 @@ MODES = ("auto", "bwrap", "python")
 SANDBOX_ROOT = "/sandbox"  # The program's directory inside bubblewrap.
 TMPFS_BYTES = 64 << 20  # Size of SANDBOX_ROOT: all a program may write.
 INSTALL = "apt-get install bubblewrap"
-_CHILD_PID = re.compile(rb'"child-pid":\s*([0-9]+)')
+# Most tasks (processes and threads) one sandbox may hold, bubblewrap and the
+# sandbox's server included: a pids cgroup's ceiling (`pids_cgroup`), which
+# no program can lift, root or not (RLIMIT_NPROC does not bind root).
+MAX_TASKS = 64
+_CGROUP_FS = "/sys/fs/cgroup"
+_CGROUP_PREFIX = "scalerl_sandbox_"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
 
@@ -74,21 +81,27 @@ def command(
     files: Sequence[tuple[str, str]],
     argv: Sequence[str],
     seccomp_read_end: int,
-    info_fd: Optional[int] = None,
 ) -> list[str]:
   """The bubblewrap argv that runs `argv` confined, as PID 1 of its namespace.
 
   `files` are (path outside, path inside SANDBOX_ROOT), bound read-only;
   `argv` names paths as the program sees them; `seccomp_read_end` is
-  `seccomp_fd()`'s; bwrap writes the program's pid to `info_fd`
-  (`read_child_pid`). Only SANDBOX_ROOT, a size-capped tmpfs, is writable:
+  `seccomp_fd()`'s. Only SANDBOX_ROOT, a size-capped tmpfs, is writable:
   `/` and `/dev` are remounted read-only, and there is no `/proc`.
+
+  No `--die-with-parent` and no `--info-fd`: either let bwrap die alone
+  (SIGKILL when its parent dies, SIGPIPE when the reader of its info pipe
+  is gone) while its child, PID 1 of the new namespace, waited in its set-up
+  for a word from it, and that child then waited forever (a `bwrap` whose
+  parent is init, immune to SIGTERM). The sandbox ends with its owner
+  instead because its PID 1, the server, exits once the owner's end of its
+  request pipe closes (sandbox_server.py), taking the namespace with it;
+  its owner kills bwrap's whole process group, that child included.
   """
   args = [
       "bwrap",
       "--unshare-all",
       "--as-pid-1",
-      "--die-with-parent",
       "--cap-drop",
       "ALL",
       *_system_binds(),
@@ -103,24 +116,7 @@ def command(
     args += ["--ro-bind", outside, os.path.join(SANDBOX_ROOT, inside)]
   args += ["--remount-ro", "/dev", "--remount-ro", "/"]
   args += ["--seccomp", str(seccomp_read_end)]
-  if info_fd is not None:
-    args += ["--info-fd", str(info_fd)]
   return args + ["--chdir", SANDBOX_ROOT, "--", *argv]
-
-
-def read_child_pid(info_r: int) -> Optional[int]:
-  """The program's pid (outside its namespace) from bwrap's `--info-fd`.
-
-  None when bwrap exited first. Keep `info_r` open until bwrap exits: a
-  closed pipe would SIGPIPE it.
-  """
-  text = b""
-  while (match := _CHILD_PID.search(text)) is None:
-    chunk = os.read(info_r, 4096)
-    if not chunk:
-      return None
-    text += chunk
-  return int(match.group(1))
 
 
 @functools.cache
@@ -210,3 +206,140 @@ def config_scores_code(config: Any) -> bool:
       domain.get("source") == "builtin_code" or domain.get("verifier") == "code"
       for domain in (config.data.get("mixture", None) or {}).values()
   )
+
+
+def _own_pids_cgroup_dirs() -> list[str]:
+  """Directories of this process's cgroup in each hierarchy that may hold a
+  pids controller: cgroup v1's `pids`, then v2's (pure or hybrid)."""
+  dirs = []
+  try:
+    with open("/proc/self/cgroup") as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return dirs
+  for line in lines:
+    _, controllers, path = line.split(":", 2)
+    path = path.lstrip("/")
+    if "pids" in controllers.split(","):
+      dirs.append(os.path.join(_CGROUP_FS, "pids", path))
+    elif controllers == "":
+      for mount in (_CGROUP_FS, os.path.join(_CGROUP_FS, "unified")):
+        dirs.append(os.path.join(mount, path))
+  return dirs
+
+
+@functools.cache
+def pids_cgroup_parent() -> tuple[Optional[str], str]:
+  """(where this process can make pids cgroups, None if nowhere; why not)."""
+  why = "no pids cgroup hierarchy is mounted"
+  for parent in _own_pids_cgroup_dirs():
+    _remove_orphaned_cgroups(parent)
+    probe = os.path.join(parent, f"{_CGROUP_PREFIX}{os.getpid()}_probe")
+    try:
+      os.mkdir(probe)
+    except OSError as e:
+      why = f"cannot make a cgroup in {parent}: {e.strerror}"
+      continue
+    try:
+      with open(os.path.join(probe, "pids.max"), "w") as f:
+        f.write(str(MAX_TASKS))
+      return parent, ""
+    except OSError as e:
+      why = f"{parent} has no pids controller for its children ({e.strerror})"
+    finally:
+      os.rmdir(probe)
+  return None, why
+
+
+_cgroup_ids = itertools.count()
+
+
+def _remove_orphaned_cgroups(parent: str, kill: bool = False) -> None:
+  """Removes the sandbox cgroups of processes that died (killed before they
+  could remove them): the empty ones, or with `kill` all, killing what is
+  left in them."""
+  try:
+    names = os.listdir(parent)
+  except OSError:
+    return
+  for name in names:
+    if not name.startswith(_CGROUP_PREFIX):
+      continue
+    owner = name[len(_CGROUP_PREFIX) :].split("_")[0]
+    if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+      path = os.path.join(parent, name)
+      if kill:
+        remove_cgroup(path)
+        continue
+      try:
+        os.rmdir(path)
+      except OSError:
+        pass  # Not empty yet, or another process's sweep won.
+
+
+def sweep_cgroups() -> None:
+  """Removes the sandbox cgroups whose owner died, killing what is left in
+  them; for the reward pool once it has killed its workers."""
+  parent, _ = pids_cgroup_parent()
+  if parent is not None:
+    _remove_orphaned_cgroups(parent, kill=True)
+
+
+def pids_cgroup() -> Optional[str]:
+  """A new pids cgroup capped at MAX_TASKS (its directory), or None where
+  none can be made here; the first None logs a warning saying why."""
+  parent, why = pids_cgroup_parent()
+  if parent is None:
+    _warn_no_ceiling(why)
+    return None
+  path = os.path.join(
+      parent, f"{_CGROUP_PREFIX}{os.getpid()}_{next(_cgroup_ids)}"
+  )
+  os.mkdir(path)
+  with open(os.path.join(path, "pids.max"), "w") as f:
+    f.write(str(MAX_TASKS))
+  return path
+
+
+@functools.cache
+def _warn_no_ceiling(why: str) -> None:
+  logging.warning(
+      "SANDBOX: %s, so a sandboxed program's processes are bounded only by "
+      "its deadline (docs/reliability.md, fork flood).",
+      why,
+  )
+
+
+def in_cgroup(path: Optional[str], argv: Sequence[str]) -> list[str]:
+  """`argv` run in the cgroup `path` (None: as is), from its first
+  instruction: a shell joins it, then becomes `argv` (exec)."""
+  if path is None:
+    return list(argv)
+  procs = os.path.join(path, "cgroup.procs")
+  return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, *argv]
+
+
+def remove_cgroup(path: Optional[str], timeout_s: float = 2.0) -> None:
+  """Kills whatever is left in the cgroup `path`, then removes it."""
+  if path is None:
+    return
+  deadline = time.monotonic() + timeout_s
+  while True:
+    try:
+      with open(os.path.join(path, "cgroup.procs")) as f:
+        pids = [int(line) for line in f if line.strip()]
+    except FileNotFoundError:
+      return
+    for pid in pids:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    try:
+      os.rmdir(path)
+      return
+    except OSError:  # Busy until its last task is reaped.
+      if time.monotonic() > deadline:
+        logging.warning("SANDBOX: could not remove the cgroup %s", path)
+        return
+      time.sleep(0.01)

@@ -38,7 +38,7 @@ _KEEP = ("sandbox_boot.py", "server.py")
 _HEADER = struct.Struct(">Id")  # sandbox_server._HEADER.
 _ANSWER = struct.Struct(">i?II")  # sandbox_server.ANSWER.
 _SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
-_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its program.
+_BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its child.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of the temporary directory, python mode.
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
@@ -93,6 +93,15 @@ def _confine_python_server() -> None:
     libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
 
 
+def _children(pid: int) -> list[int]:
+  """The children of process `pid` (none if it is gone)."""
+  try:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+      return [int(child) for child in f.read().split()]
+  except OSError:
+    return []
+
+
 def _kill(pid: int, kill: Callable[[int, int], None]) -> None:
   try:
     kill(pid, signal.SIGKILL)
@@ -112,49 +121,49 @@ class Sandbox:
 
   def __init__(self, bwrap: bool, on_spawn: Callable[[int, str], None]):
     _libc()  # Loaded before forking, not inside the child.
-    self._info_r, pass_fds, preexec_fn = None, (), None
+    pass_fds, preexec_fn = (), None
     self.tmp = ""
+    self._bwrap = bwrap
+    # Every process of the sandbox, the program's forks below the audit hook
+    # included, counts against the cgroup's ceiling (isolation.MAX_TASKS).
+    self.cgroup = isolation.pids_cgroup()
     if bwrap:
       root = isolation.SANDBOX_ROOT
       filter_fd = isolation.seccomp_fd()
-      self._info_r, info_w = os.pipe()
       argv = isolation.command(
           [(_BOOT_SCRIPT, _KEEP[0]), (_SERVER_SCRIPT, _KEEP[1])],
           [isolation.interpreter(), "-I", "-S", "-B", f"{root}/{_KEEP[1]}"]
           + [root, *_KEEP],
           filter_fd,
-          info_fd=info_w,
       )
-      pass_fds = (filter_fd, info_w)
+      pass_fds = (filter_fd,)
     else:
       root = self.tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
       argv = [sys.executable, "-I", "-S", "-B", _SERVER_SCRIPT, root]
       preexec_fn = _confine_python_server
     try:
       self.proc = subprocess.Popen(
-          argv,
+          isolation.in_cgroup(self.cgroup, argv),
           stdin=subprocess.PIPE,
           stdout=subprocess.PIPE,
           stderr=subprocess.DEVNULL,
           cwd=root if not bwrap else "/",
           env=sandbox_boot.program_env(root),
           # Under bwrap no preexec_fn: Python code between fork and exec can
-          # deadlock in a threaded parent, and bwrap --die-with-parent does
-          # what it would.
+          # deadlock in a threaded parent, and the server leaves when this
+          # process's end of its stdin closes (isolation.command).
           preexec_fn=preexec_fn,
           start_new_session=True,
           close_fds=True,
           pass_fds=pass_fds,
       )
+    except BaseException:
+      isolation.remove_cgroup(self.cgroup)
+      raise
     finally:
       for fd in pass_fds:
         os.close(fd)
     on_spawn(self.proc.pid, self.tmp)
-    self._child = None  # The server's pid under bwrap.
-    if self._info_r is not None:
-      # Open as long as bwrap lives: bwrap writes to it after the child's pid,
-      # and a closed read end killed it by SIGPIPE (about one start in three).
-      self._child = isolation.read_child_pid(self._info_r)
 
   def alive(self) -> bool:
     return self.proc.poll() is None
@@ -214,10 +223,13 @@ class Sandbox:
 
   def close(self, on_reap: Callable[[int], None]) -> None:
     """Kills the sandbox (all of its processes) and reaps it."""
-    if self._child is not None and self.alive():
-      # PID 1 first, which takes its namespace with it, so that bwrap reaps
-      # it and exits; bwrap's group below.
-      _kill(self._child, os.kill)
+    if self._bwrap and self.alive():
+      # bwrap's child first: PID 1 of the namespace (in its set-up, or the
+      # server), whose death takes every process of the namespace with it,
+      # and which bwrap then reaps before it exits. Killed together, the
+      # child would be left a zombie for init to reap.
+      for child in _children(self.proc.pid):
+        _kill(child, os.kill)
       try:
         self.proc.wait(timeout=_BWRAP_EXIT_S)
       except subprocess.TimeoutExpired:
@@ -229,8 +241,7 @@ class Sandbox:
         pipe.close()
       except OSError:
         pass
-    if self._info_r is not None:
-      os.close(self._info_r)
     if self.tmp:
       shutil.rmtree(self.tmp, ignore_errors=True)
+    isolation.remove_cgroup(self.cgroup)
     on_reap(self.proc.pid)

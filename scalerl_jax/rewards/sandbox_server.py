@@ -195,11 +195,18 @@ def _serve(requests, answers, root, keep, n):
       os.close(answers)
       _runner(request_fd, answer_fd, os.path.join(root, f"run{n}"), wall_s)
     pidfd = os.pidfd_open(pid)
-    ready, _, _ = select.select([pidfd], [], [], wall_s + _RUNNER_GRACE_S)
+    # The host writes nothing while a request runs: `requests` readable is
+    # its end closing, its owner gone (killed: its death signal reaches no
+    # further). The server leaves at once, as PID 1 taking the program along.
+    ready, _, _ = select.select(
+        [pidfd, requests], [], [], wall_s + _RUNNER_GRACE_S
+    )
     os.close(pidfd)
-    if not ready:
+    if pidfd not in ready:
       os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    if requests in ready and pidfd not in ready:
+      return False
     if os.getpid() == 1:
       _sweep()
     if not _empty(root, keep):

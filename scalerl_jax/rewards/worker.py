@@ -49,8 +49,10 @@ class WorkerSettings:
 
 
 def warm_up() -> None:
-  """Pays the verifiers' imports, math-verify's set-up and the bwrap probe."""
+  """Pays the verifiers' imports, math-verify's set-up and the bwrap and
+  cgroup probes."""
   isolation.bwrap_works()
+  isolation.pids_cgroup_parent()
   for name in PRELOAD_MODULES:
     try:
       importlib.import_module(name)
@@ -86,7 +88,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
   while True:
     try:
       task_id, completion, record, spec = conn.recv()
-    except EOFError:
+    except (EOFError, ConnectionResetError):  # The pool is gone.
       code_sandbox.stop_server(on_reap)
       return
     ctx = registry.VerifyContext(

@@ -24,6 +24,7 @@ from typing import Optional
 from absl import logging
 
 import scalerl_jax
+from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import worker
 
 # The fork server must answer, and a new worker report ready, within this.
@@ -188,6 +189,7 @@ class WorkerProcesses:
     except (OSError, RuntimeError):
       self._restart_server()
     self._cleanup(slot)
+    isolation.sweep_cgroups()
     try:
       self.slots[index] = self._start_worker()
     except (OSError, RuntimeError):
@@ -210,5 +212,7 @@ class WorkerProcesses:
     for slot in self.slots:
       self._cleanup(slot)
     self.slots = []
+    # The workers' sandboxes die with them; their cgroups are left to remove.
+    isolation.sweep_cgroups()
     self._server.close()
     shutil.rmtree(self._dir, ignore_errors=True)

@@ -74,7 +74,7 @@ def main(argv: list[str]) -> None:
   while True:
     try:
       request = control.recv()
-    except EOFError:
+    except (EOFError, ConnectionResetError):  # The pool is gone.
       break
     _reap(children)
     if request[0] == "fork":
