@@ -430,4 +430,4 @@ def test_a_tpu7x_slice_is_two_devices_per_chip_at_half_the_chips_figures():
   assert {d.device_kind for d in devices} == {"TPU7x"}
   assert len({tuple(d.coords) for d in devices}) == 4
   assert chip.hbm_bytes == 96e9 and chip.peak_flops == 1153.5e12
-  assert chip.hbm_bandwidth == 3.685e12
+  assert chip.hbm_bandwidth == 3.685e12 and chip.devices_per_chip == 2

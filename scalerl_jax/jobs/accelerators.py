@@ -17,6 +17,8 @@ class Accelerator:
   peak_flops: float  # Dense bf16 FLOP/s per chip.
   source: str
   hbm_bandwidth: float = 0.0  # HBM bytes/s per chip; 0 = not known.
+  # JAX devices per chip; the figures above are then per device.
+  devices_per_chip: int = 1
 
 
 # Published per-chip figures: HBM capacity, dense bf16 peak and HBM bandwidth.
@@ -40,6 +42,7 @@ ACCELERATORS = {
         2307e12 / 2,
         'Google Cloud TPU docs, "TPU7x (Ironwood)", halved per TensorCore',
         7.37e12 / 2,
+        devices_per_chip=2,
     ),
     "h100": Accelerator(
         "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet", 3.35e12

@@ -132,6 +132,6 @@ def format_report(
   lines += time_report.roofline_lines(results, chip)
   if counts is not None:
     lines += [""] + time_report.step_lines(
-        results, counts, math.prod(mesh_shape.values())
+        results, counts, math.prod(mesh_shape.values()) // chip.devices_per_chip
     )
   return "\n".join(lines) + "\n"

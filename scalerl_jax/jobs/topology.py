@@ -128,4 +128,5 @@ def local_devices() -> tuple[list[Any], accelerators.Accelerator]:
       known.peak_flops if known else 0.0,
       "allocator limit or RAM" if limit else known.source,
       known.hbm_bandwidth if known else 0.0,
+      known.devices_per_chip if known else 1,
   )
