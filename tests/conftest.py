@@ -1,6 +1,7 @@
 """Shared test settings: CPU only, and fail loudly on silent
 broadcasting mistakes."""
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -17,6 +18,7 @@ if session_env.TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = session_env.xla_flags(session_env.TEST_XLA_FLAGS)
 
 import jax  # noqa: E402  # pylint: disable=g-import-not-at-top
+import psutil  # noqa: E402  # pylint: disable=g-import-not-at-top
 import pytest  # noqa: E402  # pylint: disable=g-import-not-at-top
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -72,6 +74,77 @@ def pytest_collection_modifyitems(items):
     cost = marker.kwargs.get("seconds", 0) if marker else 0
     seconds[item.path] = max(seconds.get(item.path, 0), cost)
   items.sort(key=lambda item: -seconds[item.path])
+
+
+# SCALERL_CHECK_LEFTOVERS=1: each test process (each pytest-xdist worker, or
+# the one process without xdist) is the child subreaper of all it starts, so
+# whatever a test orphans comes to it; at the end of the session any process
+# still below it fails the session, named, and is killed.
+_CHECK_LEFTOVERS = os.environ.get("SCALERL_CHECK_LEFTOVERS") == "1"
+_PR_SET_CHILD_SUBREAPER = 36
+_LEFTOVER_GRACE_S = 10.0
+
+
+def _is_xdist_controller(config) -> bool:
+  return bool(getattr(config.option, "numprocesses", None)) and not hasattr(
+      config, "workerinput"
+  )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+  if _CHECK_LEFTOVERS and not _is_xdist_controller(session.config):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
+      raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def pytest_testnodedown(node, error):
+  """The xdist controller collects what its workers found left."""
+  del error
+  left = node.workeroutput.get("scalerl_leftovers", [])
+  node.config.scalerl_leftovers = (
+      getattr(node.config, "scalerl_leftovers", []) + left
+  )
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """Fails the session if a process it started outlived the tests
+  (SCALERL_CHECK_LEFTOVERS=1)."""
+  del exitstatus
+  if not _CHECK_LEFTOVERS:
+    return
+  if _is_xdist_controller(session.config):
+    _fail_on_leftovers(
+        session, getattr(session.config, "scalerl_leftovers", [])
+    )
+    return
+  from scalerl_jax.rewards import code_sandbox  # pylint: disable=g-import-not-at-top
+
+  code_sandbox.stop_server()  # This process's own fork server, if any.
+  _, alive = psutil.wait_procs(
+      psutil.Process().children(recursive=True), timeout=_LEFTOVER_GRACE_S
+  )
+  names = []
+  for p in alive:
+    try:
+      if p.status() != psutil.STATUS_ZOMBIE:
+        names.append(f"{p.pid} {' '.join(p.cmdline())[:200]}")
+        p.kill()
+    except psutil.NoSuchProcess:
+      pass
+  if hasattr(session.config, "workerinput"):
+    session.config.workeroutput["scalerl_leftovers"] = names
+  _fail_on_leftovers(session, names)
+
+
+def _fail_on_leftovers(session, names: list[str]) -> None:
+  if names:
+    print(
+        "\nSCALERL_CHECK_LEFTOVERS: processes outlived the tests that started"
+        " them:\n  " + "\n  ".join(names)
+    )
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config):

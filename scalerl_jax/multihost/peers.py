@@ -60,7 +60,7 @@ class Watchdog:
     self._lock = threading.Lock()
     start = time.monotonic()
     self._answered = start  # When the coordination service last answered.
-    # Process -> (its last counter, when it was first seen).
+    # Process -> (its last counter, when this process first read it).
     self._seen: dict[int, tuple[Optional[str], float]] = {
         p: (None, start) for p in range(self._count) if p != self._me
     }
@@ -88,7 +88,7 @@ class Watchdog:
           f"{_PREFIX}{self._me}", EXITED, allow_overwrite=True
       )
     except Exception:  # pylint: disable=broad-except
-      pass  # The service is gone: so are the others' reasons to wait.
+      pass  # No service to tell: the others' runtime went with it.
 
   def _beat(self) -> None:
     """Writes this process's counter and reads the others', forever."""
@@ -145,10 +145,10 @@ class Watchdog:
     message = (
         f"scalerl_jax: process {peer} of {self._count} is lost: {how} for "
         f"{age:.1f} s (mesh.peer_timeout_s={self.timeout_s:g}); it was "
-        f"killed, preempted or is stalled, or it failed (see its log). Process {self._me} exits with "
-        f"status {LOST_PEER_EXIT} instead of waiting for it. Restart every "
-        "process on the same workdir: the run resumes from the newest "
-        "complete checkpoint.\n"
+        "killed, preempted or is stalled, or it failed (see its log). "
+        f"Process {self._me} exits with status {LOST_PEER_EXIT} instead of "
+        "waiting for it. Restart every process on the same workdir: the run "
+        "resumes from the newest complete checkpoint.\n"
     )
     # Not through logging, whose lock the stuck main thread may hold.
     os.write(2, message.encode())
