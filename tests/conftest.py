@@ -33,6 +33,8 @@ def pytest_configure(config):
   what helpers.built_once builds (the RL tests' base workdir). The
   executables are the same, so no result changes; only wall time.
   """
+  if config.pluginmanager.hasplugin("xdist"):
+    config.pluginmanager.register(_XdistLeftovers())
   if session_env.SHARED_DIR_ENV not in os.environ:
     config.scalerl_shared_dir = tempfile.mkdtemp(prefix="scalerl_jax_test_")
     os.environ[session_env.SHARED_DIR_ENV] = config.scalerl_shared_dir
@@ -99,13 +101,18 @@ def pytest_sessionstart(session):
       raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def pytest_testnodedown(node, error):
-  """The xdist controller collects what its workers found left."""
-  del error
-  left = node.workeroutput.get("scalerl_leftovers", [])
-  node.config.scalerl_leftovers = (
-      getattr(node.config, "scalerl_leftovers", []) + left
-  )
+class _XdistLeftovers:
+  """pytest-xdist's hook, registered only where xdist is loaded (pytest
+  refuses an unknown hook, as with `-p no:xdist`)."""
+
+  @staticmethod
+  def pytest_testnodedown(node, error):
+    """The xdist controller collects what its workers found left."""
+    del error
+    left = node.workeroutput.get("scalerl_leftovers", [])
+    node.config.scalerl_leftovers = (
+        getattr(node.config, "scalerl_leftovers", []) + left
+    )
 
 
 def pytest_sessionfinish(session, exitstatus):
