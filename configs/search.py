@@ -34,7 +34,7 @@ def get_config(arg=None):
   c.data.builtin_num_val = 150
   # "Compute ?*7+45=66" is 11 tokens with BOS.
   c.sampling.max_prompt_len = 16
-  # Room for 4 tries at level 1 and 3 at levels 2-3: the base, guessing
+  # Room for 3 tries at levels 1-2 and 2 at level 3: the base, guessing
   # uniformly over 10 digits, solves only the problems it guesses early.
   c.sampling.max_new_tokens = 40
   c.trainer.num_steps = 60  # RL steps.
