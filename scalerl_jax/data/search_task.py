@@ -1,23 +1,21 @@
-"""The built-in search task: find the hidden digit by guessing and checking.
+"""The built-in search task: find the key of a value by guessing and checking.
 
-  prompt:  Compute ?*7+45=66
-  target:  <think> 8*7+45=101 3*7+45=66 </think>
+  prompt:  Compute 0=62 1=17 2=93 3=40 ?=40
+  target:  <think> 2=93 3=40 </think>
            Answer: 3
 
-The hidden `?` is a digit 0-9. A worked target tries digits in a fresh random
-order, writing each try's value, until the value matches; the warm-started
-policy therefore guesses uniformly (an entropy of up to ln 10 at each guess).
-A length budget (`sampling.max_new_tokens`) admits only a few tries, so the
-base solves a problem only when it guesses early; RL lifts the ceiling only as
-far as it learns to guess right (docs/design/search_task.md).
+The prompt lists keys 0, 1, ... with distinct two-digit values and asks for
+the key of the last value. A worked target tries keys in a fresh random
+order, copying each one's value, until the value matches; the warm-started
+policy therefore checks by copying (which a small model learns well) but
+guesses uniformly, an entropy of up to ln 10 at each guess. A length budget
+(`sampling.max_new_tokens`) admits only a few tries, so the base solves a
+problem only when it guesses early, and RL lifts the ceiling only as far as
+it learns to find the value in the prompt (docs/search_task.md).
 
-Levels, graded by how hard the right guess is to learn and to check:
+Levels, graded by the number of keys to search: 1: 4 keys, 2: 7, 3: 10.
 
-  1: ?+a=c     a in 10-99           (900 problems, one addition per try)
-  2: ?*a+b=c   a in 2-9, b in 1-9   (720 problems)
-  3: ?*a+b=c   a in 2-9, b in 10-99 (7,200 problems, longer tries)
-
-A hash of the expression puts it in one of three disjoint splits: `warm`
+A hash of the prompt puts a problem in one of three disjoint splits: `warm`
 (the supervised warm start), `train` (RL prompts) and `val` (validation).
 Rewards read only the Answer line (verifier `builtin`).
 """
@@ -26,10 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -38,76 +35,64 @@ from scalerl_jax.data import builtin_task
 SOURCE = "builtin_search"
 VERIFIER = builtin_task.VERIFIER  # The integer after the last `Answer:`.
 SPLITS = ("warm", "train", "val")
-LEVELS = (1, 2, 3)
-DIGITS = tuple(range(10))  # Values the hidden `?` takes.
+KEYS = {1: 4, 2: 7, 3: 10}  # Level -> number of keys.
+LEVELS = tuple(KEYS)
+VALUES = range(10, 100)  # Two-digit values, distinct within a problem.
+# Problems of the warm split the supervised warm start trains on.
+WARM_PROBLEMS = 12_000
 
 # Of `_BUCKETS` hash buckets, bucket 0 is validation, buckets 1 to
 # `_TRAIN_BUCKETS` are RL training, the rest warm start.
 _BUCKETS = 16
 _TRAIN_BUCKETS = 7
-# Level -> (range of a, range of b); b is None at level 1 (`?+a=c`).
-_RANGES = {
-    1: (range(10, 100), None),
-    2: (range(2, 10), range(1, 10)),
-    3: (range(2, 10), range(10, 100)),
-}
-_EXPRESSION = re.compile(r"\?(?:\+(\d+)|\*(\d)\+(\d+))=(\d+)")
+_ENTRY = re.compile(r"(\d)=(\d\d)")
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """`?+a=c` (level 1) or `?*a+b=c` (levels 2, 3), `?` = `digit`."""
+  """Keys 0 .. len(values) - 1 with `values`; the answer is key `digit`."""
 
-  level: int
+  values: tuple[int, ...]
   digit: int
-  a: int
-  b: int = 0  # Unused at level 1.
-
-  def value_at(self, guess: int) -> int:
-    """The left side with `guess` in place of `?`."""
-    return guess + self.a if self.level == 1 else guess * self.a + self.b
 
   @property
-  def c(self) -> int:
-    return self.value_at(self.digit)
+  def level(self) -> int:
+    return {n: level for level, n in KEYS.items()}[len(self.values)]
+
+  @property
+  def target(self) -> int:
+    return self.values[self.digit]
 
   @property
   def expression(self) -> str:
-    if self.level == 1:
-      return f"?+{self.a}={self.c}"
-    return f"?*{self.a}+{self.b}={self.c}"
+    table = " ".join(self.try_text(k) for k in range(len(self.values)))
+    return f"{table} ?={self.target}"
 
-  def try_text(self, guess: int) -> str:
-    """One try of the thinking trace, e.g. `8*7+45=101`."""
-    left = (
-        f"{guess}+{self.a}" if self.level == 1 else f"{guess}*{self.a}+{self.b}"
-    )
-    return f"{left}={self.value_at(guess)}"
+  def try_text(self, key: int) -> str:
+    """One try of the thinking trace, e.g. `2=93`."""
+    return f"{key}={self.values[key]}"
 
 
 def parse_expression(expression: str) -> Problem:
-  """The Problem of an expression such as `?*7+45=66`; ValueError if none."""
-  match = _EXPRESSION.fullmatch(expression)
-  if match is None:
+  """The Problem of an expression such as `0=62 1=17 ?=17`; ValueError if none."""
+  *entries, question = expression.split(" ")
+  matches = [_ENTRY.fullmatch(e) for e in entries]
+  asked = re.fullmatch(r"\?=(\d\d)", question)
+  if asked is None or not all(matches):
     raise ValueError(f"{expression!r} is not a search task expression")
-  a1, a, b, c = match.groups()
-  if a1 is not None:
-    level, a, b = 1, int(a1), 0
-  else:
-    a, b = int(a), int(b)
-    level = 2 if b < 10 else 3
-  digits = [
-      d
-      for d in DIGITS
-      if Problem(level, d, a, b).c == int(c)
-      and Problem(level, d, a, b).expression == expression
-  ]
-  a_range, b_range = _RANGES[level]
-  if not digits or a not in a_range or (b_range and b not in b_range):
+  keys = [int(m.group(1)) for m in matches]
+  values = tuple(int(m.group(2)) for m in matches)
+  if (
+      len(values) not in KEYS.values()
+      or keys != list(range(len(keys)))
+      or len(set(values)) != len(values)
+      or int(asked.group(1)) not in values
+  ):
     raise ValueError(
-        f"{expression!r} has no digit solution in the task's ranges"
+        f"{expression!r}: keys must run 0, 1, ... over {sorted(KEYS.values())} "
+        "distinct values, one of them asked for"
     )
-  return Problem(level, digits[0], a, b)
+  return Problem(values, values.index(int(asked.group(1))))
 
 
 def split_of(expression: str) -> str:
@@ -119,18 +104,14 @@ def split_of(expression: str) -> str:
   return "train" if bucket <= _TRAIN_BUCKETS else "warm"
 
 
-def level_problems(level: int) -> list[Problem]:
-  """Every problem of a level, in a fixed order."""
-  if level not in _RANGES:
+def random_problem(level: int, rng: np.random.Generator) -> Problem:
+  """A problem of `level`: distinct values, the asked key uniform."""
+  if level not in KEYS:
     raise ValueError(
         f"data.builtin_difficulty: search task levels are {LEVELS}, got {level}"
     )
-  a_range, b_range = _RANGES[level]
-  return [
-      Problem(level, digit, a, b)
-      for a, b in itertools.product(a_range, b_range or (0,))
-      for digit in DIGITS
-  ]
+  values = rng.choice(len(VALUES), KEYS[level], replace=False) + VALUES.start
+  return Problem(tuple(int(v) for v in values), int(rng.integers(KEYS[level])))
 
 
 def prompt_text(problem: Problem) -> str:
@@ -139,14 +120,14 @@ def prompt_text(problem: Problem) -> str:
 
 
 def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
-  """The worked target that tries `guesses` in order up to the right digit.
+  """The worked target that tries `guesses` in order up to the right key.
 
   Raises:
-    ValueError: `guesses` never reaches the hidden digit.
+    ValueError: `guesses` never reaches the key asked for.
   """
   if problem.digit not in guesses:
     raise ValueError(
-        f"guesses {list(guesses)} never reach the digit of {problem.expression}"
+        f"guesses {list(guesses)} never reach the key of {problem.expression}"
     )
   tries = guesses[: list(guesses).index(problem.digit) + 1]
   thinking = " ".join(problem.try_text(g) for g in tries)
@@ -157,14 +138,15 @@ def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
 
 
 def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
-  """`solution_text` of a search record, guesses in an order `rng` draws."""
+  """`solution_text` of a search record, keys tried in an order `rng` draws."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: search_task.target_text needs a "
         f"{SOURCE} record, got source {record.get('source')!r}"
     )
   problem = parse_expression(json.loads(record["metadata"])["expression"])
-  return solution_text(problem, [int(g) for g in rng.permutation(len(DIGITS))])
+  order = rng.permutation(len(problem.values))
+  return solution_text(problem, [int(g) for g in order])
 
 
 def make_record(problem: Problem) -> dict[str, str]:
@@ -182,40 +164,40 @@ def make_record(problem: Problem) -> dict[str, str]:
 
 
 def search_problems(
-    levels: Sequence[int], num: Optional[int], seed: int, split: str
+    levels: Sequence[int], num: int, seed: int, split: str
 ) -> list[Problem]:
   """`num` distinct problems of `split`, spread evenly over `levels`, shuffled.
 
-  A level short of its share gives all it has; `num=None` takes every
-  problem of the split. Deterministic in (levels, num, seed, split).
+  Deterministic in (levels, num, seed, split).
 
   Raises:
-    ValueError: bad arguments, or the levels hold fewer than `num` problems.
+    ValueError: bad arguments.
   """
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-  if num is not None and num <= 0:
+  if num <= 0:
     raise ValueError(f"data.builtin_num_{split}: must be > 0, got {num}")
   levels = sorted(set(levels))
   rng = np.random.default_rng([seed, SPLITS.index(split)])
-  problems = []
+  problems, seen = [], set()
   for i, level in enumerate(levels):
-    pool = [p for p in level_problems(level) if split_of(p.expression) == split]
-    share = len(pool)
-    if num is not None:
-      share = -(-(num - len(problems)) // (len(levels) - i))  # Ceiling.
-    chosen = rng.permutation(len(pool))[:share]
-    problems += [pool[j] for j in sorted(chosen)]
-  if num is not None and len(problems) < num:
-    raise ValueError(
-        f"data.builtin_num_{split}: {num} problems asked for, but search task "
-        f"levels {tuple(levels)} hold only {len(problems)} {split} problems"
-    )
+    share = -(-(num - len(problems)) // (len(levels) - i))  # Ceiling.
+    # Each level holds far more problems (10 x 90!/80! at level 3) than a
+    # split asks for; 4 keys have 2.4e8.
+    while share:
+      problem = random_problem(level, rng)
+      if (
+          problem.expression not in seen
+          and split_of(problem.expression) == split
+      ):
+        seen.add(problem.expression)
+        problems.append(problem)
+        share -= 1
   return [problems[i] for i in rng.permutation(len(problems))]
 
 
 def search_prompts(
-    levels: Sequence[int], num: Optional[int], seed: int, split: str
+    levels: Sequence[int], num: int, seed: int, split: str
 ) -> list[dict[str, str]]:
   """Prompt records of `search_problems(levels, num, seed, split)`."""
   return [make_record(p) for p in search_problems(levels, num, seed, split)]
