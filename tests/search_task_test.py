@@ -2,6 +2,7 @@
 the length budget and the verifier."""
 
 import collections
+import itertools
 import json
 
 import numpy as np
@@ -18,53 +19,45 @@ from scalerl_jax.rewards import registry
 
 
 def test_hand_worked_problems_and_targets():
-  # 3*7+45 = 66; the try of 8 is 8*7+45 = 56+45 = 101.
-  problem = search_task.Problem(level=3, digit=3, a=7, b=45)
-  assert problem.expression == "?*7+45=66"
-  assert problem.try_text(8) == "8*7+45=101"
-  assert search_task.prompt_text(problem) == "Compute ?*7+45=66"
-  assert search_task.solution_text(problem, [8, 3, 5]) == (
-      "<think> 8*7+45=101 3*7+45=66 </think>\nAnswer: 3"
+  problem = search_task.Problem(values=(62, 17, 93, 40), digit=3)
+  assert problem.level == 1
+  assert problem.expression == "0=62 1=17 2=93 3=40 ?=40"
+  assert problem.try_text(2) == "2=93"
+  assert search_task.prompt_text(problem) == "Compute 0=62 1=17 2=93 3=40 ?=40"
+  assert search_task.solution_text(problem, [2, 3, 0, 1]) == (
+      "<think> 2=93 3=40 </think>\nAnswer: 3"
   )
-  # 5+47 = 52; tries 9 -> 56, 0 -> 47, then 5 -> 52.
-  level1 = search_task.Problem(level=1, digit=5, a=47)
-  assert level1.expression == "?+47=52"
-  assert search_task.solution_text(level1, [9, 0, 5]) == (
-      "<think> 9+47=56 0+47=47 5+47=52 </think>\nAnswer: 5"
-  )
-  # 0*4+6 = 6: the right first guess ends the trace at once.
-  level2 = search_task.Problem(level=2, digit=0, a=4, b=6)
-  assert search_task.solution_text(level2, [0, 1]) == (
-      "<think> 0*4+6=6 </think>\nAnswer: 0"
+  # The right first guess ends the trace at once.
+  assert search_task.solution_text(problem, [3, 2]) == (
+      "<think> 3=40 </think>\nAnswer: 3"
   )
   with pytest.raises(ValueError, match="never reach"):
-    search_task.solution_text(level2, [1, 2])
+    search_task.solution_text(problem, [0, 1, 2])
+  level3 = search_task.Problem(tuple(range(10, 100, 9)), digit=0)
+  assert (level3.level, level3.target) == (3, 10)
+  assert search_task.parse_expression(level3.expression) == level3
 
 
-def test_levels_hold_every_problem_once_and_parse_back():
-  sizes = {1: 900, 2: 720, 3: 7200}
-  for level, size in sizes.items():
-    problems = search_task.level_problems(level)
-    assert len({p.expression for p in problems}) == size
-    for p in problems:
+def test_random_problems_parse_back_with_one_answer():
+  rng = np.random.default_rng(0)
+  for level, keys in search_task.KEYS.items():
+    for _ in range(200):
+      p = search_task.random_problem(level, rng)
+      assert len(p.values) == keys and p.level == level
       assert search_task.parse_expression(p.expression) == p
-      assert p.value_at(p.digit) == p.c
-      # One digit solves it: the reward names a single right answer.
-      assert [d for d in search_task.DIGITS if p.value_at(d) == p.c] == [
-          p.digit
-      ]
+      # Distinct values: one key holds the value asked for.
+      assert [k for k, v in enumerate(p.values) if v == p.target] == [p.digit]
 
 
 @pytest.mark.parametrize(
     "expression",
     [
-        "?+5=7",  # a below 10 at level 1.
-        "?+47=200",  # No digit reaches 200.
-        "?*1+3=5",  # a = 1 is outside 2-9.
-        "?*7+0=21",  # b = 0 is outside level 2's 1-9.
-        "?*7+45=67",  # 22/7 is no digit.
-        "3*7+45=66",  # No hidden digit.
-        "?*7+045=66",  # Not how the task writes 45.
+        "0=62 1=17 2=93 ?=40",  # 40 is no key's value.
+        "0=62 1=17 2=93 3=40 4=55 ?=40",  # 5 keys is no level.
+        "0=62 1=17 2=62 3=40 ?=62",  # A value held twice.
+        "1=62 0=17 2=93 3=40 ?=40",  # Keys out of order.
+        "0=62 1=17 2=93 3=40 ?=4",  # Not a two-digit value.
+        "0=62 1=17 2=93 3=40",  # Nothing asked.
     ],
 )
 def test_parse_refuses_what_the_task_never_writes(expression):
@@ -72,23 +65,27 @@ def test_parse_refuses_what_the_task_never_writes(expression):
     search_task.parse_expression(expression)
 
 
-def test_warm_train_and_val_splits_are_disjoint_for_every_seed():
+def test_warm_train_and_val_splits_are_disjoint_and_seeded():
   levels = search_task.LEVELS
-  sets = {
-      (split, seed): {
+  prompts = {
+      (split, seed): [
           r["prompt"]
-          for r in search_task.search_prompts(levels, None, seed, split)
-      }
+          for r in search_task.search_prompts(levels, 600, seed, split)
+      ]
       for split in search_task.SPLITS
       for seed in (0, 1)
   }
-  for seed in (0, 1):
-    warm, train, val = (sets[s, seed] for s in search_task.SPLITS)
-    assert not warm & train and not warm & val and not train & val
-    assert len(warm) + len(train) + len(val) == 900 + 720 + 7200
-  # Each split is its hash's, whatever the seed.
-  for split in search_task.SPLITS:
-    assert sets[split, 0] == sets[split, 1]
+  for (split, seed), got in prompts.items():
+    assert len(set(got)) == 600
+    for p in got:
+      assert search_task.split_of(p.removeprefix("Compute ")) == split
+  for (s1, _), (s2, _) in itertools.combinations(prompts, 2):
+    if s1 != s2:
+      assert not set(prompts[s1, 0]) & set(prompts[s2, 1])
+  assert prompts["train", 0] != prompts["train", 1]
+  assert prompts["train", 0] == [
+      r["prompt"] for r in search_task.search_prompts(levels, 600, 0, "train")
+  ]
 
 
 def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
@@ -104,7 +101,7 @@ def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
   )
   assert (len(train), len(val)) == (3000, 150)
   prompts = [{r["prompt"] for r in rs} for rs in (warm, train, val)]
-  assert len(prompts[0]) == len(warm) > 4000
+  assert len(prompts[0]) == len(warm) == search_task.WARM_PROBLEMS
   assert not prompts[0] & prompts[1] and not prompts[0] & prompts[2]
   assert not prompts[1] & prompts[2]
   # Validation: 50 of each level, the same for every seed.
@@ -115,83 +112,74 @@ def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
   assert sources.load_prompts(config, "train") != train
 
 
-def test_levels_short_of_their_share_give_all_they_have():
-  # Level 1 holds 61 val problems; 300 over levels (1, 3): 61 + 239.
-  records = search_task.search_prompts((1, 3), 300, 0, "val")
+def test_levels_share_a_split_evenly():
+  records = search_task.search_prompts((1, 3), 301, 0, "val")
   levels = collections.Counter(
       json.loads(r["metadata"])["level"] for r in records
   )
-  assert levels == {1: 61, 3: 239}
-  with pytest.raises(ValueError, match="hold only"):
-    search_task.search_prompts((1, 2), 200, 0, "val")
+  assert levels == {1: 151, 3: 150}
   with pytest.raises(ValueError, match="levels are"):
     search_task.search_prompts((4,), 10, 0, "train")
 
 
 def test_worked_targets_guess_uniformly_without_repeats():
   rng = np.random.default_rng(0)
-  problem = search_task.Problem(level=1, digit=7, a=30)
+  problem = search_task.Problem(tuple(range(10, 100, 9)), digit=7)
   record = search_task.make_record(problem)
   first_right, lengths = 0, []
   for _ in range(2000):
     text = search_task.target_text(record, rng)
     thinking = text.split("<think> ")[1].split(" </think>")[0]
-    guesses = [int(t.split("+")[0]) for t in thinking.split(" ")]
+    guesses = [int(t.split("=")[0]) for t in thinking.split(" ")]
+    assert thinking.split(" ") == [problem.try_text(g) for g in guesses]
     assert len(set(guesses)) == len(guesses)
     assert guesses[-1] == 7 and 7 not in guesses[:-1]
     assert text.endswith("Answer: 7")
     first_right += len(guesses) == 1
     lengths.append(len(guesses))
-  # Uniform over 10 digits: right first 1/10 of the time, 5.5 tries on
+  # Uniform over 10 keys: right first 1/10 of the time, 5.5 tries on
   # average (binomial std of 2000 draws: 0.0067 and 0.064).
   assert abs(first_right / 2000 - 0.1) < 0.03
   assert abs(np.mean(lengths) - 5.5) < 0.3
 
 
-def test_the_budget_admits_fewer_tries_at_harder_levels(tmp_path):
+def test_the_budget_admits_two_tries(tmp_path):
   path = str(tmp_path / "tok.model")
   builtin_tokenizer.write_model(path, 512)
   tok = tokenizer_lib.load_tokenizer(path)
-  budget = search.get_config().sampling.max_new_tokens
-  problems = {
-      1: search_task.Problem(level=1, digit=9, a=47),
-      2: search_task.Problem(level=2, digit=9, a=7, b=5),
-      3: search_task.Problem(level=3, digit=9, a=7, b=45),
-  }
-  most_tries = {}
-  for level, problem in problems.items():
-    fits = [
-        len(tok.encode(search_task.solution_text(problem, range(9 - n, 10))))
-        + 1  # EOS.
-        <= budget
-        for n in range(10)
-    ]
-    most_tries[level] = sum(fits)
-    assert fits == sorted(fits, reverse=True)
-  # "<think> " + n tries (9+47=56 and a space: 8 tokens at level 1, 9 at
-  # level 2, 11 at level 3) + "</think>\nAnswer: 9" + EOS = 9 + 8n, 9 + 9n,
-  # 9 + 11n tokens: a uniform guesser solves levels 1 and 2 3 times in 10,
-  # level 3 2 times.
-  assert most_tries == {1: 3, 2: 3, 3: 2}
-  prompt = search_task.prompt_text(problems[3])
-  assert (
-      len(tok.encode(prompt)) + 1 <= search.get_config().sampling.max_prompt_len
-  )
+  config = search.get_config()
+  problem = search_task.Problem(tuple(range(10, 100, 9)), digit=9)
+  fits = [
+      len(tok.encode(search_task.solution_text(problem, range(9 - n, 10))))
+      + 1  # EOS.
+      <= config.sampling.max_new_tokens
+      for n in range(10)
+  ]
+  # "<think> " + n tries ("7=73 ": 5 tokens) + "</think>\nAnswer: 9" + EOS
+  # = 9 + 5n tokens: 19 for two tries, 24 for three.
+  assert fits == [True, True] + [False] * 8
+  # The longest prompt, 10 keys, fits with its BOS.
+  prompt = search_task.prompt_text(problem)
+  assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
 
 
 def test_the_verifier_scores_only_the_answer_line():
-  problem = search_task.Problem(level=2, digit=4, a=6, b=3)
+  problem = search_task.Problem((62, 17, 93, 40, 55, 18, 99), digit=4)
   record = search_task.make_record(problem)
+  assert record["answer"] == "4"
   spec = registry.resolve_spec(record)
   right = search_task.solution_text(problem, [4])
   assert registry.verify(right, record, spec) == 1.0
   # A right try in the thinking does not count when the answer is wrong.
+  wrong = right.replace("Answer: 4", "Answer: 5")
+  assert registry.verify(wrong, record, spec) == 0.0
+  # The value instead of its key is wrong.
   assert (
-      registry.verify(right.replace("Answer: 4", "Answer: 5"), record, spec)
+      registry.verify(right.replace("Answer: 4", "Answer: 55"), record, spec)
       == 0.0
   )
   # Cut off by the budget before </think>: no answer, no reward.
-  assert registry.verify("<think> 1*6+3=9 4*6+3=27", record, spec) == 0.0
+  assert registry.verify("<think> 1=17 4=55", record, spec) == 0.0
 
 
 def test_the_search_base_is_cached_apart_from_the_arithmetic_base():

@@ -74,7 +74,11 @@ class Problem:
 
 
 def parse_expression(expression: str) -> Problem:
-  """The Problem of an expression such as `0=62 1=17 ?=17`; ValueError if none."""
+  """The Problem of an expression such as `0=62 1=17 2=93 3=40 ?=40`.
+
+  Raises:
+    ValueError: not an expression the task writes.
+  """
   *entries, question = expression.split(" ")
   matches = [_ENTRY.fullmatch(e) for e in entries]
   asked = re.fullmatch(r"\?=(\d\d)", question)
