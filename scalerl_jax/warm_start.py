@@ -35,12 +35,10 @@ from scalerl_jax.models import transformer
 
 
 def _search_warm_records(levels, num, seed, split):
-  # The search task warm-starts on problems of its own `warm` split, kept
+  # The search task warm-starts on every problem of its own `warm` split, kept
   # apart from the RL (`train`) and validation prompts.
   del num, split
-  return search_task.search_prompts(
-      levels, search_task.WARM_PROBLEMS, seed, "warm"
-  )
+  return search_task.search_prompts(levels, None, seed, "warm")
 
 
 # Sources with worked solutions -> their training records

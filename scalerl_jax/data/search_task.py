@@ -1,32 +1,41 @@
-"""The built-in search task: find the key of a value by guessing and checking.
+"""The built-in search task: find the hidden digit by guessing and checking.
 
-  prompt:  Compute 0=62 1=17 2=93 3=40 ?=40
-  target:  <think> 2=93 3=40 </think>
+  prompt:  Compute ?*7+45=6
+  target:  <think> 8*7+45=1 3*7+45=6 </think>
            Answer: 3
 
-The prompt lists keys 0, 1, ... with distinct two-digit values and asks for
-the key of the last value. A worked target tries keys in a fresh random
-order, copying each one's value, until the value matches; the warm-started
-policy therefore checks by copying (which a small model learns well) but
-guesses uniformly, an entropy of up to ln 10 at each guess. A length budget
-(`sampling.max_new_tokens`) admits only a few tries, so the base solves a
-problem only when it guesses early, and RL lifts the ceiling only as far as
-it learns to find the value in the prompt (docs/search_task.md).
+Every `=` gives the units digit of its left side (8*7+45 = 101 -> 1), so a
+try is one small table lookup, which the warm-started policy checks
+reliably. The hidden `?` is a digit 0-9, the only one whose try gives the
+digit after `=`. A worked target tries digits in a fresh random order until
+one matches; the base therefore guesses uniformly, an entropy of up to
+ln 10 at each guess. A length budget (`sampling.max_new_tokens`) admits only
+a few tries, so the base solves a problem only when it guesses early, and RL
+lifts the ceiling only as far as it learns to guess right
+(docs/search_task.md).
 
-Levels, graded by the number of keys to search: 1: 4 keys, 2: 7, 3: 10.
+Levels, graded by the table a try reads and by its length:
 
-A hash of the prompt puts a problem in one of three disjoint splits: `warm`
-(the supervised warm start), `train` (RL prompts) and `val` (validation).
-Rewards read only the Answer line (verifier `builtin`).
+  1: ?+a=c     a in 10-99                        (900 problems)
+  2: ?*a+b=c   a in 3, 7, 9; b in 10-99          (2,700 problems)
+  3: ?*a+b=c   a in 11-99 ending in 1, 3, 7, 9;  (32,400 problems)
+               b in 10-99
+
+A multiplier ending in 1, 3, 7 or 9 has an inverse modulo 10, so one digit
+solves each problem. A hash of the expression puts it in one of three
+disjoint splits: `warm` (the supervised warm start), `train` (RL prompts)
+and `val` (validation). Rewards read only the Answer line (verifier
+`builtin`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -35,68 +44,82 @@ from scalerl_jax.data import builtin_task
 SOURCE = "builtin_search"
 VERIFIER = builtin_task.VERIFIER  # The integer after the last `Answer:`.
 SPLITS = ("warm", "train", "val")
-KEYS = {1: 4, 2: 7, 3: 10}  # Level -> number of keys.
-LEVELS = tuple(KEYS)
-VALUES = range(10, 100)  # Two-digit values, distinct within a problem.
-# Problems of the warm split the supervised warm start trains on.
-WARM_PROBLEMS = 12_000
+LEVELS = (1, 2, 3)
+DIGITS = tuple(range(10))  # Values the hidden `?` takes.
 
 # Of `_BUCKETS` hash buckets, bucket 0 is validation, buckets 1 to
 # `_TRAIN_BUCKETS` are RL training, the rest warm start.
 _BUCKETS = 16
 _TRAIN_BUCKETS = 7
-_ENTRY = re.compile(r"(\d)=(\d\d)")
+# Level -> (values of a, values of b); b is unused at level 1 (`?+a=c`).
+_RANGES = {
+    1: (range(10, 100), (0,)),
+    2: ((3, 7, 9), range(10, 100)),
+    3: (
+        tuple(a for a in range(11, 100) if a % 10 in (1, 3, 7, 9)),
+        range(10, 100),
+    ),
+}
+_EXPRESSION = re.compile(r"\?(?:\+(\d+)|\*(\d+)\+(\d+))=(\d)")
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """Keys 0 .. len(values) - 1 with `values`; the answer is key `digit`."""
+  """`?+a=c` (level 1) or `?*a+b=c` (levels 2, 3), `?` = `digit`."""
 
-  values: tuple[int, ...]
+  level: int
   digit: int
+  a: int
+  b: int = 0  # Unused at level 1.
+
+  def value_at(self, guess: int) -> int:
+    """The units digit of the left side with `guess` in place of `?`."""
+    if self.level == 1:
+      return (guess + self.a) % 10
+    return (guess * self.a + self.b) % 10
 
   @property
-  def level(self) -> int:
-    return {n: level for level, n in KEYS.items()}[len(self.values)]
-
-  @property
-  def target(self) -> int:
-    return self.values[self.digit]
+  def c(self) -> int:
+    return self.value_at(self.digit)
 
   @property
   def expression(self) -> str:
-    table = " ".join(self.try_text(k) for k in range(len(self.values)))
-    return f"{table} ?={self.target}"
+    return f"{self._left('?')}={self.c}"
 
-  def try_text(self, key: int) -> str:
-    """One try of the thinking trace, e.g. `2=93`."""
-    return f"{key}={self.values[key]}"
+  def _left(self, guess: str) -> str:
+    if self.level == 1:
+      return f"{guess}+{self.a}"
+    return f"{guess}*{self.a}+{self.b}"
+
+  def try_text(self, guess: int) -> str:
+    """One try of the thinking trace, e.g. `8*7+45=1`."""
+    return f"{self._left(str(guess))}={self.value_at(guess)}"
 
 
 def parse_expression(expression: str) -> Problem:
-  """The Problem of an expression such as `0=62 1=17 2=93 3=40 ?=40`.
+  """The Problem of an expression such as `?*7+45=6`.
 
   Raises:
     ValueError: not an expression the task writes.
   """
-  *entries, question = expression.split(" ")
-  matches = [_ENTRY.fullmatch(e) for e in entries]
-  asked = re.fullmatch(r"\?=(\d\d)", question)
-  if asked is None or not all(matches):
+  match = _EXPRESSION.fullmatch(expression)
+  if match is None:
     raise ValueError(f"{expression!r} is not a search task expression")
-  keys = [int(m.group(1)) for m in matches]
-  values = tuple(int(m.group(2)) for m in matches)
-  if (
-      len(values) not in KEYS.values()
-      or keys != list(range(len(keys)))
-      or len(set(values)) != len(values)
-      or int(asked.group(1)) not in values
-  ):
-    raise ValueError(
-        f"{expression!r}: keys must run 0, 1, ... over {sorted(KEYS.values())} "
-        "distinct values, one of them asked for"
-    )
-  return Problem(values, values.index(int(asked.group(1))))
+  a1, a, b, c = match.groups()
+  if a1 is not None:
+    level, a, b = 1, int(a1), 0
+  else:
+    a, b = int(a), int(b)
+    level = 2 if a < 10 else 3
+  a_range, b_range = _RANGES[level]
+  if a not in a_range or b not in b_range:
+    raise ValueError(f"{expression!r}: a or b outside level {level}'s ranges")
+  problem = Problem(level, 0, a, b)
+  digits = [d for d in DIGITS if problem.value_at(d) == int(c)]
+  problem = dataclasses.replace(problem, digit=digits[0])
+  if problem.expression != expression:
+    raise ValueError(f"{expression!r} is not how the task writes it")
+  return problem
 
 
 def split_of(expression: str) -> str:
@@ -108,14 +131,18 @@ def split_of(expression: str) -> str:
   return "train" if bucket <= _TRAIN_BUCKETS else "warm"
 
 
-def random_problem(level: int, rng: np.random.Generator) -> Problem:
-  """A problem of `level`: distinct values, the asked key uniform."""
-  if level not in KEYS:
+def level_problems(level: int) -> list[Problem]:
+  """Every problem of a level, in a fixed order."""
+  if level not in _RANGES:
     raise ValueError(
         f"data.builtin_difficulty: search task levels are {LEVELS}, got {level}"
     )
-  values = rng.choice(len(VALUES), KEYS[level], replace=False) + VALUES.start
-  return Problem(tuple(int(v) for v in values), int(rng.integers(KEYS[level])))
+  a_range, b_range = _RANGES[level]
+  return [
+      Problem(level, digit, a, b)
+      for a, b in itertools.product(a_range, b_range)
+      for digit in DIGITS
+  ]
 
 
 def prompt_text(problem: Problem) -> str:
@@ -124,14 +151,14 @@ def prompt_text(problem: Problem) -> str:
 
 
 def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
-  """The worked target that tries `guesses` in order up to the right key.
+  """The worked target that tries `guesses` in order up to the right digit.
 
   Raises:
-    ValueError: `guesses` never reaches the key asked for.
+    ValueError: `guesses` never reaches the hidden digit.
   """
   if problem.digit not in guesses:
     raise ValueError(
-        f"guesses {list(guesses)} never reach the key of {problem.expression}"
+        f"guesses {list(guesses)} never reach the digit of {problem.expression}"
     )
   tries = guesses[: list(guesses).index(problem.digit) + 1]
   thinking = " ".join(problem.try_text(g) for g in tries)
@@ -142,15 +169,14 @@ def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
 
 
 def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
-  """`solution_text` of a search record, keys tried in an order `rng` draws."""
+  """`solution_text` of a search record, guesses in an order `rng` draws."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: search_task.target_text needs a "
         f"{SOURCE} record, got source {record.get('source')!r}"
     )
   problem = parse_expression(json.loads(record["metadata"])["expression"])
-  order = rng.permutation(len(problem.values))
-  return solution_text(problem, [int(g) for g in order])
+  return solution_text(problem, [int(g) for g in rng.permutation(len(DIGITS))])
 
 
 def make_record(problem: Problem) -> dict[str, str]:
@@ -168,40 +194,40 @@ def make_record(problem: Problem) -> dict[str, str]:
 
 
 def search_problems(
-    levels: Sequence[int], num: int, seed: int, split: str
+    levels: Sequence[int], num: Optional[int], seed: int, split: str
 ) -> list[Problem]:
   """`num` distinct problems of `split`, spread evenly over `levels`, shuffled.
 
-  Deterministic in (levels, num, seed, split).
+  A level short of its share gives all it has; `num=None` takes every
+  problem of the split. Deterministic in (levels, num, seed, split).
 
   Raises:
-    ValueError: bad arguments.
+    ValueError: bad arguments, or the levels hold fewer than `num` problems.
   """
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-  if num <= 0:
+  if num is not None and num <= 0:
     raise ValueError(f"data.builtin_num_{split}: must be > 0, got {num}")
   levels = sorted(set(levels))
   rng = np.random.default_rng([seed, SPLITS.index(split)])
-  problems, seen = [], set()
+  problems = []
   for i, level in enumerate(levels):
-    share = -(-(num - len(problems)) // (len(levels) - i))  # Ceiling.
-    # Each level holds far more problems (10 x 90!/80! at level 3) than a
-    # split asks for; 4 keys have 2.4e8.
-    while share:
-      problem = random_problem(level, rng)
-      if (
-          problem.expression not in seen
-          and split_of(problem.expression) == split
-      ):
-        seen.add(problem.expression)
-        problems.append(problem)
-        share -= 1
+    pool = [p for p in level_problems(level) if split_of(p.expression) == split]
+    share = len(pool)
+    if num is not None:
+      share = -(-(num - len(problems)) // (len(levels) - i))  # Ceiling.
+    chosen = rng.permutation(len(pool))[:share]
+    problems += [pool[j] for j in sorted(chosen)]
+  if num is not None and len(problems) < num:
+    raise ValueError(
+        f"data.builtin_num_{split}: {num} problems asked for, but search task "
+        f"levels {tuple(levels)} hold only {len(problems)} {split} problems"
+    )
   return [problems[i] for i in rng.permutation(len(problems))]
 
 
 def search_prompts(
-    levels: Sequence[int], num: int, seed: int, split: str
+    levels: Sequence[int], num: Optional[int], seed: int, split: str
 ) -> list[dict[str, str]]:
   """Prompt records of `search_problems(levels, num, seed, split)`."""
   return [make_record(p) for p in search_problems(levels, num, seed, split)]
