@@ -2,7 +2,6 @@
 the length budget and the verifier."""
 
 import collections
-import itertools
 import json
 
 import numpy as np
@@ -17,47 +16,54 @@ from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rewards import registry
 
+SIZES = {1: 900, 2: 2700, 3: 32400}  # Problems per level.
+
 
 def test_hand_worked_problems_and_targets():
-  problem = search_task.Problem(values=(62, 17, 93, 40), digit=3)
-  assert problem.level == 1
-  assert problem.expression == "0=62 1=17 2=93 3=40 ?=40"
-  assert problem.try_text(2) == "2=93"
-  assert search_task.prompt_text(problem) == "Compute 0=62 1=17 2=93 3=40 ?=40"
-  assert search_task.solution_text(problem, [2, 3, 0, 1]) == (
-      "<think> 2=93 3=40 </think>\nAnswer: 3"
+  # 3*7+45 = 66 -> 6; the try of 8 is 8*7+45 = 101 -> 1.
+  problem = search_task.Problem(level=2, digit=3, a=7, b=45)
+  assert problem.expression == "?*7+45=6"
+  assert problem.try_text(8) == "8*7+45=1"
+  assert search_task.prompt_text(problem) == "Compute ?*7+45=6"
+  assert search_task.solution_text(problem, [8, 3, 5]) == (
+      "<think> 8*7+45=1 3*7+45=6 </think>\nAnswer: 3"
   )
-  # The right first guess ends the trace at once.
-  assert search_task.solution_text(problem, [3, 2]) == (
-      "<think> 3=40 </think>\nAnswer: 3"
+  # 5+47 = 52 -> 2; tries 9 -> 56 -> 6, 0 -> 47 -> 7, then 5.
+  level1 = search_task.Problem(level=1, digit=5, a=47)
+  assert level1.expression == "?+47=2"
+  assert search_task.solution_text(level1, [9, 0, 5]) == (
+      "<think> 9+47=6 0+47=7 5+47=2 </think>\nAnswer: 5"
+  )
+  # 0*13+28 = 28 -> 8: the right first guess ends the trace at once.
+  level3 = search_task.Problem(level=3, digit=0, a=13, b=28)
+  assert search_task.solution_text(level3, [0, 1]) == (
+      "<think> 0*13+28=8 </think>\nAnswer: 0"
   )
   with pytest.raises(ValueError, match="never reach"):
-    search_task.solution_text(problem, [0, 1, 2])
-  level3 = search_task.Problem(tuple(range(10, 100, 9)), digit=0)
-  assert (level3.level, level3.target) == (3, 10)
-  assert search_task.parse_expression(level3.expression) == level3
+    search_task.solution_text(level3, [1, 2])
 
 
-def test_random_problems_parse_back_with_one_answer():
-  rng = np.random.default_rng(0)
-  for level, keys in search_task.KEYS.items():
-    for _ in range(200):
-      p = search_task.random_problem(level, rng)
-      assert len(p.values) == keys and p.level == level
+def test_levels_hold_every_problem_once_and_parse_back():
+  for level, size in SIZES.items():
+    problems = search_task.level_problems(level)
+    assert len({p.expression for p in problems}) == size
+    for p in problems[:: 1 if level < 3 else 7]:
       assert search_task.parse_expression(p.expression) == p
-      # Distinct values: one key holds the value asked for.
-      assert [k for k, v in enumerate(p.values) if v == p.target] == [p.digit]
+      # One digit solves it: the reward names a single right answer.
+      solving = [d for d in search_task.DIGITS if p.value_at(d) == p.c]
+      assert solving == [p.digit]
 
 
 @pytest.mark.parametrize(
     "expression",
     [
-        "0=62 1=17 2=93 ?=40",  # 40 is no key's value.
-        "0=62 1=17 2=93 3=40 4=55 ?=40",  # 5 keys is no level.
-        "0=62 1=17 2=62 3=40 ?=62",  # A value held twice.
-        "1=62 0=17 2=93 3=40 ?=40",  # Keys out of order.
-        "0=62 1=17 2=93 3=40 ?=4",  # Not a two-digit value.
-        "0=62 1=17 2=93 3=40",  # Nothing asked.
+        "?+5=7",  # a below 10 at level 1.
+        "?+47=12",  # The units digit is one digit.
+        "?*5+13=8",  # 5 has no inverse modulo 10: not a level-2 multiplier.
+        "?*15+13=8",  # Nor 15 at level 3.
+        "?*7+5=2",  # b below 10.
+        "3*7+45=6",  # No hidden digit.
+        "?*7+045=6",  # Not how the task writes 45.
     ],
 )
 def test_parse_refuses_what_the_task_never_writes(expression):
@@ -65,27 +71,23 @@ def test_parse_refuses_what_the_task_never_writes(expression):
     search_task.parse_expression(expression)
 
 
-def test_warm_train_and_val_splits_are_disjoint_and_seeded():
+def test_warm_train_and_val_splits_are_disjoint_for_every_seed():
   levels = search_task.LEVELS
-  prompts = {
-      (split, seed): [
+  sets = {
+      (split, seed): {
           r["prompt"]
-          for r in search_task.search_prompts(levels, 600, seed, split)
-      ]
+          for r in search_task.search_prompts(levels, None, seed, split)
+      }
       for split in search_task.SPLITS
       for seed in (0, 1)
   }
-  for (split, seed), got in prompts.items():
-    assert len(set(got)) == 600
-    for p in got:
-      assert search_task.split_of(p.removeprefix("Compute ")) == split
-  for (s1, _), (s2, _) in itertools.combinations(prompts, 2):
-    if s1 != s2:
-      assert not set(prompts[s1, 0]) & set(prompts[s2, 1])
-  assert prompts["train", 0] != prompts["train", 1]
-  assert prompts["train", 0] == [
-      r["prompt"] for r in search_task.search_prompts(levels, 600, 0, "train")
-  ]
+  for seed in (0, 1):
+    warm, train, val = (sets[s, seed] for s in search_task.SPLITS)
+    assert not warm & train and not warm & val and not train & val
+    assert len(warm) + len(train) + len(val) == sum(SIZES.values())
+  # Each split is its hash's, whatever the seed.
+  for split in search_task.SPLITS:
+    assert sets[split, 0] == sets[split, 1]
 
 
 def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
@@ -101,7 +103,8 @@ def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
   )
   assert (len(train), len(val)) == (3000, 150)
   prompts = [{r["prompt"] for r in rs} for rs in (warm, train, val)]
-  assert len(prompts[0]) == len(warm) == search_task.WARM_PROBLEMS
+  # Every warm problem: 440 + 1,331 + 16,216.
+  assert len(prompts[0]) == len(warm) == 17987
   assert not prompts[0] & prompts[1] and not prompts[0] & prompts[2]
   assert not prompts[1] & prompts[2]
   # Validation: 50 of each level, the same for every seed.
@@ -112,74 +115,86 @@ def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
   assert sources.load_prompts(config, "train") != train
 
 
-def test_levels_share_a_split_evenly():
-  records = search_task.search_prompts((1, 3), 301, 0, "val")
+def test_levels_short_of_their_share_give_all_they_have():
+  # Level 1 holds 69 val problems; 300 over levels (1, 3): 69 + 231.
+  records = search_task.search_prompts((1, 3), 300, 0, "val")
   levels = collections.Counter(
       json.loads(r["metadata"])["level"] for r in records
   )
-  assert levels == {1: 151, 3: 150}
+  assert levels == {1: 69, 3: 231}
+  with pytest.raises(ValueError, match="hold only"):
+    search_task.search_prompts((1, 2), 300, 0, "val")
   with pytest.raises(ValueError, match="levels are"):
     search_task.search_prompts((4,), 10, 0, "train")
 
 
 def test_worked_targets_guess_uniformly_without_repeats():
   rng = np.random.default_rng(0)
-  problem = search_task.Problem(tuple(range(10, 100, 9)), digit=7)
+  problem = search_task.Problem(level=1, digit=7, a=30)
   record = search_task.make_record(problem)
   first_right, lengths = 0, []
   for _ in range(2000):
     text = search_task.target_text(record, rng)
     thinking = text.split("<think> ")[1].split(" </think>")[0]
-    guesses = [int(t.split("=")[0]) for t in thinking.split(" ")]
+    guesses = [int(t.split("+")[0]) for t in thinking.split(" ")]
     assert thinking.split(" ") == [problem.try_text(g) for g in guesses]
     assert len(set(guesses)) == len(guesses)
     assert guesses[-1] == 7 and 7 not in guesses[:-1]
     assert text.endswith("Answer: 7")
     first_right += len(guesses) == 1
     lengths.append(len(guesses))
-  # Uniform over 10 keys: right first 1/10 of the time, 5.5 tries on
+  # Uniform over 10 digits: right first 1/10 of the time, 5.5 tries on
   # average (binomial std of 2000 draws: 0.0067 and 0.064).
   assert abs(first_right / 2000 - 0.1) < 0.03
   assert abs(np.mean(lengths) - 5.5) < 0.3
 
 
-def test_the_budget_admits_two_tries(tmp_path):
+def test_the_budget_admits_fewer_tries_at_harder_levels(tmp_path):
   path = str(tmp_path / "tok.model")
   builtin_tokenizer.write_model(path, 512)
   tok = tokenizer_lib.load_tokenizer(path)
   config = search.get_config()
-  problem = search_task.Problem(tuple(range(10, 100, 9)), digit=9)
-  fits = [
-      len(tok.encode(search_task.solution_text(problem, range(9 - n, 10))))
-      + 1  # EOS.
-      <= config.sampling.max_new_tokens
-      for n in range(10)
-  ]
-  # "<think> " + n tries ("7=73 ": 5 tokens) + "</think>\nAnswer: 9" + EOS
-  # = 9 + 5n tokens: 19 for two tries, 24 for three.
-  assert fits == [True, True] + [False] * 8
-  # The longest prompt, 10 keys, fits with its BOS.
-  prompt = search_task.prompt_text(problem)
-  assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
+  problems = {
+      1: search_task.Problem(level=1, digit=9, a=47),
+      2: search_task.Problem(level=2, digit=9, a=7, b=45),
+      3: search_task.Problem(level=3, digit=9, a=17, b=45),
+  }
+  most_tries = {}
+  for level, problem in problems.items():
+    fits = [
+        len(tok.encode(search_task.solution_text(problem, range(9 - n, 10))))
+        + 1  # EOS.
+        <= config.sampling.max_new_tokens
+        for n in range(10)
+    ]
+    most_tries[level] = sum(fits)
+    assert fits == sorted(fits, reverse=True)
+    prompt = search_task.prompt_text(problem)
+    assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
+  # "<think> " + n tries ("8+47=5 ", "8*7+45=1 ", "8*17+45=1 ": 7, 9 and 10
+  # tokens) + "</think>\nAnswer: 9" + EOS = 9 + 7n, 9 + 9n, 9 + 10n tokens
+  # against 30: a uniform guesser solves level 1 3 times in 10, levels 2
+  # and 3 2 times.
+  assert most_tries == {1: 3, 2: 2, 3: 2}
 
 
 def test_the_verifier_scores_only_the_answer_line():
-  problem = search_task.Problem((62, 17, 93, 40, 55, 18, 99), digit=4)
+  problem = search_task.Problem(level=2, digit=4, a=3, b=12)
   record = search_task.make_record(problem)
-  assert record["answer"] == "4"
+  assert (record["prompt"], record["answer"]) == ("Compute ?*3+12=4", "4")
   spec = registry.resolve_spec(record)
   right = search_task.solution_text(problem, [4])
   assert registry.verify(right, record, spec) == 1.0
   # A right try in the thinking does not count when the answer is wrong.
   wrong = right.replace("Answer: 4", "Answer: 5")
   assert registry.verify(wrong, record, spec) == 0.0
-  # The value instead of its key is wrong.
+  # The try's value is not the answer.
   assert (
-      registry.verify(right.replace("Answer: 4", "Answer: 55"), record, spec)
+      registry.verify(right.replace("Answer: 4", "Answer: 24"), record, spec)
       == 0.0
   )
   # Cut off by the budget before </think>: no answer, no reward.
-  assert registry.verify("<think> 1=17 4=55", record, spec) == 0.0
+  assert registry.verify("<think> 1*3+12=5 4*3+12=4", record, spec) == 0.0
 
 
 def test_the_search_base_is_cached_apart_from_the_arithmetic_base():
