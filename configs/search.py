@@ -1,9 +1,10 @@
 """The search task (data/search_task.py): a built-in task whose ceiling the
 recipe decides, and the pilot that checks it (issue 49).
 
-The warm-started base guesses a hidden digit uniformly and checks each
-guess; the generation budget admits only a few tries, so RL raises the pass
-rate only as far as it learns to guess right, at tokens of real entropy. Every
+The warm-started base tries the prompt's digits in a random order until it
+finds the odd one; the generation budget admits only two tries, so RL raises
+the pass rate only as far as it learns to pick the odd digit, at tokens of
+real entropy. Every
 point of a seed's sweep starts from that seed's one base policy. The pilot,
 CISPO against DAPO at k = 8 with the generator running ahead until k binds
 (docs/search_task.md), one sweep per seed:
@@ -27,16 +28,18 @@ def get_config(arg=None):
   c = scalerl.get_config(arg)
   c.data.source = "builtin_search"  # data/search_task.py.
   c.data.builtin_difficulty = (1, 2, 3)  # All three search levels.
-  # RL prompts, from the `train` split (levels 1 and 2 hold only 391 and
-  # 1,196 there, which come back within a run).
-  c.data.builtin_num_train = 3_000
-  # Validation prompts, from the `val` split: 50 per level.
+  # RL prompts, from the `train` split (it holds 132, 516 and 1,552 of
+  # levels 1-3: all of levels 1 and 2, then level 3).
+  c.data.builtin_num_train = 2_000
+  # Validation prompts, from the `val` split (it holds 20 of level 1: all of
+  # them, then 65 of each other level).
   c.data.builtin_num_val = 150
-  # "Compute ?*11+22=5" is 10 tokens with BOS.
+  # "Compute 0 2 8 1 6 4" is 14 tokens with BOS.
   c.sampling.max_prompt_len = 16
-  # Room for 3 tries at level 1 and 2 at levels 2-3: the base, guessing
-  # uniformly over 10 digits, solves 3/10 or 2/10 of the problems.
-  c.sampling.max_new_tokens = 30
+  # Room for 2 tries ("<think> 8=0 1=1 </think>\nAnswer: 1" and EOS are 17
+  # tokens): the base, picking uniformly, solves 2/3, 1/2 and 1/3 of the
+  # problems of levels 1-3.
+  c.sampling.max_new_tokens = 18
   c.trainer.num_steps = 60  # RL steps.
   c.trainer.eval_every = 10  # Steps between validations.
   c.trainer.eval_num_prompts = 150  # All of data.builtin_num_val.

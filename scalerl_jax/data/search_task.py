@@ -1,31 +1,25 @@
-"""The built-in search task: find the hidden digit by guessing and checking.
+"""The built-in search task: find the odd digit by guessing and checking.
 
-  prompt:  Compute ?*7+45=6
-  target:  <think> 8*7+45=1 3*7+45=6 </think>
-           Answer: 3
+  prompt:  Compute 6 1 8 4
+  target:  <think> 8=0 1=1 </think>
+           Answer: 1
 
-Every `=` gives the units digit of its left side (8*7+45 = 101 -> 1), so a
-try is one small table lookup, which the warm-started policy checks
-reliably. The hidden `?` is a digit 0-9, the only one whose try gives the
-digit after `=`. A worked target tries digits in a fresh random order until
-one matches; the base therefore guesses uniformly, an entropy of up to
-ln 10 at each guess. A length budget (`sampling.max_new_tokens`) admits only
-a few tries, so the base solves a problem only when it guesses early, and RL
-lifts the ceiling only as far as it learns to guess right
-(docs/search_task.md).
+The prompt lists distinct digits, exactly one of them odd. A try writes a
+digit of the prompt and its parity (`8=0`: even, `1=1`: odd), a check the
+warm-started policy learns exactly. A worked target tries the digits in a
+fresh random order until the odd one; the base therefore picks each try
+uniformly among the digits it has not tried, a decision at a token of real
+entropy (ln k for k digits). A length budget (`sampling.max_new_tokens`)
+admits only a few tries, so the base solves a problem only when it picks
+the odd digit early, and RL lifts the ceiling only as far as it learns to
+pick it (docs/search_task.md).
 
-Levels, graded by the table a try reads and by its length:
+Levels, graded by the digits to search: 1: 3 digits (300 problems),
+2: 4 digits (1,200), 3: 6 digits, every even one (3,600).
 
-  1: ?+a=c     a in 10-99                        (900 problems)
-  2: ?*a+b=c   a in 3, 7, 9; b in 10-99          (2,700 problems)
-  3: ?*a+b=c   a in 11-99 ending in 1, 3, 7, 9;  (32,400 problems)
-               b in 10-99
-
-A multiplier ending in 1, 3, 7 or 9 has an inverse modulo 10, so one digit
-solves each problem. A hash of the expression puts it in one of three
-disjoint splits: `warm` (the supervised warm start), `train` (RL prompts)
-and `val` (validation). Rewards read only the Answer line (verifier
-`builtin`).
+A hash of the prompt puts a problem in one of three disjoint splits: `warm`
+(the supervised warm start), `train` (RL prompts) and `val` (validation).
+Rewards read only the Answer line (verifier `builtin`).
 """
 
 from __future__ import annotations
@@ -44,82 +38,60 @@ from scalerl_jax.data import builtin_task
 SOURCE = "builtin_search"
 VERIFIER = builtin_task.VERIFIER  # The integer after the last `Answer:`.
 SPLITS = ("warm", "train", "val")
-LEVELS = (1, 2, 3)
-DIGITS = tuple(range(10))  # Values the hidden `?` takes.
+DIGITS_PER_LEVEL = {1: 3, 2: 4, 3: 6}
+LEVELS = tuple(DIGITS_PER_LEVEL)
+_EVEN, _ODD = (0, 2, 4, 6, 8), (1, 3, 5, 7, 9)
 
 # Of `_BUCKETS` hash buckets, bucket 0 is validation, buckets 1 to
 # `_TRAIN_BUCKETS` are RL training, the rest warm start.
 _BUCKETS = 16
 _TRAIN_BUCKETS = 7
-# Level -> (values of a, values of b); b is unused at level 1 (`?+a=c`).
-_RANGES = {
-    1: (range(10, 100), (0,)),
-    2: ((3, 7, 9), range(10, 100)),
-    3: (
-        tuple(a for a in range(11, 100) if a % 10 in (1, 3, 7, 9)),
-        range(10, 100),
-    ),
-}
-_EXPRESSION = re.compile(r"\?(?:\+(\d+)|\*(\d+)\+(\d+))=(\d)")
 
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """`?+a=c` (level 1) or `?*a+b=c` (levels 2, 3), `?` = `digit`."""
+  """Distinct digits in prompt order, exactly one of them odd."""
 
-  level: int
-  digit: int
-  a: int
-  b: int = 0  # Unused at level 1.
-
-  def value_at(self, guess: int) -> int:
-    """The units digit of the left side with `guess` in place of `?`."""
-    if self.level == 1:
-      return (guess + self.a) % 10
-    return (guess * self.a + self.b) % 10
+  digits: tuple[int, ...]
 
   @property
-  def c(self) -> int:
-    return self.value_at(self.digit)
+  def level(self) -> int:
+    return {n: level for level, n in DIGITS_PER_LEVEL.items()}[len(self.digits)]
+
+  @property
+  def answer(self) -> int:
+    """The odd digit."""
+    return next(d for d in self.digits if d % 2)
 
   @property
   def expression(self) -> str:
-    return f"{self._left('?')}={self.c}"
+    return " ".join(str(d) for d in self.digits)
 
-  def _left(self, guess: str) -> str:
-    if self.level == 1:
-      return f"{guess}+{self.a}"
-    return f"{guess}*{self.a}+{self.b}"
 
-  def try_text(self, guess: int) -> str:
-    """One try of the thinking trace, e.g. `8*7+45=1`."""
-    return f"{self._left(str(guess))}={self.value_at(guess)}"
+def try_text(digit: int) -> str:
+  """One try of the thinking trace: the digit and its parity, e.g. `8=0`."""
+  return f"{digit}={digit % 2}"
 
 
 def parse_expression(expression: str) -> Problem:
-  """The Problem of an expression such as `?*7+45=6`.
+  """The Problem of an expression such as `6 1 8 4`.
 
   Raises:
     ValueError: not an expression the task writes.
   """
-  match = _EXPRESSION.fullmatch(expression)
-  if match is None:
+  if not re.fullmatch(r"\d( \d)*", expression):
     raise ValueError(f"{expression!r} is not a search task expression")
-  a1, a, b, c = match.groups()
-  if a1 is not None:
-    level, a, b = 1, int(a1), 0
-  else:
-    a, b = int(a), int(b)
-    level = 2 if a < 10 else 3
-  a_range, b_range = _RANGES[level]
-  if a not in a_range or b not in b_range:
-    raise ValueError(f"{expression!r}: a or b outside level {level}'s ranges")
-  problem = Problem(level, 0, a, b)
-  digits = [d for d in DIGITS if problem.value_at(d) == int(c)]
-  problem = dataclasses.replace(problem, digit=digits[0])
-  if problem.expression != expression:
-    raise ValueError(f"{expression!r} is not how the task writes it")
-  return problem
+  digits = tuple(int(d) for d in expression.split(" "))
+  if (
+      len(digits) not in DIGITS_PER_LEVEL.values()
+      or len(set(digits)) != len(digits)
+      or sum(d % 2 for d in digits) != 1
+  ):
+    raise ValueError(
+        f"{expression!r}: a search task problem is "
+        f"{sorted(DIGITS_PER_LEVEL.values())} distinct digits, one of them odd"
+    )
+  return Problem(digits)
 
 
 def split_of(expression: str) -> str:
@@ -133,15 +105,16 @@ def split_of(expression: str) -> str:
 
 def level_problems(level: int) -> list[Problem]:
   """Every problem of a level, in a fixed order."""
-  if level not in _RANGES:
+  if level not in DIGITS_PER_LEVEL:
     raise ValueError(
         f"data.builtin_difficulty: search task levels are {LEVELS}, got {level}"
     )
-  a_range, b_range = _RANGES[level]
+  num_even = DIGITS_PER_LEVEL[level] - 1
   return [
-      Problem(level, digit, a, b)
-      for a, b in itertools.product(a_range, b_range)
-      for digit in DIGITS
+      Problem(order)
+      for evens in itertools.combinations(_EVEN, num_even)
+      for odd in _ODD
+      for order in itertools.permutations(evens + (odd,))
   ]
 
 
@@ -151,32 +124,34 @@ def prompt_text(problem: Problem) -> str:
 
 
 def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
-  """The worked target that tries `guesses` in order up to the right digit.
+  """The worked target that tries `guesses` in order up to the odd digit.
 
   Raises:
-    ValueError: `guesses` never reaches the hidden digit.
+    ValueError: `guesses` never reaches the odd digit.
   """
-  if problem.digit not in guesses:
+  if problem.answer not in guesses:
     raise ValueError(
-        f"guesses {list(guesses)} never reach the digit of {problem.expression}"
+        f"guesses {list(guesses)} never reach the odd digit of "
+        f"{problem.expression}"
     )
-  tries = guesses[: list(guesses).index(problem.digit) + 1]
-  thinking = " ".join(problem.try_text(g) for g in tries)
+  tries = guesses[: list(guesses).index(problem.answer) + 1]
+  thinking = " ".join(try_text(g) for g in tries)
   return (
       f"{builtin_task.THINK_OPEN} {thinking} {builtin_task.THINK_CLOSE}\n"
-      f"{builtin_task.ANSWER_PREFIX} {problem.digit}"
+      f"{builtin_task.ANSWER_PREFIX} {problem.answer}"
   )
 
 
 def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
-  """`solution_text` of a search record, guesses in an order `rng` draws."""
+  """`solution_text` of a search record, digits tried in an order `rng` draws."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: search_task.target_text needs a "
         f"{SOURCE} record, got source {record.get('source')!r}"
     )
   problem = parse_expression(json.loads(record["metadata"])["expression"])
-  return solution_text(problem, [int(g) for g in rng.permutation(len(DIGITS))])
+  order = rng.permutation(len(problem.digits))
+  return solution_text(problem, [problem.digits[i] for i in order])
 
 
 def make_record(problem: Problem) -> dict[str, str]:
@@ -184,7 +159,7 @@ def make_record(problem: Problem) -> dict[str, str]:
   return {
       "id": f"{SOURCE}:{problem.expression}",
       "prompt": prompt_text(problem),
-      "answer": str(problem.digit),
+      "answer": str(problem.answer),
       "source": SOURCE,
       "verifier": VERIFIER,
       "metadata": json.dumps(
