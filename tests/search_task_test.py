@@ -16,54 +16,49 @@ from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rewards import registry
 
-SIZES = {1: 900, 2: 2700, 3: 32400}  # Problems per level.
+# Problems per level: C(5, k - 1) even digits x 5 odd ones x k! orders.
+SIZES = {1: 10 * 5 * 6, 2: 10 * 5 * 24, 3: 1 * 5 * 720}
 
 
 def test_hand_worked_problems_and_targets():
-  # 3*7+45 = 66 -> 6; the try of 8 is 8*7+45 = 101 -> 1.
-  problem = search_task.Problem(level=2, digit=3, a=7, b=45)
-  assert problem.expression == "?*7+45=6"
-  assert problem.try_text(8) == "8*7+45=1"
-  assert search_task.prompt_text(problem) == "Compute ?*7+45=6"
-  assert search_task.solution_text(problem, [8, 3, 5]) == (
-      "<think> 8*7+45=1 3*7+45=6 </think>\nAnswer: 3"
+  problem = search_task.Problem((6, 1, 8, 4))
+  assert (problem.level, problem.answer) == (2, 1)
+  assert search_task.prompt_text(problem) == "Compute 6 1 8 4"
+  assert search_task.try_text(8) == "8=0" and search_task.try_text(1) == "1=1"
+  assert search_task.solution_text(problem, [8, 1, 6, 4]) == (
+      "<think> 8=0 1=1 </think>\nAnswer: 1"
   )
-  # 5+47 = 52 -> 2; tries 9 -> 56 -> 6, 0 -> 47 -> 7, then 5.
-  level1 = search_task.Problem(level=1, digit=5, a=47)
-  assert level1.expression == "?+47=2"
-  assert search_task.solution_text(level1, [9, 0, 5]) == (
-      "<think> 9+47=6 0+47=7 5+47=2 </think>\nAnswer: 5"
-  )
-  # 0*13+28 = 28 -> 8: the right first guess ends the trace at once.
-  level3 = search_task.Problem(level=3, digit=0, a=13, b=28)
-  assert search_task.solution_text(level3, [0, 1]) == (
-      "<think> 0*13+28=8 </think>\nAnswer: 0"
+  # The odd digit first ends the trace at once.
+  assert search_task.solution_text(problem, [1, 8]) == (
+      "<think> 1=1 </think>\nAnswer: 1"
   )
   with pytest.raises(ValueError, match="never reach"):
-    search_task.solution_text(level3, [1, 2])
+    search_task.solution_text(problem, [6, 8, 4])
+  level3 = search_task.Problem((0, 2, 8, 9, 6, 4))
+  assert (level3.level, level3.answer) == (3, 9)
+  assert search_task.parse_expression("0 2 8 9 6 4") == level3
 
 
 def test_levels_hold_every_problem_once_and_parse_back():
   for level, size in SIZES.items():
     problems = search_task.level_problems(level)
     assert len({p.expression for p in problems}) == size
-    for p in problems[:: 1 if level < 3 else 7]:
+    for p in problems:
       assert search_task.parse_expression(p.expression) == p
-      # One digit solves it: the reward names a single right answer.
-      solving = [d for d in search_task.DIGITS if p.value_at(d) == p.c]
-      assert solving == [p.digit]
+      assert len(p.digits) == search_task.DIGITS_PER_LEVEL[level]
+      # One odd digit: the reward names a single right answer.
+      assert [d for d in p.digits if d % 2] == [p.answer]
 
 
 @pytest.mark.parametrize(
     "expression",
     [
-        "?+5=7",  # a below 10 at level 1.
-        "?+47=12",  # The units digit is one digit.
-        "?*5+13=8",  # 5 has no inverse modulo 10: not a level-2 multiplier.
-        "?*15+13=8",  # Nor 15 at level 3.
-        "?*7+5=2",  # b below 10.
-        "3*7+45=6",  # No hidden digit.
-        "?*7+045=6",  # Not how the task writes 45.
+        "6 1 8 3",  # Two odd digits.
+        "6 2 8 4",  # None.
+        "6 1 6 4",  # A digit twice.
+        "6 1 8 4 2",  # 5 digits is no level.
+        "6 1  8 4",  # Not how the task writes it.
+        "61 8 4",
     ],
 )
 def test_parse_refuses_what_the_task_never_writes(expression):
@@ -101,100 +96,95 @@ def test_the_config_keeps_warm_start_apart_from_rl_and_validation():
       warm_start.base_seed(config),
       "train",
   )
-  assert (len(train), len(val)) == (3000, 150)
+  assert (len(train), len(val)) == (2000, 150)
   prompts = [{r["prompt"] for r in rs} for rs in (warm, train, val)]
-  # Every warm problem: 440 + 1,331 + 16,216.
-  assert len(prompts[0]) == len(warm) == 17987
+  # Every warm problem: 148 + 604 + 1,829.
+  assert len(prompts[0]) == len(warm) == 2581
   assert not prompts[0] & prompts[1] and not prompts[0] & prompts[2]
   assert not prompts[1] & prompts[2]
-  # Validation: 50 of each level, the same for every seed.
+  # Validation: all 20 of level 1, then 65 of each other level, the same
+  # for every seed.
   levels = collections.Counter(json.loads(r["metadata"])["level"] for r in val)
-  assert levels == {1: 50, 2: 50, 3: 50}
+  assert levels == {1: 20, 2: 65, 3: 65}
   config.seed = 1
   assert sources.load_prompts(config, "val") == val
   assert sources.load_prompts(config, "train") != train
 
 
 def test_levels_short_of_their_share_give_all_they_have():
-  # Level 1 holds 69 val problems; 300 over levels (1, 3): 69 + 231.
-  records = search_task.search_prompts((1, 3), 300, 0, "val")
+  records = search_task.search_prompts((1, 3), 100, 0, "val")
   levels = collections.Counter(
       json.loads(r["metadata"])["level"] for r in records
   )
-  assert levels == {1: 69, 3: 231}
+  assert levels == {1: 20, 3: 80}
   with pytest.raises(ValueError, match="hold only"):
-    search_task.search_prompts((1, 2), 300, 0, "val")
+    search_task.search_prompts((1, 2), 101, 0, "val")
   with pytest.raises(ValueError, match="levels are"):
     search_task.search_prompts((4,), 10, 0, "train")
 
 
-def test_worked_targets_guess_uniformly_without_repeats():
+def test_worked_targets_pick_uniformly_without_repeats():
   rng = np.random.default_rng(0)
-  problem = search_task.Problem(level=1, digit=7, a=30)
+  problem = search_task.Problem((0, 2, 8, 7, 6, 4))
   record = search_task.make_record(problem)
   first_right, lengths = 0, []
-  for _ in range(2000):
+  for _ in range(3000):
     text = search_task.target_text(record, rng)
     thinking = text.split("<think> ")[1].split(" </think>")[0]
-    guesses = [int(t.split("+")[0]) for t in thinking.split(" ")]
-    assert thinking.split(" ") == [problem.try_text(g) for g in guesses]
-    assert len(set(guesses)) == len(guesses)
-    assert guesses[-1] == 7 and 7 not in guesses[:-1]
-    assert text.endswith("Answer: 7")
+    guesses = [int(t.split("=")[0]) for t in thinking.split(" ")]
+    assert thinking.split(" ") == [search_task.try_text(g) for g in guesses]
+    assert len(set(guesses)) == len(guesses) and set(guesses) <= {
+        0,
+        2,
+        4,
+        6,
+        7,
+        8,
+    }
+    assert guesses[-1] == 7 and text.endswith("Answer: 7")
     first_right += len(guesses) == 1
     lengths.append(len(guesses))
-  # Uniform over 10 digits: right first 1/10 of the time, 5.5 tries on
-  # average (binomial std of 2000 draws: 0.0067 and 0.064).
-  assert abs(first_right / 2000 - 0.1) < 0.03
-  assert abs(np.mean(lengths) - 5.5) < 0.3
+  # Uniform over 6 digits: odd first 1/6 of the time, 3.5 tries on average
+  # (binomial std of 3000 draws: 0.0068 and 0.031).
+  assert abs(first_right / 3000 - 1 / 6) < 0.03
+  assert abs(np.mean(lengths) - 3.5) < 0.15
 
 
-def test_the_budget_admits_fewer_tries_at_harder_levels(tmp_path):
+def test_the_budget_admits_two_tries(tmp_path):
   path = str(tmp_path / "tok.model")
   builtin_tokenizer.write_model(path, 512)
   tok = tokenizer_lib.load_tokenizer(path)
   config = search.get_config()
-  problems = {
-      1: search_task.Problem(level=1, digit=9, a=47),
-      2: search_task.Problem(level=2, digit=9, a=7, b=45),
-      3: search_task.Problem(level=3, digit=9, a=17, b=45),
-  }
-  most_tries = {}
-  for level, problem in problems.items():
-    fits = [
-        len(tok.encode(search_task.solution_text(problem, range(9 - n, 10))))
-        + 1  # EOS.
-        <= config.sampling.max_new_tokens
-        for n in range(10)
-    ]
-    most_tries[level] = sum(fits)
-    assert fits == sorted(fits, reverse=True)
-    prompt = search_task.prompt_text(problem)
-    assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
-  # "<think> " + n tries ("8+47=5 ", "8*7+45=1 ", "8*17+45=1 ": 7, 9 and 10
-  # tokens) + "</think>\nAnswer: 9" + EOS = 9 + 7n, 9 + 9n, 9 + 10n tokens
-  # against 30: a uniform guesser solves level 1 3 times in 10, levels 2
-  # and 3 2 times.
-  assert most_tries == {1: 3, 2: 2, 3: 2}
+  problem = search_task.Problem((0, 2, 8, 6, 4, 9))
+  fits = [
+      len(
+          tok.encode(
+              search_task.solution_text(problem, problem.digits[5 - n :])
+          )
+      )
+      + 1  # EOS.
+      <= config.sampling.max_new_tokens
+      for n in range(6)
+  ]
+  # "<think> " + n tries ("8=0 ": 4 tokens) + "</think>\nAnswer: 9" + EOS =
+  # 9 + 4n tokens: 17 for two tries, 21 for three, against 18.
+  assert fits == [True, True, False, False, False, False]
+  prompt = search_task.prompt_text(problem)
+  assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
 
 
 def test_the_verifier_scores_only_the_answer_line():
-  problem = search_task.Problem(level=2, digit=4, a=3, b=12)
+  problem = search_task.Problem((4, 3, 2, 0))
   record = search_task.make_record(problem)
-  assert (record["prompt"], record["answer"]) == ("Compute ?*3+12=4", "4")
+  assert (record["prompt"], record["answer"]) == ("Compute 4 3 2 0", "3")
   spec = registry.resolve_spec(record)
-  right = search_task.solution_text(problem, [4])
+  right = search_task.solution_text(problem, [2, 3])
   assert registry.verify(right, record, spec) == 1.0
   # A right try in the thinking does not count when the answer is wrong.
-  wrong = right.replace("Answer: 4", "Answer: 5")
+  wrong = right.replace("Answer: 3", "Answer: 2")
   assert registry.verify(wrong, record, spec) == 0.0
-  # The try's value is not the answer.
-  assert (
-      registry.verify(right.replace("Answer: 4", "Answer: 24"), record, spec)
-      == 0.0
-  )
   # Cut off by the budget before </think>: no answer, no reward.
-  assert registry.verify("<think> 1*3+12=5 4*3+12=4", record, spec) == 0.0
+  assert registry.verify("<think> 2=0 4=0 0=0", record, spec) == 0.0
 
 
 def test_the_search_base_is_cached_apart_from_the_arithmetic_base():

@@ -143,7 +143,7 @@ def solution_text(problem: Problem, guesses: Sequence[int]) -> str:
 
 
 def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
-  """`solution_text` of a search record, digits tried in an order `rng` draws."""
+  """`solution_text` of a search record, tried in an order `rng` draws."""
   if record.get("source") != SOURCE:
     raise ValueError(
         f"prompt {record.get('id')!r}: search_task.target_text needs a "
