@@ -1,17 +1,18 @@
-"""The search task (data/search_task.py): a built-in task whose ceiling the
-recipe decides, and the pilot that checks it (issue 49).
+"""The search task (data/search_task.py), built so that the recipe can decide
+the ceiling, and the pilot that checks whether it does (issue 49).
 
 The warm-started base tries the prompt's digits in a random order until it
 finds the odd one; the generation budget admits only two tries, so RL raises
 the pass rate only as far as it learns to pick the odd digit, at tokens of
-real entropy. Every
-point of a seed's sweep starts from that seed's one base policy. The pilot,
-CISPO against DAPO at k = 8 with the generator running ahead until k binds
-(docs/search_task.md), one sweep per seed:
+real entropy. Every point of a seed's sweep starts from that seed's one base
+policy. The pilot, CISPO against DAPO at k = 8 with the generator running
+ahead until k binds (docs/search_task.md), one sweep per seed, then the
+verdict from the differences within seeds:
 
   python -m launch.sweep --sweep=configs/search.py \
       --workdir=/tmp/search/pilot/seed=0 --set=seed=0
-  python -m launch.fit --workdirs=/tmp/search/pilot --x=compute/flops
+  python -m launch.paired --workdirs=/tmp/search/pilot \
+      --first=cispo --second=dapo --last=2
 
 `search.py:variant=<name>` picks the model size of configs/scalerl.py.
 """
