@@ -28,15 +28,25 @@ import orbax.checkpoint as ocp
 
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
+from scalerl_jax.data import search_task
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
+
+
+def _search_warm_records(levels, num, seed, split):
+  # The search task warm-starts on every problem of its own `warm` split, kept
+  # apart from the RL (`train`) and validation prompts.
+  del num, split
+  return search_task.search_prompts(levels, None, seed, "warm")
+
 
 # Sources with worked solutions -> their training records
 # (levels, num, seed, split).
 _WORKED = {
     builtin_task.SOURCE: builtin_task.builtin_prompts,
     builtin_code.SOURCE: builtin_code.code_prompts,
+    search_task.SOURCE: _search_warm_records,
 }
 
 
@@ -78,6 +88,8 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
   # Absent for one source, so that its caches stay valid.
   if mixture.names(config):
     relevant["mixture"] = config.data.mixture.to_dict()
+  if config.data.source == search_task.SOURCE:
+    relevant["source"] = search_task.SOURCE
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -106,6 +118,9 @@ def supervised_examples(
     # A program slips as an Answer line does.
     if record["source"] == builtin_code.SOURCE:
       text = builtin_code.target_text(record, answer_slip_prob, rng)
+    elif record["source"] == search_task.SOURCE:
+      # Guesses in a fresh random order: the base learns to guess uniformly.
+      text = search_task.target_text(record, rng)
     else:
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]

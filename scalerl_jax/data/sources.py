@@ -17,6 +17,7 @@ from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
 from scalerl_jax.data import readers
+from scalerl_jax.data import search_task
 
 SPLITS = builtin_task.SPLITS
 # Seed of the built-in validation prompts, whatever config.seed is.
@@ -119,9 +120,20 @@ def _builtin_code_split(
   return records, [], field, "builtin_code"
 
 
+def _search_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  seed = config.seed if split == "train" else VAL_SEED
+  field = f"builtin_num_{split}"
+  records = search_task.search_prompts(
+      tuple(d.builtin_difficulty), d[field], seed, split
+  )
+  return records, [], field, search_task.SOURCE
+
+
 _LOADERS = {
     "builtin": _builtin_split,
     "builtin_code": _builtin_code_split,
+    search_task.SOURCE: _search_split,
     "reasoning_gym": _reasoning_gym_split,
     "tfds": _tfds_split,
     "jsonl": _jsonl_split,

@@ -1,0 +1,89 @@
+"""Tests of scalerl_jax/scaling/paired.py: paired differences and the seeds
+a claim needs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scalerl_jax.scaling import paired
+from scalerl_jax.scaling import runs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_paired_differences_worked_by_hand():
+  # d = 0.06, 0.04, 0.08: mean 0.06, sd sqrt((0 + 0.0004 + 0.0004) / 2) =
+  # 0.02, sigma 0.02 / sqrt(3) = 0.011547.
+  p = paired.paired({0: 0.56, 1: 0.44, 2: 0.68}, {0: 0.5, 1: 0.4, 2: 0.6})
+  assert p.seeds == (0, 1, 2)
+  assert p.differences == pytest.approx((0.06, 0.04, 0.08))
+  assert p.mean == pytest.approx(0.06)
+  assert p.sd == pytest.approx(0.02)
+  assert p.sigma == pytest.approx(0.02 / 3**0.5)
+  assert paired.verdict(p) == "higher"  # 0.06 > 2 x 0.0115.
+  assert paired.verdict(p, z=6.0) == "inconclusive"  # 0.06 < 6 x 0.0115.
+  assert paired.verdict(p, floor=0.07) == "inconclusive"
+
+
+def test_pairing_cancels_a_shared_base_that_unpaired_spread_would_not():
+  # The bases differ by 0.2 between seeds; the second is 0.03 lower on each.
+  base = {0: 0.3, 1: 0.5, 2: 0.7}
+  p = paired.paired(base, {s: v - 0.03 for s, v in base.items()})
+  assert p.sd == pytest.approx(0.0, abs=1e-12)
+  assert paired.verdict(p) == "higher"
+  q = paired.paired({s: v - 0.03 for s, v in base.items()}, base)
+  assert paired.verdict(q) == "lower"
+
+
+def test_only_shared_seeds_pair_and_two_are_needed():
+  p = paired.paired({0: 0.5, 1: 0.6, 5: 0.9}, {1: 0.5, 0: 0.4, 3: 0.1})
+  assert p.seeds == (0, 1)
+  with pytest.raises(ValueError, match="two or more shared seeds"):
+    paired.paired({0: 0.5, 1: 0.6}, {1: 0.5})
+
+
+def test_seeds_needed():
+  # (2 x 0.019 / 0.02)^2 = 3.61 -> 4; (2 x 0.03 / 0.05)^2 = 1.44 -> 2.
+  assert paired.seeds_needed(0.019, 0.02) == 4
+  assert paired.seeds_needed(0.03, 0.05) == 2
+  assert paired.seeds_needed(0.05, 0.02, z=3.0) == 57  # 56.25 -> 57.
+  with pytest.raises(ValueError):
+    paired.seeds_needed(0.01, 0.0)
+
+
+def _write_run(path, scores):
+  os.makedirs(path)
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for i, score in enumerate(scores):
+      f.write(json.dumps({"step": 10 * i, "val/mean_at_k": score}) + "\n")
+
+
+def test_launcher_reads_seed_point_layout(tmp_path):
+  for seed, (a, b) in enumerate([(0.50, 0.40), (0.60, 0.52), (0.45, 0.33)]):
+    _write_run(str(tmp_path / f"seed={seed}" / "cispo"), [0.2, a - 0.02, a])
+    _write_run(str(tmp_path / f"seed={seed}" / "dapo"), [0.2, b + 0.02, b])
+  found = [
+      runs.read_run(w, x_key="step", name=n)
+      for w, n in zip(
+          runs.find_workdirs([str(tmp_path)]),
+          runs.labels(runs.find_workdirs([str(tmp_path)])),
+      )
+  ]
+  # Mean of the last two: a - 0.01 and b + 0.01.
+  assert paired.by_seed(found, "cispo", last=2) == pytest.approx(
+      {0: 0.49, 1: 0.59, 2: 0.44}
+  )
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.paired", f"--workdirs={tmp_path}"]
+      + ["--first=cispo", "--second=dapo"],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout
+  # d = 0.10, 0.08, 0.12: mean 0.10, sd 0.02, sigma 0.0115.
+  assert "cispo - dapo: +0.1000 ± 0.0115 (sd 0.0200 over 3 seeds)" in out
+  assert "cispo higher at 2 sigma" in out
