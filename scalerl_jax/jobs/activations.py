@@ -29,10 +29,9 @@ Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
 # (launch.compile --check_planner, docs/tpu.md). On GPU the matmul is a cuBLAS
 # call that writes its whole float32 output, and the log-softmax, the
 # probabilities of the entropy and the logits' gradient are each a buffer of
-# the same size. Three, from one measurement: the recipe's train step on an
-# H100 peaked at 23.3 GB where one chunk of [8, 640, 151,936] (3.1 GB) counts
-# 16.9 GB, 2.06 chunks short (docs/gpu.md, 2026-11-26). The next GPU session's
-# remat and microbatch variants test it out of sample.
+# the same size. Three, fitted to one H100 measurement of the recipe's train
+# step (docs/gpu.md); the next GPU session's remat and microbatch variants
+# test it out of sample.
 LOGIT_CHUNKS = {"gpu": 3}
 
 
@@ -145,10 +144,9 @@ def activation_bytes(
     gradient and `weights.embedding`.
   The model runs on seq_len - 1 tokens; `platform` resolves `auto` attention.
 
-  Measured against the TPU compiler's least peak (launch.compile
-  --check_planner): the phases do not add up. Counted as a sum, with two logit
-  chunks, the train step was 1.7x what the compiler needs at least for
-  qwen2.5_0.5b and qwen3_0.6b (docs/tpu.md).
+  The phases do not add up: counted as a sum, the train step was well over
+  what the TPU compiler needs at least (launch.compile --check_planner;
+  docs/design/planner.md has the measurement).
   """
   t = seq_len - 1
 

@@ -6,8 +6,8 @@ kernel [D, K x (Q + 2) x E], gate, up [D, I] and down [I, D], o [H * E, D],
 all in the compute dtype. Every kernel is a matrix whose contracting
 dimension is major, the layout each backend's matmul reads in place: as
 [D, K, Q + 2, E] and [D, 2, I] the TPU compiler copied them into another
-layout, hoisted out of the decode loop (llama3_8b: 9.2 GB per chip,
-docs/tpu.md), and XLA:CPU transposed [H, E, D] on every step.
+layout, hoisted out of the decode loop (docs/tpu.md, "Resident sampler
+weights"), and XLA:CPU transposed [H, E, D] on every step.
 
 The cache is one buffer per layer, keys [B, K, E, S] and values [B, K, S, E].
 `forward` writes T tokens per row at explicit positions and attends to every
@@ -41,10 +41,10 @@ Cache = dict[str, tuple[jax.Array, ...]]
 KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
 # The value cache's layouts, by name: its logical axes. "SE", position-major,
 # is the layout XLA:CPU's probabilities-times-values product reads in place
-# (as "ES" it ran 6x slower at head_dim 64 here). "ES", as the keys, is for
-# TPUs when head_dim is under their 128 lanes: an E-minor cache is padded to
-# 128 there, and the compiler copied every layer's values into that padded
-# layout (qwen2.5_0.5b: 4.9 GB of temporaries beside its 4.8 GB cache).
+# ("ES" ran slower there). "ES", as the keys, is for TPUs when head_dim is
+# under their 128 lanes: an E-minor cache is padded to 128 there, and the
+# compiler copied every layer's values into that padded layout. Both
+# measured in docs/tpu.md ("The value cache at head_dim 64").
 VALUE_LAYOUTS = {
     "SE": ("act_batch", "act_kv_heads", "act_len", "head_dim"),
     "ES": KEY_AXES,
@@ -62,9 +62,8 @@ def cache_align(platform: str) -> int:
 
   On TPU the keys' positions are their minor (lane) dimension. A length that
   fills no 128-lane tile made the compiler keep the cache in another layout
-  and copy it inside the decode loop (small_cpu, 160 positions, v5e 2x2:
-  0.72 GB of temporaries beside a 0.42 GB cache, 6.1 GB read per step).
-  Padded to 256 positions it held 0.013 GB and read 3.1 GB (docs/tpu.md).
+  and copy it inside the decode loop (docs/tpu.md, "The cache in whole lane
+  tiles", has the bytes before and after).
   """
   return TPU_LANES if platform == "tpu" else 1
 

@@ -2,14 +2,13 @@
 and the choice between it, its GPU twin (decode_attention_gpu.py) and plain.
 
 `transformer.attention` with T = 1 writes float32 scores [B, K, Q, S] to HBM
-and passes over them several times (mask, max, exp, sum, normalise). At the
-paper's 16k positions that traffic is 9-14% of the cache read for
-qwen3_0.6b and llama3_8b, and 94% for qwen2.5_0.5b (7 query heads per kv
-head at head_dim 64; docs/tpu.md). This kernel streams each row's keys and
-values through on-chip memory in blocks of `BLOCK` positions with an online
-softmax, so the scores never leave the chip. It reads a row's blocks only up
-to its length: a block past it repeats the last block's index, and Pallas
-skips the copy.
+and passes over them several times (mask, max, exp, sum, normalise), traffic
+that grows with the query heads per kv head (docs/tpu.md counts it against
+the cache read at the paper's 16k positions). This kernel streams each row's
+keys and values through on-chip memory in blocks of `BLOCK` positions with
+an online softmax, so the scores never leave the chip. It reads a row's
+blocks only up to its length: a block past it repeats the last block's
+index, and Pallas skips the copy.
 
 The math is `transformer.attention`'s at T = 1: scores in float32, scaled
 after the product, positions after a row's own masked. The probabilities are

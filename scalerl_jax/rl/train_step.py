@@ -330,8 +330,8 @@ def init_train_state(
   """A fresh TrainState on the mesh, and its shardings.
 
   `params` are donated: their buffers become the state's parameters, so no
-  second copy stays allocated (on an H200, qwen3_0.6b's undonated float32
-  copy held 2.38 GB for a whole run).
+  second copy stays allocated for the whole run (what an undonated copy
+  held on a GPU: docs/gpu.md).
   """
   shardings = train_state_shardings(optimizer, params, param_shardings, mesh)
   init = jax.jit(
