@@ -121,7 +121,7 @@ _BAD_FIELDS = [
     (
         "data.source",
         "hf",
-        "data.source: 'hf' is not one of ('builtin', 'builtin_code', 'reasoning_gym',",
+        "data.source: 'hf' is not one of ('builtin', 'builtin_code', 'builtin_search',",
     ),
     (
         "data.on_long_prompt",

@@ -150,8 +150,3 @@ def _dot_product_attention(
 register_attention("cudnn")(
     functools.partial(_dot_product_attention, implementation="cudnn")
 )
-
-
-# The built-in kernels register themselves; they import this module.
-from scalerl_jax.models import blockwise_attention  # noqa: E402,F401
-from scalerl_jax.models import splash_attention  # noqa: E402,F401
