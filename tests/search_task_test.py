@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import search
+from configs import search_one_try
 from scalerl_jax import config as config_lib
 from scalerl_jax import warm_start
 from scalerl_jax.data import builtin_tokenizer
@@ -171,6 +172,35 @@ def test_the_budget_admits_two_tries(tmp_path):
   assert fits == [True, True, False, False, False, False]
   prompt = search_task.prompt_text(problem)
   assert len(tok.encode(prompt)) + 1 <= config.sampling.max_prompt_len
+
+
+def test_the_one_try_budget_admits_one_try(tmp_path):
+  path = str(tmp_path / "tok.model")
+  builtin_tokenizer.write_model(path, 512)
+  tok = tokenizer_lib.load_tokenizer(path)
+  config = search_one_try.get_config()
+  problem = search_task.Problem((0, 2, 8, 6, 4, 9))
+  fits = [
+      len(
+          tok.encode(
+              search_task.solution_text(problem, problem.digits[5 - n :])
+          )
+      )
+      + 1  # EOS.
+      <= config.sampling.max_new_tokens
+      for n in range(6)
+  ]
+  # 9 + 4n tokens: 13 for one try, 17 for two, against 13.
+  assert fits == [True, False, False, False, False, False]
+  # Only the budget and the run-ahead that follows it differ from search.py.
+  base = search.get_config().to_dict()
+  one_try = config.to_dict()
+  assert one_try["sampling"].pop("max_new_tokens") == 13
+  assert base["sampling"].pop("max_new_tokens") == 18
+  assert one_try["buffer"].pop("decode_steps_per_train_step") == 4 * 13
+  assert base["buffer"].pop("decode_steps_per_train_step") == 4 * 18
+  assert one_try == base
+  assert search_one_try.get_sweep() == search.get_sweep()
 
 
 def test_the_verifier_scores_only_the_answer_line():
