@@ -19,6 +19,8 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax import experiment
+from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.metrics import compute
 from scalerl_jax.rewards import isolation
 from tests import session_env
 
@@ -168,3 +170,18 @@ def needs_bwrap():
   if os.environ.get("SCALERL_REQUIRE_BWRAP") == "1":
     pytest.fail(f"SCALERL_REQUIRE_BWRAP=1 and bubblewrap does not run: {why}")
   pytest.skip(f"bubblewrap does not run here: {why}")
+
+
+def metrics_without_times(workdir: str) -> list[dict]:
+  """A run's metrics.jsonl rows without the wall-clock measurements (time/*
+  and the device-seconds meter), which no two runs share."""
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
+    rows = [json.loads(line) for line in f]
+  return [
+      {
+          k: v
+          for k, v in r.items()
+          if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY
+      }
+      for r in rows
+  ]

@@ -20,7 +20,6 @@ tests/multi_controller_test.py, with a short `mesh.peer_timeout_s`:
     equal a straight 2-process run's bit for bit.
 """
 
-import json
 import os
 import random
 import signal
@@ -33,7 +32,6 @@ import portpicker
 import pytest
 
 from scalerl_jax.checkpoint import integrity
-from scalerl_jax.metrics import compute
 from scalerl_jax.multihost import peers
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
@@ -267,20 +265,6 @@ def _fault(workdir: str, logs: list[str], fault) -> tuple[float, bool]:
   return seconds, bool(_tmp_dirs(workdir) - tmp)
 
 
-def _metrics(workdir: str) -> list[dict]:
-  """metrics.jsonl without the wall-clock measurements."""
-  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
-    rows = [json.loads(line) for line in f]
-  return [
-      {
-          k: v
-          for k, v in r.items()
-          if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY
-      }
-      for r in rows
-  ]
-
-
 def test_killed_and_stalled_processes_resume_bit_identically(tmp_path):
   start = time.monotonic()
   reference, faulted = str(tmp_path / "reference"), str(tmp_path / "faulted")
@@ -303,9 +287,9 @@ def test_killed_and_stalled_processes_resume_bit_identically(tmp_path):
     want = f.read()
   with open(os.path.join(faulted + "_export", "model.safetensors"), "rb") as f:
     assert f.read() == want
-  rows = _metrics(faulted)
+  rows = helpers.metrics_without_times(faulted)
   assert rows[-1]["step"] == pod_run.NUM_STEPS
-  assert rows == _metrics(reference)
+  assert rows == helpers.metrics_without_times(reference)
   print(
       f"pod faults {_fault_plan()}: {cut} inside a checkpoint write; survivors"
       f" exited after {', '.join(f'{s:.1f}' for s in detections)} s; reference"

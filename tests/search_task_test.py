@@ -151,11 +151,12 @@ def test_worked_targets_pick_uniformly_without_repeats():
   assert abs(np.mean(lengths) - 3.5) < 0.15
 
 
-def test_the_budget_admits_two_tries(tmp_path):
+def _tries_that_fit(tmp_path, config):
+  """For n = 0..5 tries at a 6-digit problem, whether the worked answer and
+  its EOS fit `config`'s generation budget; and the tokenizer, the problem."""
   path = str(tmp_path / "tok.model")
   builtin_tokenizer.write_model(path, 512)
   tok = tokenizer_lib.load_tokenizer(path)
-  config = search.get_config()
   problem = search_task.Problem((0, 2, 8, 6, 4, 9))
   fits = [
       len(
@@ -167,6 +168,12 @@ def test_the_budget_admits_two_tries(tmp_path):
       <= config.sampling.max_new_tokens
       for n in range(6)
   ]
+  return fits, tok, problem
+
+
+def test_the_budget_admits_two_tries(tmp_path):
+  config = search.get_config()
+  fits, tok, problem = _tries_that_fit(tmp_path, config)
   # "<think> " + n tries ("8=0 ": 4 tokens) + "</think>\nAnswer: 9" + EOS =
   # 9 + 4n tokens: 17 for two tries, 21 for three, against 18.
   assert fits == [True, True, False, False, False, False]
@@ -175,21 +182,8 @@ def test_the_budget_admits_two_tries(tmp_path):
 
 
 def test_the_one_try_budget_admits_one_try(tmp_path):
-  path = str(tmp_path / "tok.model")
-  builtin_tokenizer.write_model(path, 512)
-  tok = tokenizer_lib.load_tokenizer(path)
   config = search_one_try.get_config()
-  problem = search_task.Problem((0, 2, 8, 6, 4, 9))
-  fits = [
-      len(
-          tok.encode(
-              search_task.solution_text(problem, problem.digits[5 - n :])
-          )
-      )
-      + 1  # EOS.
-      <= config.sampling.max_new_tokens
-      for n in range(6)
-  ]
+  fits, _, _ = _tries_that_fit(tmp_path, config)
   # 9 + 4n tokens: 13 for one try, 17 for two, against 13.
   assert fits == [True, False, False, False, False, False]
   # Only the budget and the run-ahead that follows it differ from search.py.

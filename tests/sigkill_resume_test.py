@@ -34,7 +34,6 @@ import orbax.checkpoint as ocp
 import pytest
 
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
-from scalerl_jax.metrics import compute
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from tests import helpers
@@ -167,20 +166,6 @@ def _final_state(workdir):
   )
 
 
-def _stream(workdir):
-  """metrics.jsonl without the wall-clock measurements."""
-  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
-    rows = [json.loads(line) for line in f]
-  return [
-      {
-          k: v
-          for k, v in r.items()
-          if not k.startswith("time/") and k != compute.DEVICE_SECONDS_KEY
-      }
-      for r in rows
-  ]
-
-
 def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
   start = time.monotonic()
   log_path = str(tmp_path / "runs.log")
@@ -211,9 +196,9 @@ def test_sigkill_anywhere_resumes_bit_identically(tmp_path):
   assert [p for p, _ in leaves_a] == [p for p, _ in leaves_b]
   for (path, a), (_, b) in zip(leaves_a, leaves_b):
     np.testing.assert_array_equal(a, b, err_msg=path)
-  stream = _stream(killed)
+  stream = helpers.metrics_without_times(killed)
   assert [r["step"] for r in stream] == list(range(_NUM_STEPS + 1))
-  assert stream == _stream(reference)
+  assert stream == helpers.metrics_without_times(reference)
   print(
       f"sigkill: 5 kills ({cut_writes} inside a checkpoint write), reference run "
       f"{reference_s:.1f} s, whole test {time.monotonic() - start:.1f} s"
