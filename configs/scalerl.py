@@ -449,6 +449,10 @@ def get_config(arg=None):
   # one shared base, as the paper's repeated runs share one pretrained model
   # (warm_start.base_seed).
   c.trainer.warm_start_seed = -1
+  # Completion tokens the warm start's targets are cut to; 0 =
+  # sampling.max_new_tokens. Points that differ only in their generation budget
+  # share one base when this is set (configs/parity.py).
+  c.trainer.warm_start_max_new_tokens = 0
 
   # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a
   # warning and sets alert/<name> = 1 in the step's metrics; a threshold of 0

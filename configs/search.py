@@ -21,7 +21,7 @@ from configs import scalerl
 
 # Decode steps per train step, in units of sampling.max_new_tokens
 # (configs/ablations/off_policy.py): the generator runs ahead until k holds it.
-_RUN_AHEAD = 4
+RUN_AHEAD = 4
 
 
 def get_config(arg=None):
@@ -52,7 +52,7 @@ def get_config(arg=None):
   c.optim.final_lr_fraction = 0.0  # Unused by the constant schedule.
   c.buffer.max_off_policy = 8  # k, ScaleRL's.
   # The generator runs ahead until k binds, so lags reach k.
-  c.buffer.decode_steps_per_train_step = _RUN_AHEAD * c.sampling.max_new_tokens
+  c.buffer.decode_steps_per_train_step = RUN_AHEAD * c.sampling.max_new_tokens
   return c
 
 

@@ -25,7 +25,7 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = _ONE_TRY
   # The generator still runs ahead until k binds.
   c.buffer.decode_steps_per_train_step = (
-      search._RUN_AHEAD * c.sampling.max_new_tokens  # pylint: disable=protected-access
+      search.RUN_AHEAD * c.sampling.max_new_tokens
   )
   return c
 

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
+from scalerl_jax.data import parity_task
 from scalerl_jax.data import search_task
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import lm_head
@@ -41,13 +42,34 @@ def _search_warm_records(levels, num, seed, split):
   return search_task.search_prompts(levels, None, seed, "warm")
 
 
+def _parity_warm_records(levels, num, seed, split):
+  # As the search task: the parity task's own `warm` split, WARM_PER_LEVEL
+  # problems per level.
+  del num, split
+  return parity_task.parity_prompts(levels, None, seed, "warm")
+
+
 # Sources with worked solutions -> their training records
 # (levels, num, seed, split).
 _WORKED = {
     builtin_task.SOURCE: builtin_task.builtin_prompts,
     builtin_code.SOURCE: builtin_code.code_prompts,
     search_task.SOURCE: _search_warm_records,
+    parity_task.SOURCE: _parity_warm_records,
 }
+# Sources whose targets are drawn per record by the task (rng -> text).
+_DRAWN_TARGETS = {
+    search_task.SOURCE: search_task.target_text,
+    parity_task.SOURCE: parity_task.target_text,
+}
+
+
+def max_new_tokens(config: ml_collections.ConfigDict) -> int:
+  """Completion tokens of a warm-start target: trainer.warm_start_max_new_tokens
+  or, when that is 0, sampling.max_new_tokens."""
+  return (
+      config.trainer.warm_start_max_new_tokens or config.sampling.max_new_tokens
+  )
 
 
 def cache_dir(
@@ -82,14 +104,15 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
       "vocab": vocab_size,
       "slip_prob": config.trainer.warm_start_slip_prob,
       "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
-      "max_len": config.sampling.max_prompt_len
-      + config.sampling.max_new_tokens,
+      "max_len": config.sampling.max_prompt_len + max_new_tokens(config),
   }
   # Absent for one source, so that its caches stay valid.
   if mixture.names(config):
     relevant["mixture"] = config.data.mixture.to_dict()
-  if config.data.source == search_task.SOURCE:
-    relevant["source"] = search_task.SOURCE
+  if config.data.source in _DRAWN_TARGETS:
+    relevant["source"] = config.data.source
+  if config.data.source == parity_task.SOURCE:
+    relevant["task"] = parity_task.WARM_SETTINGS
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -118,9 +141,10 @@ def supervised_examples(
     # A program slips as an Answer line does.
     if record["source"] == builtin_code.SOURCE:
       text = builtin_code.target_text(record, answer_slip_prob, rng)
-    elif record["source"] == search_task.SOURCE:
-      # Guesses in a fresh random order: the base learns to guess uniformly.
-      text = search_task.target_text(record, rng)
+    elif record["source"] in _DRAWN_TARGETS:
+      # Search: guesses in a fresh random order, so the base learns to guess
+      # uniformly. Parity: the chain or the direct answer, drawn per record.
+      text = _DRAWN_TARGETS[record["source"]](record, rng)
     else:
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]
@@ -201,7 +225,7 @@ def warm_start(
           "train",
       )
   ]
-  seq_len = config.sampling.max_prompt_len + config.sampling.max_new_tokens
+  seq_len = config.sampling.max_prompt_len + max_new_tokens(config)
   batch = config.trainer.warm_start_batch
   # Every epoch visits the problems in a new order with newly drawn slips, so
   # the policy learns a slip rate, not which problems slip.

@@ -112,6 +112,12 @@ def check_relations(config, num_devices):
         f"sampling.max_new_tokens: max_prompt_len {s.max_prompt_len} + max_new_tokens "
         f"{s.max_new_tokens} exceeds model.max_seq_len {m.max_seq_len}"
     )
+  warm_new = config.trainer.warm_start_max_new_tokens
+  if s.max_prompt_len + warm_new > m.max_seq_len:
+    raise ConfigError(
+        f"trainer.warm_start_max_new_tokens: max_prompt_len {s.max_prompt_len} + "
+        f"{warm_new} exceeds model.max_seq_len {m.max_seq_len}"
+    )
   it = s.interruption
   if it.enabled:
     if it.thinking_budget_min > it.thinking_budget_max:

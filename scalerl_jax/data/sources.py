@@ -16,6 +16,7 @@ import ml_collections
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
+from scalerl_jax.data import parity_task
 from scalerl_jax.data import readers
 from scalerl_jax.data import search_task
 
@@ -130,10 +131,21 @@ def _search_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   return records, [], field, search_task.SOURCE
 
 
+def _parity_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+  d = config.data
+  seed = config.seed if split == "train" else VAL_SEED
+  field = f"builtin_num_{split}"
+  records = parity_task.parity_prompts(
+      tuple(d.builtin_difficulty), d[field], seed, split
+  )
+  return records, [], field, parity_task.SOURCE
+
+
 _LOADERS = {
     "builtin": _builtin_split,
     "builtin_code": _builtin_code_split,
     search_task.SOURCE: _search_split,
+    parity_task.SOURCE: _parity_split,
     "reasoning_gym": _reasoning_gym_split,
     "tfds": _tfds_split,
     "jsonl": _jsonl_split,

@@ -1,0 +1,233 @@
+"""The built-in parity task: a ceiling that the generation budget can decide.
+
+  prompt:  Compute 3 7 2 8
+  chain:   <think> 3=1 7=0 2=0 8=0 </think>
+           Answer: 0
+  direct:  <think> </think>
+           Answer: 0
+
+The answer is the parity of the count of odd digits in the prompt (digits
+may repeat). A chain step writes the next digit of the prompt and the parity
+of the odd digits so far (`7=0`: 3 and 7 are two odd digits), a serial
+computation that a small model does one step at a time but not in one
+forward pass for long prompts. The direct answer skips the chain and must
+compute the parity at one token.
+
+The warm start writes a chain for a fraction `CHAIN_PROB` of its targets and
+a guessed direct answer for the rest, so the base first decides, at the
+token after `<think>`, between a chain that is right whenever it fits in
+the budget and a direct answer that is right only as far as the policy
+learns to compute parity in one pass (the base guesses: half right). A
+chain of k digits is 9 + 4k tokens with EOS, so `sampling.max_new_tokens`
+decides which levels a chain fits: that is the truncation through which the
+paper says generation length moves the ceiling (docs/parity_task.md).
+
+Levels, graded by the digits to read: 1: 2 digits, 2: 4, 3: 6, 4: 8. A
+problem's split (`warm`, `train`, `val`) is a hash of its prompt
+(search_task.split_of). Rewards read only the Answer line (verifier
+`builtin`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from scalerl_jax.data import builtin_task
+from scalerl_jax.data import search_task
+
+SOURCE = "builtin_parity"
+VERIFIER = builtin_task.VERIFIER  # The integer after the last `Answer:`.
+SPLITS = search_task.SPLITS
+DIGITS_PER_LEVEL = {1: 2, 2: 4, 3: 6, 4: 8}
+LEVELS = tuple(DIGITS_PER_LEVEL)
+# Fraction of warm-start targets that write the chain; the rest guess the
+# answer directly. At 0.2 the 1,500-step warm start did not learn the chain
+# (bits at chance; with chains only it learns them after ~450 steps), so the
+# base takes the chain half the time and RL must raise or drop it per level.
+CHAIN_PROB = 0.5
+# Warm-start problems drawn per level (a level with fewer in its `warm` split
+# gives all it has: level 1 holds 100 problems in all).
+WARM_PER_LEVEL = 2_000
+# What the warm start's targets depend on beside the config
+# (warm_start.fingerprint).
+WARM_SETTINGS = {
+    "chain_prob": CHAIN_PROB,
+    "warm_per_level": WARM_PER_LEVEL,
+    "direct": "guess",
+}
+# Tokens of a chain beside its steps: `<think>`, ` `, `</think>`, `\n`,
+# `Answer`, `:`, ` `, the answer digit and EOS; each step is 4 (`7=0 `).
+CHAIN_FIXED_TOKENS = 9
+STEP_TOKENS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  """The prompt's digits, in order; repeats allowed."""
+
+  digits: tuple[int, ...]
+
+  @property
+  def level(self) -> int:
+    return {n: level for level, n in DIGITS_PER_LEVEL.items()}[len(self.digits)]
+
+  @property
+  def answer(self) -> int:
+    """Parity of the count of odd digits: 1 when it is odd."""
+    return sum(d % 2 for d in self.digits) % 2
+
+  @property
+  def expression(self) -> str:
+    return " ".join(str(d) for d in self.digits)
+
+
+def chain_tokens(num_digits: int) -> int:
+  """Completion tokens (with EOS) of the chain over `num_digits` digits."""
+  return CHAIN_FIXED_TOKENS + STEP_TOKENS * num_digits
+
+
+def parse_expression(expression: str) -> Problem:
+  """The Problem of an expression such as `3 7 2 8`.
+
+  Raises:
+    ValueError: not an expression the task writes.
+  """
+  if not re.fullmatch(r"\d( \d)*", expression):
+    raise ValueError(f"{expression!r} is not a parity task expression")
+  digits = tuple(int(d) for d in expression.split(" "))
+  if len(digits) not in DIGITS_PER_LEVEL.values():
+    raise ValueError(
+        f"{expression!r}: a parity task problem has "
+        f"{sorted(DIGITS_PER_LEVEL.values())} digits, not {len(digits)}"
+    )
+  return Problem(digits)
+
+
+def prompt_text(problem: Problem) -> str:
+  """The prompt shown to the model."""
+  return f"Compute {problem.expression}"
+
+
+def chain_text(problem: Problem) -> str:
+  """The worked target that reads every digit, keeping the running parity."""
+  steps, parity = [], 0
+  for d in problem.digits:
+    parity ^= d % 2
+    steps.append(f"{d}={parity}")
+  return (
+      f"{builtin_task.THINK_OPEN} {' '.join(steps)} "
+      f"{builtin_task.THINK_CLOSE}\n{builtin_task.ANSWER_PREFIX} "
+      f"{problem.answer}"
+  )
+
+
+def direct_text(problem: Problem, answer: Optional[int] = None) -> str:
+  """The target that answers `answer` (default: the right one) without a
+  chain."""
+  answer = problem.answer if answer is None else answer
+  return (
+      f"{builtin_task.THINK_OPEN} {builtin_task.THINK_CLOSE}\n"
+      f"{builtin_task.ANSWER_PREFIX} {answer}"
+  )
+
+
+def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
+  """A warm-start target: the chain with probability CHAIN_PROB, else a
+  direct answer drawn at random, right half of the time.
+
+  The direct answers are guesses, not the right parity: trained on right
+  ones, the 0.85M policy memorised the warm problems' answers instead of
+  learning the chain (P(chain) 0.03 where the data held 0.2, chain bits at
+  chance; docs/parity_task.md).
+  """
+  if record.get("source") != SOURCE:
+    raise ValueError(
+        f"prompt {record.get('id')!r}: parity_task.target_text needs a "
+        f"{SOURCE} record, got source {record.get('source')!r}"
+    )
+  problem = parse_expression(json.loads(record["metadata"])["expression"])
+  if rng.random() < CHAIN_PROB:
+    return chain_text(problem)
+  return direct_text(problem, int(rng.integers(2)))
+
+
+def make_record(problem: Problem) -> dict[str, str]:
+  """The prompt record of a problem (see sources.py for the record fields)."""
+  return {
+      "id": f"{SOURCE}:{problem.expression}",
+      "prompt": prompt_text(problem),
+      "answer": str(problem.answer),
+      "source": SOURCE,
+      "verifier": VERIFIER,
+      "metadata": json.dumps(
+          {"level": problem.level, "expression": problem.expression}
+      ),
+  }
+
+
+def _split_pool(level: int, split: str, want: int, rng) -> list[Problem]:
+  """Up to `want` distinct problems of `level` in `split`, in draw order."""
+  n = DIGITS_PER_LEVEL[level]
+  if 10**n <= 100 * want:  # Small level: enumerate it.
+    every = [tuple(int(c) for c in f"{i:0{n}d}") for i in range(10**n)]
+    pool = [
+        Problem(d)
+        for d in every
+        if search_task.split_of(Problem(d).expression) == split
+    ]
+    return [pool[i] for i in rng.permutation(len(pool))[:want]]
+  chosen: dict[str, Problem] = {}
+  while len(chosen) < want:
+    for digits in rng.integers(0, 10, size=(2 * want, n)):
+      p = Problem(tuple(int(d) for d in digits))
+      if search_task.split_of(p.expression) == split:
+        chosen.setdefault(p.expression, p)
+        if len(chosen) == want:
+          break
+  return list(chosen.values())
+
+
+def parity_problems(
+    levels: Sequence[int], num: int, seed: int, split: str
+) -> list[Problem]:
+  """`num` distinct problems of `split`, spread evenly over `levels`, shuffled.
+
+  A level short of its share (level 1 holds 100 problems in all) gives all it
+  has and the later levels make up for it. Deterministic in (levels, num,
+  seed, split).
+
+  Raises:
+    ValueError: bad arguments.
+  """
+  if split not in SPLITS:
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  if num <= 0:
+    raise ValueError(f"data.builtin_num_{split}: must be > 0, got {num}")
+  bad = sorted(set(levels) - set(LEVELS))
+  if bad or not levels:
+    raise ValueError(
+        f"data.builtin_difficulty: parity task levels are {LEVELS}, got "
+        f"{tuple(levels)}"
+    )
+  levels = sorted(set(levels))
+  rng = np.random.default_rng([seed, SPLITS.index(split), 2])
+  problems = []
+  for i, level in enumerate(levels):
+    share = -(-(num - len(problems)) // (len(levels) - i))  # Ceiling.
+    problems += _split_pool(level, split, share, rng)
+  return [problems[i] for i in rng.permutation(len(problems))]
+
+
+def parity_prompts(
+    levels: Sequence[int], num: Optional[int], seed: int, split: str
+) -> list[dict[str, str]]:
+  """Prompt records of `parity_problems`; `num=None` on `warm` draws
+  WARM_PER_LEVEL per level."""
+  if num is None:
+    num = WARM_PER_LEVEL * len(set(levels))
+  return [make_record(p) for p in parity_problems(levels, num, seed, split)]
