@@ -29,6 +29,8 @@ from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling import completions as completions_lib
 from scalerl_jax.sampling.completions import Completions
 
+# Metadata ints per slot: the start index of the slot's group.
+META_WIDTH = 1
 _VERIFY_COUNTS = (
     "num_completions",
     "num_timeouts",
@@ -121,7 +123,7 @@ class Rollouts:
     self.generations = generations
     self.reward_range = reward_range
     self._rng = rng
-    self.slots = sampler.init_state(num_slots, meta_width=1)
+    self.slots = sampler.init_state(num_slots, meta_width=META_WIDTH)
     # (record, ids) not yet started
     self._queue: collections.deque = collections.deque()
     # group key -> record, for groups in flight
