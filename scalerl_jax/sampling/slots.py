@@ -101,6 +101,26 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
+def _position_records(n: int, s: int, pad_id: int) -> dict[str, jax.Array]:
+  """Empty slots' [N, S] per-position records, by `SlotState` field."""
+  rows_pos = (n, s)
+  return dict(
+      tokens=jnp.full(rows_pos, pad_id, jnp.int32),
+      logp=jnp.zeros(rows_pos, jnp.float32),
+      logp_sampling=jnp.zeros(rows_pos, jnp.float32),
+      version=jnp.full(rows_pos, NO_VERSION, jnp.int32),
+      mask=jnp.zeros(rows_pos, bool),
+      uniform=jnp.zeros(rows_pos, jnp.float32),
+  )
+
+
+def position_record_bytes() -> tuple[int, ...]:
+  """Bytes per position of each [N, S] record of a `SlotState` (the cache
+  apart): what a slot holds per position besides its keys and values."""
+  records = jax.eval_shape(lambda: _position_records(1, 1, 0))
+  return tuple(x.dtype.itemsize for x in records.values())
+
+
 def empty_state(
     model_cfg: ModelConfig,
     settings: SamplingSettings,
@@ -108,7 +128,6 @@ def empty_state(
     meta_width: int,
 ) -> SlotState:
   n, s = num_slots, settings.cache_len
-  rows_pos = (n, s)
   return SlotState(
       cache=decode.init_cache(
           model_cfg,
@@ -118,18 +137,13 @@ def empty_state(
           settings.value_layout,
           settings.cache_align,
       ),
-      tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
-      logp=jnp.zeros(rows_pos, jnp.float32),
-      logp_sampling=jnp.zeros(rows_pos, jnp.float32),
-      version=jnp.full(rows_pos, NO_VERSION, jnp.int32),
-      mask=jnp.zeros(rows_pos, bool),
+      **_position_records(n, s, settings.pad_id),
       prompt_len=jnp.zeros((n,), jnp.int32),
       length=jnp.zeros((n,), jnp.int32),
       limit=jnp.zeros((n,), jnp.int32),
       active=jnp.zeros((n,), bool),
       done=jnp.zeros((n,), bool),
       truncated=jnp.zeros((n,), bool),
-      uniform=jnp.zeros(rows_pos, jnp.float32),
       meta=jnp.zeros((n, meta_width), jnp.int32),
       interruption=interruptions.empty(n),
   )
