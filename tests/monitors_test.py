@@ -48,9 +48,7 @@ def test_a_healthy_stream_raises_nothing_and_every_check_reports_zero():
   rows = [{"val/mean_at_k": 0.3}] + [_healthy(s) for s in range(1, 40)]
   assert _fired(mon, rows, first_step=0) == []
   # The default config enables every registered check, and each reports 0.
-  assert mon.scalars([]) == {
-      f"alert/{n}": 0.0 for n in monitors.CHECKS.names()
-  }
+  assert mon.scalars([]) == {f"alert/{n}": 0.0 for n in monitors.CHECKS.names()}
   assert monitors.CHECKS.names() == (
       "entropy_collapse",
       "truncation",
