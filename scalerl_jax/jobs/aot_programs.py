@@ -98,7 +98,7 @@ def build_programs(
   width = config.sampling.max_prompt_len
 
   def prefill(state):
-    n = state.length.shape[0]
+    n = state.seq_len.shape[0]
     rows = sharding.named_sharding(mesh, rules, ("act_batch",))
     rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
     return lambda: sampler.lower(
@@ -127,7 +127,7 @@ def build_programs(
   # step at the full cache; one microbatch of the train step, which is what
   # its cost analysis counts (`step_estimate`).
   full = sampler.settings.cache_len - 1
-  val_rows = val_slots.length.shape[0]
+  val_rows = val_slots.seq_len.shape[0]
   shapes = {
       "train_step": (p * g // config.trainer.microbatches, s, 0, 3),
       "prefill": (num_slots, width, 0, 1),
