@@ -64,7 +64,7 @@ from ml_collections import config_flags
 from scalerl_jax import experiment
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
-from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import train_step as train_step_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -140,7 +140,7 @@ _WHAT = {
     "slot programs": "Sampler free-slot flags, progress, longest, harvest",
     "verify": "waits for the reward pool (score, submitted results)",
     "prompt pipeline": "next prompt batch",
-    "collate": "buffer.collate",
+    "collate": "train_step.collate",
     "placement": "sharding.place_global of the batch",
     "metric lines": "MetricWriter.write",
     "checkpoint wait": "Checkpointer.wait",
@@ -260,7 +260,7 @@ def run_loop(config, workdir: str, timers: Timers) -> None:
       "place_global",
       timers.wrap("placement", sharding.place_global, block=True),
   ), mock.patch.object(
-      buffer_lib, "collate", timers.wrap("collate", buffer_lib.collate)
+      train_step_lib, "collate", timers.wrap("collate", train_step_lib.collate)
   ), timers.part(
       "loop"
   ):

@@ -9,9 +9,9 @@ batch of P x G rows (random tokens; the loss mask over a random-length
 completion after an S/4-token prompt; generator log-probs near the policy's;
 0/1 rewards with both values in every group), all measured in this one run:
 
-* step: the jitted `rl.train_step.train_step` with a StepSpec read from the
-  config as `train_step.jit_train_step` builds it, the state donated, on a
-  batch already on the device;
+* step: the jitted `rl.train_step.train_step` on the model, optimizer,
+  StepSpec and parameters `rl.step_parts.build` makes (as jobs/aot_programs.py
+  does), the state donated, on a batch already on the device;
 * its parts, each jitted alone on the same arrays: forward (`policy_logprobs`
   only); backward (`loss_and_grads` minus forward); log-prob and loss (the
   final norm, LM head, log-softmax, entropy and loss, forward and backward,
@@ -40,12 +40,11 @@ import optax
 
 from benchmarks.shapes import shape_config
 from scalerl_jax.metrics import compute
-from scalerl_jax import optim
 from scalerl_jax import sharding
-from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages, losses
 from scalerl_jax.rl import logprobs
+from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
 
 _SHAPES = flags.DEFINE_list(
@@ -275,15 +274,14 @@ def main(argv):
   print("|" + "---|" * (header.count("|") - 1))
   for shape in _SHAPES.value:
     config = shape_config(shape, _PROMPTS.value)
-    cfg = model_config.ModelConfig.from_config(config.model)
-    model = transformer.Transformer(cfg)
-    mesh = sharding.make_mesh(config.mesh)
-    rules = sharding.logical_rules(config.mesh)
-    optimizer = optim.make_optimizer(config.optim)
-    spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
-    params, param_sh = sharding.init_model_params(
-        model, jax.random.key(0), mesh, rules
+    parts = step_parts.build(config, rng=jax.random.key(0))
+    mesh, rules, optimizer, spec = (
+        parts.mesh,
+        parts.rules,
+        parts.optimizer,
+        parts.spec,
     )
+    cfg, params, param_sh = parts.model.cfg, parts.params, parts.param_shardings
     with sharding.activate(mesh, rules):
       for seq_len in map(int, _SEQ_LENS.value):
         # A copy: the step donates its state, and jit passes

@@ -12,7 +12,8 @@ tokens, a loss mask over a random-length completion after an S/4-token
 prompt, generator log-probs drawn near -1, 0/1 rewards with both values in
 every group, so every group trains):
 
-* step: the run's own program, `train_step.jit_train_step` (the state donated,
+* step: the run's own program, `train_step.jit_train_step` on the pieces
+  `rl.step_parts.build` makes, as jobs/aot_programs.py does (the state donated,
   the batch on the device); its compile time; its FLOP/s counted as
   `compute.train_flops` counts them, against the chip's dense bfloat16 peak
   (of `--chip`, jobs/accelerators.py) and against a bfloat16 8192^3 matmul
@@ -43,15 +44,13 @@ import optax
 from benchmarks import timing
 from benchmarks.shapes import shape_config
 from scalerl_jax.jobs import accelerators
-from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import lm_head
-from scalerl_jax.models import model_config
-from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
+from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
 
 _SHAPE = flags.DEFINE_string(
@@ -204,15 +203,15 @@ def main(argv):
   if _PLAN_ONLY.value:
     print(f"planned_train_gb {planned_train_gb(config, 'gpu'):.2f}")
     return
-  cfg = model_config.ModelConfig.from_config(config.model)
-  model = transformer.Transformer(cfg)
-  mesh = sharding.make_mesh(config.mesh)
-  rules = sharding.logical_rules(config.mesh)
-  optimizer = optim.make_optimizer(config.optim)
-  spec = train_step_lib.StepSpec.from_config(config, model, optimizer)
-  params, param_sh = sharding.init_model_params(
-      model, jax.random.key(0), mesh, rules
+  parts = step_parts.build(config, rng=jax.random.key(0))
+  model, mesh, rules, optimizer, spec = (
+      parts.model,
+      parts.mesh,
+      parts.rules,
+      parts.optimizer,
+      parts.spec,
   )
+  cfg, params, param_sh = model.cfg, parts.params, parts.param_shardings
   # The parts need the parameters after the step has donated its own; without
   # them the state takes these, and the allocator's peak is the step's alone.
   state, state_sh = train_step_lib.init_train_state(
@@ -230,7 +229,9 @@ def main(argv):
       spec.num_generations,
       _SEQ_LEN.value,
   )
-  batch = {k: sharding.place_global(v, batch_sh[k]) for k, v in host.items()}
+  batch = train_step_lib.place_batch(
+      host, batch_sh, sharding.batch_divisor(mesh, rules)
+  )
   with sharding.activate(mesh, rules):
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()

@@ -74,7 +74,7 @@ def evaluate(
     records = [record for record in batch.records for _ in range(k)]
     # Batch i is verified while batch i + 1 decodes; scores keep their order.
     scoring.append((pool.submit(texts, records), k))
-    lengths.append(out.seq_len - out.prompt_len)
+    lengths.append(out.completion_len)
     truncated.append(out.truncated)
     domains += [mixture.domain_of(record) for record in batch.records]
   for future, k in scoring:

@@ -32,9 +32,7 @@ from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.experiment import Experiment
-from scalerl_jax.rl import buffer as buffer_lib
 from scalerl_jax.rl import generation as generation_lib
-from scalerl_jax.rl import schedules
 from scalerl_jax.rl import train_step as train_step_lib
 
 
@@ -61,50 +59,18 @@ def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
   )
 
 
-def make_train_step(
-    exp: Experiment, optimizer, state_shardings, beside_bytes: int = 0
-):
-  """`train_step.jit_train_step` for the experiment, taking host batches.
-
-  The step is compiled to fit beside `beside_bytes` per chip that the run
-  keeps allocated through it (the rollout slots), where the devices report
-  their capacity.
-  """
-  budget = sharding.hbm_budget(exp.mesh, beside_bytes)
+def _train_step_budget(exp: Experiment, slot_bytes: int):
+  """HBM per chip the train step may take beside the rollout slots' bytes,
+  where the devices report their capacity; else None."""
+  budget = sharding.hbm_budget(exp.mesh, slot_bytes)
   if budget is not None:
     logging.info(
         "train step: compiled within %.2f GB per chip (%.2f GB of rollout "
         "slots beside it)",
         budget / 1e9,
-        beside_bytes / 1e9,
+        slot_bytes / 1e9,
     )
-  step, batch_sh = train_step_lib.jit_train_step(
-      exp.config,
-      exp.model,
-      exp.mesh,
-      exp.rules,
-      optimizer,
-      state_shardings,
-      hbm_budget=budget,
-  )
-
-  divisor = sharding.batch_divisor(exp.mesh, exp.rules)
-
-  def run(state, host_batch):
-    """Places the host batch (same on every process) in the shardings."""
-    rows = host_batch["tokens_BxS"].shape[0]
-    if rows % divisor:
-      raise ValueError(
-          f"data.prompts_per_step x data.generations_per_prompt = {rows} completions do not "
-          f"divide over the {divisor}-way batch sharding of the mesh"
-      )
-    batch = {
-        k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()
-    }
-    with sharding.activate(exp.mesh, exp.rules):
-      return step(state, batch)
-
-  return run
+  return budget
 
 
 class Trainer:
@@ -126,11 +92,18 @@ class Trainer:
         self.optimizer, exp.params, exp.param_shardings, exp.mesh
     )
     exp.params = None  # Donated to the train state.
-    slot_bytes = sharding.per_device_bytes(
-        exp.sampler.state_shape(schedules.num_slots(config), meta_width=1)
+    slot_bytes = generation_lib.Generation.slot_bytes(config, exp.sampler)
+    step, batch_sh = train_step_lib.jit_train_step(
+        config,
+        exp.model,
+        exp.mesh,
+        exp.rules,
+        self.optimizer,
+        self.state_shardings,
+        hbm_budget=_train_step_budget(exp, slot_bytes),
     )
-    self.train_step = make_train_step(
-        exp, self.optimizer, self.state_shardings, beside_bytes=slot_bytes
+    self.train_step = train_step_lib.host_step(
+        step, batch_sh, exp.mesh, exp.rules
     )
     self.sampler, self.val_sampler = _budgeted_samplers(
         exp, self.state, slot_bytes
@@ -207,16 +180,15 @@ class Trainer:
     sampler once per phase, and the regrouped copy is dropped before training.
     """
     params = self.sampler.prepare(self.state.params)
-    work = self.generation.rollouts.work
-    t0, flops0 = time.perf_counter(), work["flops"]
+    t0, flops0 = time.perf_counter(), self.generation.flops
     decoded = self.generation.run(params, self.step)
     t_gen = time.perf_counter() - t0
-    self.meter.add(work["flops"] - flops0, t_gen, self.exp.mesh.size)
+    self.meter.add(self.generation.flops - flops0, t_gen, self.exp.mesh.size)
     return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
 
   def train(self, groups) -> tuple[dict[str, float], int]:
     """One optimizer step on `groups`; (metrics, sequence length)."""
-    host_batch = buffer_lib.collate(groups)
+    host_batch = train_step_lib.collate(groups)
     self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()
@@ -265,7 +237,7 @@ class Trainer:
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
-    row.update(self.generation.curriculum.metrics())
+    row.update(self.generation.curriculum_scalars())
     row.update(
         {
             **gen_metrics,

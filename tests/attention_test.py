@@ -214,7 +214,7 @@ def test_auto_reads_the_mesh_platform():
 
 
 def test_registry():
-  assert attention.choices() == (
+  assert attention.IMPLS.names() == (
       "auto",
       "blockwise",
       "cudnn",
@@ -222,9 +222,9 @@ def test_registry():
       "splash",
   )
   with pytest.raises(ValueError, match="already registered"):
-    attention.register_attention("blockwise")(blockwise_attention.blockwise)
+    attention.IMPLS.register("blockwise")(blockwise_attention.blockwise)
   with pytest.raises(ValueError, match="reserved"):
-    attention.register_attention("auto")(blockwise_attention.blockwise)
+    attention.IMPLS.register("auto")(blockwise_attention.blockwise)
   with pytest.raises(ValueError, match="model.attention: 'flash'"):
     attention.apply("flash", *_qkv(1, 4, 2, 1, 8), dtype=_F32)
 

@@ -1,5 +1,5 @@
 """Rollout buffer: start-order consumption, staleness faults, histogram,
-checkpoints, collate."""
+checkpoints."""
 
 import dataclasses
 
@@ -154,26 +154,3 @@ def test_state_round_trip():
   for name, value in ref_arrays.items():
     np.testing.assert_array_equal(got_arrays[name], value)
     assert got_arrays[name].dtype == value.dtype
-
-
-def test_collate_is_prompt_major_and_trims_padding():
-  groups = [
-      _group(0, [[0, 0, 0], [0]], seq=80),
-      _group(1, [[0], [0, 0]], seq=80),
-  ]
-  batch = buffer_lib.collate(groups, length_multiple=32)
-  # Longest row: prompt 2 + 3 tokens = 5 -> trimmed to 32 of 80 columns.
-  assert batch["tokens_BxS"].shape == (4, 32)
-  np.testing.assert_array_equal(
-      batch["tokens_BxS"][2], groups[1].completions.tokens[0, :32]
-  )
-  np.testing.assert_array_equal(batch["rewards_PxG"], [[1, 0], [1, 0]])
-  assert batch["mask_BxS"].sum() == 3 + 1 + 1 + 2
-  # The step's inputs, and only them, in the step's dtypes.
-  assert {k: v.dtype for k, v in batch.items()} == {
-      "tokens_BxS": np.int32,
-      "mask_BxS": np.float32,
-      "gen_logp_BxS": np.float32,
-      "rewards_PxG": np.float32,
-  }
-  np.testing.assert_array_equal(batch["gen_logp_BxS"], -batch["mask_BxS"])

@@ -116,7 +116,7 @@ def test_apply_step_by_step():
   # Row 2: budget 0 would trigger at once, but the row is not live.
   settings = InterruptionSettings(True, 1, 1, 2, (7, 8, 9), 9)
   state = interruptions.InterruptionState(
-      budget=jnp.array([2, 2, 0]),
+      thinking_budget=jnp.array([2, 2, 0]),
       phrase_pos=jnp.array([-1, -1, -1]),
       think_closed=jnp.zeros(3, bool),
       interrupted=jnp.zeros(3, bool),
@@ -169,7 +169,7 @@ def test_apply_step_by_step():
 def test_budgets_are_uniform_over_the_closed_range():
   settings = InterruptionSettings(True, 4, 9, 5, PHRASE, THINK_CLOSE)
   keys = jax.random.split(jax.random.key(0), 6000)
-  budgets = np.asarray(interruptions.draw(settings, keys).budget)
+  budgets = np.asarray(interruptions.draw(settings, keys).thinking_budget)
   counts = np.bincount(budgets, minlength=12)
   assert counts[:4].sum() == 0 and counts[10:].sum() == 0
   assert (np.abs(counts[4:10] - 1000) < 150).all()  # ~4.5 standard deviations.

@@ -48,10 +48,8 @@ def test_a_healthy_stream_raises_nothing_and_every_check_reports_zero():
   rows = [{"val/mean_at_k": 0.3}] + [_healthy(s) for s in range(1, 40)]
   assert _fired(mon, rows, first_step=0) == []
   # The default config enables every registered check, and each reports 0.
-  assert mon.scalars([]) == {
-      f"alert/{n}": 0.0 for n in monitors.monitor_names()
-  }
-  assert monitors.monitor_names() == (
+  assert mon.scalars([]) == {f"alert/{n}": 0.0 for n in monitors.CHECKS.names()}
+  assert monitors.CHECKS.names() == (
       "entropy_collapse",
       "truncation",
       "logp_mismatch",
@@ -186,7 +184,7 @@ def test_validation_falling_below_its_best_alerts():
 
 def test_a_zero_threshold_turns_a_check_off():
   mon = _monitors(truncation_rate_max=0.0, reward_stuck_steps=0)
-  assert set(mon.checks) == set(monitors.monitor_names()) - {
+  assert set(mon.checks) == set(monitors.CHECKS.names()) - {
       "truncation",
       "reward_stuck",
   }

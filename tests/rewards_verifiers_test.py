@@ -111,7 +111,7 @@ def test_resolve_spec_modes():
         (
             {"id": "a", "answer": "1", "verifier": "nope"},
             "auto",
-            "Unknown verifier 'nope'",
+            "verifier: 'nope' is not one of",
         ),
         ({"id": "a", "answer": "1"}, "auto", "no 'verifier' field"),
         ({"id": "a", "verifier": "math"}, "auto", "needs a string 'answer'"),
@@ -157,7 +157,7 @@ def test_registry_clips_scores_and_rejects_nan_and_duplicates():
     rewards.verify("", record, "test_constant:nan")
   with pytest.raises(ValueError, match="already registered"):
     rewards.register_verifier("test_constant", kind="task")(constant)
-  assert "test_constant" in registry.registered_verifiers()
+  assert "test_constant" in registry.VERIFIERS.names()
 
 
 _DOUBLE = "```python\nprint(2 * int(input()))\n```"

@@ -6,6 +6,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from scalerl_jax import optim
 from scalerl_jax.models import model_config
@@ -14,6 +15,7 @@ from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as ts
 from tests import helpers
+from tests.buffer_test import _group as buffer_group
 
 P, G, S = 2, 2, 12
 # Jitted, as the train step runs it (eager, each operation compiles alone).
@@ -191,3 +193,43 @@ def test_policy_logprobs_align_with_targets():
   np.testing.assert_allclose(logp[:, 3], want, atol=1e-6)
   assert float(logp[0, 0]) == 0.0 and float(entropy[0, 0]) == 0.0
   assert float(entropy[0, 3]) > 0
+
+
+def test_collate_is_prompt_major_and_trims_padding():
+  groups = [
+      buffer_group(0, [[0, 0, 0], [0]], seq=80),
+      buffer_group(1, [[0], [0, 0]], seq=80),
+  ]
+  batch = ts.collate(groups, length_multiple=32)
+  # Longest row: prompt 2 + 3 tokens = 5 -> trimmed to 32 of 80 columns.
+  assert batch["tokens_BxS"].shape == (4, 32)
+  np.testing.assert_array_equal(
+      batch["tokens_BxS"][2], groups[1].completions.tokens[0, :32]
+  )
+  np.testing.assert_array_equal(batch["rewards_PxG"], [[1, 0], [1, 0]])
+  assert batch["mask_BxS"].sum() == 3 + 1 + 1 + 2
+  # The step's inputs, and only them, in the step's dtypes.
+  assert {k: v.dtype for k, v in batch.items()} == {
+      "tokens_BxS": np.int32,
+      "mask_BxS": np.float32,
+      "gen_logp_BxS": np.float32,
+      "rewards_PxG": np.float32,
+  }
+  np.testing.assert_array_equal(batch["gen_logp_BxS"], -batch["mask_BxS"])
+
+
+def test_place_batch_puts_the_host_batch_in_its_shardings_or_names_the_fault():
+  host = {"tokens_BxS": np.arange(8, dtype=np.int32).reshape(4, 2)}
+  mesh = jax.make_mesh((1,), ("data",), devices=jax.devices()[:1])
+  sh = {
+      "tokens_BxS": jax.sharding.NamedSharding(
+          mesh, jax.sharding.PartitionSpec("data")
+      )
+  }
+  placed = ts.place_batch(host, sh, 1)
+  assert placed["tokens_BxS"].sharding == sh["tokens_BxS"]
+  np.testing.assert_array_equal(placed["tokens_BxS"], host["tokens_BxS"])
+  with pytest.raises(
+      ValueError, match="= 4 completions do not divide over the 3-way"
+  ):
+    ts.place_batch(host, sh, 3)

@@ -286,7 +286,8 @@ def test_compute_counts_every_generated_token_trained_or_not(
     # state: finished groups in the buffer, finished rows waiting for their
     # group, and rows still decoding.
     buffer_arrays, buffer_meta = trainer.generation.buffer.state()
-    slots, roll_arrays, _ = trainer.generation.rollouts.state()
+    _, roll_arrays, _ = trainer.generation.rollouts.state()
+    slots = trainer.generation.rollouts.slots
     prompt_lens, lengths = [], []
     for i in range(len(buffer_meta["records"])):
       prompt_lens += buffer_arrays[f"{i}/prompt_len"].tolist()
@@ -305,7 +306,7 @@ def test_compute_counts_every_generated_token_trained_or_not(
         and len(buffer_meta["records"]) > config.data.prompts_per_step
     )
     prompt_lens += np.asarray(slots.prompt_len)[running].tolist()
-    lengths += (np.asarray(slots.length) - np.asarray(slots.prompt_len))[
+    lengths += (np.asarray(slots.seq_len) - np.asarray(slots.prompt_len))[
         running
     ].tolist()
     expected = compute.generation_flops(

@@ -122,7 +122,7 @@ RULES: dict[str, Rule] = {
     "model.max_seq_len": _POS_INT,
     "model.param_dtype": _one_of(model_config.DTYPES),
     "model.compute_dtype": _one_of(model_config.DTYPES),
-    "model.attention": _one_of(attention.choices),
+    "model.attention": _one_of(attention.IMPLS.names),
     "model.lm_head_algorithm": _one_of(lm_head.ALGORITHMS),
     "model.remat_policy": _one_of(model_config.REMAT_POLICIES),
     "model.scan_unroll": _NONNEG_INT,

@@ -19,6 +19,7 @@ from scalerl_jax.jobs.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import model_config
 from scalerl_jax.rl import logprobs
+from scalerl_jax.sampling import slots
 
 # An activation: shape, logical axis names, bytes per entry.
 Residual = tuple[tuple[int, ...], tuple[Optional[str], ...], int]
@@ -206,9 +207,9 @@ def sampler_temps(
 
   rows_axes = ("act_batch", "act_kv_heads", None, None)
   cache = [((rows, k, e, width), rows_axes, kv_bytes)] * (2 * cfg.num_layers)
-  # tokens, logp, logp_sampling, version, uniform (4 B each) and mask (1 B).
-  records = [((rows, cache_len), ("act_batch", None), 4)] * 5 + [
-      ((rows, cache_len), ("act_batch", None), 1)
+  records = [
+      ((rows, cache_len), ("act_batch", None), nbytes)
+      for nbytes in slots.position_record_bytes()
   ]
   layer = [
       ((rows, width, cfg.embed_dim), ("act_batch", None, "act_embed"), c),

@@ -10,19 +10,16 @@ import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from scalerl_jax import evaluation
-from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
-from scalerl_jax.models import model_config
-from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.sampling.sampler import Sampler
 
@@ -53,26 +50,17 @@ def build_programs(
     rules,
     hbm_budget: Optional[float] = None,
 ) -> Programs:
-  """The run's programs on `mesh`, built by the trainer's and sampler's code.
+  """The run's programs on `mesh`, built by the trainer's and sampler's code
+  (the train step's pieces by `step_parts.build`, as the benchmarks').
 
   `hbm_budget` is passed to `train_step.jit_train_step` and
   `Sampler.with_hbm_budget`, as the trainer does (there, per program).
   """
-  model_cfg = model_config.ModelConfig.from_config(config.model)
-  model = transformer.Transformer(model_cfg)
-  param_sh = sharding.param_shardings(model, mesh, rules)
-  tokens = np.zeros((1, 1), np.int32)
-  params = sharding.abstract(
-      nn.unbox(
-          jax.eval_shape(
-              lambda: model.init(jax.random.key(0), tokens)["params"]
-          )
-      ),
-      param_sh,
-  )
-  optimizer = optim.make_optimizer(config.optim)
+  parts = step_parts.build(config, mesh, rules)
+  model, optimizer, params = parts.model, parts.optimizer, parts.params
+  model_cfg = model.cfg
   state_sh = train_step_lib.train_state_shardings(
-      optimizer, params, param_sh, mesh
+      optimizer, params, parts.param_shardings, mesh
   )
   train_state = sharding.abstract(
       jax.eval_shape(
@@ -110,7 +98,7 @@ def build_programs(
   width = config.sampling.max_prompt_len
 
   def prefill(state):
-    n = state.length.shape[0]
+    n = state.seq_len.shape[0]
     rows = sharding.named_sharding(mesh, rules, ("act_batch",))
     rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
     return lambda: sampler.lower(
@@ -139,7 +127,7 @@ def build_programs(
   # step at the full cache; one microbatch of the train step, which is what
   # its cost analysis counts (`step_estimate`).
   full = sampler.settings.cache_len - 1
-  val_rows = val_slots.length.shape[0]
+  val_rows = val_slots.seq_len.shape[0]
   shapes = {
       "train_step": (p * g // config.trainer.microbatches, s, 0, 3),
       "prefill": (num_slots, width, 0, 1),

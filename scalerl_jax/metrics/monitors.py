@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from absl import logging
 import ml_collections
+
+from scalerl_jax import registry
 
 Row = dict[str, float]
 
@@ -55,19 +57,11 @@ class _Check(abc.ABC):
       setattr(self, name, state[name])
 
 
-_CHECKS: dict[str, Callable[[ml_collections.ConfigDict], Optional[_Check]]] = {}
-
-
-def _register(name: str):
-  """Registers a check class; its `from_config` returns None when disabled."""
-
-  def register(cls):
-    if name in _CHECKS:
-      raise ValueError(f"monitor {name!r} is already registered")
-    _CHECKS[name] = cls.from_config
-    return cls
-
-  return register
+# The check classes by name, in registration order (the order of the alerts
+# and of the `alert/<name>` metrics); `from_config` gives None when disabled.
+CHECKS: registry.Registry[type[_Check]] = registry.Registry(
+    "monitor", sort=False
+)
 
 
 def _trained(row: Row) -> bool:
@@ -75,7 +69,7 @@ def _trained(row: Row) -> bool:
   return row.get("train/loss_tokens", 0.0) > 0
 
 
-@_register("entropy_collapse")
+@CHECKS.register("entropy_collapse")
 class _EntropyCollapse(_Check):
   _STATE = ("first",)
 
@@ -128,7 +122,7 @@ class _AboveLimit(_Check):
     return None
 
 
-@_register("truncation")
+@CHECKS.register("truncation")
 class _Truncation(_AboveLimit):
   keys, field, trained_only = (
       ("train/truncation_rate",),
@@ -138,17 +132,17 @@ class _Truncation(_AboveLimit):
   note = " (completions hitting the length limit precede instability)"
 
 
-@_register("logp_mismatch")
+@CHECKS.register("logp_mismatch")
 class _LogpMismatch(_AboveLimit):
   keys, field = ("train/train_gen_logp_abs_diff",), "logp_diff_max"
 
 
-@_register("is_ratio")
+@CHECKS.register("is_ratio")
 class _ImportanceRatio(_AboveLimit):
   keys, field = ("train/ratio_max", "train/tis_ratio_max"), "ratio_max"
 
 
-@_register("reward_stuck")
+@CHECKS.register("reward_stuck")
 class _RewardStuck(_Check):
   _STATE = ("streaks",)
 
@@ -183,7 +177,7 @@ class _RewardStuck(_Check):
     return None
 
 
-@_register("val_drop")
+@CHECKS.register("val_drop")
 class _ValidationDrop(_Check):
   _STATE = ("best",)
 
@@ -209,7 +203,7 @@ class _ValidationDrop(_Check):
     return None
 
 
-@_register("staleness")
+@CHECKS.register("staleness")
 class _StalenessFault(_Check):
   _STATE = ("evicted",)
 
@@ -242,11 +236,6 @@ class _StalenessFault(_Check):
     return None
 
 
-def monitor_names() -> tuple[str, ...]:
-  """Names of every registered check, in registration order."""
-  return tuple(_CHECKS)
-
-
 class Monitors:
   """The enabled checks of a run, fed one metrics row per step."""
 
@@ -257,7 +246,7 @@ class Monitors:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "Monitors":
     """The checks `config.monitor` enables (a threshold of 0 leaves one out)."""
-    checks = {name: make(config) for name, make in _CHECKS.items()}
+    checks = {name: check.from_config(config) for name, check in CHECKS.items()}
     return cls(
         {k: v for k, v in checks.items() if v is not None},
         config.monitor.stop_on_alert,

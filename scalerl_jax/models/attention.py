@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from scalerl_jax import registry
 from scalerl_jax import sharding
 
 AttentionFn = Callable[..., jax.Array]
@@ -30,28 +31,11 @@ AUTO = "auto"
 # auto on CPU: plain below this many positions, blockwise from here on.
 LONG_SEQ_LEN = 2048
 
-_IMPLS: dict[str, AttentionFn] = {}
-
-
-def register_attention(name: str) -> Callable[[AttentionFn], AttentionFn]:
-  """Decorator registering an implementation as `model.attention=name`."""
-
-  def register(fn: AttentionFn) -> AttentionFn:
-    if name in _IMPLS or name == AUTO:
-      raise ValueError(
-          f"attention {name!r} is already registered"
-          if name != AUTO
-          else f"attention {AUTO!r} is reserved for `pick`"
-      )
-    _IMPLS[name] = fn
-    return fn
-
-  return register
-
-
-def choices() -> tuple[str, ...]:
-  """The values `config.model.attention` allows: auto and every registered."""
-  return (AUTO,) + tuple(sorted(_IMPLS))
+# The implementations `config.model.attention` names, each registered with
+# `@IMPLS.register(name)`; `IMPLS.names()` (auto first) are the field's values.
+IMPLS: registry.Registry[AttentionFn] = registry.Registry(
+    "model.attention", reserved=(AUTO,)
+)
 
 
 def pick(platform: str, seq_len: int, dtype) -> str:
@@ -86,15 +70,13 @@ def apply(
     *,
     dtype,
 ) -> jax.Array:
-  """Causal attention by implementation `name` (a value of `choices()`).
+  """Causal attention by implementation `name` (a value of `IMPLS.names()`).
 
   q and k come with the rotary embedding applied; `segment_ids_BxT` None
   means one segment. Raises ValueError for an unknown name.
   """
   impl = resolve(name, q_BxTxHxE.shape[1], dtype)
-  if impl not in _IMPLS:
-    raise ValueError(f"model.attention: {name!r} is not one of {choices()}")
-  return _IMPLS[impl](
+  return IMPLS.get(impl)(
       q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, segment_ids_BxT, dtype=dtype
   )
 
@@ -147,6 +129,6 @@ def _dot_product_attention(
   return out[:, :t]
 
 
-register_attention("cudnn")(
-    functools.partial(_dot_product_attention, implementation="cudnn")
+IMPLS.register(
+    "cudnn", functools.partial(_dot_product_attention, implementation="cudnn")
 )

@@ -206,7 +206,7 @@ def _blockwise_bwd(dtype, c, residuals, dout_BxTxHxE):
 _blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
 
 
-@attention_lib.register_attention("blockwise")
+@attention_lib.IMPLS.register("blockwise")
 def blockwise(
     q_BxTxHxE: jax.Array,
     k_BxTxKxE: jax.Array,

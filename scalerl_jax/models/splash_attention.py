@@ -74,7 +74,7 @@ def _splash_local(
   return out_BxHxTxE.transpose(0, 2, 1, 3)
 
 
-@attention_lib.register_attention("splash")
+@attention_lib.IMPLS.register("splash")
 def splash(
     q_BxTxHxE: jax.Array,
     k_BxTxKxE: jax.Array,

@@ -133,7 +133,7 @@ def attention(
   return out_BxKxRxE.reshape(b, k, t, g, e).transpose(0, 2, 1, 3, 4)
 
 
-@attention_lib.register_attention("plain")
+@attention_lib.IMPLS.register("plain")
 def plain_attention(
     q_BxTxHxE: jax.Array,
     k_BxTxKxE: jax.Array,

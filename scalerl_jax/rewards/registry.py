@@ -13,6 +13,7 @@ import math
 import time
 from typing import Any, Callable, Collection, Mapping, Optional
 
+from scalerl_jax import registry as registry_lib
 from scalerl_jax.rewards import extract
 
 # Kinds of verifier, what `config.rewards.verifier` and
@@ -52,7 +53,8 @@ class _Entry:
   required_fields: tuple[str, ...]
 
 
-_VERIFIERS: dict[str, _Entry] = {}
+# A record's `verifier` spec names one (before any `:option`).
+VERIFIERS: registry_lib.Registry[_Entry] = registry_lib.Registry("verifier")
 
 
 def register_verifier(
@@ -73,26 +75,15 @@ def register_verifier(
     )
 
   def decorator(fn: Verifier) -> Verifier:
-    if name in _VERIFIERS:
-      raise ValueError(f"A verifier named {name!r} is already registered")
-    _VERIFIERS[name] = _Entry(fn, kind, takes_option, required_fields)
+    VERIFIERS.register(name, _Entry(fn, kind, takes_option, required_fields))
     return fn
 
   return decorator
 
 
-def registered_verifiers() -> tuple[str, ...]:
-  """Names of all registered verifiers."""
-  return tuple(sorted(_VERIFIERS))
-
-
 def _split(spec: str) -> tuple[_Entry, str]:
   name, _, option = spec.partition(":")
-  entry = _VERIFIERS.get(name)
-  if entry is None:
-    raise ValueError(
-        f"Unknown verifier {spec!r}; registered: {', '.join(registered_verifiers())}"
-    )
+  entry = VERIFIERS.get(name)
   if entry.takes_option and not option:
     raise ValueError(f"Verifier {spec!r} needs an option: '{name}:<name>'")
   if not entry.takes_option and option:

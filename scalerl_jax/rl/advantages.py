@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from scalerl_jax.rl import registry
+from scalerl_jax import registry
 
 # (rewards_PxG, centred adv_PxG, zero_var_P, zero_variance_filter) -> the std
 # to divide by ([P, 1] or []), or None to leave the advantages as they are.

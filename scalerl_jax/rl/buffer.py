@@ -17,7 +17,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.sampling import completions as completions_lib
 from scalerl_jax.sampling.completions import Completions
 
@@ -39,8 +38,7 @@ class Group:
   @property
   def completion_lens_G(self) -> np.ndarray:
     """int32 [G]: completion tokens (sampled + injected)."""
-    c = self.completions
-    return (c.seq_len - c.prompt_len).astype(np.int32)
+    return self.completions.completion_len
 
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (its staleness anchor)."""
@@ -211,26 +209,3 @@ def batch_metrics(
       "train/interruption_rate": float(interrupted.mean()),
       **staleness_metrics(groups, version, max_off_policy),
   }
-
-
-def collate(
-    groups: Sequence[Group], length_multiple: int = 32
-) -> dict[str, np.ndarray]:
-  """Stacks P groups into the train step's prompt-major batch.
-
-  The batch's [B, S] arrays are the record's `train_step.BATCH_FIELDS`.
-  Trailing padding that no row uses is cut, to a multiple of
-  `length_multiple` (so the train step compiles for a few lengths only).
-  """
-  rows = completions_lib.stack([g.completions for g in groups], np.concatenate)
-  full = rows.tokens.shape[1]
-  used = int(rows.seq_len.max())
-  s = min(full, -(-used // length_multiple) * length_multiple)
-  rewards_PxG = np.stack([g.rewards_G for g in groups])
-  return train_step_lib.batch_of(
-      {
-          name: getattr(rows, name)[:, :s]
-          for name in train_step_lib.BATCH_FIELDS
-      },
-      rewards_PxG,
-  )

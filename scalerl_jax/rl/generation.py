@@ -22,6 +22,7 @@ from typing import Any, Optional
 import jax
 import ml_collections
 
+from scalerl_jax import sharding
 from scalerl_jax.data import mixture as mixture_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
@@ -67,6 +68,21 @@ class Generation:
         reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
         rng=jax.random.key(config.seed + 1),
     )
+
+  @staticmethod
+  def slot_bytes(config: ml_collections.ConfigDict, sampler: Sampler) -> int:
+    """Bytes per chip of the rollout slots a run of `config` keeps on
+    `sampler`'s mesh, through training and validation too."""
+    return sharding.per_device_bytes(
+        sampler.state_shape(
+            schedules.num_slots(config), meta_width=rollouts_lib.META_WIDTH
+        )
+    )
+
+  @property
+  def flops(self) -> int:
+    """FLOPs of every prompt prefilled and token decoded over the run."""
+    return self.rollouts.work["flops"]
 
   @property
   def max_off_policy(self) -> int:
@@ -144,6 +160,10 @@ class Generation:
             for k, v in self.rollouts.verify_stats.items()
         },
     }
+
+  def curriculum_scalars(self) -> dict[str, float]:
+    """The curriculum's running counters (per domain too in a mixture)."""
+    return self.curriculum.metrics()
 
   def work_scalars(self) -> dict[str, float]:
     """Prompt tokens prefilled and tokens generated over the run."""

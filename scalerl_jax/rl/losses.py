@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from scalerl_jax.rl import registry
+from scalerl_jax import registry
 
 Metrics = dict[str, jax.Array]
 LossFn = Callable[..., tuple[jax.Array, Metrics]]

@@ -25,10 +25,22 @@ from scalerl_jax.metrics import compute
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl.buffer import Group
+from scalerl_jax.sampling.interruptions import InterruptionState
 from scalerl_jax.sampling.sampler import Sampler
+from scalerl_jax.sampling.slots import SlotState
 from scalerl_jax.sampling import completions as completions_lib
 from scalerl_jax.sampling.completions import Completions
 
+# Metadata ints per slot: the start index of the slot's group.
+META_WIDTH = 1
+# Slot fields under the names checkpoints store them by: those they had when
+# the format was fixed, before `SlotState` took the completion record's names.
+# Checkpoints from before and after the rename are the same.
+_STORED_NAMES = {
+    "gen_logp": "logp",
+    "seq_len": "length",
+    "thinking_budget": "budget",
+}
 _VERIFY_COUNTS = (
     "num_completions",
     "num_timeouts",
@@ -72,6 +84,31 @@ def to_rewards(
   return (
       incorrect + np.asarray(scores, np.float32) * (correct - incorrect)
   ).astype(np.float32)
+
+
+def _stored(node: Any, names: dict[str, str]) -> dict[str, Any]:
+  """A dataclass's fields as a dict, each under `names`' entry or its own."""
+  return {
+      names.get(f.name, f.name): getattr(node, f.name)
+      for f in dataclasses.fields(node)
+  }
+
+
+def stored_slots(slots: SlotState) -> dict[str, Any]:
+  """The slot state as checkpoints store it (`_STORED_NAMES`)."""
+  return _stored(slots, _STORED_NAMES) | {
+      "interruption": _stored(slots.interruption, _STORED_NAMES)
+  }
+
+
+def slots_from_stored(tree: dict[str, Any]) -> SlotState:
+  """Inverse of `stored_slots`."""
+  names = {stored: name for name, stored in _STORED_NAMES.items()}
+  renamed = lambda d: {names.get(k, k): v for k, v in d.items()}
+  return SlotState(
+      **renamed(tree)
+      | {"interruption": InterruptionState(**renamed(tree["interruption"]))}
+  )
 
 
 def _unscored_group(key: int, record: dict, rows: Completions) -> Group:
@@ -121,7 +158,7 @@ class Rollouts:
     self.generations = generations
     self.reward_range = reward_range
     self._rng = rng
-    self.slots = sampler.init_state(num_slots, meta_width=1)
+    self.slots = sampler.init_state(num_slots, meta_width=META_WIDTH)
     # (record, ids) not yet started
     self._queue: collections.deque = collections.deque()
     # group key -> record, for groups in flight
@@ -293,7 +330,7 @@ class Rollouts:
   # Checkpointing: slot arrays go with the device state, the rest is host data.
 
   def state(self) -> tuple[Any, dict[str, np.ndarray], dict[str, Any]]:
-    """(slot state pytree, host arrays, JSON metadata) for the checkpoint.
+    """(slot state as stored, host arrays, JSON metadata) for the checkpoint.
 
     Raises:
       RuntimeError: a decode call dispatched ahead by `step` is not harvested.
@@ -320,13 +357,13 @@ class Rollouts:
         "verify_stats": dict(self.verify_stats),
         "work": dict(self.work),
     }
-    return self.slots, arrays, meta
+    return stored_slots(self.slots), arrays, meta
 
   def restore(
       self, slots: Any, arrays: dict[str, np.ndarray], meta: dict[str, Any]
   ) -> None:
     """Inverse of `state`."""
-    self.slots, self._call = slots, None
+    self.slots, self._call = slots_from_stored(slots), None
     self._queue = collections.deque(
         (json.loads(r), np.asarray(arrays[f"queue/{j}"]))
         for j, r in enumerate(meta["queue_records"])

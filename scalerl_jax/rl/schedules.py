@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import ml_collections
 
-from scalerl_jax.rl import registry
+from scalerl_jax import registry
 
 SCHEDULES: registry.Registry[type["Schedule"]] = registry.Registry(
     "buffer.schedule"

@@ -3,7 +3,7 @@
 `Completions` holds finished sequences, one row each. The sampler harvests
 them ([F, ...] rows, sampling/slots.py); a prompt's group keeps its G rows as
 harvested (`rl/buffer.Group`); the train batch stacks the groups' rows
-(`rl/buffer.collate`) and reads `rl/train_step.BATCH_FIELDS` of them as
+(`rl/train_step.collate`) and reads `rl/train_step.BATCH_FIELDS` of them as
 `<field>_BxS`. Host numpy arrays once harvested.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and W metadata ints
@@ -39,6 +39,11 @@ class Completions:
   thinking_budget: jax.Array  # [F] int32 drawn budget (0: interruptions off).
   meta: jax.Array  # [F, W] int32 as passed to `start`.
   slot: jax.Array  # [F] int32 the slot it ran in (now free).
+
+  @property
+  def completion_len(self) -> jax.Array:
+    """[F] int32: completion tokens (sampled + injected) of each row."""
+    return (self.seq_len - self.prompt_len).astype(np.int32)
 
 
 _FIELDS = dataclasses.fields(Completions)

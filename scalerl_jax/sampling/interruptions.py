@@ -95,7 +95,8 @@ class InterruptionSettings:
 
 @flax.struct.dataclass
 class InterruptionState:
-  budget: jax.Array  # [N] int32 thinking tokens allowed before the phrase.
+  # [N] int32 thinking tokens allowed before the phrase.
+  thinking_budget: jax.Array
   # [N] int32 next phrase token to inject; -1 when not injecting.
   phrase_pos: jax.Array
   think_closed: jax.Array  # [N] bool the sequence emitted the marker itself.
@@ -104,7 +105,7 @@ class InterruptionState:
 
 def empty(num_slots: int) -> InterruptionState:
   return InterruptionState(
-      budget=jnp.zeros((num_slots,), jnp.int32),
+      thinking_budget=jnp.zeros((num_slots,), jnp.int32),
       phrase_pos=jnp.full((num_slots,), NOT_INJECTING, jnp.int32),
       think_closed=jnp.zeros((num_slots,), bool),
       interrupted=jnp.zeros((num_slots,), bool),
@@ -127,7 +128,7 @@ def draw(
           dtype=jnp.int32,
       )
   )(keys_N)
-  return state.replace(budget=budget_N)
+  return state.replace(thinking_budget=budget_N)
 
 
 def apply(
@@ -154,7 +155,7 @@ def apply(
       live_N
       & ~state.interrupted
       & ~state.think_closed
-      & (completion_len_N == state.budget)
+      & (completion_len_N == state.thinking_budget)
   )
   phrase_pos_N = jnp.where(begin_N, 0, state.phrase_pos)
   forced_N = live_N & (phrase_pos_N != NOT_INJECTING)

@@ -116,7 +116,7 @@ class Sampler:
     )
     self._longest = jax.jit(slots.longest_running, out_shardings=small)
     self._progress = jax.jit(
-        lambda st: (st.prompt_len, st.length, st.active & ~st.done),
+        lambda st: (st.prompt_len, st.seq_len, st.active & ~st.done),
         out_shardings=(small, small, small),
     )
 

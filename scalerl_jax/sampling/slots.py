@@ -43,14 +43,14 @@ class SlotState:
   cache: decode.Cache
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
   # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
-  logp: jax.Array
+  gen_logp: jax.Array
   # [N, S] float32 log-prob under the truncated sampling distribution.
   logp_sampling: jax.Array
   # [N, S] int32 policy version that chose the token; -1 where mask is 0.
   version: jax.Array
   mask: jax.Array  # [N, S] bool loss mask: True for generated tokens only.
   prompt_len: jax.Array  # [N] int32
-  length: jax.Array  # [N] int32 tokens in the row; the next token goes here.
+  seq_len: jax.Array  # [N] int32 tokens in the row; the next token goes here.
   limit: jax.Array  # [N] int32 completion length at which the row stops.
   active: jax.Array  # [N] bool the slot holds a sequence not yet harvested.
   done: jax.Array  # [N] bool the sequence has ended.
@@ -80,12 +80,12 @@ def state_shardings(
           "v": tuple(values for _ in layers),
       },
       tokens=rows_pos,
-      logp=rows_pos,
+      gen_logp=rows_pos,
       logp_sampling=rows_pos,
       version=rows_pos,
       mask=rows_pos,
       prompt_len=rows,
-      length=rows,
+      seq_len=rows,
       limit=rows,
       active=rows,
       done=rows,
@@ -101,6 +101,26 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
+def _position_records(n: int, s: int, pad_id: int) -> dict[str, jax.Array]:
+  """Empty slots' [N, S] per-position records, by `SlotState` field."""
+  rows_pos = (n, s)
+  return dict(
+      tokens=jnp.full(rows_pos, pad_id, jnp.int32),
+      gen_logp=jnp.zeros(rows_pos, jnp.float32),
+      logp_sampling=jnp.zeros(rows_pos, jnp.float32),
+      version=jnp.full(rows_pos, NO_VERSION, jnp.int32),
+      mask=jnp.zeros(rows_pos, bool),
+      uniform=jnp.zeros(rows_pos, jnp.float32),
+  )
+
+
+def position_record_bytes() -> tuple[int, ...]:
+  """Bytes per position of each [N, S] record of a `SlotState` (the cache
+  apart): what a slot holds per position besides its keys and values."""
+  records = jax.eval_shape(lambda: _position_records(1, 1, 0))
+  return tuple(x.dtype.itemsize for x in records.values())
+
+
 def empty_state(
     model_cfg: ModelConfig,
     settings: SamplingSettings,
@@ -108,7 +128,6 @@ def empty_state(
     meta_width: int,
 ) -> SlotState:
   n, s = num_slots, settings.cache_len
-  rows_pos = (n, s)
   return SlotState(
       cache=decode.init_cache(
           model_cfg,
@@ -118,18 +137,13 @@ def empty_state(
           settings.value_layout,
           settings.cache_align,
       ),
-      tokens=jnp.full(rows_pos, settings.pad_id, jnp.int32),
-      logp=jnp.zeros(rows_pos, jnp.float32),
-      logp_sampling=jnp.zeros(rows_pos, jnp.float32),
-      version=jnp.full(rows_pos, NO_VERSION, jnp.int32),
-      mask=jnp.zeros(rows_pos, bool),
+      **_position_records(n, s, settings.pad_id),
       prompt_len=jnp.zeros((n,), jnp.int32),
-      length=jnp.zeros((n,), jnp.int32),
+      seq_len=jnp.zeros((n,), jnp.int32),
       limit=jnp.zeros((n,), jnp.int32),
       active=jnp.zeros((n,), bool),
       done=jnp.zeros((n,), bool),
       truncated=jnp.zeros((n,), bool),
-      uniform=jnp.zeros(rows_pos, jnp.float32),
       meta=jnp.zeros((n, meta_width), jnp.int32),
       interruption=interruptions.empty(n),
   )
@@ -173,7 +187,7 @@ def start(
       layout,
   )
   if in_order:
-    valid_n = slot_ids_n < state.length.shape[0]
+    valid_n = slot_ids_n < state.seq_len.shape[0]
 
     def put(x, rows):
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
@@ -211,12 +225,12 @@ def start(
               prompts_nxL, ((0, 0), (0, s - p)), constant_values=settings.pad_id
           ),
       ),
-      logp=put(state.logp, jnp.zeros(rows_pos, jnp.float32)),
+      gen_logp=put(state.gen_logp, jnp.zeros(rows_pos, jnp.float32)),
       logp_sampling=put(state.logp_sampling, jnp.zeros(rows_pos, jnp.float32)),
       version=put(state.version, jnp.full(rows_pos, NO_VERSION, jnp.int32)),
       mask=put(state.mask, jnp.zeros(rows_pos, bool)),
       prompt_len=put(state.prompt_len, prompt_lens_n.astype(jnp.int32)),
-      length=put(state.length, prompt_lens_n.astype(jnp.int32)),
+      seq_len=put(state.seq_len, prompt_lens_n.astype(jnp.int32)),
       limit=put(
           state.limit, jnp.full((n,), settings.max_new_tokens, jnp.int32)
       ),
@@ -238,7 +252,7 @@ def _decode_step(
 ) -> SlotState:
   s = state.tokens.shape[1]
   live_N = state.active & ~state.done
-  last_N = jnp.maximum(state.length - 1, 0)
+  last_N = jnp.maximum(state.seq_len - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
   logits_Nx1xV, cache = decode.forward(
       model_cfg,
@@ -250,7 +264,7 @@ def _decode_step(
       settings.decode_attention,
   )
   uniform_N = jnp.take_along_axis(
-      state.uniform, state.length[:, None], axis=1, mode="clip"
+      state.uniform, state.seq_len[:, None], axis=1, mode="clip"
   )[:, 0]
   sampled_N, logp_N, logp_sampling_N = select_tokens(
       logits_Nx1xV[:, 0],
@@ -260,7 +274,7 @@ def _decode_step(
       settings.top_p,
   )
 
-  completion_N = state.length - state.prompt_len
+  completion_N = state.seq_len - state.prompt_len
   tokens_N, forced_N, int_state, limit_N = interruptions.apply(
       settings.interruption,
       state.interruption,
@@ -272,7 +286,9 @@ def _decode_step(
   )
   generated_N = live_N & ~forced_N
 
-  write_N = jnp.where(live_N, state.length, s)  # Out of range: written nowhere.
+  write_N = jnp.where(
+      live_N, state.seq_len, s
+  )  # Out of range: written nowhere.
   at_NxS = jnp.arange(s)[None, :] == write_N[:, None]
 
   def record(x, value_N):
@@ -283,12 +299,12 @@ def _decode_step(
   eos_N = generated_N & jnp.isin(
       sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
   )
-  length_N = state.length + live_N
-  at_limit_N = live_N & (length_N - state.prompt_len >= limit_N)
+  seq_len_N = state.seq_len + live_N
+  at_limit_N = live_N & (seq_len_N - state.prompt_len >= limit_N)
   return state.replace(
       cache=cache,
       tokens=record(state.tokens, tokens_N),
-      logp=record(state.logp, jnp.where(generated_N, logp_N, 0.0)),
+      gen_logp=record(state.gen_logp, jnp.where(generated_N, logp_N, 0.0)),
       logp_sampling=record(
           state.logp_sampling, jnp.where(generated_N, logp_sampling_N, 0.0)
       ),
@@ -296,7 +312,7 @@ def _decode_step(
           state.version, jnp.where(generated_N, version, NO_VERSION)
       ),
       mask=record(state.mask, generated_N),
-      length=length_N,
+      seq_len=seq_len_N,
       limit=limit_N,
       done=state.done | eos_N | at_limit_N,
       truncated=state.truncated | (at_limit_N & ~eos_N),
@@ -330,7 +346,7 @@ def advance(
     longest = longest_running(st)
     ok = (step < num_steps) & (longest > 0)
     if windowed:
-      # A step processes the token at position length - 1.
+      # A step processes the token at position seq_len - 1.
       ok &= longest <= window
     return ok
 
@@ -351,7 +367,7 @@ def advance(
 
 def longest_running(state: SlotState) -> jax.Array:
   """Length of the longest sequence still decoding (0 if none)."""
-  return jnp.max(jnp.where(state.active & ~state.done, state.length, 0))
+  return jnp.max(jnp.where(state.active & ~state.done, state.seq_len, 0))
 
 
 def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
@@ -362,15 +378,15 @@ def take(state: SlotState, rows_F: jax.Array) -> tuple[SlotState, Completions]:
 
   out = Completions(
       tokens=rows(state.tokens),
-      gen_logp=rows(state.logp),
+      gen_logp=rows(state.gen_logp),
       logp_sampling=rows(state.logp_sampling),
       version=rows(state.version),
       mask=rows(state.mask),
       prompt_len=rows(state.prompt_len),
-      seq_len=rows(state.length),
+      seq_len=rows(state.seq_len),
       truncated=rows(state.truncated),
       interrupted=rows(state.interruption.interrupted),
-      thinking_budget=rows(state.interruption.budget),
+      thinking_budget=rows(state.interruption.thinking_budget),
       meta=rows(state.meta),
       slot=rows_F.astype(jnp.int32),
   )
