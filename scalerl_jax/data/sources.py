@@ -109,43 +109,30 @@ def _jsonl_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   return records, malformed, field, d[field]
 
 
-def _builtin_code_split(
-    config: ml_collections.ConfigDict, split: str
-) -> _Loaded:
-  d = config.data
-  seed = config.seed if split == "train" else VAL_SEED
-  field = f"builtin_num_{split}"
-  records = builtin_code.code_prompts(
-      tuple(d.builtin_difficulty), d[field], seed, split
-  )
-  return records, [], field, "builtin_code"
+def _generated(prompts, name: str):
+  """The loader of a built-in task that draws its problems:
+  `prompts(levels, num, seed, split)` with data.builtin_difficulty and
+  data.builtin_num_<split>; validation is drawn with VAL_SEED."""
 
+  def load(config: ml_collections.ConfigDict, split: str) -> _Loaded:
+    d = config.data
+    seed = config.seed if split == "train" else VAL_SEED
+    field = f"builtin_num_{split}"
+    records = prompts(tuple(d.builtin_difficulty), d[field], seed, split)
+    return records, [], field, name
 
-def _search_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
-  d = config.data
-  seed = config.seed if split == "train" else VAL_SEED
-  field = f"builtin_num_{split}"
-  records = search_task.search_prompts(
-      tuple(d.builtin_difficulty), d[field], seed, split
-  )
-  return records, [], field, search_task.SOURCE
-
-
-def _parity_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
-  d = config.data
-  seed = config.seed if split == "train" else VAL_SEED
-  field = f"builtin_num_{split}"
-  records = parity_task.parity_prompts(
-      tuple(d.builtin_difficulty), d[field], seed, split
-  )
-  return records, [], field, parity_task.SOURCE
+  return load
 
 
 _LOADERS = {
     "builtin": _builtin_split,
-    "builtin_code": _builtin_code_split,
-    search_task.SOURCE: _search_split,
-    parity_task.SOURCE: _parity_split,
+    builtin_code.SOURCE: _generated(builtin_code.code_prompts, "builtin_code"),
+    search_task.SOURCE: _generated(
+        search_task.search_prompts, search_task.SOURCE
+    ),
+    parity_task.SOURCE: _generated(
+        parity_task.parity_prompts, parity_task.SOURCE
+    ),
     "reasoning_gym": _reasoning_gym_split,
     "tfds": _tfds_split,
     "jsonl": _jsonl_split,
