@@ -24,7 +24,7 @@ LONG = parity_task.chain_tokens(parity_task.DIGITS_PER_LEVEL[4])
 SHORT = parity_task.chain_tokens(parity_task.DIGITS_PER_LEVEL[2])
 
 
-def _budget(max_new_tokens):
+def budget(max_new_tokens):
   """The overrides that give a point `max_new_tokens`, the generator still
   running ahead until k binds (configs/search.py)."""
   return {
@@ -44,7 +44,7 @@ def get_config(arg=None):
   c.data.builtin_num_val = 150  # ~6 of level 1, 48 of each other level.
   # "Compute 3 7 2 8 4 1 0 6" is 18 tokens with BOS.
   c.sampling.max_prompt_len = 18
-  c.update_from_flattened_dict(_budget(LONG))
+  c.update_from_flattened_dict(budget(LONG))
   # Every point warm-starts on chains cut to the long budget, so points that
   # differ only in their budget share one base.
   c.trainer.warm_start_max_new_tokens = LONG
@@ -55,6 +55,6 @@ def get_sweep(arg=None):
   """The pilot: the long budget against the short one, on the same base."""
   del arg
   return [
-      {"name": "long", **_budget(LONG)},
-      {"name": "short", **_budget(SHORT)},
+      {"name": "long", **budget(LONG)},
+      {"name": "short", **budget(SHORT)},
   ]

@@ -453,6 +453,9 @@ def get_config(arg=None):
   # sampling.max_new_tokens. Points that differ only in their generation budget
   # share one base when this is set (configs/parity.py).
   c.trainer.warm_start_max_new_tokens = 0
+  # Parity task only (data/parity_task.py): probability that a warm-start
+  # chain leaves out an even digit, a shorter chain that is just as right.
+  c.trainer.warm_start_skip_prob = 0.0
 
   # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a
   # warning and sets alert/<name> = 1 in the step's metrics; a threshold of 0

@@ -57,11 +57,8 @@ _WORKED = {
     search_task.SOURCE: _search_warm_records,
     parity_task.SOURCE: _parity_warm_records,
 }
-# Sources whose targets are drawn per record by the task (rng -> text).
-_DRAWN_TARGETS = {
-    search_task.SOURCE: search_task.target_text,
-    parity_task.SOURCE: parity_task.target_text,
-}
+# Sources whose targets are drawn per record by the task.
+_DRAWN_TARGETS = (search_task.SOURCE, parity_task.SOURCE)
 
 
 def max_new_tokens(config: ml_collections.ConfigDict) -> int:
@@ -113,6 +110,9 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
     relevant["source"] = config.data.source
   if config.data.source == parity_task.SOURCE:
     relevant["task"] = parity_task.WARM_SETTINGS
+    # Absent at 0, so that bases from before the field stay valid.
+    if config.trainer.warm_start_skip_prob:
+      relevant["skip_prob"] = config.trainer.warm_start_skip_prob
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -125,12 +125,15 @@ def supervised_examples(
     slip_prob: float = 0.0,
     rng: Optional[np.random.Generator] = None,
     answer_slip_prob: float = 0.0,
+    skip_prob: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Prompt + worked solution + EOS per record, cut to `seq_len`.
 
   `slip_prob` is the chance of a wrong value at each rewrite of a solution
   (`builtin_task.Problem.steps`), `answer_slip_prob` that its Answer line
-  misstates the value reached; `rng` draws the slips (needed when either is
+  misstates the value reached, `skip_prob` that a parity chain leaves out an
+  even digit; `rng` draws the slips, the search task's guesses and the
+  parity task's chains (needed for those tasks or when a probability is
   > 0). Returns tokens_XxS int32 (right-padded with pad_id) and mask_XxS
   float32, 1 where token t is part of the solution (predicted from t - 1).
   """
@@ -141,10 +144,12 @@ def supervised_examples(
     # A program slips as an Answer line does.
     if record["source"] == builtin_code.SOURCE:
       text = builtin_code.target_text(record, answer_slip_prob, rng)
-    elif record["source"] in _DRAWN_TARGETS:
-      # Search: guesses in a fresh random order, so the base learns to guess
-      # uniformly. Parity: the chain or the direct answer, drawn per record.
-      text = _DRAWN_TARGETS[record["source"]](record, rng)
+    elif record["source"] == search_task.SOURCE:
+      # Guesses in a fresh random order: the base learns to guess uniformly.
+      text = search_task.target_text(record, rng)
+    elif record["source"] == parity_task.SOURCE:
+      # The chain (with its skips) or a guessed direct answer.
+      text = parity_task.target_text(record, rng, skip_prob)
     else:
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]
@@ -241,6 +246,7 @@ def warm_start(
       config.trainer.warm_start_slip_prob,
       rng,
       config.trainer.warm_start_answer_slip_prob,
+      config.trainer.warm_start_skip_prob,
   )
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]

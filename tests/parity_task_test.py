@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from configs import parity
+from configs import parity_skip
 from configs import search
 from scalerl_jax import config as config_lib
 from scalerl_jax import warm_start
@@ -165,3 +166,62 @@ def test_the_verifier_scores_only_the_answer_line():
   assert registry.verify(wrong, record, spec) == 0.0
   # A chain cut off by the budget has no Answer line: no reward.
   assert registry.verify("<think> 3=1 4=1 4=1", record, spec) == 0.0
+
+
+def test_chains_skip_only_even_digits_and_stay_right():
+  problem = parity_task.Problem((3, 4, 2, 7, 6, 8))
+  assert parity_task.chain_text(problem, [1, 2, 4, 5]) == (
+      "<think> 3=1 7=0 </think>\nAnswer: 0"
+  )
+  # Skipping nothing is the full chain; skipping every digit of an all-even
+  # problem is the direct answer.
+  assert parity_task.chain_text(problem, []) == parity_task.chain_text(problem)
+  evens = parity_task.Problem((2, 4))
+  assert parity_task.chain_text(evens, [0, 1]) == parity_task.direct_text(evens)
+  for bad in ([0], [3], [6]):  # Odd digits, or past the end.
+    with pytest.raises(ValueError, match="may skip only even digits"):
+      parity_task.chain_text(problem, bad)
+  # Drawn at 0.3 per even digit: every chain parses to the prompt's digits
+  # in order, with only even ones left out and the right parity at each.
+  rng = np.random.default_rng(1)
+  record = parity_task.make_record(problem)
+  skipped = 0
+  for _ in range(400):
+    text = parity_task.target_text(record, rng, 0.3)
+    steps = text.split("<think> ")[1].split("</think>")[0].split()
+    if not steps:
+      continue  # A guessed direct answer.
+    assert text.endswith("Answer: 0")
+    digits = [int(s[0]) for s in steps]
+    left_out = list(problem.digits)
+    for d in digits:
+      left_out.remove(d)
+    assert all(d % 2 == 0 for d in left_out)
+    skipped += len(left_out)
+    parity = 0
+    for step in steps:
+      parity ^= int(step[0]) % 2
+      assert step == f"{step[0]}={parity}"
+  # ~200 chains x 4 even digits x 0.3 = 240 (std ~13).
+  assert 180 < skipped < 300
+
+
+def test_skip_prob_is_the_parity_tasks_and_trains_its_own_base():
+  config = parity_skip.get_config()
+  config_lib.validate(config)
+  assert config.sampling.max_new_tokens == parity.SHORT
+  assert config.trainer.warm_start_skip_prob == parity_skip.SKIP_PROB
+  plain = parity.get_config()
+  plain.update_from_flattened_dict(parity.budget(parity.SHORT))
+  assert warm_start.fingerprint(config, 512) != warm_start.fingerprint(
+      plain, 512
+  )
+  # At 0 the fingerprint is the one from before the field existed.
+  plain.trainer.warm_start_skip_prob = 0.0
+  assert warm_start.fingerprint(plain, 512) == warm_start.fingerprint(
+      parity.get_config(), 512
+  )
+  search_config = search.get_config()
+  search_config.trainer.warm_start_skip_prob = 0.1
+  with pytest.raises(config_lib.ConfigError, match="warm_start_skip_prob"):
+    config_lib.validate(search_config)

@@ -248,6 +248,7 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_slip_prob": _BELOW_ONE,
     "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
     "trainer.warm_start_max_new_tokens": _NONNEG_INT,
+    "trainer.warm_start_skip_prob": _BELOW_ONE,
     "trainer.warm_start_seed": _rule(
         int, lambda v: v >= -1, "must be >= 0, or -1 (= seed)"
     ),

@@ -7,6 +7,7 @@ import math
 
 from scalerl_jax import sharding
 from scalerl_jax.config.errors import ConfigError
+from scalerl_jax.data import parity_task
 
 
 def _mesh_axis_size(config, axis, num_devices):
@@ -117,6 +118,14 @@ def check_relations(config, num_devices):
     raise ConfigError(
         f"trainer.warm_start_max_new_tokens: max_prompt_len {s.max_prompt_len} + "
         f"{warm_new} exceeds model.max_seq_len {m.max_seq_len}"
+    )
+  if config.trainer.warm_start_skip_prob and config.data.source != (
+      parity_task.SOURCE
+  ):
+    raise ConfigError(
+        "trainer.warm_start_skip_prob: only the parity task's chains skip "
+        f"digits (data.source={parity_task.SOURCE!r}), not "
+        f"data.source={config.data.source!r}"
     )
   it = s.interruption
   if it.enabled:

@@ -113,14 +113,27 @@ def prompt_text(problem: Problem) -> str:
   return f"Compute {problem.expression}"
 
 
-def chain_text(problem: Problem) -> str:
-  """The worked target that reads every digit, keeping the running parity."""
+def chain_text(problem: Problem, skip: Sequence[int] = ()) -> str:
+  """The worked target that reads the digits in order, keeping the running
+  parity, and leaves out the digits at the indices `skip`.
+
+  Raises:
+    ValueError: `skip` names an odd digit (leaving it out would change the
+      parity) or no index of the problem.
+  """
+  for i in skip:
+    if not 0 <= i < len(problem.digits) or problem.digits[i] % 2:
+      raise ValueError(
+          f"a chain of {problem.expression} may skip only even digits, not "
+          f"index {i}"
+      )
   steps, parity = [], 0
-  for d in problem.digits:
+  for i, d in enumerate(problem.digits):
     parity ^= d % 2
-    steps.append(f"{d}={parity}")
+    if i not in skip:
+      steps.append(f"{d}={parity} ")
   return (
-      f"{builtin_task.THINK_OPEN} {' '.join(steps)} "
+      f"{builtin_task.THINK_OPEN} {''.join(steps)}"
       f"{builtin_task.THINK_CLOSE}\n{builtin_task.ANSWER_PREFIX} "
       f"{problem.answer}"
   )
@@ -136,9 +149,15 @@ def direct_text(problem: Problem, answer: Optional[int] = None) -> str:
   )
 
 
-def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
+def target_text(
+    record: Mapping[str, Any],
+    rng: np.random.Generator,
+    skip_prob: float = 0.0,
+) -> str:
   """A warm-start target: the chain with probability CHAIN_PROB, else a
-  direct answer drawn at random, right half of the time.
+  direct answer drawn at random, right half of the time. A chain leaves out
+  each even digit with probability `skip_prob` (trainer.warm_start_skip_prob):
+  a shorter chain, just as right, that a tight budget rewards.
 
   The direct answers are guesses, not the right parity: trained on right
   ones, the 0.85M policy memorised the warm problems' answers instead of
@@ -152,7 +171,14 @@ def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
     )
   problem = parse_expression(json.loads(record["metadata"])["expression"])
   if rng.random() < CHAIN_PROB:
-    return chain_text(problem)
+    # No draws at 0, so that bases warm-started before skips existed are
+    # drawn again exactly.
+    skip = [
+        i
+        for i, d in enumerate(problem.digits)
+        if skip_prob and d % 2 == 0 and rng.random() < skip_prob
+    ]
+    return chain_text(problem, skip)
   return direct_text(problem, int(rng.integers(2)))
 
 
