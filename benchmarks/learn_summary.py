@@ -34,8 +34,8 @@ from absl import app
 from absl import flags
 from tensorboardX.proto import event_pb2
 
-from scalerl_jax.jobs import accelerators
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.jobs import accelerators
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.")
 _STARTED = flags.DEFINE_float(

@@ -87,13 +87,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import tunix_sampler
 from benchmarks import hf_sampling
+from benchmarks import tunix_sampler
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import hf_io
 from scalerl_jax.models.model_config import ModelConfig
-from scalerl_jax.models.transformer import Transformer, attention
+from scalerl_jax.models.transformer import Transformer
+from scalerl_jax.models.transformer import attention
 from scalerl_jax.sampling.sampler import Sampler
 
 _VARIANTS = flags.DEFINE_list(

@@ -39,11 +39,12 @@ import numpy as np
 import optax
 
 from benchmarks.shapes import shape_config
-from scalerl_jax.metrics import compute
 from scalerl_jax import sharding
+from scalerl_jax.metrics import compute
 from scalerl_jax.models import transformer
-from scalerl_jax.rl import advantages, losses
+from scalerl_jax.rl import advantages
 from scalerl_jax.rl import logprobs
+from scalerl_jax.rl import losses
 from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
 

@@ -43,8 +43,8 @@ import optax
 
 from benchmarks import timing
 from benchmarks.shapes import shape_config
-from scalerl_jax.jobs import accelerators
 from scalerl_jax import sharding
+from scalerl_jax.jobs import accelerators
 from scalerl_jax.jobs import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib

@@ -28,7 +28,8 @@ from typing import Optional
 
 import jax.numpy as jnp
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
+from safetensors.numpy import save_file
 
 from scalerl_jax.models.model_config import ModelConfig
 
@@ -93,9 +94,15 @@ class TunixSampler:
   """
 
   def __init__(self, hf_dir: str, cfg: ModelConfig, cache_size: int):
-    from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
-    from tunix.models.qwen3 import model as model_lib  # pylint: disable=g-import-not-at-top
-    from tunix.models.qwen3 import params as params_lib  # pylint: disable=g-import-not-at-top
+    from tunix.generate import (
+        sampler as sampler_lib,  # pylint: disable=g-import-not-at-top
+    )
+    from tunix.models.qwen3 import (
+        model as model_lib,  # pylint: disable=g-import-not-at-top
+    )
+    from tunix.models.qwen3 import (
+        params as params_lib,  # pylint: disable=g-import-not-at-top
+    )
 
     if cfg.rope_scaling.type != "none" or cfg.qkv_bias:
       raise ValueError("Tunix's Qwen3 has no RoPE scaling and no q/k/v biases")

@@ -25,11 +25,11 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from scalerl_jax import config as config_lib
 from scalerl_jax.jobs import aot
 from scalerl_jax.jobs import aot_report
 from scalerl_jax.jobs import step_estimate
 from scalerl_jax.jobs import topology
-from scalerl_jax import config as config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

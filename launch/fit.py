@@ -25,8 +25,8 @@ from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import plots
 from scalerl_jax.scaling import report
-from scalerl_jax.scaling import verdicts
 from scalerl_jax.scaling import runs
+from scalerl_jax.scaling import verdicts
 
 _WORKDIRS = flags.DEFINE_list(
     "workdirs", None, "Run workdirs or directories holding them.", required=True

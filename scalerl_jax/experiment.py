@@ -18,7 +18,6 @@ from absl import logging
 import jax
 import ml_collections
 
-from scalerl_jax.models import model_config
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
@@ -27,7 +26,9 @@ from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
-from scalerl_jax.models import hf_io, transformer
+from scalerl_jax.models import hf_io
+from scalerl_jax.models import model_config
+from scalerl_jax.models import transformer
 from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards.pool import RewardPool
 from scalerl_jax.rewards.shared import SharedRewardPool

@@ -18,9 +18,12 @@ from absl import logging
 import flax.linen as nn
 import jax
 from jax.experimental import mesh_utils
+from jax.sharding import AxisType
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import numpy as np
 import optax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from scalerl_jax.multihost import peers
 

@@ -22,16 +22,16 @@ from absl import logging
 import jax
 import ml_collections
 
-from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
-from scalerl_jax.metrics import compute
 from scalerl_jax import evaluation
-from scalerl_jax.metrics import writer as metrics_lib
-from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax import optim
-from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
+from scalerl_jax.metrics import compute
+from scalerl_jax.metrics import monitors as monitors_lib
+from scalerl_jax.metrics import progress as progress_lib
+from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
 

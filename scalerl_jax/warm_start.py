@@ -27,8 +27,11 @@ import optax
 import orbax.checkpoint as ocp
 
 from scalerl_jax import workdir as workdir_lib
-from scalerl_jax.data import builtin_code, builtin_task, mixture, pipeline
+from scalerl_jax.data import builtin_code
+from scalerl_jax.data import builtin_task
+from scalerl_jax.data import mixture
 from scalerl_jax.data import parity_task
+from scalerl_jax.data import pipeline
 from scalerl_jax.data import search_task
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import lm_head

@@ -18,7 +18,7 @@ import jax
 import pytest
 
 from configs import scalerl
-from tests import helpers
+from scalerl_jax import sharding
 from scalerl_jax.jobs import aot
 from scalerl_jax.jobs import aot_programs
 from scalerl_jax.jobs import aot_report
@@ -26,7 +26,7 @@ from scalerl_jax.jobs import program_estimates
 from scalerl_jax.jobs import roofline
 from scalerl_jax.jobs import step_estimate
 from scalerl_jax.jobs import topology
-from scalerl_jax import sharding
+from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
 pytestmark = pytest.mark.slow(seconds=210)
@@ -404,6 +404,7 @@ def test_a_mesh_axis_that_splits_the_torus_is_laid_out_with_a_warning(caplog):
   # axes: jax.make_mesh refuses it, the mesh splits the axes and says so; a
   # shape that divides nothing is a ValueError naming mesh.shape.
   import ml_collections  # pylint: disable=g-import-not-at-top
+
   from scalerl_jax import sharding  # pylint: disable=g-import-not-at-top
 
   devices, _ = topology.slice_devices("v6e:16x16")

@@ -7,18 +7,19 @@ import os
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec
 
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.models import attention
 from scalerl_jax.models import blockwise_attention
-from scalerl_jax.models import splash_attention
 from scalerl_jax.models import decode
 from scalerl_jax.models import model_config
+from scalerl_jax.models import splash_attention
 from scalerl_jax.models import transformer
 from tests import helpers
 

@@ -6,7 +6,6 @@ import re
 import time
 
 import numpy as np
-
 import pytest
 
 from configs import scalerl

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scalerl_jax import optim, sharding
+from scalerl_jax import optim
+from scalerl_jax import sharding
 from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.transformer import Transformer

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from configs import scalerl
-from tests import helpers
 from scalerl_jax.metrics import compute
 from scalerl_jax.models.model_config import ModelConfig
+from tests import helpers
 
 # A model small enough to count by hand: D=4, L=1, H=2, K=1, E=2, F=3, V=10.
 #   per layer: q,k,v,o = D*E*(2H + 2K) = 4*2*6 = 48; MLP 3*D*F = 36 -> 84

@@ -126,7 +126,9 @@ def pytest_sessionfinish(session, exitstatus):
         session, getattr(session.config, "scalerl_leftovers", [])
     )
     return
-  from scalerl_jax.rewards import code_sandbox  # pylint: disable=g-import-not-at-top
+  from scalerl_jax.rewards import (
+      code_sandbox,  # pylint: disable=g-import-not-at-top
+  )
 
   code_sandbox.stop_server()  # This process's own fork server, if any.
   _, alive = psutil.wait_procs(

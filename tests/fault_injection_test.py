@@ -19,11 +19,11 @@ import psutil
 import pytest
 
 from configs import scalerl
-from scalerl_jax.checkpoint import checkpointer
 from scalerl_jax import rewards
-from scalerl_jax.rewards import code_sandbox
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import checkpointer
+from scalerl_jax.rewards import code_sandbox
 from tests import helpers
 
 # Far above any step here, even on a loaded machine: a hang.

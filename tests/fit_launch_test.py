@@ -18,8 +18,8 @@ import pytest
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import report
-from scalerl_jax.scaling import verdicts
 from scalerl_jax.scaling import runs
+from scalerl_jax.scaling import verdicts
 from tests import scaling_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-
 from typing import Any, Callable
 
 import filelock

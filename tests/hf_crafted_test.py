@@ -15,9 +15,10 @@ import struct
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
+from safetensors.numpy import save_file
 import torch
 import transformers
-from safetensors.numpy import load_file, save_file
 
 from scalerl_jax.models import hf_io
 

@@ -13,7 +13,8 @@ import transformers
 
 from configs import scalerl
 from scalerl_jax import sharding
-from scalerl_jax.models import hf_io, transformer
+from scalerl_jax.models import hf_io
+from scalerl_jax.models import transformer
 
 _SHAPE = dict(
     vocab_size=97,

@@ -17,7 +17,10 @@ tool calls, a namespace and `{% break %}`, and one block written with plain
 import json
 
 import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from tokenizers import decoders
+from tokenizers import models
+from tokenizers import pre_tokenizers
+from tokenizers import trainers
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 THINK_TOKENS = ("<think>", "</think>")

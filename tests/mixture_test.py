@@ -10,8 +10,8 @@ import pytest
 
 from configs import multitask
 from configs import scalerl
-from scalerl_jax import workdir as workdir_lib
 from scalerl_jax import evaluation
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import curriculum as curriculum_lib
 from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline

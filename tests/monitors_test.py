@@ -7,10 +7,10 @@ import os
 import pytest
 
 from configs import scalerl
-from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
-from scalerl_jax.metrics import monitors
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
+from scalerl_jax.metrics import monitors
 from tests import helpers
 
 

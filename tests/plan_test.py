@@ -27,17 +27,17 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import optim
+from scalerl_jax import sharding
+from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.jobs import accelerators
 from scalerl_jax.jobs import activations
 from scalerl_jax.jobs import layout_bytes
 from scalerl_jax.jobs import plan
 from scalerl_jax.jobs import plan_report
 from scalerl_jax.jobs import program_estimates
-from scalerl_jax.rl import logprobs
-from scalerl_jax import sharding
-from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
+from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import train_step as train_step_lib
 from tests import helpers

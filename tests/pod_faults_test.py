@@ -31,9 +31,9 @@ from etils import epath
 import portpicker
 import pytest
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import integrity
 from scalerl_jax.multihost import peers
-from scalerl_jax import workdir as workdir_lib
 from tests import helpers
 from tests import session_env
 from tests.scripts import pod_run

@@ -14,8 +14,8 @@ import reasoning_gym
 
 from configs import scalerl
 from scalerl_jax import rewards
-from scalerl_jax.rewards import isolation
 from scalerl_jax.data import builtin_task
+from scalerl_jax.rewards import isolation
 
 _TIMEOUT_S = 1.5
 # sympy tries to evaluate the tower: a timeout.

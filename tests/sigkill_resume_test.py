@@ -33,9 +33,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.

@@ -8,7 +8,10 @@ import shutil
 
 import pytest
 import tokenizers
-from tokenizers import decoders, models, pre_tokenizers, trainers
+from tokenizers import decoders
+from tokenizers import models
+from tokenizers import pre_tokenizers
+from tokenizers import trainers
 
 from configs import scalerl
 from scalerl_jax import workdir as workdir_lib

@@ -22,12 +22,12 @@ import torch
 import transformers
 
 from configs import scalerl
-from scalerl_jax.checkpoint import policy
-from scalerl_jax.metrics import compute
 from scalerl_jax import experiment
 from scalerl_jax import trainer as trainer_lib
-from scalerl_jax.rl import schedules
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import policy
+from scalerl_jax.metrics import compute
+from scalerl_jax.rl import schedules
 from tests import helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -23,8 +23,8 @@ import reasoning_gym
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
-from scalerl_jax.rewards import sandbox_client
 from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards import sandbox_client
 
 _TIMEOUT_S = 1.0
 _MB = 1 << 20

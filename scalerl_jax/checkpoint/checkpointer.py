@@ -21,9 +21,9 @@ import jax
 from jax.experimental import multihost_utils
 import orbax.checkpoint as ocp
 
+from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import integrity
 from scalerl_jax.checkpoint import layout
-from scalerl_jax import workdir as workdir_lib
 
 _STATE, _EXTRA, _LAYOUT, _ARRAYS = (
     "state",

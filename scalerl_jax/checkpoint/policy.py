@@ -15,10 +15,10 @@ from absl import logging
 import jax
 import numpy as np
 
-from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
 

@@ -11,8 +11,8 @@ Design: docs/design/config.md.
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional
+import warnings
 
 import ml_collections
 

@@ -11,8 +11,8 @@ import functools
 from typing import Optional, Sequence
 
 import flax.linen as nn
-import numpy as np
 from jax.sharding import AbstractMesh
+import numpy as np
 
 from scalerl_jax import sharding
 from scalerl_jax.jobs.layout_bytes import shard_bytes

@@ -10,7 +10,8 @@ from typing import Optional
 from scalerl_jax.jobs import accelerators
 from scalerl_jax.jobs import step_estimate
 from scalerl_jax.jobs import time_report
-from scalerl_jax.jobs.aot import PLANNER_TOLERANCE, Result
+from scalerl_jax.jobs.aot import PLANNER_TOLERANCE
+from scalerl_jax.jobs.aot import Result
 
 
 def results_json(

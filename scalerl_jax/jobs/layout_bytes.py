@@ -10,7 +10,8 @@ import math
 from typing import Any, Sequence
 
 import jax
-from jax.sharding import AbstractMesh, PartitionSpec
+from jax.sharding import AbstractMesh
+from jax.sharding import PartitionSpec
 
 from scalerl_jax import sharding
 

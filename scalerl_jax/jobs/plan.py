@@ -19,17 +19,21 @@ from typing import Any, Optional
 
 import flax.linen as nn
 import jax
+from jax.sharding import PartitionSpec
 import ml_collections
 import numpy as np
-from jax.sharding import PartitionSpec
 
-from scalerl_jax.metrics import compute
 from scalerl_jax import config as config_lib
 from scalerl_jax import evaluation
 from scalerl_jax import optim
 from scalerl_jax import sharding
-from scalerl_jax.jobs.activations import Unsharded, activation_bytes, sampler_temps
-from scalerl_jax.jobs.layout_bytes import abstract_mesh, shard_elements, tree_bytes
+from scalerl_jax.jobs.activations import Unsharded
+from scalerl_jax.jobs.activations import activation_bytes
+from scalerl_jax.jobs.activations import sampler_temps
+from scalerl_jax.jobs.layout_bytes import abstract_mesh
+from scalerl_jax.jobs.layout_bytes import shard_elements
+from scalerl_jax.jobs.layout_bytes import tree_bytes
+from scalerl_jax.metrics import compute
 from scalerl_jax.models import decode
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer

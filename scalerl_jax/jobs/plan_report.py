@@ -6,7 +6,8 @@ import dataclasses
 import math
 from typing import Sequence
 
-from scalerl_jax.jobs.accelerators import GB, Accelerator
+from scalerl_jax.jobs.accelerators import GB
+from scalerl_jax.jobs.accelerators import Accelerator
 from scalerl_jax.jobs.plan import Plan
 
 

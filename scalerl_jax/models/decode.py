@@ -31,9 +31,14 @@ import jax.numpy as jnp
 
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import decode_attention
+from scalerl_jax.models.lm_head import head_algorithm
+from scalerl_jax.models.lm_head import lm_head
+from scalerl_jax.models.lm_head import split_bf16
 from scalerl_jax.models.model_config import ModelConfig
-from scalerl_jax.models.transformer import apply_rope, attention, rms_norm, rope_frequencies
-from scalerl_jax.models.lm_head import head_algorithm, lm_head, split_bf16
+from scalerl_jax.models.transformer import apply_rope
+from scalerl_jax.models.transformer import attention
+from scalerl_jax.models.transformer import rms_norm
+from scalerl_jax.models.transformer import rope_frequencies
 
 # {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E] or [B, K, E, S]}
 Cache = dict[str, tuple[jax.Array, ...]]

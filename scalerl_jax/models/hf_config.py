@@ -13,8 +13,9 @@ import json
 import os
 from typing import Any
 
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.model_config import RopeScaling
 from scalerl_jax.models.safetensors_reader import CheckpointError
-from scalerl_jax.models.model_config import ModelConfig, RopeScaling
 
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama",

@@ -31,8 +31,8 @@ from scalerl_jax.models import safetensors_reader
 from scalerl_jax.models.hf_config import check_family
 from scalerl_jax.models.hf_config import hf_config_dict
 from scalerl_jax.models.hf_config import read_config
-from scalerl_jax.models.safetensors_reader import CheckpointError
 from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.safetensors_reader import CheckpointError
 from scalerl_jax.models.transformer import Transformer
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

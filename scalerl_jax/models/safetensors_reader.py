@@ -18,7 +18,8 @@ import struct
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
+from safetensors import safe_open
 
 # Bytes per element of the safetensors dtypes we cast to the param dtype.
 _ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}

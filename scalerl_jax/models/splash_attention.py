@@ -10,8 +10,8 @@ import functools
 from typing import Optional
 
 import jax
-import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as sa
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from scalerl_jax.models import attention as attention_lib

@@ -27,9 +27,9 @@ import numpy as np
 
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models.lm_head import lm_head
-from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.model_config import REMAT_POLICIES
 from scalerl_jax.models.model_config import ROPE_SCALINGS
+from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.model_config import scan_layers_unroll
 
 

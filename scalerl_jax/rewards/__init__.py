@@ -9,10 +9,10 @@ from scalerl_jax.rewards import code_sandbox
 from scalerl_jax.rewards import math_answer
 from scalerl_jax.rewards import task
 from scalerl_jax.rewards.pool import RewardPool
+from scalerl_jax.rewards.registry import VerifyContext
 from scalerl_jax.rewards.registry import register_verifier
 from scalerl_jax.rewards.registry import resolve_spec
 from scalerl_jax.rewards.registry import verify
-from scalerl_jax.rewards.registry import VerifyContext
 
 __all__ = [
     "RewardPool",

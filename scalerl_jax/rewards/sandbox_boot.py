@@ -15,6 +15,9 @@ it carries values only, which the verifier compares with expected values
 that never enter the sandbox (code_tests.py). Design: docs/design/sandbox.md.
 """
 
+# The C half of the json package: without it json imports re, which a fresh
+# sandbox pays for at every program.
+import _json
 import binascii
 import builtins
 import io
@@ -23,10 +26,6 @@ import os
 import resource
 import struct
 import sys
-
-# The C half of the json package: without it json imports re, which a fresh
-# sandbox pays for at every program.
-import _json
 
 # Exit status of a program stopped by the hook.
 VIOLATION_EXIT_CODE = 113

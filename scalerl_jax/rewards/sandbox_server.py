@@ -18,16 +18,15 @@ empties `root` but for its `keep` entries, and stops if it cannot, so
 nothing one program leaves reaches the next. Design: docs/design/sandbox.md.
 """
 
+# The C half of `signal`, which imports enum, which every fresh sandbox would
+# pay for.
+import _signal as signal
 import marshal
 import os
 import select
 import struct
 import sys
 import time
-
-# The C half of `signal`, which imports enum, which every fresh sandbox would
-# pay for.
-import _signal as signal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sandbox_boot  # pylint: disable=g-import-not-at-top,wrong-import-position

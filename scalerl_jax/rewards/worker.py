@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from multiprocessing.connection import Connection
 import resource
 import signal
 import time
-from multiprocessing.connection import Connection
 
 from scalerl_jax.rewards import code_sandbox
 from scalerl_jax.rewards import isolation

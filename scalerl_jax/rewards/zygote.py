@@ -12,12 +12,12 @@ It dies with the pool, its workers with it. Design: docs/design/rewards.md.
 
 from __future__ import annotations
 
+from multiprocessing import connection as mp_connection
 import os
 import signal
 import socket
 import sys
 import traceback
-from multiprocessing import connection as mp_connection
 
 from scalerl_jax.rewards import sandbox_client
 from scalerl_jax.rewards import worker

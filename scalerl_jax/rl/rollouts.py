@@ -21,15 +21,15 @@ from typing import Any, Callable, Iterator, Optional
 import jax
 import numpy as np
 
-from scalerl_jax.metrics import compute
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.metrics import compute
 from scalerl_jax.rl.buffer import Group
+from scalerl_jax.sampling import completions as completions_lib
+from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.interruptions import InterruptionState
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.slots import SlotState
-from scalerl_jax.sampling import completions as completions_lib
-from scalerl_jax.sampling.completions import Completions
 
 # Metadata ints per slot: the start index of the slot's group.
 META_WIDTH = 1

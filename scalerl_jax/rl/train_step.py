@@ -23,15 +23,18 @@ from typing import Any, Optional, Sequence
 import flax
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import ml_collections
 import numpy as np
 import optax
 
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
-from scalerl_jax.rl import advantages, logprobs, losses
+from scalerl_jax.rl import advantages
 from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import logprobs
+from scalerl_jax.rl import losses
 from scalerl_jax.sampling import completions as completions_lib
 from scalerl_jax.sampling import selection
 

@@ -21,9 +21,9 @@ import functools
 from typing import Any, Optional, Sequence
 
 import jax
+from jax.sharding import Mesh
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
@@ -31,8 +31,8 @@ from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling import windows
-from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.completions import Completions
+from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.slots import SlotState
 
 

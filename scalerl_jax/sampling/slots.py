@@ -22,11 +22,14 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
-from scalerl_jax.models.model_config import DTYPES, ModelConfig
+from scalerl_jax.models.model_config import DTYPES
+from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.selection import select_tokens

@@ -16,7 +16,8 @@ import math
 from typing import Optional, Sequence
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
+from scipy import special
 
 MIN_POINTS = 4
 _EDGE_TOL = 1e-6

@@ -14,10 +14,9 @@ import argparse
 import os
 import signal
 
-from scalerl_jax.checkpoint import integrity
-
-from scalerl_jax.checkpoint import policy
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.checkpoint import integrity
+from scalerl_jax.checkpoint import policy
 from tests import helpers
 
 NUM_STEPS = 6
