@@ -145,6 +145,13 @@ def test_budgets_share_one_base_and_differ_only_in_budget(monkeypatch):
   for c in points:
     c.trainer.warm_start_max_new_tokens = 0
   assert warm_start.fingerprint(long, 512) != warm_start.fingerprint(short, 512)
+  # Every seed shares seed 0's base.
+  other_seed = parity.get_config()
+  other_seed.seed = 2
+  assert warm_start.base_seed(other_seed) == 0
+  assert warm_start.fingerprint(other_seed, 512) == warm_start.fingerprint(
+      config, 512
+  )
   # A change to how the task writes its warm targets trains a new base.
   before = warm_start.fingerprint(config, 512)
   monkeypatch.setitem(parity_task.WARM_SETTINGS, "chain_prob", 0.25)
