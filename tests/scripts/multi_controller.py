@@ -34,7 +34,7 @@ import numpy as np
 
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.checkpoint import policy
-from scalerl_jax.rewards import pool as pool_lib
+from scalerl_jax.rewards.workers import pool as pool_lib
 from scalerl_jax.rl import buffer as buffer_lib
 from scalerl_jax.rl import rollouts as rollouts_lib
 from tests import helpers
