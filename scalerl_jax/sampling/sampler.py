@@ -160,7 +160,8 @@ class Sampler:
       return params
     return PreparedParams(self._call(self._prepare, params))
 
-  # Abstract use: compiling the programs without running them (jobs/aot.py).
+  # Abstract use: compiling the programs without running them
+  # (jobs/planner/aot.py).
 
   def lower(self, program: str, *args, **static) -> jax.stages.Lowered:
     """Lowers `program` ("prepare", "start" or "advance") as a call would.
