@@ -28,6 +28,7 @@ import numpy as np
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
 from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.sampling import decode_loop
 from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling import windows
@@ -102,7 +103,7 @@ class Sampler:
         compiler_options=options,
     )
     self._advance = jax.jit(
-        bind(slots.advance, model_cfg, settings),
+        bind(decode_loop.advance, model_cfg, settings),
         donate_argnums=0,
         out_shardings=state_sh,
         static_argnames="window",
