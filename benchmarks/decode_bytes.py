@@ -27,8 +27,8 @@ from ml_collections import config_flags
 from benchmarks import decode_parts
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
-from scalerl_jax.jobs import aot_programs
-from scalerl_jax.jobs import topology
+from scalerl_jax.jobs.planner import aot_programs
+from scalerl_jax.jobs.planner import topology
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/scalerl.py:variant=qwen3_0.6b", "Run config."

@@ -30,8 +30,8 @@ _HONEST = flags.DEFINE_integer("honest", 24, "Honest programs per batch.")
 _TIMEOUT_S = flags.DEFINE_float("timeout_s", 5.0, "rewards.timeout_s.")
 
 FLOOD = """
-import sandbox_boot
-sandbox_boot._violation = lambda event: None
+import boot
+boot._violation = lambda event: None
 import _posixsubprocess, os
 held = 0
 try:

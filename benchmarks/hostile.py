@@ -34,8 +34,8 @@ import psutil
 from benchmarks import hostile_programs
 from configs import scalerl
 from scalerl_jax import rewards
-from scalerl_jax.rewards import isolation
-from scalerl_jax.rewards import sandbox_client
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.sandbox import isolation
 
 _NUM = flags.DEFINE_integer("num", 5000, "Programs per fork-server setting.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generator.")
@@ -106,9 +106,7 @@ def _leftovers(owned: set[int]) -> dict[str, list[str]]:
       if parent
       else []
   )
-  tmp = glob.glob(
-      os.path.join(tempfile.gettempdir(), sandbox_client.TEMP_PREFIX + "*")
-  )
+  tmp = glob.glob(os.path.join(tempfile.gettempdir(), client.TEMP_PREFIX + "*"))
   return {"processes": processes, "cgroups": cgroups, "temp_dirs": tmp}
 
 

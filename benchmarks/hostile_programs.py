@@ -38,7 +38,7 @@ TARGETS = ("harness", "descriptors", "files", "network", "parent")
 # The record every program is scored against; only a won attack scores 1.
 RECORD = {"id": "h", "verifier": "code", "answer": "assert f(3) == 23757"}
 HONEST = "```python\ndef f(x):\n  return 7919 * x\n```"
-_NO_HOOK = "import sandbox_boot\nsandbox_boot._violation = lambda event: None\n"
+_NO_HOOK = "import boot\nboot._violation = lambda event: None\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +78,9 @@ def _forge(target: str) -> str:
     )
   if target == "harness":
     return report + (
-        "import sandbox_boot\n"
-        "sandbox_boot.encode = lambda v, d=0: 'true'\n"
-        'sandbox_boot._report(\'{"status": "ok"}\', os.write)\n'
+        "import boot\n"
+        "boot.encode = lambda v, d=0: 'true'\n"
+        'boot._report(\'{"status": "ok"}\', os.write)\n'
     )
   return "print('ok True')\nsys.stdout.flush()\n"
 
@@ -96,8 +96,8 @@ def _action(action: str, target: str, outside: Outside) -> str:
   if action == "patch":
     return {
         "harness": (
-            "import sandbox_boot, builtins\n"
-            "sandbox_boot.encode = lambda v, d=0: 'true'\n"
+            "import boot, builtins\n"
+            "boot.encode = lambda v, d=0: 'true'\n"
             "builtins.isinstance = lambda *a: True\n"
         ),
         "descriptors": "os.dup2(1, 3)\n",

@@ -35,7 +35,7 @@ from absl import flags
 from tensorboardX.proto import event_pb2
 
 from scalerl_jax import workdir as workdir_lib
-from scalerl_jax.jobs import accelerators
+from scalerl_jax.jobs.planner import accelerators
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.")
 _STARTED = flags.DEFINE_float(

@@ -35,7 +35,7 @@ the loop's wall time without them. Blocking after every compute call removes
 what overlap of host and device work the loop has (little: it reads a result
 back right after each of those calls), so the overhead is, if anything,
 overstated. Verification overlaps the next decode call (`rewards.overlap`,
-rl/rollouts.py) in the reward pool's own thread and worker processes, which
+rl/slot_runner.py) in the reward pool's own thread and worker processes, which
 blocking the loop's thread does not stop; only the loop's thread is timed,
 so what is left of verification is the wait for scores still out. Compare
 with `--config.rewards.overlap=False`, which waits for every score before
@@ -229,8 +229,8 @@ def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
     setattr(
         obj, attr, timers.wrap(name, getattr(obj, attr), block=name in _COMPUTE)
     )
-  rollouts = trainer.generation.rollouts
-  rollouts.prompts = _TimedIterator(timers, "prompt pipeline", rollouts.prompts)
+  runner = trainer.generation.slot_runner
+  runner.prompts = _TimedIterator(timers, "prompt pipeline", runner.prompts)
   submit = trainer.pool.submit
 
   def submit_timing_the_wait(*args, **kwargs):

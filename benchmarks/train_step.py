@@ -10,8 +10,9 @@ completion after an S/4-token prompt; generator log-probs near the policy's;
 0/1 rewards with both values in every group), all measured in this one run:
 
 * step: the jitted `rl.train_step.train_step` on the model, optimizer,
-  StepSpec and parameters `rl.step_parts.build` makes (as jobs/aot_programs.py
-  does), the state donated, on a batch already on the device;
+  StepSpec and parameters `rl.step_parts.build` makes (as
+  jobs/planner/aot_programs.py does), the state donated, on a batch already on
+  the device;
 * its parts, each jitted alone on the same arrays: forward (`policy_logprobs`
   only); backward (`loss_and_grads` minus forward); log-prob and loss (the
   final norm, LM head, log-softmax, entropy and loss, forward and backward,

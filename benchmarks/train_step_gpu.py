@@ -13,11 +13,11 @@ prompt, generator log-probs drawn near -1, 0/1 rewards with both values in
 every group, so every group trains):
 
 * step: the run's own program, `train_step.jit_train_step` on the pieces
-  `rl.step_parts.build` makes, as jobs/aot_programs.py does (the state donated,
-  the batch on the device); its compile time; its FLOP/s counted as
+  `rl.step_parts.build` makes, as jobs/planner/aot_programs.py does (the state
+  donated, the batch on the device); its compile time; its FLOP/s counted as
   `compute.train_flops` counts them, against the chip's dense bfloat16 peak
-  (of `--chip`, jobs/accelerators.py) and against a bfloat16 8192^3 matmul
-  timed here;
+  (of `--chip`, jobs/planner/accelerators.py) and against a bfloat16 8192^3
+  matmul timed here;
 * memory: the allocator's peak after the compile and the timed steps,
   beside the planner's train step (`plan.make_plan`, without the rollout
   slots a run keeps beside it);
@@ -44,8 +44,8 @@ import optax
 from benchmarks import timing
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import plan as plan_lib
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import lm_head

@@ -383,19 +383,20 @@ def get_config(arg=None):
   c.rewards.num_workers = 2  # Verifier worker processes.
   c.rewards.code_cpu_s = 2.0  # code: CPU-time limit of the candidate program.
   c.rewards.code_memory_mb = 512  # code: address-space limit.
-  # code: the sandbox's boundary (rewards/isolation.py): auto and bwrap need
-  # bubblewrap, and a run that scores code without it stops at start-up |
+  # code: the sandbox's boundary (rewards/sandbox/isolation.py): auto and
+  # bwrap need bubblewrap, and a run that scores code without it stops at
+  # start-up |
   # python: the audit hook alone, no security boundary (trusted code only).
   c.rewards.code_isolation = "auto"
   # code, under bubblewrap: run each program as a fork of one warm sandboxed
-  # interpreter per worker (rewards/sandbox_server.py, ~5 ms a program) instead
+  # interpreter per worker (rewards/sandbox/server.py, ~5 ms a program) instead
   # of a fresh sandbox and interpreter (~40 ms); the same limits and hook.
   # configs/multitask.py turns it on.
   c.rewards.code_fork_server = False
   # Address-space limit of a verifier worker; 0 = none.
   c.rewards.worker_memory_mb = 2048
   # Verify the groups a decode call finished while the next call decodes, where
-  # that call is decided without their scores (rl/rollouts.py); the same
+  # that call is decided without their scores (rl/slot_runner.py); the same
   # decisions either way. False waits for the scores (benchmarks/loop.py).
   c.rewards.overlap = True
 

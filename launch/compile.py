@@ -26,10 +26,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax import config as config_lib
-from scalerl_jax.jobs import aot
-from scalerl_jax.jobs import aot_report
-from scalerl_jax.jobs import step_estimate
-from scalerl_jax.jobs import topology
+from scalerl_jax.jobs.planner import aot
+from scalerl_jax.jobs.planner import aot_report
+from scalerl_jax.jobs.planner import step_estimate
+from scalerl_jax.jobs.planner import topology
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

@@ -15,9 +15,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax import config as config_lib
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import plan
-from scalerl_jax.jobs import plan_report
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import plan
+from scalerl_jax.jobs.planner import plan_report
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

@@ -18,7 +18,7 @@ import numpy as np
 from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
-from scalerl_jax.rl.rollouts import completion_texts
+from scalerl_jax.rl.slot_runner import completion_texts
 from scalerl_jax.sampling import sampler as sampler_lib
 from scalerl_jax.sampling.sampler import Sampler
 

@@ -29,9 +29,9 @@ from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
-from scalerl_jax.rewards import isolation
-from scalerl_jax.rewards.pool import RewardPool
-from scalerl_jax.rewards.shared import SharedRewardPool
+from scalerl_jax.rewards.sandbox import isolation
+from scalerl_jax.rewards.workers.pool import RewardPool
+from scalerl_jax.rewards.workers.shared import SharedRewardPool
 from scalerl_jax.sampling.sampler import Sampler
 
 

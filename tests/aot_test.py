@@ -1,4 +1,4 @@
-"""scalerl_jax.jobs.aot (with topology, aot_programs, aot_report) and
+"""scalerl_jax.jobs.planner.aot (with topology, aot_programs, aot_report) and
 launch/compile.py: the run's programs compiled by the TPU compiler.
 
 libtpu compiles for a TPU slice on this CPU machine (no TPU): these tests build
@@ -19,13 +19,13 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax import sharding
-from scalerl_jax.jobs import aot
-from scalerl_jax.jobs import aot_programs
-from scalerl_jax.jobs import aot_report
-from scalerl_jax.jobs import program_estimates
-from scalerl_jax.jobs import roofline
-from scalerl_jax.jobs import step_estimate
-from scalerl_jax.jobs import topology
+from scalerl_jax.jobs.planner import aot
+from scalerl_jax.jobs.planner import aot_programs
+from scalerl_jax.jobs.planner import aot_report
+from scalerl_jax.jobs.planner import program_estimates
+from scalerl_jax.jobs.planner import roofline
+from scalerl_jax.jobs.planner import step_estimate
+from scalerl_jax.jobs.planner import topology
 from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
@@ -126,8 +126,8 @@ def test_auto_attention_compiles_to_pallas_kernels_on_tpu(tiny, small_decode):
 
 @needs_libtpu
 def test_decode_traffic_counted_from_the_compiled_loop(compiled):
-  # jobs/hlo_traffic.py: the HBM bytes of one decode step outside its Pallas
-  # kernel, from the compiled loop's buffers. With the kernel's reads, at
+  # jobs/planner/hlo_traffic.py: the HBM bytes of one decode step outside its
+  # Pallas kernel, from the compiled loop's buffers. With the kernel's reads, at
   # least the floor (weights + the filled cache) and at most what the cost
   # analysis counts, which counts on-chip copies again.
   decode = compiled[0]["decode"]

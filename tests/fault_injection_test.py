@@ -51,7 +51,7 @@ def _reward_processes():
   servers = [
       p
       for p in psutil.Process().children()
-      if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())
+      if "scalerl_jax.rewards.workers.zygote" in " ".join(p.cmdline())
   ]
   return servers + [w for s in servers for w in s.children()]
 

@@ -20,7 +20,7 @@ from configs import scalerl
 from scalerl_jax import experiment
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.metrics import compute
-from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards.sandbox import isolation
 from tests import session_env
 
 

@@ -1,9 +1,10 @@
-"""scalerl_jax.jobs.hlo_traffic: HBM bytes of a compiled loop's iteration,
-counted by hand on a small optimized-HLO text in the TPU compiler's syntax."""
+"""scalerl_jax.jobs.planner.hlo_traffic: HBM bytes of a compiled loop's
+iteration, counted by hand on a small optimized-HLO text in the TPU compiler's
+syntax."""
 
 import pytest
 
-from scalerl_jax.jobs import hlo_traffic
+from scalerl_jax.jobs.planner import hlo_traffic
 
 # The decode loop's body (the larger of two loops): a weight w staged into
 # on-chip memory (S(1)) by an asynchronous copy, two slices of it by

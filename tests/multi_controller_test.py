@@ -27,8 +27,8 @@ process, and the verifier scores are shared (below): those scores are the
 only host values the processes exchange.
 
 Where rewards are scored: once per completion, split over the processes, and
-shared (`rewards/shared.py`). Process i verifies the i-th contiguous share of
-each batch of completions in its own reward pool, and the scores are
+shared (`rewards/workers/shared.py`). Process i verifies the i-th contiguous
+share of each batch of completions in its own reward pool, and the scores are
 all-gathered. Not on every host: a verification can time out or crash on one
 host and not another, and any disagreement would send the hosts' decisions
 (zero-variance groups, curriculum, buffer) apart until their collectives hang;

@@ -1,6 +1,6 @@
-"""Tests of the planner, scalerl_jax.jobs.plan (memory and FLOPs per device)
-with its layout_bytes, activations, program_estimates and plan_report, and
-launch/plan.py.
+"""Tests of the planner, scalerl_jax.jobs.planner.plan (memory and FLOPs per
+device) with its layout_bytes, activations, program_estimates and plan_report,
+and launch/plan.py.
 
 The numbers are worked out by hand below for `tiny_cpu`'s settings with a
 wider model (`_SHAPE`, ~3.3M parameters, the shape tiny_cpu had until its
@@ -29,12 +29,12 @@ from scalerl_jax import config as config_lib
 from scalerl_jax import optim
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import activations
-from scalerl_jax.jobs import layout_bytes
-from scalerl_jax.jobs import plan
-from scalerl_jax.jobs import plan_report
-from scalerl_jax.jobs import program_estimates
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import activations
+from scalerl_jax.jobs.planner import layout_bytes
+from scalerl_jax.jobs.planner import plan
+from scalerl_jax.jobs.planner import plan_report
+from scalerl_jax.jobs.planner import program_estimates
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs

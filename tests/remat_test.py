@@ -14,8 +14,8 @@ import pytest
 from configs import scalerl
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
-from scalerl_jax.jobs import activations
-from scalerl_jax.jobs import layout_bytes
+from scalerl_jax.jobs.planner import activations
+from scalerl_jax.jobs.planner import layout_bytes
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from tests import helpers

@@ -1,6 +1,6 @@
 """Tests of code_tests: record forms, the values a run reports, the verdict.
 
-No sandbox here: the program's report is built with sandbox_boot.encode, as
+No sandbox here: the program's report is built with boot.encode, as
 the program's process builds it, and read as the verifier reads it.
 """
 
@@ -12,16 +12,14 @@ import pytest
 
 from scalerl_jax.data import builtin_code
 from scalerl_jax.rewards import code_tests
-from scalerl_jax.rewards import sandbox_boot
+from scalerl_jax.rewards.sandbox import boot
 
 
 def _report(status, values=None):
-  """A report as sandbox_boot writes it: length, then JSON."""
+  """A report as sandbox/boot.py writes it: length, then JSON."""
   body = '{"status": "%s"' % status
   if values is not None:
-    body += ', "values": [%s]' % ", ".join(
-        sandbox_boot.encode(v) for v in values
-    )
+    body += ', "values": [%s]' % ", ".join(boot.encode(v) for v in values)
   body = (body + "}").encode()
   return struct.pack(">I", len(body)) + body
 
@@ -137,8 +135,8 @@ def _nested(depth):
     ],
 )
 def test_anything_else_is_not_data(value):
-  with pytest.raises(sandbox_boot.NotData):
-    sandbox_boot.encode(value)
+  with pytest.raises(boot.NotData):
+    boot.encode(value)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import reasoning_gym
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
-from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards.sandbox import isolation
 
 _TIMEOUT_S = 1.5
 # sympy tries to evaluate the tower: a timeout.

@@ -13,10 +13,10 @@ import pytest
 
 from scalerl_jax import rewards
 from scalerl_jax.rewards import code_sandbox
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
-from scalerl_jax.rewards import sandbox_boot
-from scalerl_jax.rewards import sandbox_client
+from scalerl_jax.rewards.sandbox import boot
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.sandbox import isolation
 from tests import helpers
 
 
@@ -148,7 +148,7 @@ def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed(isolation):
   assert result.stdout == b"xxxxxxxxxx True\n"
   ((_, tmpdir),) = spawned
   if isolation == "python":  # Under bubblewrap nothing is written outside.
-    assert os.path.basename(tmpdir).startswith(sandbox_client.TEMP_PREFIX)
+    assert os.path.basename(tmpdir).startswith(client.TEMP_PREFIX)
   assert not os.path.exists(tmpdir)
 
 
@@ -189,7 +189,7 @@ def test_wall_clock_deadline_kills_a_sleeper_and_its_group():
 def test_output_is_capped():
   result = _run("while True: print('x' * 65536)", wall_s=20.0)
   assert not result.ok
-  assert len(result.stdout) <= sandbox_boot.MAX_OUTPUT_BYTES
+  assert len(result.stdout) <= boot.MAX_OUTPUT_BYTES
 
 
 def test_stdin_reaches_the_program():
@@ -259,7 +259,7 @@ def test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does():
 
 # The audit hook is a guard, not the boundary: these programs switch it off
 # (it reports through a module global) to test what lies beneath.
-_NO_HOOK = "import sandbox_boot\nsandbox_boot._violation = lambda event: None\n"
+_NO_HOOK = "import boot\nboot._violation = lambda event: None\n"
 _LEAVE_AND_LOOK = """
 import json, sys, time
 from scalerl_jax.rewards import code_sandbox, registry
@@ -327,7 +327,7 @@ def test_the_fork_server_leaves_nothing_of_one_program_to_the_next():
   # Only its own directory and the sandbox's tmpfs took a file.
   assert first.split(maxsplit=1)[1] == "['left', '../left']\n"
   assert same_server
-  assert second == "False ['sandbox_boot.py', 'server.py'] []\n"
+  assert second == "False ['boot.py', 'server.py'] []\n"
 
 
 _CONFINEMENT = _NO_HOOK + textwrap.dedent("""

@@ -10,7 +10,7 @@ from concurrent import futures
 import numpy as np
 import pytest
 
-from scalerl_jax.rewards.shared import SharedRewardPool
+from scalerl_jax.rewards.workers.shared import SharedRewardPool
 
 
 class _FakePool:

@@ -1,9 +1,9 @@
-"""scalerl_jax.jobs.roofline: a program's roofline from its cost analysis."""
+"""jobs.planner.roofline: a program's roofline from its cost analysis."""
 
 import pytest
 
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import roofline
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import roofline
 
 V5E = accelerators.ACCELERATORS["tpu_v5e"]  # 197 TFLOP/s, 819 GB/s.
 

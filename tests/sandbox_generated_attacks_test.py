@@ -20,7 +20,7 @@ import pytest
 from benchmarks import hostile_programs
 from configs import scalerl
 from scalerl_jax import rewards
-from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards.sandbox import isolation
 from tests import helpers
 
 # Seconds of worker time on 2 cores: README's test command leaves it out.

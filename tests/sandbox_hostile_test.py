@@ -22,7 +22,7 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax import rewards
-from scalerl_jax.rewards import isolation
+from scalerl_jax.rewards.sandbox import isolation
 from tests import helpers
 
 # In the trainer's environment, which a program must not read.

@@ -58,8 +58,8 @@ _WRONG = "def f(x):\n  return 0\n"
 _ECHO = "try:\n  _x = input()\nexcept EOFError:\n  _x = None\nif _x:\n  print(f(int(_x)))\n"
 # The audit hook is a guard, not the boundary: programs that want to go
 # below it switch it off first (it reports through a module global).
-_NO_HOOK = "import sandbox_boot\nsandbox_boot._violation = lambda event: None\n"
-# A report in sandbox_boot's format: 4-byte length, then JSON.
+_NO_HOOK = "import boot\nboot._violation = lambda event: None\n"
+# A report in boot's format: 4-byte length, then JSON.
 _FORGE = textwrap.dedent("""
     import json, os, struct
     def forge(message):
@@ -170,9 +170,9 @@ HACKS = {
         json.dumps = lambda *a, **k: '{"status": "ok", "values": [true, true, true]}'
         """) + _ECHO,
     "patch_the_harness": _WRONG + textwrap.dedent("""
-        import sandbox_boot
-        sandbox_boot.encode = lambda value, depth=0: True
-        sandbox_boot._execute = lambda request, namespace: {
+        import boot
+        boot.encode = lambda value, depth=0: True
+        boot._execute = lambda request, namespace: {
             'status': 'ok', 'values': [True] * 3}
         """) + _ECHO,
     "reads_the_tests_from_its_own_source": _LOOKUP + textwrap.dedent("""

@@ -1,10 +1,10 @@
-"""scalerl_jax.jobs.step_estimate: program runs per RL step, worked by hand."""
+"""jobs.planner.step_estimate: program runs per RL step, worked by hand."""
 
 import pytest
 
 from configs import scalerl
-from scalerl_jax.jobs import program_estimates
-from scalerl_jax.jobs import step_estimate
+from scalerl_jax.jobs.planner import program_estimates
+from scalerl_jax.jobs.planner import step_estimate
 
 
 def _tiny(**fields):

@@ -286,8 +286,8 @@ def test_compute_counts_every_generated_token_trained_or_not(
     # state: finished groups in the buffer, finished rows waiting for their
     # group, and rows still decoding.
     buffer_arrays, buffer_meta = trainer.generation.buffer.state()
-    _, roll_arrays, _ = trainer.generation.rollouts.state()
-    slots = trainer.generation.rollouts.slots
+    _, roll_arrays, _ = trainer.generation.slot_runner.state()
+    slots = trainer.generation.slot_runner.slots
     prompt_lens, lengths = [], []
     for i in range(len(buffer_meta["records"])):
       prompt_lens += buffer_arrays[f"{i}/prompt_len"].tolist()
@@ -312,7 +312,7 @@ def test_compute_counts_every_generated_token_trained_or_not(
     expected = compute.generation_flops(
         trainer.exp.model_cfg, prompt_lens, lengths
     )
-    work = trainer.generation.rollouts.work
+    work = trainer.generation.slot_runner.work
     assert trainer.meter.flops == work["flops"] == expected
     assert work["tokens_generated"] == sum(lengths)
     # Most of it is not in the next batch, and some of it

@@ -23,8 +23,8 @@ import reasoning_gym
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_task
-from scalerl_jax.rewards import isolation
-from scalerl_jax.rewards import sandbox_client
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.sandbox import isolation
 
 _TIMEOUT_S = 1.0
 _MB = 1 << 20
@@ -310,8 +310,6 @@ def test_adversarial_completions(tmp_path, monkeypatch):
   )
   assert not _sandboxed_programs(tmp_path)
   assert not [
-      d
-      for d in os.listdir(tmp_path)
-      if d.startswith(sandbox_client.TEMP_PREFIX)
+      d for d in os.listdir(tmp_path) if d.startswith(client.TEMP_PREFIX)
   ]
   assert not os.path.exists(_MARK)

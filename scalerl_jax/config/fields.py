@@ -21,8 +21,8 @@ from scalerl_jax.models import decode_attention
 from scalerl_jax.models import hf_config
 from scalerl_jax.models import lm_head
 from scalerl_jax.models import model_config
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry as verifiers
+from scalerl_jax.rewards.sandbox import isolation
 from scalerl_jax.rl import advantages
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import schedules

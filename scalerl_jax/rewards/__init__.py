@@ -2,17 +2,17 @@
 
 Importing the package registers the verifiers (`math`, `builtin`,
 `reasoning_gym:<name>`, `code`); the trainer scores through
-`pool.RewardPool`. Design: docs/design/rewards.md.
+`workers.pool.RewardPool`. Design: docs/design/rewards.md.
 """
 
 from scalerl_jax.rewards import code_sandbox
 from scalerl_jax.rewards import math_answer
 from scalerl_jax.rewards import task
-from scalerl_jax.rewards.pool import RewardPool
 from scalerl_jax.rewards.registry import VerifyContext
 from scalerl_jax.rewards.registry import register_verifier
 from scalerl_jax.rewards.registry import resolve_spec
 from scalerl_jax.rewards.registry import verify
+from scalerl_jax.rewards.workers.pool import RewardPool
 
 __all__ = [
     "RewardPool",

@@ -18,11 +18,11 @@ from typing import Any, Callable, Mapping, Optional
 
 from scalerl_jax.rewards import code_tests
 from scalerl_jax.rewards import extract
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
-from scalerl_jax.rewards import sandbox_client
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.sandbox import isolation
 
-_server: Optional[sandbox_client.Sandbox] = None  # This process's fork server.
+_server: Optional[client.Sandbox] = None  # This process's fork server.
 
 
 def uses_fork_server(code_isolation: str, code_fork_server: bool) -> bool:
@@ -38,7 +38,7 @@ def start_server(on_spawn: Callable[[int, str], None]) -> None:
   """Starts this process's fork server now rather than at its first program."""
   global _server
   if _server is None:
-    _server = sandbox_client.Sandbox(True, on_spawn)
+    _server = client.Sandbox(True, on_spawn)
 
 
 def stop_server(on_reap: Callable[[int], None] = lambda pgid: None) -> None:
@@ -56,8 +56,8 @@ def stop_server(on_reap: Callable[[int], None] = lambda pgid: None) -> None:
 atexit.register(stop_server)
 
 
-def _killed(ctx: registry.VerifyContext) -> sandbox_client.ProgramResult:
-  return sandbox_client.ProgramResult(
+def _killed(ctx: registry.VerifyContext) -> client.ProgramResult:
+  return client.ProgramResult(
       -signal.SIGKILL, b"", time.monotonic() >= ctx.deadline
   )
 
@@ -67,7 +67,7 @@ def _run_in_server(
     stdin: str,
     calls: Optional[dict[str, Any]],
     ctx: registry.VerifyContext,
-) -> sandbox_client.ProgramResult:
+) -> client.ProgramResult:
   """`run_program` through this process's fork server (restarted if dead)."""
   global _server
   for attempt in range(2):
@@ -92,7 +92,7 @@ def run_program(
     stdin: str,
     ctx: registry.VerifyContext,
     calls: Optional[dict[str, Any]] = None,
-) -> sandbox_client.ProgramResult:
+) -> client.ProgramResult:
   """Runs `source` as a sandboxed Python program, fed `stdin`.
 
   `calls` (code_tests.Tests.request) are made after the program has run,
@@ -106,7 +106,7 @@ def run_program(
   bwrap = isolation.use_bwrap(ctx.code_isolation)
   if bwrap and ctx.code_fork_server:
     return _run_in_server(source, stdin, calls, ctx)
-  sandbox = sandbox_client.Sandbox(bwrap, ctx.on_spawn)
+  sandbox = client.Sandbox(bwrap, ctx.on_spawn)
   try:
     result = sandbox.run(
         source, stdin, calls, ctx.code_cpu_s, ctx.code_memory_mb, ctx.deadline

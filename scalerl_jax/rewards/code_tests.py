@@ -242,7 +242,7 @@ def parse_tests(answer: str) -> Tests:
 
 
 def _decode(x: Any, depth: int) -> Any:
-  """Plain data from its JSON form (sandbox_boot.encode); ValueError if not."""
+  """Plain data from its JSON form (boot.encode); ValueError if not."""
   if x is None or type(x) in (bool, int, float, str):
     return x
   if depth > MAX_DEPTH:

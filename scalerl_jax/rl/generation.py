@@ -1,11 +1,11 @@
 """Generation: everything that turns prompts into the trainer's groups.
 
 `Generation` owns the prompt pipeline, the curriculum that filters it, the
-rollouts on the sampler's slots (`rl/rollouts.py`), the buffer of finished
-groups (`rl/buffer.py`) and the off-policy schedule (`rl/schedules.py`),
-which is the one home of k (`max_off_policy`). Per train step the trainer
-calls `run` (generate as the schedule allows), then `take` (the step's P
-groups), and checkpoints `state()`.
+slot runner that keeps the sampler's slots busy (`rl/slot_runner.py`), the
+buffer of finished groups (`rl/buffer.py`) and the off-policy schedule
+(`rl/schedules.py`), which is the one home of k (`max_off_policy`). Per train
+step the trainer calls `run` (generate as the schedule allows), then `take` (the
+step's P groups), and checkpoints `state()`.
 
 `run` starts what the schedule allows, decodes a call, puts the finished
 groups in the buffer, and, with `rewards.overlap`, plans and dispatches the
@@ -27,8 +27,8 @@ from scalerl_jax.data import mixture as mixture_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.rl import buffer as buffer_lib
-from scalerl_jax.rl import rollouts as rollouts_lib
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import slot_runner as slot_runner_lib
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling.sampler import Sampler
 
@@ -58,7 +58,7 @@ class Generation:
         is_retired=lambda prompt_id: self.curriculum.is_retired(prompt_id),
     )
     self.buffer = buffer_lib.RolloutBuffer()
-    self.rollouts = rollouts_lib.Rollouts(
+    self.slot_runner = slot_runner_lib.SlotRunner(
         sampler=sampler,
         pool=pool,
         tok=tok,
@@ -75,14 +75,14 @@ class Generation:
     `sampler`'s mesh, through training and validation too."""
     return sharding.per_device_bytes(
         sampler.state_shape(
-            schedules.num_slots(config), meta_width=rollouts_lib.META_WIDTH
+            schedules.num_slots(config), meta_width=slot_runner_lib.META_WIDTH
         )
     )
 
   @property
   def flops(self) -> int:
     """FLOPs of every prompt prefilled and token decoded over the run."""
-    return self.rollouts.work["flops"]
+    return self.slot_runner.work["flops"]
 
   @property
   def max_off_policy(self) -> int:
@@ -100,14 +100,14 @@ class Generation:
 
     def plan(decoded: int, pull: bool = True) -> Optional[int]:
       """Starts what it may; the next call's steps (0: stop, None: pull)."""
-      backlog = self.rollouts.in_flight + len(self.buffer)
-      started = self.rollouts.fill(
+      backlog = self.slot_runner.in_flight + len(self.buffer)
+      started = self.slot_runner.fill(
           params, self.schedule.max_starts(version, backlog), pull=pull
       )
       if started is None:
         return None
       return self.schedule.decode_steps(
-          decoded, self.buffer.num_ready(version, k), self.rollouts.in_flight
+          decoded, self.buffer.num_ready(version, k), self.slot_runner.in_flight
       )
 
     decoded, steps = 0, plan(0)
@@ -123,7 +123,7 @@ class Generation:
         ahead = plan(decoded, pull=False) if self.overlap else None
         return ahead or 0
 
-      for g in self.rollouts.step(params, version, steps, on_harvest):
+      for g in self.slot_runner.step(params, version, steps, on_harvest):
         self.curriculum.update([g.record["id"]], g.scores_G[None])
       steps = ahead if ahead is not None else plan(decoded)
     return decoded
@@ -154,10 +154,10 @@ class Generation:
     return {
         "buffer/evicted_stale": float(self.buffer.num_evicted),
         "buffer/size": float(len(self.buffer)),
-        "buffer/in_flight": float(self.rollouts.in_flight),
+        "buffer/in_flight": float(self.slot_runner.in_flight),
         **{
             f"verify/{k}": float(v)
-            for k, v in self.rollouts.verify_stats.items()
+            for k, v in self.slot_runner.verify_stats.items()
         },
     }
 
@@ -168,7 +168,7 @@ class Generation:
   def work_scalars(self) -> dict[str, float]:
     """Prompt tokens prefilled and tokens generated over the run."""
     return {
-        f"counters/{k}": float(self.rollouts.work[k])
+        f"counters/{k}": float(self.slot_runner.work[k])
         for k in ("prompt_tokens", "tokens_generated")
     }
 
@@ -177,7 +177,9 @@ class Generation:
   def state(self) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(slot state pytree, host arrays, JSON metadata), each by part."""
     buf_arrays, buf_meta = self.buffer.state()
-    slots, roll_arrays, roll_meta = self.rollouts.state()
+    slots, roll_arrays, roll_meta = self.slot_runner.state()
+    # "rollouts": the slot runner's key since before its rename, so older
+    # checkpoints restore.
     host = {"buffer": buf_arrays, "rollouts": roll_arrays}
     extra = {
         "pipeline": self.pipeline.get_state(),
@@ -194,4 +196,4 @@ class Generation:
     self.pipeline.set_state(extra["pipeline"])
     self.curriculum = mixture_lib.restore_curriculum(extra["curriculum"])
     self.buffer.restore(host.get("buffer", {}), extra["buffer"])
-    self.rollouts.restore(slots, host.get("rollouts", {}), extra["rollouts"])
+    self.slot_runner.restore(slots, host.get("rollouts", {}), extra["rollouts"])

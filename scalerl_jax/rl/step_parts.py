@@ -3,8 +3,8 @@
 `build(config)` makes the model, mesh, optimizer, `StepSpec` and parameters
 of `config`'s train step: random parameters from a key, or sharded shapes
 without one (a program lowered for a slice it does not run on). The AOT
-compile (jobs/aot_programs.py) and the train-step benchmarks build through
-it; a run takes its parameters from a checkpoint or the warm start
+compile (jobs/planner/aot_programs.py) and the train-step benchmarks build
+through it; a run takes its parameters from a checkpoint or the warm start
 (experiment.py).
 """
 

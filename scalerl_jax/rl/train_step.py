@@ -348,7 +348,7 @@ def train_step(
 # parameters by their logical axes, the AdamW moments like their parameters,
 # counters replicated: FSDP shards the optimizer state too) and is donated,
 # so the update writes in place; the batch's rows split over the mesh's
-# batch axes. The same function is lowered for a TPU slice by jobs/aot.
+# batch axes. The same function is lowered for a TPU slice by jobs/planner/aot.
 
 
 def train_state_shardings(

@@ -28,6 +28,7 @@ import numpy as np
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
 from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.sampling import decode_loop
 from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling import windows
@@ -102,7 +103,7 @@ class Sampler:
         compiler_options=options,
     )
     self._advance = jax.jit(
-        bind(slots.advance, model_cfg, settings),
+        bind(decode_loop.advance, model_cfg, settings),
         donate_argnums=0,
         out_shardings=state_sh,
         static_argnames="window",
@@ -160,7 +161,8 @@ class Sampler:
       return params
     return PreparedParams(self._call(self._prepare, params))
 
-  # Abstract use: compiling the programs without running them (jobs/aot.py).
+  # Abstract use: compiling the programs without running them
+  # (jobs/planner/aot.py).
 
   def lower(self, program: str, *args, **static) -> jax.stages.Lowered:
     """Lowers `program` ("prepare", "start" or "advance") as a call would.

@@ -34,9 +34,9 @@ import numpy as np
 
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.checkpoint import policy
-from scalerl_jax.rewards import pool as pool_lib
+from scalerl_jax.rewards.workers import pool as pool_lib
 from scalerl_jax.rl import buffer as buffer_lib
-from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import slot_runner as slot_runner_lib
 from tests import helpers
 
 
@@ -90,15 +90,15 @@ class Recorder:
     setattr(cls, name, wrapped)
 
   def install(self) -> None:
-    """Patches Rollouts, RolloutBuffer, RewardPool and Trainer methods
+    """Patches SlotRunner, RolloutBuffer, RewardPool and Trainer methods
     to log what they do."""
     self._wrap(
-        rollouts_lib.Rollouts,
+        slot_runner_lib.SlotRunner,
         "_next_prompt",
         lambda r, out: self.events.append(["start", out[0]["id"]]),
     )
     self._wrap(
-        rollouts_lib.Rollouts,
+        slot_runner_lib.SlotRunner,
         "step",
         lambda r, groups, *_: self.events.append(
             [

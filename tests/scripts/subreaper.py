@@ -11,7 +11,7 @@ prints one JSON line per case: {"case": ..., "leftovers": ["pid name", ...]}
 and kills the leftovers. Scenarios:
 
   sandbox_start  40 times: a process starts a bubblewrap sandbox
-                 (`sandbox_client.Sandbox`) and is SIGKILLed 0 to 20 ms
+                 (`client.Sandbox`) and is SIGKILLed 0 to 20 ms
                  after it began to, inside bubblewrap's set-up among them.
   pool           for each fork-server setting: a reward pool scores two
                  sandboxed programs that sleep (tests/scripts/reward_owner.py);
@@ -33,9 +33,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 _GRACE_S = 5.0
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 _START_SANDBOX = (
-    "from scalerl_jax.rewards import sandbox_client\n"
+    "from scalerl_jax.rewards.sandbox import client\n"
     "print('spawning', flush=True)\n"
-    "sandbox_client.Sandbox(True, lambda pgid, tmp: None)\n"
+    "client.Sandbox(True, lambda pgid, tmp: None)\n"
     "print('up', flush=True)\n"
     "import time; time.sleep(600)\n"
 )
@@ -102,7 +102,7 @@ def _busy_workers(owner, fork_server):
     zygotes = [
         p
         for p in owner.children()
-        if "scalerl_jax.rewards.zygote" in " ".join(p.cmdline())
+        if "scalerl_jax.rewards.workers.zygote" in " ".join(p.cmdline())
     ]
     workers = zygotes[0].children() if zygotes else []
     if len(workers) == 2 and all(

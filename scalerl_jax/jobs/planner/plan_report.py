@@ -6,9 +6,9 @@ import dataclasses
 import math
 from typing import Sequence
 
-from scalerl_jax.jobs.accelerators import GB
-from scalerl_jax.jobs.accelerators import Accelerator
-from scalerl_jax.jobs.plan import Plan
+from scalerl_jax.jobs.planner.accelerators import GB
+from scalerl_jax.jobs.planner.accelerators import Accelerator
+from scalerl_jax.jobs.planner.plan import Plan
 
 
 @dataclasses.dataclass(frozen=True)

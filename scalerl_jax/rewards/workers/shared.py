@@ -14,7 +14,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from scalerl_jax.rewards.pool import RewardPool
+from scalerl_jax.rewards.workers.pool import RewardPool
 
 # Stats summed over the processes' shares; slowest_s and wall_s: the maximum.
 _SUMMED = (

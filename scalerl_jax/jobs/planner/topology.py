@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from scalerl_jax import sharding
-from scalerl_jax.jobs import accelerators
+from scalerl_jax.jobs.planner import accelerators
 
 # The install that brings the TPU compiler: the package's `tpu` extra, JAX's
 # own extra, which pins the libtpu made for the JAX that setup.py's range

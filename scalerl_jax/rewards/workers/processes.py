@@ -24,8 +24,8 @@ from typing import Optional
 from absl import logging
 
 import scalerl_jax
-from scalerl_jax.rewards import isolation
-from scalerl_jax.rewards import worker
+from scalerl_jax.rewards.sandbox import isolation
+from scalerl_jax.rewards.workers import worker
 
 # The fork server must answer, and a new worker report ready, within this.
 START_TIMEOUT_S = 120.0
@@ -81,7 +81,7 @@ class WorkerProcesses:
           ),
       )
       self._zygote_cmd = (
-          [sys.executable, "-m", "scalerl_jax.rewards.zygote", path],
+          [sys.executable, "-m", "scalerl_jax.rewards.workers.zygote", path],
           env,
       )
       self._start_server()

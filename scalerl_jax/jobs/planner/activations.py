@@ -15,7 +15,7 @@ from jax.sharding import AbstractMesh
 import numpy as np
 
 from scalerl_jax import sharding
-from scalerl_jax.jobs.layout_bytes import shard_bytes
+from scalerl_jax.jobs.planner.layout_bytes import shard_bytes
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import model_config
 from scalerl_jax.rl import logprobs

@@ -1,6 +1,6 @@
 """The program's process in the sandbox: confinement, the run, its report.
 
-Imported by sandbox_server.py inside the sandbox (standard library only).
+Imported by server.py inside the sandbox (standard library only).
 `run_child` confines the forked process (descriptors, rlimits, environment,
 an audit hook that exits at once with VIOLATION_EXIT_CODE on sockets,
 process creation or signals, rlimit changes, ctypes, and writes or path

@@ -1,6 +1,6 @@
-"""Rollouts: prompts -> sampler slots -> verifiers -> scored groups.
+"""The slot runner: prompts -> sampler slots -> verifiers -> scored groups.
 
-`Rollouts` fills the sampler's slots with whole groups (G slots a prompt),
+`SlotRunner` fills the sampler's slots with whole groups (G slots a prompt),
 numbered in start order, and scores each group once its G completions are
 in; a call's groups can be verified while the next call decodes (`step`'s
 `on_harvest`). `rl/generation.Generation` drives it as the schedule allows.
@@ -123,7 +123,7 @@ def _unscored_group(key: int, record: dict, rows: Completions) -> Group:
   )
 
 
-class Rollouts:
+class SlotRunner:
   """Generates scored groups on the sampler's slots.
 
   `pool.submit(texts, records)` returns a handle whose `result()` is
@@ -337,7 +337,7 @@ class Rollouts:
     """
     if self._call is not None:
       raise RuntimeError(
-          "Rollouts.state: a decode call dispatched ahead by `step` is still in "
+          "SlotRunner.state: a decode call dispatched ahead by `step` is still in "
           "flight; checkpoint after the `step` that harvests it"
       )
     arrays = {}

@@ -1,8 +1,8 @@
-"""The host's side of one sandbox: starts sandbox_server.py, sends programs.
+"""The host's side of one sandbox: starts server.py, sends programs.
 
 Under bubblewrap the server is PID 1 of the sandbox (isolation.command);
 with rewards.code_isolation='python' it is a plain process in a session of
-its own with a temporary directory. The protocol is sandbox_server.py's.
+its own with a temporary directory. The protocol is server.py's.
 Design: docs/design/sandbox.md.
 """
 
@@ -23,20 +23,18 @@ import tempfile
 import time
 from typing import Any, Callable, Optional
 
-from scalerl_jax.rewards import isolation
-from scalerl_jax.rewards import sandbox_boot
+from scalerl_jax.rewards.sandbox import boot
+from scalerl_jax.rewards.sandbox import isolation
 
-_BOOT_SCRIPT = os.path.abspath(sandbox_boot.__file__)
-# Run inside the sandbox, never imported here (it imports sandbox_boot as a
+_BOOT_SCRIPT = os.path.abspath(boot.__file__)
+# Run inside the sandbox, never imported here (it imports boot as a
 # top-level module, as the sandbox's interpreter sees it).
-_SERVER_SCRIPT = os.path.join(
-    os.path.dirname(_BOOT_SCRIPT), "sandbox_server.py"
-)
+_SERVER_SCRIPT = os.path.join(os.path.dirname(_BOOT_SCRIPT), "server.py")
 # The server's own files under bubblewrap, which it keeps when it empties
 # SANDBOX_ROOT.
-_KEEP = ("sandbox_boot.py", "server.py")
-_HEADER = struct.Struct(">Id")  # sandbox_server._HEADER.
-_ANSWER = struct.Struct(">i?II")  # sandbox_server.ANSWER.
+_KEEP = ("boot.py", "server.py")
+_HEADER = struct.Struct(">Id")  # server._HEADER.
+_ANSWER = struct.Struct(">i?II")  # server.ANSWER.
 _SERVER_GRACE_S = 2.0  # Past a program's deadline, for the server's answer.
 _BWRAP_EXIT_S = 2.0  # How long bwrap may take to exit after its child.
 TEMP_PREFIX = "scalerl_sandbox_"  # Of the temporary directory, python mode.
@@ -50,15 +48,15 @@ class ProgramResult:
   """What one sandboxed run did."""
 
   returncode: int  # Negative: killed by that signal.
-  stdout: bytes  # At most sandbox_boot.MAX_OUTPUT_BYTES.
+  stdout: bytes  # At most boot.MAX_OUTPUT_BYTES.
   timed_out: bool  # Killed at the wall-clock deadline.
-  # The program's report (sandbox_boot.py): the only source of its values.
+  # The program's report (boot.py): the only source of its values.
   result: bytes = b""
 
   @property
   def violation(self) -> bool:
     """Whether the audit hook stopped the program."""
-    return self.returncode == sandbox_boot.VIOLATION_EXIT_CODE
+    return self.returncode == boot.VIOLATION_EXIT_CODE
 
   @property
   def ok(self) -> bool:
@@ -148,7 +146,7 @@ class Sandbox:
           stdout=subprocess.PIPE,
           stderr=subprocess.DEVNULL,
           cwd=root if not bwrap else "/",
-          env=sandbox_boot.program_env(root),
+          env=boot.program_env(root),
           # Under bwrap no preexec_fn: Python code between fork and exec can
           # deadlock in a threaded parent, and the server leaves when this
           # process's end of its stdin closes (isolation.command).
@@ -199,7 +197,7 @@ class Sandbox:
     if header is None:
       return None
     returncode, timed_out, stdout_size, result_size = _ANSWER.unpack(header)
-    if max(stdout_size, result_size) > sandbox_boot.MAX_OUTPUT_BYTES:
+    if max(stdout_size, result_size) > boot.MAX_OUTPUT_BYTES:
       return None
     data = self._read(stdout_size + result_size, until)
     if data is None:

@@ -1,7 +1,8 @@
 """Fork server of the reward workers: imports once, forks workers on request.
 
-`python -m scalerl_jax.rewards.zygote <socket>` connects to the pool, gets
-the `WorkerSettings`, runs `worker.warm_up`, replies ("ready",) and serves:
+`python -m scalerl_jax.rewards.workers.zygote <socket>` connects to the pool,
+gets the `WorkerSettings`, runs `worker.warm_up`, replies ("ready",) and
+serves:
 
   ("fork",)      connect a new socket to the pool and fork a child running
                  `worker.worker_main` on it. Reply ("forked", pid).
@@ -19,8 +20,8 @@ import socket
 import sys
 import traceback
 
-from scalerl_jax.rewards import sandbox_client
-from scalerl_jax.rewards import worker
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.workers import worker
 
 
 def connect(path: str) -> mp_connection.Connection:
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> None:
   """Serves fork and kill requests until the pool closes the connection."""
   # Ctrl-C is the trainer's to handle.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  sandbox_client.die_with_parent()
+  client.die_with_parent()
   path = argv[1]
   control = connect(path)
   settings = control.recv()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from scalerl_jax.jobs import accelerators
+from scalerl_jax.jobs.planner import accelerators
 
 # How every time derived from a roofline is labelled where it is printed.
 LABEL = "estimate (compiler roofline, not measured)"

@@ -7,11 +7,11 @@ import dataclasses
 import math
 from typing import Optional
 
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import step_estimate
-from scalerl_jax.jobs import time_report
-from scalerl_jax.jobs.aot import PLANNER_TOLERANCE
-from scalerl_jax.jobs.aot import Result
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import step_estimate
+from scalerl_jax.jobs.planner import time_report
+from scalerl_jax.jobs.planner.aot import PLANNER_TOLERANCE
+from scalerl_jax.jobs.planner.aot import Result
 
 
 def results_json(
@@ -114,7 +114,7 @@ def format_report(
       kernel = r.kernel_hbm_reads()
       lines.append(
           f"  {r.name}: counted from the compiled loop's HBM buffers "
-          f"(jobs/hlo_traffic.py; on-chip copies not counted again) "
+          f"(jobs/planner/hlo_traffic.py; on-chip copies not counted again) "
           f"{r.loop_hbm_bytes / accelerators.GB:.3f} GB + {kernel / accelerators.GB:.3f}"
           f" GB the kernel reads from HBM = "
           f"{(r.loop_hbm_bytes + kernel) / r.decode_floor:.2f}x the floor"

@@ -6,10 +6,10 @@ as a plain process. Requests come on fd 0, one at a time: a 12-byte header
 (big-endian body length, wall-clock seconds as a double) and a `marshal`ed
 dict `{source, stdin, calls, cpu_s, memory_mb}` from the host; each answer
 on fd 1 is `ANSWER` (return code, timed out, the two lengths) followed by
-the program's stdout and its report (sandbox_boot.py).
+the program's stdout and its report (boot.py).
 
 Per request the server forks a runner, which forks the program's process
-(sandbox_boot.run_child) in a fresh directory under `root` and collects its
+(boot.run_child) in a fresh directory under `root` and collects its
 output and report. Invariants: the server runs no program code and holds no
 program data (the request is spliced into a memfd, the answer sent from
 one), so a program that reads the server's memory finds nothing of another;
@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sandbox_boot  # pylint: disable=g-import-not-at-top,wrong-import-position
+import boot  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _HEADER = struct.Struct(">Id")
 # Return code, timed out, stdout's and the report's lengths.
@@ -59,7 +59,7 @@ def _read(fd, chunks):
   """Appends the next chunk of `fd`; False at EOF or past MAX_OUTPUT_BYTES."""
   chunk = os.read(fd, 1 << 16)
   chunks.append(chunk)
-  return bool(chunk) and sum(map(len, chunks)) <= sandbox_boot.MAX_OUTPUT_BYTES
+  return bool(chunk) and sum(map(len, chunks)) <= boot.MAX_OUTPUT_BYTES
 
 
 def _drain(fd, chunks):
@@ -107,7 +107,7 @@ def _collect(pid, pipes, wall_s):
   returncode = (
       -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
   )
-  out = [b"".join(chunks[fd])[: sandbox_boot.MAX_OUTPUT_BYTES] for fd in pipes]
+  out = [b"".join(chunks[fd])[: boot.MAX_OUTPUT_BYTES] for fd in pipes]
   return out, returncode, timed_out
 
 
@@ -126,7 +126,7 @@ def _runner(request_fd, answer_fd, run_dir, wall_s):
     result_r, result_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-      sandbox_boot.run_child(run_dir, request, stdout_w, result_w)
+      boot.run_child(run_dir, request, stdout_w, result_w)
     os.close(stdout_w)
     os.close(result_w)
     (stdout, result), returncode, timed_out = _collect(

@@ -22,13 +22,13 @@ import ml_collections
 
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import hlo_traffic
-from scalerl_jax.jobs import program_estimates
-from scalerl_jax.jobs import roofline as roofline_lib
-from scalerl_jax.jobs import topology as topology_lib
-from scalerl_jax.jobs.aot_programs import build_programs
-from scalerl_jax.jobs.program_estimates import Memory
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import hlo_traffic
+from scalerl_jax.jobs.planner import program_estimates
+from scalerl_jax.jobs.planner import roofline as roofline_lib
+from scalerl_jax.jobs.planner import topology as topology_lib
+from scalerl_jax.jobs.planner.aot_programs import build_programs
+from scalerl_jax.jobs.planner.program_estimates import Memory
 
 
 def compiled_memory(compiled: Any) -> Memory:

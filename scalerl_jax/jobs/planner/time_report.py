@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from scalerl_jax.jobs import accelerators
-from scalerl_jax.jobs import roofline
-from scalerl_jax.jobs import step_estimate
-from scalerl_jax.jobs.aot import Result
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import roofline
+from scalerl_jax.jobs.planner import step_estimate
+from scalerl_jax.jobs.planner.aot import Result
 
 # What a roofline leaves out, printed under every step estimate.
 LEFT_OUT = (

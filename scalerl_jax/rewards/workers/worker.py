@@ -19,10 +19,10 @@ import signal
 import time
 
 from scalerl_jax.rewards import code_sandbox
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import math_answer
 from scalerl_jax.rewards import registry
-from scalerl_jax.rewards import sandbox_client
+from scalerl_jax.rewards.sandbox import client
+from scalerl_jax.rewards.sandbox import isolation
 
 # Imported once by the fork server (`zygote.py`), so that a new worker (after
 # a timeout kill) is a fork that starts in milliseconds instead of
@@ -69,7 +69,7 @@ def worker_main(conn: Connection, settings: WorkerSettings) -> None:
   # Ctrl-C is the trainer's to handle.
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   # The parent is the fork server, which dies with the pool: no orphans.
-  sandbox_client.die_with_parent()
+  client.die_with_parent()
   if settings.memory_mb:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = settings.memory_mb << 20

@@ -1,7 +1,8 @@
 """The run's programs lowered from abstract inputs, by the trainer's and the
 sampler's own code, with what the rest of the run holds beside each.
 
-No weights and no device memory: `jobs/aot.py` compiles what this lowers.
+No weights and no device memory: `jobs/planner/aot.py` compiles what this
+lowers.
 """
 
 from __future__ import annotations

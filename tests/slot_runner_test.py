@@ -1,4 +1,4 @@
-"""Rollouts: verification overlapped with the next decode call changes
+"""SlotRunner: verification overlapped with the next decode call changes
 nothing but wall time.
 
 A real sampler (tiny random model, several stop ids so completions end at
@@ -24,7 +24,7 @@ from scalerl_jax.data import builtin_task
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.transformer import Transformer
-from scalerl_jax.rl import rollouts as rollouts_lib
+from scalerl_jax.rl import slot_runner as slot_runner_lib
 from scalerl_jax.sampling.sampler import Sampler
 from scalerl_jax.sampling.settings import SamplingSettings
 from tests import helpers
@@ -107,7 +107,7 @@ def setup():
 
 
 def _rollouts(setup, tok, scores_seen=()):
-  return rollouts_lib.Rollouts(
+  return slot_runner_lib.SlotRunner(
       setup["sampler"],
       setup["pool"],
       tok,
@@ -154,7 +154,7 @@ def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
         r.state()  # Not between calls: step dispatched the next one.
     elif call < calls - 1:
       plan(pull=True)
-  out["rollouts"] = r
+  out["runner"] = r
   return out
 
 
@@ -196,7 +196,7 @@ def test_overlapped_groups_scores_and_state_equal_the_synchronous_ones(setup):
   # Mixed: a swap would show.
   assert len(sync["groups"]) >= 6 and 0 < scores.mean() < 1
   assert _group_rows(overlapped["groups"]) == _group_rows(sync["groups"])
-  a, b = sync["rollouts"], overlapped["rollouts"]
+  a, b = sync["runner"], overlapped["runner"]
   assert a.verify_stats == b.verify_stats and a.work == b.work
   (slots_a, arrays_a, meta_a), (slots_b, arrays_b, meta_b) = (
       a.state(),
@@ -218,7 +218,7 @@ def test_a_verification_that_times_out_in_the_overlapped_path_scores_0_and_count
   tok = _LengthTokenizer(hang_every=3)
   out = _run(setup, overlap=True, tok=tok, calls=6)
   assert out["ahead"] >= 1 and tok.hangs >= 1
-  assert out["rollouts"].verify_stats["num_timeouts"] == tok.hangs
+  assert out["runner"].verify_stats["num_timeouts"] == tok.hangs
   for g in out["groups"]:
     hung = g.completion_lens_G % 3 == 0
     np.testing.assert_array_equal(g.scores_G[hung], 0.0)
@@ -268,7 +268,7 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
   config.rewards.overlap = overlap
   trainer = trainer_lib.Trainer(config, str(tmp_path / f"overlap_{overlap}"))
   gen = trainer.generation
-  gen.rollouts.pool = _ParityPool(gen.rollouts.pool)
+  gen.slot_runner.pool = _ParityPool(gen.slot_runner.pool)
   ahead, taken, harvested, draws, decoded = (
       [],
       [],
@@ -276,7 +276,7 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       [],
       collections.Counter(),
   )
-  step, take = gen.rollouts.step, gen.buffer.take
+  step, take = gen.slot_runner.step, gen.buffer.take
 
   def spying_step(params, version, steps, on_harvest):
     def spy(groups):
@@ -291,7 +291,7 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       assert ahead[-1] == gen.schedule.decode_steps(
           decoded[version],
           gen.buffer.num_ready(version, gen.max_off_policy),
-          gen.rollouts.in_flight,
+          gen.slot_runner.in_flight,
       )
     return groups
 
@@ -315,11 +315,11 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     )
     return groups
 
-  gen.rollouts.step, gen.buffer.take = spying_step, recording_take
-  gen.rollouts.prompts = checked(gen.rollouts.prompts)
+  gen.slot_runner.step, gen.buffer.take = spying_step, recording_take
+  gen.slot_runner.prompts = checked(gen.slot_runner.prompts)
   try:
     rows = [trainer.run_step() for _ in range(num_steps)]
-    _, arrays, meta = gen.rollouts.state()
+    _, arrays, meta = gen.slot_runner.state()
     curriculum = gen.curriculum.state_dict()
   finally:
     trainer.close()

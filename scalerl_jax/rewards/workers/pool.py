@@ -1,7 +1,7 @@
 """`RewardPool`: verifiers in killable worker processes with a per-call timeout.
 
 Each verification runs in a worker forked by the pool's fork server
-(worker_processes.py) and gets rewards.timeout_s; an overrunning worker is
+(processes.py) and gets rewards.timeout_s; an overrunning worker is
 SIGKILLed with its sandboxed process groups and replaced. Timed-out, crashed
 and failed verifications score 0 and are counted. Calls run one at a time.
 
@@ -22,11 +22,11 @@ from typing import Any, Mapping, Sequence
 from absl import logging
 import numpy as np
 
-from scalerl_jax.rewards import isolation
 from scalerl_jax.rewards import registry
-from scalerl_jax.rewards import worker
-from scalerl_jax.rewards.worker_processes import START_TIMEOUT_S
-from scalerl_jax.rewards.worker_processes import WorkerProcesses
+from scalerl_jax.rewards.sandbox import isolation
+from scalerl_jax.rewards.workers import worker
+from scalerl_jax.rewards.workers.processes import START_TIMEOUT_S
+from scalerl_jax.rewards.workers.processes import WorkerProcesses
 
 
 @dataclasses.dataclass

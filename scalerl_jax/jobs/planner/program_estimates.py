@@ -9,7 +9,7 @@ import dataclasses
 
 import ml_collections
 
-from scalerl_jax.jobs.plan import make_plan
+from scalerl_jax.jobs.planner.plan import make_plan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 from absl import logging
 
-from scalerl_jax.rewards import seccomp
+from scalerl_jax.rewards.sandbox import seccomp
 
 # What `config.rewards.code_isolation` allows.
 MODES = ("auto", "bwrap", "python")
@@ -95,7 +95,7 @@ def command(
   for a word from it, and that child then waited forever (a `bwrap` whose
   parent is init, immune to SIGTERM). The sandbox ends with its owner
   instead because its PID 1, the server, exits once the owner's end of its
-  request pipe closes (sandbox_server.py), taking the namespace with it;
+  request pipe closes (server.py), taking the namespace with it;
   its owner kills bwrap's whole process group, that child included.
   """
   args = [

@@ -1,0 +1,152 @@
+"""The decode loop: decode steps over a `SlotState` until none runs.
+
+A decode step runs the model on every slot's last token (so the first step
+re-reads the prompt's last token), chooses the next one and appends it with
+its records, so every chosen token depends only on the parameters of the call
+that chose it. `advance` loops the steps on the device (`jax.lax.while_loop`)
+and stops when no slot runs; `sampler.Sampler` binds the static arguments and
+shardings. Pure and jit-able, like slots.py.
+
+Design: docs/design/sampling.md.
+
+Shape letters: the package key (scalerl_jax/__init__.py); S = prompt +
+completion budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from scalerl_jax.models import decode
+from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.sampling import interruptions
+from scalerl_jax.sampling.selection import select_tokens
+from scalerl_jax.sampling.settings import SamplingSettings
+from scalerl_jax.sampling.slots import NO_VERSION
+from scalerl_jax.sampling.slots import SlotState
+from scalerl_jax.sampling.slots import longest_running
+
+
+def _decode_step(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    weights: Any,
+    version: jax.Array,
+    state: SlotState,
+) -> SlotState:
+  s = state.tokens.shape[1]
+  live_N = state.active & ~state.done
+  last_N = jnp.maximum(state.seq_len - 1, 0)
+  last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
+  logits_Nx1xV, cache = decode.forward(
+      model_cfg,
+      weights,
+      last_tok_N[:, None],
+      last_N[:, None],
+      state.cache,
+      settings.value_layout,
+      settings.decode_attention,
+  )
+  uniform_N = jnp.take_along_axis(
+      state.uniform, state.seq_len[:, None], axis=1, mode="clip"
+  )[:, 0]
+  sampled_N, logp_N, logp_sampling_N = select_tokens(
+      logits_Nx1xV[:, 0],
+      uniform_N,
+      settings.temperature,
+      settings.top_k,
+      settings.top_p,
+  )
+
+  completion_N = state.seq_len - state.prompt_len
+  tokens_N, forced_N, int_state, limit_N = interruptions.apply(
+      settings.interruption,
+      state.interruption,
+      sampled_N,
+      completion_N,
+      state.limit,
+      live_N,
+      settings.max_new_tokens,
+  )
+  generated_N = live_N & ~forced_N
+
+  write_N = jnp.where(
+      live_N, state.seq_len, s
+  )  # Out of range: written nowhere.
+  at_NxS = jnp.arange(s)[None, :] == write_N[:, None]
+
+  def record(x, value_N):
+    # A select over the row, not a scatter: XLA:CPU runs the five records as
+    # one elementwise loop, where five scatters cost a kernel launch each.
+    return jnp.where(at_NxS, value_N[:, None], x)
+
+  eos_N = generated_N & jnp.isin(
+      sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
+  )
+  seq_len_N = state.seq_len + live_N
+  at_limit_N = live_N & (seq_len_N - state.prompt_len >= limit_N)
+  return state.replace(
+      cache=cache,
+      tokens=record(state.tokens, tokens_N),
+      gen_logp=record(state.gen_logp, jnp.where(generated_N, logp_N, 0.0)),
+      logp_sampling=record(
+          state.logp_sampling, jnp.where(generated_N, logp_sampling_N, 0.0)
+      ),
+      version=record(
+          state.version, jnp.where(generated_N, version, NO_VERSION)
+      ),
+      mask=record(state.mask, generated_N),
+      seq_len=seq_len_N,
+      limit=limit_N,
+      done=state.done | eos_N | at_limit_N,
+      truncated=state.truncated | (at_limit_N & ~eos_N),
+      interruption=int_state,
+  )
+
+
+def advance(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    state: SlotState,
+    weights: Any,
+    version: jax.Array,
+    num_steps: jax.Array,
+    window: int = 0,
+) -> SlotState:
+  """Runs up to `num_steps` (traced) decode steps; stops when no slot runs.
+
+  Every token is chosen with `weights` and recorded with `version`. A static
+  `window` with 0 < window < S makes attention read only the first `window`
+  cache positions, and stops the loop before a running slot's next token
+  would sit past them.
+  """
+  s = settings.cache_len
+  windowed = 0 < window < s
+
+  def running(carry):
+    step, st = carry
+    # One reduction over the slots (a running slot holds at least one token),
+    # so a slot-sharded loop synchronises its devices once per step.
+    longest = longest_running(st)
+    ok = (step < num_steps) & (longest > 0)
+    if windowed:
+      # A step processes the token at position seq_len - 1.
+      ok &= longest <= window
+    return ok
+
+  def body(carry):
+    step, st = carry
+    return step + 1, _decode_step(model_cfg, settings, weights, version, st)
+
+  if not windowed:
+    _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+    return state
+  full, layout = state.cache, settings.value_layout
+  state = state.replace(cache=decode.cache_prefix(full, window, layout))
+  _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
+  return state.replace(
+      cache=decode.put_prefix(full, state.cache, value_layout=layout)
+  )
