@@ -199,82 +199,122 @@ def _write_rows(
   return jax.vmap(write)(cache_BxX, update_BxX, start_B)
 
 
-def prepare(cfg: ModelConfig, params: Any) -> dict[str, Any]:
-  """Regroups `Transformer` parameters for `forward` (module docstring)."""
+def _where_it_lies(fn, w: Any, where: Any) -> Any:
+  """`fn(w)` for an elementwise `fn`, computed in `w`'s own layout `where`
+  (its sharding; None: no mesh, left to the compiler)."""
+  out = fn(w)
+  return out if where is None else jax.lax.with_sharding_constraint(out, where)
+
+
+def prepare(
+    cfg: ModelConfig, params: Any, param_shardings: Any = None
+) -> dict[str, Any]:
+  """Regroups `Transformer` parameters for `forward` (module docstring).
+
+  Args:
+    cfg: the model's config.
+    params: its parameters.
+    param_shardings: the parameters' shardings (a matching tree), or None
+      without a mesh. Each weight is cast (or split) there, in its training
+      layout, before the regroup gathers it into the layout of
+      `PREPARED_AXES`: left to itself, XLA's partitioner may gather the
+      float32 weights first (tests/decode_prepare_test.py).
+
+  Returns:
+    {"layers": one weight dict per layer, and TOP_AXES' names}.
+  """
   dtype = cfg.dtype
-  h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  stacked = params["layers"]
-  attn, mlp = stacked["attn"], stacked["mlp"]
-  d = cfg.embed_dim
-  layers = []
-  for i in range(cfg.num_layers):
-
-    def kernel(tree, i=i):
-      return tree["kernel"][i].astype(dtype)
-
-    # Query head k * Q + q reads kv head k (as in `attention`), so [D, H, E]
-    # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1; then
-    # K x J x E is flattened.
-    layer = {
-        "attn_norm": stacked["attn_norm"]["scale"][i],
-        "mlp_norm": stacked["mlp_norm"]["scale"][i],
-        "qkv": jnp.concatenate(
-            [
-                kernel(attn["q"]).reshape(d, k, h // k, e),
-                kernel(attn["k"])[:, :, None],
-                kernel(attn["v"])[:, :, None],
-            ],
-            axis=2,
-        ).reshape(d, -1),
-        "o": kernel(attn["o"]).reshape(h * e, d),
-        "gate": kernel(mlp["gate"]),
-        "up": kernel(mlp["up"]),
-        "down": kernel(mlp["down"]),
-    }
-    if cfg.qkv_bias:
-      layer["qkv_bias"] = (
-          jnp.concatenate(
-              [
-                  attn["q"]["bias"][i].reshape(k, h // k, e),
-                  attn["k"]["bias"][i][:, None],
-                  attn["v"]["bias"][i][:, None],
-              ],
-              axis=1,
-          )
-          .reshape(-1)
-          .astype(dtype)
-      )
-    if cfg.qk_norm:
-      layer["q_norm"] = attn["q_norm"]["scale"][i]
-      layer["k_norm"] = attn["k_norm"]["scale"][i]
-    layers.append(
-        {
-            name: nn.with_logical_constraint(w, PREPARED_AXES[name])
-            for name, w in layer.items()
-        }
-    )
-  head = params["embedding"].T if cfg.tie_embeddings else params["lm_head"]
-  # The embedding is looked up, then cast: cast first, the same values. The
-  # head is kept as `lm_head` computes with it, so the copy each chip holds is
-  # no wider than it is used: float32 for the FP32 head at "highest", its
-  # bfloat16 parts for "bf16_3x" (split once here, not on every step).
-  top = {
-      "embedding": params["embedding"].astype(dtype),
+  where = param_shardings or jax.tree.map(lambda _: None, params)
+  cast = lambda w: w.astype(dtype)
+  blocks = [
+      (params["layers"][block], where["layers"][block])
+      for block in ("attn", "mlp")
+  ]
+  kernels = {
+      name: _where_it_lies(cast, tree[name]["kernel"], at[name]["kernel"])
+      for tree, at in blocks
+      for name in tree
+      if "kernel" in tree[name]
+  }
+  layers = tuple(
+      {
+          name: nn.with_logical_constraint(w, PREPARED_AXES[name])
+          for name, w in _layer(cfg, params["layers"], kernels, i).items()
+      }
+      for i in range(cfg.num_layers)
+  )
+  # The head is kept as `lm_head` computes with it, so the copy each chip
+  # holds is no wider than it is used: float32 for the FP32 head at
+  # "highest", its bfloat16 parts for "bf16_3x" (split once here, not on
+  # every step). The embedding is looked up, then cast: cast first, the same
+  # values.
+  head_name = "embedding" if cfg.tie_embeddings else "lm_head"
+  if not cfg.fp32_lm_head:
+    split = lambda w: {"head": cast(w)}
+  elif head_algorithm(cfg) == "bf16_3x":
+    split = lambda w: dict(zip(("head", "head_lo"), split_bf16(w)))
+  else:
+    split = lambda w: {"head": w.astype(jnp.float32)}
+  top = _where_it_lies(split, params[head_name], where[head_name])
+  if cfg.tie_embeddings:
+    top = {name: w.T for name, w in top.items()}
+  top |= {
+      "embedding": _where_it_lies(
+          cast, params["embedding"], where["embedding"]
+      ),
       "final_norm": params["final_norm"]["scale"],
   }
-  if not cfg.fp32_lm_head:
-    top["head"] = head.astype(dtype)
-  elif head_algorithm(cfg) == "bf16_3x":
-    top["head"], top["head_lo"] = split_bf16(head)
-  else:
-    top["head"] = head.astype(jnp.float32)
   return {
       **{
           name: nn.with_logical_constraint(w, TOP_AXES[name])
           for name, w in top.items()
       },
-      "layers": tuple(layers),
+      "layers": layers,
   }
+
+
+def _layer(
+    cfg: ModelConfig, stacked: Any, kernels: dict[str, jax.Array], i: int
+) -> dict[str, jax.Array]:
+  """Layer `i`'s weights for `forward`, from the stacked parameters and the
+  stacked `kernels` (by name, in the compute dtype)."""
+  h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  d = cfg.embed_dim
+  attn = stacked["attn"]
+  # Query head k * Q + q reads kv head k (as in `attention`), so [D, H, E]
+  # reshapes to [D, K, Q, E] and k, v join as entries Q and Q + 1; then
+  # K x J x E is flattened.
+  layer = {
+      "attn_norm": stacked["attn_norm"]["scale"][i],
+      "mlp_norm": stacked["mlp_norm"]["scale"][i],
+      "qkv": jnp.concatenate(
+          [
+              kernels["q"][i].reshape(d, k, h // k, e),
+              kernels["k"][i][:, :, None],
+              kernels["v"][i][:, :, None],
+          ],
+          axis=2,
+      ).reshape(d, -1),
+      "o": kernels["o"][i].reshape(h * e, d),
+      **{name: kernels[name][i] for name in ("gate", "up", "down")},
+  }
+  if cfg.qkv_bias:
+    layer["qkv_bias"] = (
+        jnp.concatenate(
+            [
+                attn["q"]["bias"][i].reshape(k, h // k, e),
+                attn["k"]["bias"][i][:, None],
+                attn["v"]["bias"][i][:, None],
+            ],
+            axis=1,
+        )
+        .reshape(-1)
+        .astype(cfg.dtype)
+    )
+  if cfg.qk_norm:
+    layer["q_norm"] = attn["q_norm"]["scale"][i]
+    layer["k_norm"] = attn["k_norm"]["scale"][i]
+  return layer
 
 
 def forward(

@@ -28,6 +28,7 @@ import numpy as np
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
 from scalerl_jax.models.model_config import ModelConfig
+from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.sampling import decode_loop
 from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import slots
@@ -81,6 +82,7 @@ class Sampler:
     # The model's weight names laid out as `settings.weight_layout` says;
     # activation and cache names as the trainer's.
     self.rules = sharding.sampler_rules(rules, settings.weight_layout)
+    self.train_rules = rules  # The parameters' layout, which `prepare` reads.
     self.hbm_budget = hbm_budget
     self._divisor = sharding.batch_divisor(mesh, rules)
     state_sh = slots.state_shardings(
@@ -89,7 +91,6 @@ class Sampler:
     small = slots.replicated(mesh)
     bind = functools.partial
     options = sharding.hbm_budget_options(platform, hbm_budget)
-    self._prepare = jax.jit(bind(decode.prepare, model_cfg))
     self._empty = jax.jit(
         bind(slots.empty_state, model_cfg, settings),
         static_argnums=(0, 1),
@@ -121,6 +122,21 @@ class Sampler:
         out_shardings=(small, small, small),
     )
 
+  @functools.cached_property
+  def _prepare(self) -> Any:
+    """`decode.prepare`, jitted, casting each weight where the trainer's
+    layout keeps it (built on first use: the layout traces the model's
+    init)."""
+    return jax.jit(
+        functools.partial(
+            decode.prepare,
+            self.model_cfg,
+            param_shardings=sharding.param_shardings(
+                Transformer(self.model_cfg), self.mesh, self.train_rules
+            ),
+        )
+    )
+
   @classmethod
   def from_config(
       cls,
@@ -149,7 +165,7 @@ class Sampler:
     if hbm_budget == self.hbm_budget:
       return self
     return Sampler(
-        self.model_cfg, self.settings, self.mesh, self.rules, hbm_budget
+        self.model_cfg, self.settings, self.mesh, self.train_rules, hbm_budget
     )
 
   def prepare(self, params: Any) -> PreparedParams:

@@ -14,7 +14,6 @@ Design: docs/design/planner.md; measurements: docs/tpu.md.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from typing import Any, Callable, Optional
 
@@ -23,6 +22,7 @@ import ml_collections
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import aot_least
 from scalerl_jax.jobs.planner import hlo_traffic
 from scalerl_jax.jobs.planner import program_estimates
 from scalerl_jax.jobs.planner import roofline as roofline_lib
@@ -71,11 +71,14 @@ class Result:
   # The HBM per chip the program was compiled to fit in (TPU): the chip's
   # less what the run holds beside it; 0 = not limited.
   budget: float = 0.0
-  # `check_planner`: the least temporaries the compiler can fit the program
-  # in, from a compile within almost no HBM (`least_temporaries`); or why
-  # that compile gave no figure.
+  # `check_planner` (`aot_least.search`): the temporaries of the compile of
+  # least peak, the largest budget the compiler refused (the least peak lies
+  # above it; 0: none refused), the compiles it took and its last refusal
+  # (why none fit, when none did).
   least_temporaries: Optional[int] = None
-  least_error: str = ""
+  least_refused: float = 0.0
+  least_compiles: int = 0
+  least_refusal: str = ""
   # Attention FLOPs per chip done in Pallas kernels (`Programs.attention_flops`
   # where the program has any), and the roofline of one run with them and
   # the decode kernel's reads (`roofline`): an estimate, not a measurement.
@@ -117,20 +120,6 @@ class Result:
 # 3.2 GB), so its peak within a budget bounds that least only from above.
 PLANNER_TOLERANCE = 1.2
 
-# How the TPU compiler names what a program needs when it is refused:
-# "... the total memory required for HLO temporaries (17.20G) exceeds
-# available HBM (16.11G)". Its units are binary (M: MiB).
-_REQUIRED = re.compile(r"required for HLO temporaries \(([\d.]+)([KMGT]?)\)")
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def required_temporaries(message: str) -> Optional[int]:
-  """Bytes of temporaries a TPU compiler refusal says the program needs."""
-  match = _REQUIRED.search(message)
-  if match is None:
-    return None
-  return int(float(match.group(1)) * _UNITS[match.group(2)])
-
 
 def _is_out_of_memory(e: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in str(e) or "memory" in str(e).lower()
@@ -147,8 +136,8 @@ def compile_for_slice(
 
   On TPU each program is compiled to fit the chip's HBM less what the run
   holds beside it, as `launch.train` compiles its train step.
-  `check_planner` compiles each again within almost no HBM, for the least
-  temporaries the compiler can fit it in (`Result.least_temporaries`).
+  `check_planner` compiles each again within less HBM, for the least peak
+  the compiler can fit it in (`Result.least_peak`, `aot_least`).
 
   Returns (results in program order, the chip's published figures, the mesh
   shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
@@ -225,53 +214,44 @@ def compile_for_slice(
 def _measure_least(
     result: Result, lowered: Any, progress: Callable[[str], None]
 ) -> None:
-  """Sets `result.least_temporaries`: the program compiled within its
-  arguments and outputs and 1 MiB more, the compiler's refusal names the
-  temporaries it needs at least (it fits the program in them when allowed).
-  Where that names more than the first compile took, the first compile's
-  figure stands, or a compile within PLANNER_TOLERANCE x the planner's peak
-  where that fits.
-  """
-  # The arguments and outputs, which no schedule shrinks.
+  """Sets `result.least_*`: the program compiled within less HBM, down
+  towards its arguments and outputs (`aot_least.search`)."""
+
+  def compile_within(budget: float):
+    progress(
+        f"compiling {result.name} within {budget / accelerators.GB:.3f} GB"
+    )
+    memory, refusal = _memory_within(lowered, budget)
+    progress(
+        f"  peak {memory.peak / accelerators.GB:.3f} GB"
+        if memory
+        else f"  refused: {_first_lines(refusal, 1)}"
+    )
+    return memory, refusal
+
   fixed = dataclasses.replace(
       result.compiled or result.estimate, temporaries=0
   ).peak
-  budget = fixed + 2**20
-  progress(f"compiling {result.name} within {budget / accelerators.GB:.3f} GB")
-  least, refusal = _temporaries_within(lowered, budget)
-  least = least if least is not None else required_temporaries(refusal)
-  if least is None:
-    result.least_error = _first_lines(refusal)
-    return
-  # Held that tight, the compiler can take more than it did with room: a
-  # decode step's refusal names temporaries its first compile aliased away.
-  if result.compiled is not None:
-    least = min(least, result.compiled.temporaries)
-  result.least_temporaries = least
-  # Then the refusal bounds nothing, and the first compile had room to spare:
-  # held within PLANNER_TOLERANCE x the planner, the compiler may fit it in
-  # less (llama3_8b's regroup on v6e (1,128,2) took 4.8 GB of temporaries
-  # given 18.9 GB).
   held = PLANNER_TOLERANCE * result.estimate.peak
-  if result.least_peak() > held > fixed:
-    progress(f"compiling {result.name} within {held / accelerators.GB:.3f} GB")
-    temporaries, _ = _temporaries_within(lowered, held)
-    if temporaries is not None:
-      result.least_temporaries = min(least, temporaries)
+  bracket = aot_least.search(compile_within, fixed, result.compiled, held)
+  result.least_compiles = bracket.compiles
+  result.least_refusal = _first_lines(bracket.refusal)
+  if bracket.refused > fixed:
+    result.least_refused = bracket.refused
+  if bracket.least is not None:
+    result.least_temporaries = bracket.least.temporaries
 
 
-def _temporaries_within(
-    lowered: Any, budget: float
-) -> tuple[Optional[int], str]:
-  """(temporaries, "") of `lowered` compiled for TPU within `budget` bytes,
-  or (None, the compiler's message) when it refuses for lack of HBM."""
+def _memory_within(lowered: Any, budget: float) -> tuple[Optional[Memory], str]:
+  """(memory, "") of `lowered` compiled for TPU within `budget` bytes, or
+  (None, the compiler's message) when it refuses for lack of HBM."""
   try:
     compiled = lowered.compile(sharding.hbm_budget_options("tpu", budget))
   except Exception as e:  # pylint: disable=broad-except
     if not _is_out_of_memory(e):
       raise
     return None, str(e)
-  return compiled_memory(compiled).temporaries, ""
+  return compiled_memory(compiled), ""
 
 
 def _cost(compiled: Any) -> dict:

@@ -86,14 +86,20 @@ def format_report(
     if least is not None:
       ratio = r.planner_ratio()
       within = 1 / PLANNER_TOLERANCE <= ratio <= PLANNER_TOLERANCE
+      refused = (
+          f", refused within {r.least_refused / accelerators.GB:.3f}"
+          if r.least_refused
+          else ""
+      )
       lines.append(
           f"  {r.name}: the compiler's least peak {least / accelerators.GB:.3f} GB "
-          f"(temps {r.least_temporaries / accelerators.GB:.3f}): planner / least "
+          f"(temps {r.least_temporaries / accelerators.GB:.3f}{refused}; "
+          f"{r.least_compiles} compiles): planner / least "
           f"{ratio:.2f}, {'within' if within else 'NOT within'} "
           f"{PLANNER_TOLERANCE}x"
       )
-    elif r.least_error:
-      lines.append(f"  {r.name}: no least peak: {r.least_error}")
+    elif r.least_refusal:
+      lines.append(f"  {r.name}: no least peak: {r.least_refusal}")
   for r in results:
     if r.decode_floor and r.cost and "bytes accessed" in r.cost:
       seen = r.cost["bytes accessed"]
