@@ -12,7 +12,7 @@ import sys
 
 from configs import scalerl
 from scalerl_jax import sharding
-from scalerl_jax.jobs import topology as topology_lib
+from scalerl_jax.jobs.planner import topology as topology_lib
 from scalerl_jax.jobs.aot_programs import build_programs
 
 
