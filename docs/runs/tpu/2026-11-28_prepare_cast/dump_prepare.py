@@ -13,7 +13,7 @@ import sys
 from configs import scalerl
 from scalerl_jax import sharding
 from scalerl_jax.jobs.planner import topology as topology_lib
-from scalerl_jax.jobs.aot_programs import build_programs
+from scalerl_jax.jobs.planner.aot_programs import build_programs
 
 
 def main():
