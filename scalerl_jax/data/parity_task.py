@@ -30,7 +30,6 @@ problem's split (`warm`, `train`, `val`) is a hash of its prompt
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from typing import Any, Mapping, Optional, Sequence
@@ -66,24 +65,15 @@ CHAIN_FIXED_TOKENS = 9
 STEP_TOKENS = 4
 
 
-@dataclasses.dataclass(frozen=True)
-class Problem:
+class Problem(search_task.DigitProblem):
   """The prompt's digits, in order; repeats allowed."""
 
-  digits: tuple[int, ...]
-
-  @property
-  def level(self) -> int:
-    return {n: level for level, n in DIGITS_PER_LEVEL.items()}[len(self.digits)]
+  LEVEL_DIGITS = DIGITS_PER_LEVEL
 
   @property
   def answer(self) -> int:
     """Parity of the count of odd digits: 1 when it is odd."""
     return sum(d % 2 for d in self.digits) % 2
-
-  @property
-  def expression(self) -> str:
-    return " ".join(str(d) for d in self.digits)
 
 
 def chain_tokens(num_digits: int) -> int:
@@ -108,9 +98,7 @@ def parse_expression(expression: str) -> Problem:
   return Problem(digits)
 
 
-def prompt_text(problem: Problem) -> str:
-  """The prompt shown to the model."""
-  return f"Compute {problem.expression}"
+prompt_text = search_task.prompt_text  # "Compute 3 7 2 8".
 
 
 def chain_text(problem: Problem, skip: Sequence[int] = ()) -> str:
@@ -183,17 +171,8 @@ def target_text(
 
 
 def make_record(problem: Problem) -> dict[str, str]:
-  """The prompt record of a problem (see sources.py for the record fields)."""
-  return {
-      "id": f"{SOURCE}:{problem.expression}",
-      "prompt": prompt_text(problem),
-      "answer": str(problem.answer),
-      "source": SOURCE,
-      "verifier": VERIFIER,
-      "metadata": json.dumps(
-          {"level": problem.level, "expression": problem.expression}
-      ),
-  }
+  """The prompt record of a problem."""
+  return search_task.digit_record(problem, SOURCE)
 
 
 def _split_pool(level: int, split: str, want: int, rng) -> list[Problem]:

@@ -29,7 +29,7 @@ import hashlib
 import itertools
 import json
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -49,23 +49,52 @@ _TRAIN_BUCKETS = 7
 
 
 @dataclasses.dataclass(frozen=True)
-class Problem:
-  """Distinct digits in prompt order, exactly one of them odd."""
+class DigitProblem:
+  """Digits in prompt order. A task's subclass names its levels'
+  `LEVEL_DIGITS` (level -> number of digits) and its `answer`."""
 
   digits: tuple[int, ...]
+  LEVEL_DIGITS: ClassVar[Mapping[int, int]] = {}
 
   @property
   def level(self) -> int:
-    return {n: level for level, n in DIGITS_PER_LEVEL.items()}[len(self.digits)]
+    return {n: level for level, n in self.LEVEL_DIGITS.items()}[
+        len(self.digits)
+    ]
+
+  @property
+  def answer(self) -> int:
+    raise NotImplementedError
+
+  @property
+  def expression(self) -> str:
+    return " ".join(str(d) for d in self.digits)
+
+
+class Problem(DigitProblem):
+  """Distinct digits in prompt order, exactly one of them odd."""
+
+  LEVEL_DIGITS = DIGITS_PER_LEVEL
 
   @property
   def answer(self) -> int:
     """The odd digit."""
     return next(d for d in self.digits if d % 2)
 
-  @property
-  def expression(self) -> str:
-    return " ".join(str(d) for d in self.digits)
+
+def digit_record(problem: DigitProblem, source: str) -> dict[str, str]:
+  """The prompt record of a digit task's problem (see sources.py for the
+  record fields); rewards read the Answer line (verifier `builtin`)."""
+  return {
+      "id": f"{source}:{problem.expression}",
+      "prompt": prompt_text(problem),
+      "answer": str(problem.answer),
+      "source": source,
+      "verifier": VERIFIER,
+      "metadata": json.dumps(
+          {"level": problem.level, "expression": problem.expression}
+      ),
+  }
 
 
 def try_text(digit: int) -> str:
@@ -118,7 +147,7 @@ def level_problems(level: int) -> list[Problem]:
   ]
 
 
-def prompt_text(problem: Problem) -> str:
+def prompt_text(problem: DigitProblem) -> str:
   """The prompt shown to the model."""
   return f"Compute {problem.expression}"
 
@@ -155,17 +184,8 @@ def target_text(record: Mapping[str, Any], rng: np.random.Generator) -> str:
 
 
 def make_record(problem: Problem) -> dict[str, str]:
-  """The prompt record of a problem (see sources.py for the record fields)."""
-  return {
-      "id": f"{SOURCE}:{problem.expression}",
-      "prompt": prompt_text(problem),
-      "answer": str(problem.answer),
-      "source": SOURCE,
-      "verifier": VERIFIER,
-      "metadata": json.dumps(
-          {"level": problem.level, "expression": problem.expression}
-      ),
-  }
+  """The prompt record of a problem."""
+  return digit_record(problem, SOURCE)
 
 
 def search_problems(
