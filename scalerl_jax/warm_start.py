@@ -38,18 +38,17 @@ from scalerl_jax.models import lm_head
 from scalerl_jax.models import transformer
 
 
-def _search_warm_records(levels, num, seed, split):
-  # The search task warm-starts on every problem of its own `warm` split, kept
-  # apart from the RL (`train`) and validation prompts.
-  del num, split
-  return search_task.search_prompts(levels, None, seed, "warm")
+def _own_warm_split(prompts):
+  """Training records of a task that warm-starts on its own `warm` split, kept
+  apart from the RL (`train`) and validation prompts: `prompts(levels, None,
+  seed, "warm")` (every warm problem of the search task, WARM_PER_LEVEL a
+  level of the parity task)."""
 
+  def records(levels, num, seed, split):
+    del num, split
+    return prompts(levels, None, seed, "warm")
 
-def _parity_warm_records(levels, num, seed, split):
-  # As the search task: the parity task's own `warm` split, WARM_PER_LEVEL
-  # problems per level.
-  del num, split
-  return parity_task.parity_prompts(levels, None, seed, "warm")
+  return records
 
 
 # Sources with worked solutions -> their training records
@@ -57,8 +56,8 @@ def _parity_warm_records(levels, num, seed, split):
 _WORKED = {
     builtin_task.SOURCE: builtin_task.builtin_prompts,
     builtin_code.SOURCE: builtin_code.code_prompts,
-    search_task.SOURCE: _search_warm_records,
-    parity_task.SOURCE: _parity_warm_records,
+    search_task.SOURCE: _own_warm_split(search_task.search_prompts),
+    parity_task.SOURCE: _own_warm_split(parity_task.parity_prompts),
 }
 # Sources whose targets are drawn per record by the task.
 _DRAWN_TARGETS = (search_task.SOURCE, parity_task.SOURCE)

@@ -31,7 +31,6 @@ problem's split (`warm`, `train`, `val`) is a hash of its prompt
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -87,9 +86,7 @@ def parse_expression(expression: str) -> Problem:
   Raises:
     ValueError: not an expression the task writes.
   """
-  if not re.fullmatch(r"\d( \d)*", expression):
-    raise ValueError(f"{expression!r} is not a parity task expression")
-  digits = tuple(int(d) for d in expression.split(" "))
+  digits = search_task.digits_of(expression, "parity task")
   if len(digits) not in DIGITS_PER_LEVEL.values():
     raise ValueError(
         f"{expression!r}: a parity task problem has "

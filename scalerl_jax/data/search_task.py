@@ -102,15 +102,25 @@ def try_text(digit: int) -> str:
   return f"{digit}={digit % 2}"
 
 
+def digits_of(expression: str, task: str) -> tuple[int, ...]:
+  """The digits of a digit task's expression, such as `6 1 8 4`.
+
+  Raises:
+    ValueError: not single digits joined by single spaces; the message
+      names `task` (e.g. "search task").
+  """
+  if not re.fullmatch(r"\d( \d)*", expression):
+    raise ValueError(f"{expression!r} is not a {task} expression")
+  return tuple(int(d) for d in expression.split(" "))
+
+
 def parse_expression(expression: str) -> Problem:
   """The Problem of an expression such as `6 1 8 4`.
 
   Raises:
     ValueError: not an expression the task writes.
   """
-  if not re.fullmatch(r"\d( \d)*", expression):
-    raise ValueError(f"{expression!r} is not a search task expression")
-  digits = tuple(int(d) for d in expression.split(" "))
+  digits = digits_of(expression, "search task")
   if (
       len(digits) not in DIGITS_PER_LEVEL.values()
       or len(set(digits)) != len(digits)
