@@ -51,13 +51,18 @@ def _own_warm_split(prompts):
   return records
 
 
+# Sources that warm-start on their own `warm` split -> their prompt records
+# (levels, num, seed, split): data.builtin_num_train leaves their base alone.
+_OWN_SPLIT = {
+    search_task.SOURCE: search_task.search_prompts,
+    parity_task.SOURCE: parity_task.parity_prompts,
+}
 # Sources with worked solutions -> their training records
 # (levels, num, seed, split).
 _WORKED = {
     builtin_task.SOURCE: builtin_task.builtin_prompts,
     builtin_code.SOURCE: builtin_code.code_prompts,
-    search_task.SOURCE: _own_warm_split(search_task.search_prompts),
-    parity_task.SOURCE: _own_warm_split(parity_task.parity_prompts),
+    **{source: _own_warm_split(p) for source, p in _OWN_SPLIT.items()},
 }
 # Sources whose targets are drawn per record by the task.
 _DRAWN_TARGETS = (search_task.SOURCE, parity_task.SOURCE)
@@ -96,7 +101,6 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
       "model": config.model.to_dict(),
       "seed": base_seed(config),
       "difficulty": list(config.data.builtin_difficulty),
-      "num_train": config.data.builtin_num_train,
       "steps": config.trainer.warm_start_steps,
       "lr": config.trainer.warm_start_lr,
       "batch": config.trainer.warm_start_batch,
@@ -105,6 +109,10 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
       "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
       "max_len": config.sampling.max_prompt_len + max_new_tokens(config),
   }
+  # The RL prompt pool's size shapes the base only where the warm start
+  # draws from it.
+  if config.data.source not in _OWN_SPLIT:
+    relevant["num_train"] = config.data.builtin_num_train
   # Absent for one source, so that its caches stay valid.
   if mixture.names(config):
     relevant["mixture"] = config.data.mixture.to_dict()

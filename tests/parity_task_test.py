@@ -156,6 +156,13 @@ def test_budgets_share_one_base_and_differ_only_in_budget(monkeypatch):
   before = warm_start.fingerprint(config, 512)
   monkeypatch.setitem(parity_task.WARM_SETTINGS, "chain_prob", 0.25)
   assert warm_start.fingerprint(config, 512) != before
+  # The RL pool's size leaves the base alone: the warm start draws from its
+  # own split (a smaller pool, for No-Positive-Resampling, shares the base).
+  pool = parity.get_config()
+  pool.data.builtin_num_train = 320
+  assert warm_start.fingerprint(pool, 512) == warm_start.fingerprint(
+      config, 512
+  )
   # The search task's base is apart from the parity task's.
   assert warm_start.fingerprint(config, 512) != warm_start.fingerprint(
       search.get_config(), 512

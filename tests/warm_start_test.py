@@ -31,6 +31,23 @@ def test_fixed_base_seed_shares_one_cached_base_across_seeds():
   assert fp(1, -1) == fp(0, 1)
 
 
+def test_pool_size_changes_the_base_only_where_the_warm_start_draws_from_it():
+  """The default task warm-starts on its RL pool's worked solutions; the
+  parity and search tasks on their own `warm` split."""
+  for source, shared in (
+      ("builtin", False),
+      ("builtin_parity", True),
+      ("builtin_search", True),
+  ):
+    small, large = _config(0, -1), _config(0, -1)
+    small.data.source = large.data.source = source
+    small.data.builtin_num_train, large.data.builtin_num_train = 320, 2_000
+    same = warm_start.fingerprint(small, 384) == warm_start.fingerprint(
+        large, 384
+    )
+    assert same == shared, source
+
+
 def test_fixed_base_seed_gives_seeds_the_same_initial_policy(tmp_path):
   """Without a warm start the base is the initialisation:
   the same for seeds 0 and 1."""
