@@ -15,11 +15,13 @@ sweep per seed:
   python -m launch.sweep --sweep=configs/parity_grid.py \
       --workdir=/tmp/parity/grid/seed=0 --set=seed=0
   python -m launch.paired --workdirs=/tmp/parity/grid \
-      --first=scalerl --second=dapo --last=2
+      --claims=configs/parity_grid.py --last=2
 """
 
 from configs import parity
 from scalerl_jax.rl import schedules
+from scalerl_jax.scaling import compare
+from scalerl_jax.scaling import paired
 
 # RL prompts: 60 steps x 16 draw 960, each prompt about three times.
 POOL = 320
@@ -68,3 +70,97 @@ def get_sweep(arg=None):
       {"name": "bf16", **bf16},
       {"name": "bf16_head", **bf16, "model.fp32_lm_head": False},
   ]
+
+
+def _claim(first, relation, second, param, paper, *mechanism):
+  return paired.GridClaim(
+      compare.Claim(first, relation, second, param, "PAPER.md"),
+      paper,
+      mechanism,
+  )
+
+
+_CLIPPED = (
+    ("train/clip_frac_low", "mean"),
+    ("train/clip_frac_high", "mean"),
+    ("train/capped_frac", "mean"),
+)
+_SAME_A_HIGHER_B = "moves only B; ScaleRL's choice (§5, §6)"
+
+# The paper's claims on this grid's points (PAPER.md §1, §5, §6), each with
+# the logged quantity through which the paper says it acts; A is read from
+# the end point, B from how soon the curve rises (paired.STATISTICS).
+CLAIMS = (
+    _claim(
+        "scalerl",
+        "higher",
+        "dapo",
+        "A",
+        "CISPO over DAPO in A (§6); B 2.01 vs 1.77 leaving one out (§1)",
+        *_CLIPPED,
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        "short",
+        "A",
+        "A 0.645 at 32k tokens vs 0.610 at 14k (§1)",
+        ("train/truncation_rate", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        f"batch{SMALL_BATCH}",
+        "A",
+        "A 0.645 / 0.610 / 0.605 at batch 2048 / 768 / 512 (§1)",
+        ("train/l2_grads", "mean"),
+    ),
+    _claim(
+        "bf16",
+        "higher",
+        "bf16_head",
+        "A",
+        "FP32 head: A 0.52 -> 0.61 (§1)",
+        ("train/train_gen_logp_abs_diff", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "same",
+        "ppo_k8",
+        "A",
+        "PipelineRL-8: the same A as PPO-off-policy-8 (§6)",
+        ("staleness/mean", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        "ppo_k8",
+        "B",
+        "PipelineRL-8: a higher B (§6)",
+        ("staleness/mean", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        "token_avg",
+        "B",
+        "prompt over token aggregation: " + _SAME_A_HIGHER_B,
+        ("train/l2_grads", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        "zvf_off",
+        "B",
+        "zero-variance filtering: " + _SAME_A_HIGHER_B,
+        ("train/zero_variance_frac", "mean"),
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        "npr_off",
+        "B",
+        "No-Positive-Resampling: " + _SAME_A_HIGHER_B,
+        ("prompts_retired", "last"),
+    ),
+)

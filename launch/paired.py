@@ -7,19 +7,36 @@ The runs are named `seed=N/<point>` below --workdirs, as `launch.sweep`
 lays out one sweep per seed. Prints each seed's end points and difference,
 their mean ± sigma, the verdict at --z sigma, and the seeds that an effect of
 --effect would need at the measured spread (scalerl_jax/scaling/paired.py).
+
+With --claims=<sweep file> it checks every claim of the file's CLAIMS
+(`paired.GridClaim`) instead and prints one Markdown table: the claim, the
+paper's numbers, the paired difference ± sigma, the verdict, the seeds the
+claim would need, and each point's mechanism sizes:
+
+  python -m launch.paired --workdirs=docs/runs/parity/grid \
+      --claims=configs/parity_grid.py --last=2
 """
 
 from absl import app
 from absl import flags
+import numpy as np
 
+from scalerl_jax.jobs import sweep
+from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import paired
 from scalerl_jax.scaling import runs
+from scalerl_jax.scaling import seeds
 
 _WORKDIRS = flags.DEFINE_list(
     "workdirs", None, "Directories holding seed=N/<point> runs.", required=True
 )
-_FIRST = flags.DEFINE_string("first", None, "Point name.", required=True)
-_SECOND = flags.DEFINE_string("second", None, "Point name.", required=True)
+_FIRST = flags.DEFINE_string("first", None, "Point name.")
+_SECOND = flags.DEFINE_string("second", None, "Point name.")
+_CLAIMS = flags.DEFINE_string(
+    "claims",
+    None,
+    "A sweep file whose CLAIMS to check, in place of --first/--second.",
+)
 _Y = flags.DEFINE_string("y", "val/mean_at_k", "Validation score key.")
 _LAST = flags.DEFINE_integer(
     "last", 1, "Validation scores averaged at each run's end."
@@ -33,6 +50,62 @@ _EFFECT = flags.DEFINE_float(
 )
 
 
+def _mechanism(found, point, key, how):
+  """Mean over seeds of each run of `point`'s mechanism size, or '-'."""
+  sizes = [
+      paired.mechanism_size(r.workdir, key, how)
+      for r in found
+      if seeds.split_seed(r.name)[0] == point
+  ]
+  sizes = [v for v in sizes if v is not None]
+  return f"{np.mean(sizes):.4g}" if sizes else "-"
+
+
+def _claims_table(found, path):
+  """The Markdown table of the sweep file's CLAIMS on `found`."""
+  claims = getattr(sweep.load_module(path), "CLAIMS", None)
+  if not claims:
+    raise SystemExit(f"launch.paired: {path} defines no CLAIMS")
+  z = _Z.value
+  lines = [
+      "| claim | paper | ours: first - second | seeds, steps | verdict "
+      "| seeds for the claim | mechanism: first / second |",
+      "|---|---|---|---|---|---|---|",
+  ]
+  for gc in claims:
+    c = gc.claim
+    try:
+      p = paired.paired(
+          paired.by_seed(found, c.first, _LAST.value, c.param),
+          paired.by_seed(found, c.second, _LAST.value, c.param),
+      )
+    except ValueError as e:
+      lines.append(f"| {c} | {gc.paper} | - | - | missing: {e} | - | - |")
+      continue
+    steps = max(
+        int(r.steps[-1])
+        for r in found
+        if seeds.split_seed(r.name)[0] == c.first
+    )
+    # The effect a "higher" claim must clear is what the paper reports, at
+    # least compare.A_NOISE; a "same" claim's interval must fit in it.
+    need = paired.seeds_needed(p.sd, max(abs(p.mean), compare.A_NOISE), z)
+    if c.relation == "same":
+      room = compare.A_NOISE - abs(p.mean)
+      need = paired.seeds_needed(p.sd, room, z) if room > 0 else "-"
+    mech = "; ".join(
+        f"{key}: {_mechanism(found, c.first, key, how)} / "
+        f"{_mechanism(found, c.second, key, how)}"
+        for key, how in gc.mechanism
+    )
+    lines.append(
+        f"| {c} ({paired.STATISTICS[c.param].split(':')[0]}) | {gc.paper} "
+        f"| {p.mean:+.3f} ± {p.sigma:.3f} | {len(p.seeds)}, {steps} "
+        f"| {paired.claim_verdict(p, c, z)} | {need} | {mech or '-'} |"
+    )
+  print("\n".join(lines))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -41,6 +114,11 @@ def main(argv):
       runs.read_run(w, x_key="step", y_key=_Y.value, name=n)
       for w, n in zip(workdirs, runs.labels(workdirs))
   ]
+  if _CLAIMS.value:
+    _claims_table(found, _CLAIMS.value)
+    return
+  if not (_FIRST.value and _SECOND.value):
+    raise app.UsageError("--first and --second, or --claims, are required")
   try:
     p = paired.paired(
         paired.by_seed(found, _FIRST.value, _LAST.value),

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import paired
 from scalerl_jax.scaling import runs
 
@@ -87,3 +88,76 @@ def test_launcher_reads_seed_point_layout(tmp_path):
   # d = 0.10, 0.08, 0.12: mean 0.10, sd 0.02, sigma 0.0115.
   assert "cispo - dapo: +0.1000 ± 0.0115 (sd 0.0200 over 3 seeds)" in out
   assert "cispo higher at 2 sigma" in out
+
+
+def _claim(relation, param="A"):
+  return compare.Claim("a", relation, "b", param, "test")
+
+
+def test_claim_verdicts_worked_by_hand():
+  # d = 0.06, 0.04, 0.08: mean 0.06, sigma 0.011547; 2 sigma 0.0231.
+  p = paired.paired({0: 0.56, 1: 0.44, 2: 0.68}, {0: 0.5, 1: 0.4, 2: 0.6})
+  assert paired.claim_verdict(p, _claim("higher")) == "agrees"
+  # Reversed: b - a = -0.06.
+  q = paired.paired({0: 0.5, 1: 0.4, 2: 0.6}, {0: 0.56, 1: 0.44, 2: 0.68})
+  assert paired.claim_verdict(q, _claim("higher")) == "disagrees"
+  assert paired.claim_verdict(p, _claim("higher"), z=6.0) == "inconclusive"
+  # "same": 0.06 - 0.0231 = 0.0369 > 0.02, wholly outside the noise.
+  assert paired.claim_verdict(p, _claim("same")) == "disagrees"
+  # d = 0.004, -0.002, 0.004: mean 0.002, sd 0.003464, sigma 0.002; the
+  # interval [-0.002, 0.006] lies within ±0.02.
+  s = paired.paired({0: 0.504, 1: 0.398, 2: 0.604}, {0: 0.5, 1: 0.4, 2: 0.6})
+  assert s.sigma == pytest.approx(0.002)
+  assert paired.claim_verdict(s, _claim("same")) == "agrees"
+  # d = 0.02, -0.02, 0.0: mean 0, sigma 0.011547; [-0.023, 0.023] straddles
+  # the noise's edge.
+  w = paired.paired({0: 0.52, 1: 0.38, 2: 0.6}, {0: 0.5, 1: 0.4, 2: 0.6})
+  assert paired.claim_verdict(w, _claim("same")) == "inconclusive"
+
+
+def test_statistics_stand_for_a_and_b(tmp_path):
+  path = str(tmp_path / "seed=0" / "a")
+  _write_run(path, [0.2, 0.3, 0.5, 0.7])
+  run = runs.read_run(path, x_key="step", name="seed=0/a")
+  assert paired.score(run, "A", last=2) == pytest.approx(0.6)
+  # The mean after step 0: (0.3 + 0.5 + 0.7) / 3.
+  assert paired.score(run, "B") == pytest.approx(0.5)
+  with pytest.raises(ValueError, match="C_mid"):
+    paired.score(run, "C_mid")
+  one = str(tmp_path / "seed=0" / "one")
+  _write_run(one, [0.2])
+  with pytest.raises(ValueError, match="two or more"):
+    paired.speed_score(runs.read_run(one, x_key="step"))
+
+
+def test_mechanism_size_mean_or_last(tmp_path):
+  path = tmp_path / "run"
+  os.makedirs(path)
+  with open(path / "metrics.jsonl", "w") as f:
+    for step, retired in enumerate([0, 2, 7]):
+      f.write(json.dumps({"step": step, "prompts_retired": retired}) + "\n")
+  assert paired.mechanism_size(str(path), "prompts_retired") == 3.0
+  assert paired.mechanism_size(str(path), "prompts_retired", "last") == 7.0
+  assert paired.mechanism_size(str(path), "train/l2_grads") is None
+
+
+def test_launcher_checks_a_sweep_files_claims(tmp_path):
+  for seed, (a, b) in enumerate([(0.50, 0.40), (0.60, 0.52), (0.45, 0.33)]):
+    _write_run(str(tmp_path / f"seed={seed}" / "scalerl"), [0.2, a - 0.02, a])
+    _write_run(str(tmp_path / f"seed={seed}" / "short"), [0.2, b + 0.02, b])
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.paired", f"--workdirs={tmp_path}"]
+      + ["--claims=configs/parity_grid.py", "--last=2"],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout
+  # End points a - 0.01 and b + 0.01: d = 0.08, 0.06, 0.10, mean 0.08,
+  # sigma 0.0115; (2 x 0.02 / 0.08)^2 = 0.25 -> 2 seeds.
+  assert (
+      "| scalerl > short in A (end point) | A 0.645 at 32k tokens vs 0.610 at"
+      " 14k (§1) | +0.080 ± 0.012 | 3, 20 | agrees | 2 |"
+  ) in out
+  # Points that did not run are named, not dropped.
+  assert "| scalerl > dapo in A |" in out and "missing" in out

@@ -55,7 +55,9 @@ class Outcome:
   tail: str = ""  # Last lines of the log, for failed and incomplete points.
 
 
-def _load_module(path):
+def load_module(path):
+  """The sweep file at `path` as a module; it must define get_config and
+  get_sweep."""
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path}: no such sweep file")
   name = "_sweep_" + re.sub(
@@ -79,7 +81,7 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
   validate, naming the file, point and field.
   """
   path, _, arg = spec.partition(":")
-  module = _load_module(path)
+  module = load_module(path)
   base = module.get_config(arg or None)
   reference = workdir_lib.config_leaves(base_config(f"variant={base.variant}"))
   shared = {

@@ -7,19 +7,34 @@ verdict rests on the mean of d over n seeds and its standard error
 sigma = sd(d) / sqrt(n): the first is higher when mean(d) > z sigma (and at
 least `floor`), lower when mean(d) < -z sigma, otherwise inconclusive. For an
 effect `delta` to clear z sigma, n >= (z sd(d) / delta)^2 seeds are needed.
-Design: docs/search_task.md.
+
+A grid's claims (`GridClaim`: the paper's relation between two points in A
+or B, `compare.Claim`) are checked on such differences with a statistic of
+the validation curve standing in for each parameter (`STATISTICS`): the end
+point for A, the mean after step 0 (how soon the curve rises, at equal
+compute) for B. A claim of "same" agrees when the whole z-sigma interval
+lies within the paper's noise, compare.A_NOISE. Design: docs/search_task.md,
+docs/ablations.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import runs as runs_lib
 from scalerl_jax.scaling import seeds
+
+# What stands for each fitted parameter when points are compared seed by seed
+# on their validation curves at equal compute.
+STATISTICS = {
+    "A": "end point: the mean of the last validations",
+    "B": "speed: the mean of the validations after step 0",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,17 +60,39 @@ def final_score(run: runs_lib.Run, last: int = 1) -> float:
   return float(np.mean(run.score[-last:]))
 
 
+def speed_score(run: runs_lib.Run) -> float:
+  """Mean of a run's validation scores after its first (step 0): how soon
+  the curve rises, B's stand-in at equal compute."""
+  if len(run.score) < 2:
+    raise ValueError(
+        f"{run.workdir}: {len(run.score)} validation scores; the mean after "
+        "the first needs two or more"
+    )
+  return float(np.mean(run.score[1:]))
+
+
+def score(run: runs_lib.Run, param: str = "A", last: int = 1) -> float:
+  """The statistic standing for `param` (`STATISTICS`) on one run."""
+  if param == "A":
+    return final_score(run, last)
+  if param == "B":
+    return speed_score(run)
+  raise ValueError(
+      f"paired statistics exist for {list(STATISTICS)}, not {param!r}"
+  )
+
+
 def by_seed(
-    runs: Sequence[runs_lib.Run], point: str, last: int = 1
+    runs: Sequence[runs_lib.Run], point: str, last: int = 1, param: str = "A"
 ) -> dict[int, float]:
-  """seed -> final score of the runs of `point` (named `seed=N/point`)."""
+  """seed -> `score` of the runs of `point` (named `seed=N/point`)."""
   out = {}
   for run in runs:
     name, seed = seeds.split_seed(run.name)
     if name == point and seed is not None:
       if seed in out:
         raise ValueError(f"point {point!r} has two runs with seed {seed}")
-      out[seed] = final_score(run, last)
+      out[seed] = score(run, param, last)
   return out
 
 
@@ -97,3 +134,45 @@ def seeds_needed(sd: float, effect: float, z: float = 2.0) -> int:
   if effect <= 0 or sd < 0:
     raise ValueError(f"need effect > 0 and sd >= 0; got {effect}, {sd}")
   return max(2, math.ceil((z * sd / effect) ** 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class GridClaim:
+  """A claim of the paper on two points of a grid, with what to measure."""
+
+  claim: compare.Claim
+  paper: str  # The paper's numbers or words (PAPER.md).
+  # (logged key, "mean" over the run's steps or "last" value): the quantity
+  # through which the paper says the choice acts.
+  mechanism: tuple[tuple[str, str], ...] = ()
+
+
+def claim_verdict(p: Paired, claim: compare.Claim, z: float = 2.0) -> str:
+  """'agrees', 'disagrees' or 'inconclusive': `p` (first - second) against
+  `claim` at z sigma. "same" agrees when mean ± z sigma lies within
+  ±compare.A_NOISE and disagrees when it lies wholly outside."""
+  lo, hi = p.mean - z * p.sigma, p.mean + z * p.sigma
+  if claim.relation == "same":
+    if -compare.A_NOISE <= lo and hi <= compare.A_NOISE:
+      return "agrees"
+    if lo > compare.A_NOISE or hi < -compare.A_NOISE:
+      return "disagrees"
+    return "inconclusive"
+  if lo > 0:
+    return "agrees"
+  if hi < 0:
+    return "disagrees"
+  return "inconclusive"
+
+
+def mechanism_size(
+    workdir: str, key: str, how: str = "mean"
+) -> Optional[float]:
+  """A run's `key`: its mean over the logged steps or its last value; None
+  when the run never logged it."""
+  if how not in ("mean", "last"):
+    raise ValueError(f"how is 'mean' or 'last', not {how!r}")
+  run = runs_lib.read_run(workdir, x_key="step", y_key=key)
+  if not len(run.score):
+    return None
+  return float(run.score[-1] if how == "last" else np.mean(run.score))
