@@ -25,6 +25,9 @@ from scalerl_jax.scaling import paired
 
 # RL prompts: 60 steps x 16 draw 960, each prompt about three times.
 POOL = 320
+# GSPO's clip of the sequence ratio as the ScaleRL paper's appendix ran it
+# (configs/scalerl.py holds the GSPO paper's 3e-4 / 4e-4).
+GSPO_EPS_LOW, GSPO_EPS_HIGH = 3e-3, 5e-3
 # Prompts per step of the small-batch point, which runs twice the steps so
 # that it sees the baseline's prompts and samples.
 SMALL_BATCH = 8
@@ -67,6 +70,12 @@ def get_sweep(arg=None):
           * config.data.prompts_per_step
           // SMALL_BATCH,
       },
+      {
+          "name": "gspo",
+          "rl.loss": "gspo",
+          "rl.gspo_eps_low": GSPO_EPS_LOW,
+          "rl.gspo_eps_high": GSPO_EPS_HIGH,
+      },
       {"name": "bf16", **bf16},
       {"name": "bf16_head", **bf16, "model.fp32_lm_head": False},
   ]
@@ -97,6 +106,14 @@ CLAIMS = (
         "dapo",
         "A",
         "CISPO over DAPO in A (§6); B 2.01 vs 1.77 leaving one out (§1)",
+        *_CLIPPED,
+    ),
+    _claim(
+        "gspo",
+        "higher",
+        "dapo",
+        "A",
+        "GSPO over DAPO in A (§6), at the appendix's clip 3e-3 / 5e-3",
         *_CLIPPED,
     ),
     _claim(
