@@ -414,6 +414,20 @@ def test_sampler_weights_resident_are_whole_on_each_chip_and_never_gathered():
   assert q.prepared_rest == _QWEN3_TABLE // 2 * (2 + 4) + 1024 * 4
 
 
+def test_the_regroup_stages_its_layer_weights_on_tpu7x_alone():
+  config = _qwen3("resident")
+  prepare = lambda chip: program_estimates.program_estimates(
+      config, 8, chip=accelerators.ACCELERATORS[chip]
+  )["prepare"]
+  for chip in ("tpu_v5e", "tpu_v5p", "tpu_v6e", "h100", "h200"):
+    assert accelerators.ACCELERATORS[chip].regroup_layer_copies == 0
+    assert prepare(chip).temporaries == _QWEN3_TABLE * 4
+  # TPU7x also stages each of the 28 regrouped layers once: 28 x (15,728,640
+  # bfloat16 kernel entries + 2,304 float32 norm scales) = 28 x 31,466,496
+  # = 881,061,888 bytes, beside the head's 151,936 x 1,024 x 4 = 622,329,856.
+  assert prepare("tpu_7x").temporaries == 881_061_888 + 622_329_856
+
+
 def test_the_report_warns_of_the_regroup_on_a_tensor_split_mesh():
   # The TPU compiler held up to 1.6x the planner's regroup there (docs/tpu.md).
   chips = accelerators.accelerators_named(["tpu_v5p"])

@@ -19,6 +19,11 @@ class Accelerator:
   hbm_bandwidth: float = 0.0  # HBM bytes/s per chip; 0 = not known.
   # JAX devices per chip; the figures above are then per device.
   devices_per_chip: int = 1
+  # Copies of the regrouped layer weights the compiler holds beside
+  # `prepare`'s output, as temporaries: 1 where it stages each of the
+  # regroup's all-gathers in a buffer of its own and then copies it into the
+  # output (`program_estimates`); 0 where the gathers write the output.
+  regroup_layer_copies: int = 0
 
 
 # Published per-chip figures: HBM capacity, dense bf16 peak and HBM bandwidth.
@@ -43,6 +48,7 @@ ACCELERATORS = {
         'Google Cloud TPU docs, "TPU7x (Ironwood)", halved per TensorCore',
         7.37e12 / 2,
         devices_per_chip=2,
+        regroup_layer_copies=1,
     ),
     "h100": Accelerator(
         "NVIDIA H100 SXM", 80 * GB, 989e12, "NVIDIA H100 datasheet", 3.35e12

@@ -153,7 +153,7 @@ def compile_for_slice(
   rules = sharding.logical_rules(config.mesh)
   programs = build_programs(config, mesh, rules)
   estimates = program_estimates.program_estimates(
-      config, len(devices), platform
+      config, len(devices), platform, chip
   )
   results = []
   for name, lower in programs.lower.items():

@@ -85,6 +85,7 @@ class Plan:
   prepared_rest: int = 0
   # The regroup's own: a tied embedding is transposed into the head from a
   # copy as large as the head (qwen3_0.6b on v6e 16x16: 0.63 GB measured).
+  # Some chips' compilers stage the layers too (`program_estimates`).
   prepare_temps: int = 0
   prefill_temps: int = 0  # One prefill of every slot at the full prompt width.
   decode_temps: int = 0  # One decode step over every slot.
