@@ -102,7 +102,18 @@ _CLIPPED = (
     ("train/clip_frac_high", "mean"),
     ("train/capped_frac", "mean"),
 )
-_SAME_A_HIGHER_B = "moves only B; ScaleRL's choice (§5, §6)"
+
+
+def _same_a_higher_b(other, choice, *mechanism):
+  """ScaleRL's choice against `other`: the same A and a higher B, as
+  compare.PAPER_CLAIMS reads "moved only efficiency" (§6) for the grids of
+  configs/ablations/."""
+  words = choice + "moves only B; ScaleRL's choice (§5, §6)"
+  return tuple(
+      _claim("scalerl", relation, other, param, words, *mechanism)
+      for relation, param in (("same", "A"), ("higher", "B"))
+  )
+
 
 # The paper's claims on this grid's points (PAPER.md §1, §5, §6), each with
 # the logged quantity through which the paper says it acts; A is read from
@@ -164,28 +175,17 @@ CLAIMS = (
         "PipelineRL-8: a higher B (§6)",
         ("staleness/mean", "mean"),
     ),
-    _claim(
-        "scalerl",
-        "higher",
+    *_same_a_higher_b(
         "token_avg",
-        "B",
-        "prompt over token aggregation: " + _SAME_A_HIGHER_B,
+        "prompt over token aggregation: ",
         ("train/l2_grads", "mean"),
     ),
-    _claim(
-        "scalerl",
-        "higher",
+    *_same_a_higher_b(
         "zvf_off",
-        "B",
-        "zero-variance filtering: " + _SAME_A_HIGHER_B,
+        "zero-variance filtering: ",
         ("train/zero_variance_frac", "mean"),
     ),
-    _claim(
-        "scalerl",
-        "higher",
-        "npr_off",
-        "B",
-        "No-Positive-Resampling: " + _SAME_A_HIGHER_B,
-        ("prompts_retired", "last"),
+    *_same_a_higher_b(
+        "npr_off", "No-Positive-Resampling: ", ("prompts_retired", "last")
     ),
 )
