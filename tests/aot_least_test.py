@@ -1,10 +1,14 @@
-"""scalerl_jax.jobs.planner.aot_least: the TPU compiler's refusal read, and the
-search for a program's least peak, against a stand-in compiler (no libtpu).
+"""scalerl_jax.jobs.planner.aot_least: the TPU compiler's refusal and memory
+stats read, and the search for a program's least peak, against a stand-in
+compiler (no libtpu).
 
 Fixtures are qwen3_0.6b's `prepare` on tpu7x:4x4x4 (libtpu 0.0.50.1,
-docs/runs/tpu/2026-11-28_prepare_cast) and on v6e:16x16
+docs/runs/tpu/2026-11-28_prepare_cast), its train step there (the memory
+stats read, 2026-11-28_tpu7x_prepare_term) and its `prepare` on v6e:16x16
 (docs/runs/tpu/resident_weights).
 """
+
+import types
 
 import pytest
 
@@ -176,3 +180,49 @@ def test_without_a_fit_it_tries_what_the_refusal_names_then_stops():
   b = aot_least.search(compiler, TPU7X_FIXED, None, 1.2 * TPU7X_PLANNER)
   assert compiler.budgets == [TPU7X_FIXED + 2**20, int(9.005 * GiB) + 1]
   assert b.least is None and b.refused == compiler.budgets[-1]
+
+
+def _stats(arguments, outputs, aliased, temp, total):
+  """A stand-in for `compiled.memory_analysis()`'s stats."""
+  return types.SimpleNamespace(
+      argument_size_in_bytes=arguments,
+      output_size_in_bytes=outputs,
+      alias_size_in_bytes=aliased,
+      temp_size_in_bytes=temp,
+      total_allocation_bytes=total,
+  )
+
+
+def test_hbm_memory_reads_the_tpu_total_not_the_doubled_fragmentation():
+  # By hand: arguments 100, outputs 40 of which 30 written into the
+  # arguments, and a temporaries' block of 1,000 of which 600 is
+  # fragmentation. libtpu's temp_size is 1,000 + 600 = 1,600; its total
+  # allocation is 100 + (40 - 30) + 1,000 + 2 (a constant) = 1,112.
+  stats = _stats(100, 40, 30, temp=1_600, total=1_112)
+  tpu = aot_least.hbm_memory(stats, "tpu")
+  assert tpu == Memory(100, 40, 30, 1_002) and tpu.peak == 1_112
+  # Other platforms' temp_size stands (no fragmentation is added there).
+  assert aot_least.hbm_memory(stats, "gpu") == Memory(100, 40, 30, 1_600)
+  # jaxlib 0.10 reports no total: temp_size as it is.
+  del stats.total_allocation_bytes
+  assert aot_least.hbm_memory(stats, "tpu").temporaries == 1_600
+
+
+def test_hbm_memory_of_the_tpu7x_train_step_is_its_usage_report():
+  # qwen3_0.6b's train step on tpu7x:4x4x4 within 3.205 GB (libtpu
+  # 0.0.50.1, docs/runs/tpu/2026-11-28_tpu7x_prepare_term): the compiler's
+  # log gives an HLO temp block of 2.72 GiB with 1.31 GiB fragmentation,
+  # the buffer assignment a block of 2,925,953,408 bytes, and temp_size is
+  # that plus 1,408,651,744.
+  stats = _stats(
+      58_353_152, 56_780_032, 56_772_096, 4_334_605_152, 2_984_658_048
+  )
+  m = aot_least.hbm_memory(stats, "tpu")
+  # The block, 93,184 bytes of constants and 250,368 thread-local.
+  assert m.temporaries == 2_925_953_408 + 93_184 + 250_368
+  # The memory-usage report's default memory space total.
+  assert m.peak == 2_984_658_048
+  # Planner / least: 2.955 / 2.985 GB, against 2.955 / 4.393 read from
+  # temp_size.
+  planner = 57_842_696 + 56_659_976 - 56_659_976 + 2_896_728_064
+  assert planner / m.peak == pytest.approx(0.990, abs=1e-3)

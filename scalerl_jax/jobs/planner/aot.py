@@ -31,15 +31,9 @@ from scalerl_jax.jobs.planner.aot_programs import build_programs
 from scalerl_jax.jobs.planner.program_estimates import Memory
 
 
-def compiled_memory(compiled: Any) -> Memory:
-  """The compiler's buffer assignment of `compiled`, per chip."""
-  m = compiled.memory_analysis()
-  return Memory(
-      int(m.argument_size_in_bytes),
-      int(m.output_size_in_bytes),
-      int(m.alias_size_in_bytes),
-      int(m.temp_size_in_bytes),
-  )
+def compiled_memory(compiled: Any, platform: str) -> Memory:
+  """The compiler's bytes of `compiled` per chip (`aot_least.hbm_memory`)."""
+  return aot_least.hbm_memory(compiled.memory_analysis(), platform)
 
 
 @dataclasses.dataclass
@@ -182,7 +176,7 @@ def compile_for_slice(
       compiled = lowered.compile(
           sharding.hbm_budget_options(platform, result.budget) or None
       )
-      result.compiled = compiled_memory(compiled)
+      result.compiled = compiled_memory(compiled, platform)
       result.cost = _cost(compiled)
       text = compiled.as_text()
       result.pallas_calls = text.count(hlo_traffic.PALLAS_CALL)
@@ -251,7 +245,7 @@ def _memory_within(lowered: Any, budget: float) -> tuple[Optional[Memory], str]:
     if not _is_out_of_memory(e):
       raise
     return None, str(e)
-  return compiled_memory(compiled), ""
+  return compiled_memory(compiled, "tpu"), ""
 
 
 def _cost(compiled: Any) -> dict:

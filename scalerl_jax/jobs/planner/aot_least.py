@@ -8,6 +8,11 @@ was given, and the required one is the total of its memory-usage report for
 the schedule it gave up on (docs/tpu.md, TPU7x). A refusal so names a peak
 worth a compile, not temporaries to add to the arguments and outputs.
 
+The compiler's figure for a program that fits is `hbm_memory`'s: on TPU
+`memory_analysis()`'s temporaries add the fragmentation of their HBM block
+(the block's unused part) a second time, and the block itself is read from
+the program's total allocation instead.
+
 `search` brackets the least peak between the largest budget the compiler
 refused and the least peak it compiled to, compiling within a budget at a
 time, at most LEAST_COMPILES times, until the bracket is narrower than
@@ -19,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from scalerl_jax.jobs.planner.program_estimates import Memory
 
@@ -55,6 +60,27 @@ def refusal_bytes(message: str) -> Optional[tuple[int, int]]:
       for value, unit in (match.group(1, 2), match.group(3, 4))
   )
   return required, available
+
+
+def hbm_memory(stats: Any, platform: str) -> Memory:
+  """Per-chip `Memory` from the compiler's memory stats (`memory_analysis()`).
+
+  On TPU the temporaries are the HBM the program is given for them:
+  `total_allocation_bytes` (every buffer of the default memory space, the
+  memory-usage report's total) less the arguments and the outputs not
+  written into them. libtpu's `temp_size_in_bytes` is the temporaries'
+  block plus the block's fragmentation, which the block already holds
+  (docs/tpu.md, TPU7x). Elsewhere, and where jaxlib does not report the
+  total (0.10), `temp_size_in_bytes` is read as it is.
+  """
+  arguments = int(stats.argument_size_in_bytes)
+  outputs = int(stats.output_size_in_bytes)
+  aliased = int(stats.alias_size_in_bytes)
+  temporaries = int(stats.temp_size_in_bytes)
+  total = getattr(stats, "total_allocation_bytes", None)
+  if platform == "tpu" and total is not None:
+    temporaries = int(total) - arguments - (outputs - aliased)
+  return Memory(arguments, outputs, aliased, temporaries)
 
 
 # Compiles the program within a budget of bytes: (its memory, "") or (None,
