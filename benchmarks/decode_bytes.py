@@ -10,7 +10,8 @@ attention (`sampling.decode_attention=plain`) as is and with the ablations
 of benchmarks/decode_parts.py (the decode step's attention replaced by a
 pass-through; also without its cache writes). For each it prints
 `cost_analysis()["bytes accessed"]` of one step and the compiler's
-temporaries, beside the floor: the weights each chip multiplies by plus its
+temporaries (read as the planner reads them, `aot.compiled_memory`), beside
+the floor: the weights each chip multiplies by plus its
 slots' cache, read once. The cost analysis does not see inside Pallas
 kernels, so the Pallas decode kernel's reads (the cache at full length,
 once, by its block specs) are added to its row. The ablated programs are not
@@ -27,6 +28,7 @@ from ml_collections import config_flags
 from benchmarks import decode_parts
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
+from scalerl_jax.jobs.planner import aot
 from scalerl_jax.jobs.planner import aot_programs
 from scalerl_jax.jobs.planner import topology
 
@@ -67,7 +69,7 @@ def main(argv):
       compiled = programs.lower["decode"]().compile(options)
     used = compiled.cost_analysis()["bytes accessed"]
     used += programs.kernel_reads.get("decode", 0)
-    temps = compiled.memory_analysis().temp_size_in_bytes
+    temps = aot.compiled_memory(compiled, "tpu").temporaries
     print(
         f"| {name} | {used / GB:.2f} | {used / floor:.2f}x | {temps / GB:.2f} |"
     )
