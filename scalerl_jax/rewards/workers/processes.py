@@ -33,6 +33,15 @@ START_TIMEOUT_S = 120.0
 _POLL_S = 0.2
 
 
+def _failed_twice(status: Optional[int]) -> RuntimeError:
+  """The error of a fork server that died a second time in one call."""
+  return RuntimeError(
+      f"The reward fork server failed twice while scoring one batch (exit status "
+      f"{status}); something keeps killing the verifier processes (the out-of-memory "
+      "killer? see rewards.worker_memory_mb)"
+  )
+
+
 @dataclasses.dataclass
 class Slot:
   """One worker process and what it is doing."""
@@ -111,18 +120,18 @@ class WorkerProcesses:
       self._zygote.kill()
       status = self._zygote.wait()
     if self._server_restarted:
-      raise RuntimeError(
-          f"The reward fork server failed twice while scoring one batch (exit status "
-          f"{status}); something keeps killing the verifier processes (the out-of-memory "
-          "killer? see rewards.worker_memory_mb)"
-      )
+      raise _failed_twice(status)
     logging.warning(
         "The reward fork server died (exit status %s); starting a new one",
         status,
     )
     self._server_restarted = True
     self._control.close()
-    self._start_server()
+    try:
+      self._start_server()
+    except (OSError, RuntimeError) as e:
+      # The new one died too before it was ready: the second failure.
+      raise _failed_twice(self._zygote.poll()) from e
 
   def _accept(self) -> mp_connection.Connection:
     """The next connection from the fork server or a worker it forked."""
@@ -190,11 +199,14 @@ class WorkerProcesses:
       self._restart_server()
     self._cleanup(slot)
     isolation.sweep_cgroups()
-    try:
-      self.slots[index] = self._start_worker()
-    except (OSError, RuntimeError):
-      self._restart_server()
-      self.slots[index] = self._start_worker()
+    while True:
+      try:
+        self.slots[index] = self._start_worker()
+        break
+      except (OSError, RuntimeError):
+        # Raises once the server was already replaced in this call, so a
+        # server killed while it forks the new worker ends in the same error.
+        self._restart_server()
     self.restarts += 1
 
   def close(self) -> None:
