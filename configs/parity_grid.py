@@ -110,8 +110,8 @@ def _same_a_higher_b(other, choice, *mechanism):
   configs/ablations/."""
   words = choice + "moves only B; ScaleRL's choice (§5, §6)"
   return tuple(
-      _claim("scalerl", relation, other, param, words, *mechanism)
-      for relation, param in (("same", "A"), ("higher", "B"))
+      paired.GridClaim(c, words, mechanism)
+      for c in compare.choice_more_efficient("scalerl", (other,), "PAPER.md")
   )
 
 

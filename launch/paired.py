@@ -87,12 +87,13 @@ def _claims_table(found, path):
         for r in found
         if seeds.split_seed(r.name)[0] == c.first
     )
-    # The effect a "higher" claim must clear is what the paper reports, at
-    # least compare.A_NOISE; a "same" claim's interval must fit in it.
-    need = paired.seeds_needed(p.sd, max(abs(p.mean), compare.A_NOISE), z)
+    # A "higher" claim must clear the measured difference, at least
+    # compare.A_NOISE; a "same" claim's interval must fit within the noise.
     if c.relation == "same":
       room = compare.A_NOISE - abs(p.mean)
       need = paired.seeds_needed(p.sd, room, z) if room > 0 else "-"
+    else:
+      need = paired.seeds_needed(p.sd, max(abs(p.mean), compare.A_NOISE), z)
     mech = "; ".join(
         f"{key}: {_mechanism(found, c.first, key, how)} / "
         f"{_mechanism(found, c.second, key, how)}"

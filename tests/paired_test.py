@@ -62,6 +62,17 @@ def _write_run(path, scores):
       f.write(json.dumps({"step": 10 * i, "val/mean_at_k": score}) + "\n")
 
 
+def _launch_paired(workdirs, *flags):
+  """launch.paired's printout on `workdirs` with `flags`."""
+  return subprocess.run(
+      [sys.executable, "-m", "launch.paired", f"--workdirs={workdirs}", *flags],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout
+
+
 def test_launcher_reads_seed_point_layout(tmp_path):
   for seed, (a, b) in enumerate([(0.50, 0.40), (0.60, 0.52), (0.45, 0.33)]):
     _write_run(str(tmp_path / f"seed={seed}" / "cispo"), [0.2, a - 0.02, a])
@@ -77,14 +88,7 @@ def test_launcher_reads_seed_point_layout(tmp_path):
   assert paired.by_seed(found, "cispo", last=2) == pytest.approx(
       {0: 0.49, 1: 0.59, 2: 0.44}
   )
-  out = subprocess.run(
-      [sys.executable, "-m", "launch.paired", f"--workdirs={tmp_path}"]
-      + ["--first=cispo", "--second=dapo"],
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      check=True,
-  ).stdout
+  out = _launch_paired(tmp_path, "--first=cispo", "--second=dapo")
   # d = 0.10, 0.08, 0.12: mean 0.10, sd 0.02, sigma 0.0115.
   assert "cispo - dapo: +0.1000 ± 0.0115 (sd 0.0200 over 3 seeds)" in out
   assert "cispo higher at 2 sigma" in out
@@ -145,14 +149,7 @@ def test_launcher_checks_a_sweep_files_claims(tmp_path):
   for seed, (a, b) in enumerate([(0.50, 0.40), (0.60, 0.52), (0.45, 0.33)]):
     _write_run(str(tmp_path / f"seed={seed}" / "scalerl"), [0.2, a - 0.02, a])
     _write_run(str(tmp_path / f"seed={seed}" / "short"), [0.2, b + 0.02, b])
-  out = subprocess.run(
-      [sys.executable, "-m", "launch.paired", f"--workdirs={tmp_path}"]
-      + ["--claims=configs/parity_grid.py", "--last=2"],
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      check=True,
-  ).stdout
+  out = _launch_paired(tmp_path, "--claims=configs/parity_grid.py", "--last=2")
   # End points a - 0.01 and b + 0.01: d = 0.08, 0.06, 0.10, mean 0.08,
   # sigma 0.0115; (2 x 0.02 / 0.08)^2 = 0.25 -> 2 seeds.
   assert (

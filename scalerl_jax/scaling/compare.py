@@ -116,7 +116,7 @@ _PIPELINE = (
 )
 
 
-def _choice_more_efficient(
+def choice_more_efficient(
     choice: str, others: Sequence[str], source: str
 ) -> tuple[Claim, ...]:
   """ScaleRL's choice: the same A as each alternative, and a higher B."""
@@ -141,7 +141,7 @@ PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
         Claim("pipeline_k8", "same", "ppo_k8", "A", _PIPELINE),
         Claim("pipeline_k8", "higher", "ppo_k8", "B", _PIPELINE),
     ),
-    "aggregation": _choice_more_efficient(
+    "aggregation": choice_more_efficient(
         "prompt_avg",
         ("sample_avg", "token_avg"),
         _MOVED_B
@@ -149,7 +149,7 @@ PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
         + _RECIPE
         + "loss: ... prompt-level aggregation",
     ),
-    "adv_norm": _choice_more_efficient(
+    "adv_norm": choice_more_efficient(
         "norm_batch",
         ("norm_prompt", "norm_none"),
         _MOVED_B
@@ -157,7 +157,7 @@ PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
         + _RECIPE
         + "loss: ... batch-level advantage normalisation",
     ),
-    "zero_variance_filter": _choice_more_efficient(
+    "zero_variance_filter": choice_more_efficient(
         "filter_on",
         ("filter_off",),
         _MOVED_B
@@ -165,7 +165,7 @@ PAPER_CLAIMS: dict[str, tuple[Claim, ...]] = {
         + _RECIPE
         + "zero-variance filtering",
     ),
-    "no_positive_resampling": _choice_more_efficient(
+    "no_positive_resampling": choice_more_efficient(
         "npr_on",
         ("npr_off",),
         _MOVED_B

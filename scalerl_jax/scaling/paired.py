@@ -151,16 +151,13 @@ def claim_verdict(p: Paired, claim: compare.Claim, z: float = 2.0) -> str:
   """'agrees', 'disagrees' or 'inconclusive': `p` (first - second) against
   `claim` at z sigma. "same" agrees when mean ± z sigma lies within
   ±compare.A_NOISE and disagrees when it lies wholly outside."""
+  if claim.relation == "higher":
+    found = {"higher": "agrees", "lower": "disagrees"}
+    return found.get(verdict(p, z), "inconclusive")
   lo, hi = p.mean - z * p.sigma, p.mean + z * p.sigma
-  if claim.relation == "same":
-    if -compare.A_NOISE <= lo and hi <= compare.A_NOISE:
-      return "agrees"
-    if lo > compare.A_NOISE or hi < -compare.A_NOISE:
-      return "disagrees"
-    return "inconclusive"
-  if lo > 0:
+  if -compare.A_NOISE <= lo and hi <= compare.A_NOISE:
     return "agrees"
-  if hi < 0:
+  if lo > compare.A_NOISE or hi < -compare.A_NOISE:
     return "disagrees"
   return "inconclusive"
 
