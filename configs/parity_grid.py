@@ -45,6 +45,9 @@ def get_config(arg=None):
   c = parity.get_config(arg)
   c.data.builtin_num_train = POOL
   c.optim.learning_rate = LEARNING_RATE
+  # The bfloat16 points start from the float32 base of the others (a no-op
+  # for those), so that the FP32 head's pair differs only in the RL run.
+  c.trainer.warm_start_float32 = True
   return c
 
 

@@ -457,6 +457,12 @@ def get_config(arg=None):
   # Parity task only (data/parity_task.py): probability that a warm-start
   # chain leaves out an even digit, a shorter chain that is just as right.
   c.trainer.warm_start_skip_prob = 0.0
+  # True: the supervised warm start computes in float32 with the FP32 head,
+  # whatever model.compute_dtype and model.fp32_lm_head say, so that points
+  # that differ only in precision share one base, as the paper's precision
+  # ablations start from one pretrained model (configs/parity_grid.py's
+  # bfloat16 points). False: the run's own precision.
+  c.trainer.warm_start_float32 = False
 
   # Per-step checks (scalerl_jax/metrics/monitors.py). One that fires logs a
   # warning and sets alert/<name> = 1 in the step's metrics; a threshold of 0

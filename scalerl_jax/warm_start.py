@@ -12,6 +12,7 @@ Shape letters: the package key (scalerl_jax/__init__.py), and X examples.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -95,10 +96,23 @@ def base_seed(config: ml_collections.ConfigDict) -> int:
   return config.seed if seed < 0 else seed
 
 
+# What `trainer.warm_start_float32` sets in the warm start's model.
+FLOAT32_BASE = {"compute_dtype": "float32", "fp32_lm_head": True}
+
+
+def base_model(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`config.model` as the warm start computes with it: float32 with the FP32
+  head under `trainer.warm_start_float32`, else the run's own precision."""
+  model = config.model.to_dict()
+  if config.trainer.warm_start_float32:
+    model.update(FLOAT32_BASE)
+  return model
+
+
 def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
   """Hash of everything the warm-started parameters depend on."""
   relevant = {
-      "model": config.model.to_dict(),
+      "model": base_model(config),
       "seed": base_seed(config),
       "difficulty": list(config.data.builtin_difficulty),
       "steps": config.trainer.warm_start_steps,
@@ -273,6 +287,10 @@ def warm_start(
           weight_decay=0.0,
       ),
   )
+  if config.trainer.warm_start_float32:
+    model = transformer.Transformer(
+        dataclasses.replace(model.cfg, **FLOAT32_BASE)
+    )
   step = jax.jit(
       functools.partial(_sft_step, model=model, optimizer=optimizer),
       donate_argnums=(0, 1),

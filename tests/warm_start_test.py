@@ -72,3 +72,40 @@ def test_base_seed_below_minus_one_is_refused():
       config_lib.ConfigError, match=r"trainer.warm_start_seed: .*-1"
   ):
     config_lib.validate(_config(0, -2))
+
+
+def _precision(config, compute_dtype, fp32_lm_head, float32_base):
+  config.model.compute_dtype = compute_dtype
+  config.model.fp32_lm_head = fp32_lm_head
+  config.trainer.warm_start_float32 = float32_base
+  return config
+
+
+def test_a_float32_base_is_shared_by_points_that_differ_in_precision():
+  fp = lambda *precision: warm_start.fingerprint(
+      _precision(_config(0, 0), *precision), vocab_size=384
+  )
+  reference = fp("float32", True, False)
+  assert fp("float32", True, True) == reference
+  assert fp("bfloat16", True, True) == reference
+  assert fp("bfloat16", False, True) == reference
+  assert fp("bfloat16", True, False) != reference
+  assert fp("bfloat16", False, False) != fp("bfloat16", True, False)
+
+
+def test_a_float32_base_trains_as_the_float32_run_does(tmp_path):
+  """The warm start of a bfloat16 run with `trainer.warm_start_float32` gives
+  the float32 run's parameters to the bit; without it, others."""
+
+  def base(name, *precision):
+    config = _precision(_config(0, 0), *precision)
+    config.trainer.warm_start_steps = 3
+    exp = experiment.Experiment.build(config, str(tmp_path / name))
+    return jax.tree.leaves(jax.device_get(exp.params))
+
+  reference = base("float32", "float32", True, False)
+  shared = base("shared", "bfloat16", False, True)
+  own = base("own", "bfloat16", False, False)
+  for a, b in zip(reference, shared):
+    np.testing.assert_array_equal(a, b)
+  assert any(not np.array_equal(a, b) for a, b in zip(reference, own))
