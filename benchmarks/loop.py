@@ -64,7 +64,7 @@ from ml_collections import config_flags
 from scalerl_jax import experiment
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
-from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.rl import batch as batch_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -140,7 +140,7 @@ _WHAT = {
     "slot programs": "Sampler free-slot flags, progress, longest, harvest",
     "verify": "waits for the reward pool (score, submitted results)",
     "prompt pipeline": "next prompt batch",
-    "collate": "train_step.collate",
+    "collate": "batch.collate",
     "placement": "sharding.place_global of the batch",
     "metric lines": "MetricWriter.write",
     "checkpoint wait": "Checkpointer.wait",
@@ -260,7 +260,7 @@ def run_loop(config, workdir: str, timers: Timers) -> None:
       "place_global",
       timers.wrap("placement", sharding.place_global, block=True),
   ), mock.patch.object(
-      train_step_lib, "collate", timers.wrap("collate", train_step_lib.collate)
+      batch_lib, "collate", timers.wrap("collate", batch_lib.collate)
   ), timers.part(
       "loop"
   ):

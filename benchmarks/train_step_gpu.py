@@ -49,6 +49,7 @@ from scalerl_jax.jobs.planner import plan as plan_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import lm_head
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
@@ -229,7 +230,7 @@ def main(argv):
       spec.num_generations,
       _SEQ_LEN.value,
   )
-  batch = train_step_lib.place_batch(
+  batch = batch_lib.place_batch(
       host, batch_sh, sharding.batch_divisor(mesh, rules)
   )
   with sharding.activate(mesh, rules):

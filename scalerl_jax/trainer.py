@@ -32,6 +32,7 @@ from scalerl_jax.metrics import compute
 from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax.metrics import writer as metrics_lib
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
 
@@ -188,7 +189,7 @@ class Trainer:
 
   def train(self, groups) -> tuple[dict[str, float], int]:
     """One optimizer step on `groups`; (metrics, sequence length)."""
-    host_batch = train_step_lib.collate(groups)
+    host_batch = batch_lib.collate(groups)
     self.state, step_metrics = self.train_step(self.state, host_batch)
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import logprobs
-from scalerl_jax.rl import train_step as train_step_lib
 from tests import helpers
 
 TEMPERATURE = 0.7
@@ -50,7 +50,7 @@ def run(tmp_path_factory):
     trainer.generate()
     p, g = config.data.prompts_per_step, config.data.generations_per_prompt
     groups = trainer.generation.take(trainer.step)
-    batch = train_step_lib.collate(groups)
+    batch = batch_lib.collate(groups)
     model, params = trainer.exp.model, jax.device_get(trainer.state.params)
     recompute = lambda params, t: np.asarray(
         logprobs.policy_logprobs(model, params, batch["tokens_BxS"], t)[0]

@@ -2,10 +2,9 @@
 with its shardings beside it (`jit_train_step`, `host_step`).
 
 `train_step(state, batch, *, spec) -> (state, metrics)`, with the static
-choices in a hashable `StepSpec`. The batch (`collate` of the buffer's
-groups, `batch_of`) is prompt-major: the completion record's `BATCH_FIELDS`
-as `tokens_BxS`, `mask_BxS` (1.0 on sampled tokens), `gen_logp_BxS`, and
-`rewards_PxG`; `place_batch` puts the host batch on the mesh. Over M
+choices in a hashable `StepSpec`. The batch (rl/batch.py) is
+prompt-major: `tokens_BxS`, `mask_BxS` (1.0 on sampled tokens),
+`gen_logp_BxS` and `rewards_PxG`. Over M
 microbatches the aggregation's denominators are the whole batch's, so loss,
 gradient and metrics equal the whole batch's; with `logprob_chunk` C no pass
 holds more than one chunk's [B, C, V] logits (rl/logprobs.py).
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import flax
 import jax
@@ -26,84 +25,15 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import ml_collections
-import numpy as np
 import optax
 
 from scalerl_jax import sharding
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages
-from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
-from scalerl_jax.sampling import completions as completions_lib
 from scalerl_jax.sampling import selection
-
-# The fields of the completion record (`sampling/completions.py`) that the
-# step reads, each [B, S]; the batch names each `<field>_BxS`.
-BATCH_FIELDS = ("tokens", "mask", "gen_logp")
-_BATCH_DTYPES = {"tokens": np.int32, "mask": np.float32, "gen_logp": np.float32}
-
-
-def batch_of(
-    rows: dict[str, np.ndarray], rewards_PxG: np.ndarray
-) -> dict[str, np.ndarray]:
-  """The step's batch: `rows` ({field: [B, S]} of `BATCH_FIELDS`), rewards."""
-  batch = {
-      f"{name}_BxS": np.asarray(rows[name]).astype(_BATCH_DTYPES[name])
-      for name in BATCH_FIELDS
-  }
-  batch["rewards_PxG"] = np.asarray(rewards_PxG, np.float32)
-  return batch
-
-
-def collate(
-    groups: Sequence[buffer_lib.Group], length_multiple: int = 32
-) -> dict[str, np.ndarray]:
-  """Stacks P groups into the step's prompt-major host batch (`batch_of`).
-
-  Trailing padding that no row uses is cut, to a multiple of
-  `length_multiple` (so the train step compiles for a few lengths only).
-  """
-  rows = completions_lib.stack([g.completions for g in groups], np.concatenate)
-  full = rows.tokens.shape[1]
-  used = int(rows.seq_len.max())
-  s = min(full, -(-used // length_multiple) * length_multiple)
-  return batch_of(
-      {name: getattr(rows, name)[:, :s] for name in BATCH_FIELDS},
-      np.stack([g.rewards_G for g in groups]),
-  )
-
-
-def place_batch(
-    host_batch: dict[str, np.ndarray],
-    batch_shardings: dict[str, NamedSharding],
-    divisor: int,
-) -> dict[str, jax.Array]:
-  """The host batch (the same on every process) in its shardings.
-
-  Raises:
-    ValueError: its rows do not divide over the `divisor`-way batch axes.
-  """
-  rows = host_batch["tokens_BxS"].shape[0]
-  if rows % divisor:
-    raise ValueError(
-        f"data.prompts_per_step x data.generations_per_prompt = {rows} completions do not "
-        f"divide over the {divisor}-way batch sharding of the mesh"
-    )
-  return {
-      k: sharding.place_global(v, batch_shardings[k])
-      for k, v in host_batch.items()
-  }
-
-
-def batch_shapes(p: int, g: int, s: int) -> dict[str, jax.ShapeDtypeStruct]:
-  """The abstract batch of P prompts x G completions of S positions."""
-  batch = {
-      f"{name}_BxS": jax.ShapeDtypeStruct((p * g, s), _BATCH_DTYPES[name])
-      for name in BATCH_FIELDS
-  }
-  batch["rewards_PxG"] = jax.ShapeDtypeStruct((p, g), np.float32)
-  return batch
 
 
 @flax.struct.dataclass
@@ -408,11 +338,7 @@ def jit_train_step(
     array. `launch/compile.py` lowers this same function for a TPU slice.
   """
   spec = StepSpec.from_config(config, model, optimizer)
-  batch_sh = {
-      f"{name}_BxS": sharding.batch_sharding(mesh, rules, 2)
-      for name in BATCH_FIELDS
-  }
-  batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
+  batch_sh = batch_lib.shardings(mesh, rules)
   step = jax.jit(
       functools.partial(train_step, spec=spec),
       in_shardings=(state_shardings, batch_sh),
@@ -426,15 +352,15 @@ def jit_train_step(
 
 
 def host_step(step, batch_shardings, mesh: jax.sharding.Mesh, rules):
-  """`jit_train_step`'s `step` taking host batches (`collate`'s).
+  """`jit_train_step`'s `step` taking host batches (`batch.collate`'s).
 
   Returns `run(state, host_batch) -> (state, metrics)`, which places the
-  batch (`place_batch`) and steps under the mesh's rules.
+  batch (`batch.place_batch`) and steps under the mesh's rules.
   """
   divisor = sharding.batch_divisor(mesh, rules)
 
   def run(state, host_batch):
-    batch = place_batch(host_batch, batch_shardings, divisor)
+    batch = batch_lib.place_batch(host_batch, batch_shardings, divisor)
     with sharding.activate(mesh, rules):
       return step(state, batch)
 

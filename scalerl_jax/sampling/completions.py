@@ -3,7 +3,7 @@
 `Completions` holds finished sequences, one row each. The sampler harvests
 them ([F, ...] rows, sampling/slots.py); a prompt's group keeps its G rows as
 harvested (`rl/buffer.Group`); the train batch stacks the groups' rows
-(`rl/train_step.collate`) and reads `rl/train_step.BATCH_FIELDS` of them as
+(`rl/batch.collate`) and reads `rl/batch.BATCH_FIELDS` of them as
 `<field>_BxS`. Host numpy arrays once harvested.
 
 Shape letters: the package key (scalerl_jax/__init__.py), and W metadata ints

@@ -19,6 +19,7 @@ import numpy as np
 from scalerl_jax import evaluation
 from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
@@ -75,7 +76,7 @@ def build_programs(
   )
   p, g = config.data.prompts_per_step, config.data.generations_per_prompt
   s = config.sampling.max_prompt_len + config.sampling.max_new_tokens
-  batch = sharding.abstract(train_step_lib.batch_shapes(p, g, s), batch_sh)
+  batch = sharding.abstract(batch_lib.batch_shapes(p, g, s), batch_sh)
 
   # Token ids only shape constants baked into the programs; the phrase's
   # length is a stand-in (one id per word) that no buffer depends on.
