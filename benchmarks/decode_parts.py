@@ -42,6 +42,7 @@ from benchmarks import sampler as sampler_bench
 from benchmarks.shapes import shape_config
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.transformer import Transformer
 from scalerl_jax.sampling.sampler import Sampler
@@ -50,7 +51,7 @@ from scalerl_jax.sampling.sampler import Sampler
 # --prompt_len and --repeats mean the same here (its other flags are unused).
 FLAGS = flags.FLAGS
 
-_ORIGINAL = {"attention": decode.attention, "_write_rows": decode._write_rows}  # pylint: disable=protected-access
+_ORIGINAL = {"attention": decode.attention, "_write_rows": kv_cache.write_rows}  # pylint: disable=protected-access
 
 
 def _no_decode_attention(q_BxTxKxQxE, keys, values, visible, dtype, **kw):

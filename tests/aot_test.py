@@ -27,6 +27,7 @@ from scalerl_jax.jobs.planner import program_estimates
 from scalerl_jax.jobs.planner import roofline
 from scalerl_jax.jobs.planner import step_estimate
 from scalerl_jax.jobs.planner import topology
+from scalerl_jax.models import kv_cache
 from tests import helpers
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
@@ -124,7 +125,7 @@ def test_auto_attention_compiles_to_pallas_kernels_on_tpu(tiny, small_decode):
   decode = tiny[0]["decode"]
   assert decode.pallas_calls == scalerl.get_config("tiny_cpu").model.num_layers
   # 512 slots / 4 chips x 2 kv heads x 32 x 256 positions (160 rounded up
-  # to a 128-lane tile, decode.cache_align) x 4 B (float32) x keys and
+  # to a 128-lane tile, kv_cache.cache_align) x 4 B (float32) x keys and
   # values x 4 layers: the whole cache, read once ...
   assert decode.kernel_reads == 128 * 2 * 32 * 256 * 4 * 2 * 4
   # ... where the floor counts its 160 filled positions beside the weights.
@@ -177,7 +178,7 @@ def test_planner_is_within_20_percent_of_the_compiler_train_step(tiny):
 
 @needs_libtpu
 def test_planner_is_within_20_percent_of_the_compiler_decode(compiled):
-  # small_cpu's 160 positions are allocated as 256 on TPU (decode.cache_align):
+  # small_cpu's 160 positions are allocated as 256 on TPU (cache_align):
   # as 160 the compiler relaid the cache out inside the loop, 0.72 GB of
   # temporaries the planner had not counted (ratio 0.44).
   _within_20_percent(compiled[0]["decode"])

@@ -19,6 +19,7 @@ from scalerl_jax.jobs.planner import aot
 from scalerl_jax.models import attention
 from scalerl_jax.models import blockwise_attention
 from scalerl_jax.models import decode
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models import model_config
 from scalerl_jax.models import splash_attention
 from scalerl_jax.models import transformer
@@ -339,7 +340,7 @@ def test_prefill_through_blockwise_equals_plain():
         decode.prepare(cfg, params),
         tokens,
         pos,
-        decode.init_cache(cfg, 2, 40),
+        kv_cache.init_cache(cfg, 2, 40),
     )
 
   (plain_logits, plain_cache), (logits, cache) = (

@@ -35,6 +35,7 @@ from scalerl_jax.jobs.planner import layout_bytes
 from scalerl_jax.jobs.planner import plan
 from scalerl_jax.jobs.planner import plan_report
 from scalerl_jax.jobs.planner import program_estimates
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import logprobs
@@ -208,7 +209,7 @@ def test_tpu_layouts_pad_the_two_minor_dimensions_to_tiles():
   assert layout_bytes.tpu_tiled([1, 16383, 2, 64], 2) == [1, 16384, 2, 128]
   assert layout_bytes.tpu_tiled([1024], 4) == [1024]
   # Temporaries are counted tiled on TPU, arrays that live across programs not;
-  # the TPU allocates the cache's 160 positions as 256 (decode.cache_align).
+  # the TPU allocates the cache's 160 positions as 256 (kv_cache.cache_align).
   plain = _config()
   with plain.unlocked():
     plain.sampling.decode_attention = "plain"

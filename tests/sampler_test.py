@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scalerl_jax import sharding
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.lm_head import token_logprobs
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.models.transformer import Transformer
@@ -355,7 +356,7 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
 
 
 # On TPU the cache's positions are allocated in whole 128-lane tiles
-# (decode.cache_align); asked for here, on the CPU.
+# (kv_cache.cache_align); asked for here, on the CPU.
 @pytest.mark.parametrize("decode_attention", ["plain", "pallas"])
 def test_a_cache_padded_past_its_positions_samples_the_same(
     setup, decode_attention

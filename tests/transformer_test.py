@@ -11,6 +11,7 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax.models import decode
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models import lm_head
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
@@ -96,13 +97,13 @@ _forward = jax.jit(decode.forward, static_argnums=(0, 5))
     ],
 )
 # "ES" is the TPU's layout at head_dim < 128: checked on the CPU here.
-@pytest.mark.parametrize("layout", list(decode.VALUE_LAYOUTS))
+@pytest.mark.parametrize("layout", list(kv_cache.VALUE_LAYOUTS))
 def test_kv_cache_decode_equals_full_forward(overrides, layout):
   cfg, model, params = _model(**overrides)
   tokens = _tokens((3, 14), cfg.vocab_size, seed=1)
   full = model.apply({"params": params}, tokens)
   prepared = decode.prepare(cfg, params)
-  cache = decode.init_cache(cfg, batch=3, length=32, value_layout=layout)
+  cache = kv_cache.init_cache(cfg, batch=3, length=32, value_layout=layout)
   # Prefill 5 tokens, then a 3-token chunk, then one token at a time.
   logits, cache = _forward(
       cfg,
@@ -143,7 +144,7 @@ def test_kv_cache_layout(layout, value_shape):
   per layer, at the written positions."""
   cfg, _, params = _model()
   tokens = _tokens((2, 3), cfg.vocab_size, seed=4)
-  cache = decode.init_cache(cfg, batch=2, length=8, value_layout=layout)
+  cache = kv_cache.init_cache(cfg, batch=2, length=8, value_layout=layout)
   assert len(cache["k"]) == len(cache["v"]) == cfg.num_layers
   sizes = {"K": cfg.num_kv_heads, "E": cfg.head_dim, "S": 8}
   assert cache["k"][0].shape == (2, sizes["K"], sizes["E"], 8)
@@ -172,7 +173,7 @@ def test_kv_cache_rows_at_different_positions():
   ref_short = model.apply({"params": params}, short)
   ref_long = model.apply({"params": params}, long)
   prepared = decode.prepare(cfg, params)
-  cache = decode.init_cache(cfg, batch=2, length=16)
+  cache = kv_cache.init_cache(cfg, batch=2, length=16)
   padded = jnp.concatenate(
       [jnp.pad(short[:, :3], ((0, 0), (0, 5))), long[:, :8]], axis=0
   )
@@ -191,7 +192,7 @@ def test_kv_cache_decode_in_bfloat16_tracks_full_forward():
   cfg, model, params = _model(compute_dtype="bfloat16", param_dtype="bfloat16")
   tokens = _tokens((2, 6), cfg.vocab_size, seed=5)
   full = model.apply({"params": params}, tokens)
-  cache = decode.init_cache(cfg, batch=2, length=8)
+  cache = kv_cache.init_cache(cfg, batch=2, length=8)
   assert cache["k"][0].dtype == jnp.bfloat16
   logits, _ = _forward(
       cfg,
@@ -225,7 +226,7 @@ def test_fp32_lm_head_returns_float32_under_bfloat16():
 def test_cache_longer_than_context_is_rejected():
   cfg, _, _ = _model()
   with pytest.raises(ValueError, match="max_seq_len"):
-    decode.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)
+    kv_cache.init_cache(cfg, batch=1, length=cfg.max_seq_len + 1)
 
 
 def test_model_config_defaults_are_the_configs():
@@ -250,7 +251,7 @@ def test_model_config_defaults_are_the_configs():
   assert defaults == {name: model[name] for name in defaults}
 
 
-@pytest.mark.parametrize("layout", list(decode.VALUE_LAYOUTS))
+@pytest.mark.parametrize("layout", list(kv_cache.VALUE_LAYOUTS))
 def test_cache_prefix_and_put_prefix_move_the_first_positions(layout):
   # What the sampler's windows and prefills do with a cache in either layout:
   # the first p positions of chosen rows, and nothing else, are replaced.
@@ -259,13 +260,13 @@ def test_cache_prefix_and_put_prefix_move_the_first_positions(layout):
       lambda x: jnp.asarray(
           np.random.RandomState(x.ndim).randn(*x.shape), x.dtype
       ),
-      decode.init_cache(cfg, batch=3, length=8, value_layout=layout),
+      kv_cache.init_cache(cfg, batch=3, length=8, value_layout=layout),
   )
   part = jax.tree.map(
-      lambda x: x[:2] + 100.0, decode.cache_prefix(cache, 5, layout)
+      lambda x: x[:2] + 100.0, kv_cache.cache_prefix(cache, 5, layout)
   )
-  assert decode.cache_length(part) == 5
-  out = decode.put_prefix(cache, part, jnp.array([2, 0]), layout)
+  assert kv_cache.cache_length(part) == 5
+  out = kv_cache.put_prefix(cache, part, jnp.array([2, 0]), layout)
   s_axis = {"k": 3, "v": 2 if layout == "SE" else 3}  # Positions.
   for name in ("k", "v"):
     old = np.moveaxis(np.asarray(cache[name][0]), s_axis[name], -1)

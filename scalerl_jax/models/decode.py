@@ -9,9 +9,10 @@ dimension is major, the layout each backend's matmul reads in place: as
 layout, hoisted out of the decode loop (docs/tpu.md, "Resident sampler
 weights"), and XLA:CPU transposed [H, E, D] on every step.
 
-The cache is one buffer per layer, keys [B, K, E, S] and values [B, K, S, E].
-`forward` writes T tokens per row at explicit positions and attends to every
-cached position not after the query's, so each row (sampler slot) can be at
+The cache (models/kv_cache.py) is one buffer per layer, keys [B, K, E, S]
+and values [B, K, S, E] or [B, K, E, S]. `forward` writes T tokens per row
+at explicit positions and attends to every cached position not after the
+query's, so each row (sampler slot) can be at
 its own position: prefill is T = prompt length on a fresh cache (through
 `config.model.attention`), decode T = 1.
 
@@ -31,6 +32,7 @@ import jax.numpy as jnp
 
 from scalerl_jax.models import attention as attention_lib
 from scalerl_jax.models import decode_attention
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.lm_head import head_algorithm
 from scalerl_jax.models.lm_head import lm_head
 from scalerl_jax.models.lm_head import split_bf16
@@ -39,56 +41,6 @@ from scalerl_jax.models.transformer import apply_rope
 from scalerl_jax.models.transformer import attention
 from scalerl_jax.models.transformer import rms_norm
 from scalerl_jax.models.transformer import rope_frequencies
-
-# {"k": layers x [B, K, E, S], "v": layers x [B, K, S, E] or [B, K, E, S]}
-Cache = dict[str, tuple[jax.Array, ...]]
-
-KEY_AXES = ("act_batch", "act_kv_heads", "head_dim", "act_len")
-# The value cache's layouts, by name: its logical axes. "SE", position-major,
-# is the layout XLA:CPU's probabilities-times-values product reads in place
-# ("ES" ran slower there). "ES", as the keys, is for TPUs when head_dim is
-# under their 128 lanes: an E-minor cache is padded to 128 there, and the
-# compiler copied every layer's values into that padded layout. Both
-# measured in docs/tpu.md ("The value cache at head_dim 64").
-VALUE_LAYOUTS = {
-    "SE": ("act_batch", "act_kv_heads", "act_len", "head_dim"),
-    "ES": KEY_AXES,
-}
-TPU_LANES = 128
-
-
-def value_layout(platform: str, head_dim: int) -> str:
-  """The value-cache layout (a key of VALUE_LAYOUTS) for `platform`."""
-  return "ES" if platform == "tpu" and head_dim < TPU_LANES else "SE"
-
-
-def cache_align(platform: str) -> int:
-  """Cache positions are allocated in multiples of this on `platform`.
-
-  On TPU the keys' positions are their minor (lane) dimension. A length that
-  fills no 128-lane tile made the compiler keep the cache in another layout
-  and copy it inside the decode loop (docs/tpu.md, "The cache in whole lane
-  tiles", has the bytes before and after).
-  """
-  return TPU_LANES if platform == "tpu" else 1
-
-
-def allocated_length(length: int, align: int) -> int:
-  """The positions a cache of `length` allocates: the next multiple of
-  `align` (`cache_align`)."""
-  return -(-length // align) * align
-
-
-def _len_axis(layout: str) -> int:
-  """The position axis of a value cache in `layout`."""
-  return VALUE_LAYOUTS[layout].index("act_len")
-
-
-def _value_order(layout: str) -> tuple[int, ...]:
-  """The transpose of new values [B, T, K, E] into the cache's `layout`."""
-  new = ("act_batch", "act_len", "act_kv_heads", "head_dim")
-  return tuple(new.index(axis) for axis in VALUE_LAYOUTS[layout])
-
 
 PREPARED_AXES = {  # Logical names of the prepared weights (see `prepare`).
     "attn_norm": ("norm",),
@@ -110,93 +62,6 @@ TOP_AXES = {  # ... and of the rest of them.
     "head": ("embed", "vocab"),
     "head_lo": ("embed", "vocab"),
 }
-
-
-def init_cache(
-    cfg: ModelConfig,
-    batch: int,
-    length: int,
-    dtype=None,
-    value_layout: str = "SE",
-    align: int = 1,
-) -> Cache:
-  """An empty cache of `length` positions for `batch` rows, allocated as the
-  next multiple of `align` (`cache_align`); positions past `length` are
-  never written or attended to."""
-  if length > cfg.max_seq_len:
-    raise ValueError(
-        f"KV cache length {length} exceeds model.max_seq_len {cfg.max_seq_len}"
-    )
-  length = allocated_length(length, align)
-  dtype = dtype or cfg.dtype
-  k, e, n = cfg.num_kv_heads, cfg.head_dim, cfg.num_layers
-  size = {
-      "act_batch": batch,
-      "act_kv_heads": k,
-      "act_len": length,
-      "head_dim": e,
-  }
-  values = tuple(size[axis] for axis in VALUE_LAYOUTS[value_layout])
-  return {
-      "k": tuple(jnp.zeros((batch, k, e, length), dtype) for _ in range(n)),
-      "v": tuple(jnp.zeros(values, dtype) for _ in range(n)),
-  }
-
-
-def cache_length(cache: Cache) -> int:
-  return cache["k"][0].shape[-1]
-
-
-def cache_prefix(cache: Cache, length: int, value_layout: str = "SE") -> Cache:
-  """A copy of the first `length` positions of every row."""
-  head = (slice(None),) * _len_axis(value_layout)
-  return {
-      "k": tuple(x[..., :length] for x in cache["k"]),
-      "v": tuple(x[head + (slice(length),)] for x in cache["v"]),
-  }
-
-
-def put_prefix(
-    cache: Cache,
-    part: Cache,
-    rows: Any = slice(None),
-    value_layout: str = "SE",
-) -> Cache:
-  """Writes `part` (one row per entry of `rows`) over their first positions.
-
-  Row ids out of range are dropped.
-  """
-  p = cache_length(part)
-  inner = (slice(None),) * (_len_axis(value_layout) - 1)
-  return {
-      "k": tuple(
-          old.at[rows, ..., :p].set(new, mode="drop")
-          for old, new in zip(cache["k"], part["k"])
-      ),
-      "v": tuple(
-          old.at[(rows,) + inner + (slice(p),)].set(new, mode="drop")
-          for old, new in zip(cache["v"], part["v"])
-      ),
-  }
-
-
-def _write_rows(
-    cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array, axis: int
-) -> jax.Array:
-  """Writes update[b] into cache[b] from start[b] along the cache's `axis`.
-
-  A start too late for the update to fit is moved back until it does. One
-  dynamic-update-slice per row, not a scatter: docs/design/models.md.
-  """
-
-  def write(row_X, update_X, start):
-    starts = [jnp.zeros((), start.dtype)] * row_X.ndim
-    starts[axis - 1] = start
-    return jax.lax.dynamic_update_slice(
-        row_X, update_X.astype(row_X.dtype), starts
-    )
-
-  return jax.vmap(write)(cache_BxX, update_BxX, start_B)
 
 
 def _where_it_lies(fn, w: Any, where: Any) -> Any:
@@ -322,10 +187,10 @@ def forward(
     prepared: dict[str, Any],
     tokens_BxT: jax.Array,
     pos_BxT: jax.Array,
-    cache: Cache,
+    cache: kv_cache.Cache,
     value_layout: str = "SE",
     decode_kernel: str = "plain",
-) -> tuple[jax.Array, Cache]:
+) -> tuple[jax.Array, kv_cache.Cache]:
   """Writes T tokens per row into the cache; returns their next-token logits.
 
   A decode step (T = 1) attends through `decode_kernel`, "plain" or
@@ -342,7 +207,7 @@ def forward(
   h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
   g = h // k
   b, t = tokens_BxT.shape
-  s = cache_length(cache)
+  s = kv_cache.cache_length(cache)
   inv_freq = rope_frequencies(cfg)
   visible_BxTxS = jnp.arange(s)[None, None, :] <= pos_BxT[:, :, None]
   # A prefill of a fresh cache (T consecutive positions below S = T are
@@ -374,19 +239,19 @@ def forward(
     ).reshape(b, t, k, g, e)
     k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
     key_cache = nn.with_logical_constraint(
-        _write_rows(
+        kv_cache.write_rows(
             key_cache, k_BxTxKxE.transpose(0, 2, 3, 1), pos_BxT[:, 0], axis=3
         ),
-        KEY_AXES,
+        kv_cache.KEY_AXES,
     )
     value_cache = nn.with_logical_constraint(
-        _write_rows(
+        kv_cache.write_rows(
             value_cache,
-            v_BxTxKxE.transpose(_value_order(value_layout)),
+            v_BxTxKxE.transpose(kv_cache.value_order(value_layout)),
             pos_BxT[:, 0],
-            axis=_len_axis(value_layout),
+            axis=kv_cache.len_axis(value_layout),
         ),
-        VALUE_LAYOUTS[value_layout],
+        kv_cache.VALUE_LAYOUTS[value_layout],
     )
     keys.append(key_cache)
     values.append(value_cache)
@@ -396,7 +261,7 @@ def forward(
           key_cache,
           value_cache,
           pos_BxT[:, 0] + 1,
-          values_position_axis=_len_axis(value_layout),
+          values_position_axis=kv_cache.len_axis(value_layout),
           dtype=dtype,
       )[:, None]
     elif prefill_kernel != "plain":
@@ -414,7 +279,7 @@ def forward(
           value_cache,
           visible_BxTxS,
           dtype,
-          values_position_axis=_len_axis(value_layout),
+          values_position_axis=kv_cache.len_axis(value_layout),
       )
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
     normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)

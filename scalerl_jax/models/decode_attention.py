@@ -203,7 +203,7 @@ def attend(
   """Each row's queries over its first `lengths_B` cached positions.
 
   `values` are [B, K, S, E] (`values_position_axis` 2) or [B, K, E, S] (3):
-  the cache's layouts (decode.VALUE_LAYOUTS), as `transformer.attention`
+  the cache's layouts (kv_cache.VALUE_LAYOUTS), as `transformer.attention`
   takes them. Returns [B, K, Q, E] in `dtype`. `platform` picks the kernel:
   "gpu" the Triton one (values [B, K, S, E] only), else the TPU one; None is
   the platform traced for. `interpret`: None means off that platform only

@@ -11,7 +11,7 @@ docs/gpu.md.
 
 Keys are read as the cache holds them, [E, S] per row and kv head (a block
 is E rows of `block` consecutive positions), values as [S, E] ("SE", the
-value layout off TPU, decode.value_layout). The Q query heads of a kv head
+value layout off TPU, kv_cache.value_layout). The Q query heads of a kv head
 are padded with zeros to `_MIN_ROWS` rows for the tensor-core products, and
 the padding rows' outputs dropped.
 The math is `transformer.attention`'s at T = 1: scores in float32, scaled

@@ -102,7 +102,7 @@ def attention(
 
   Query head k * Q + q reads kv head k. Keys come as [B, K, E, S], values as
   [B, K, S, E], or [B, K, E, S] with `values_position_axis` 3: the decode
-  cache's layouts (decode.VALUE_LAYOUTS).
+  cache's layouts (kv_cache.VALUE_LAYOUTS).
   """
   b, t, k, g, e = q_BxTxKxQxE.shape
   s = keys_BxKxExS.shape[-1]

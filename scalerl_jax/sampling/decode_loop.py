@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from scalerl_jax.models import decode
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import interruptions
 from scalerl_jax.sampling.selection import select_tokens
@@ -145,8 +146,8 @@ def advance(
     _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
     return state
   full, layout = state.cache, settings.value_layout
-  state = state.replace(cache=decode.cache_prefix(full, window, layout))
+  state = state.replace(cache=kv_cache.cache_prefix(full, window, layout))
   _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))
   return state.replace(
-      cache=decode.put_prefix(full, state.cache, value_layout=layout)
+      cache=kv_cache.put_prefix(full, state.cache, value_layout=layout)
   )

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from scalerl_jax.models import decode
 from scalerl_jax.models import decode_attention
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling.interruptions import InterruptionSettings
 
@@ -34,13 +34,13 @@ class SamplingSettings:
   kv_cache_dtype: str = "float32"  # A key of model_config.DTYPES.
   # One of sharding.WEIGHT_LAYOUTS: where the regrouped weights live.
   weight_layout: str = "sharded"
-  # A key of decode.VALUE_LAYOUTS, set for the platform by `for_platform`,
+  # A key of kv_cache.VALUE_LAYOUTS, set for the platform by `for_platform`,
   # so it is not a config field.
   value_layout: str = "SE"
   # One of decode_attention.KERNELS; `for_platform` resolves "auto".
   decode_attention: str = "plain"
   # The cache's positions are allocated in multiples of this
-  # (`cache_positions`); `for_platform` sets decode.cache_align's on TPU.
+  # (`cache_positions`); `for_platform` sets kv_cache.cache_align's on TPU.
   cache_align: int = 1
   interruption: InterruptionSettings = InterruptionSettings()
 
@@ -86,8 +86,8 @@ class SamplingSettings:
     ValueError for `decode_attention="pallas"` on a cache no block tiles."""
     aligned = dataclasses.replace(
         self,
-        value_layout=decode.value_layout(platform, model_cfg.head_dim),
-        cache_align=max(self.cache_align, decode.cache_align(platform)),
+        value_layout=kv_cache.value_layout(platform, model_cfg.head_dim),
+        cache_align=max(self.cache_align, kv_cache.cache_align(platform)),
     )
     return dataclasses.replace(
         aligned,
@@ -105,7 +105,7 @@ class SamplingSettings:
   def cache_positions(self) -> int:
     """Positions the KV cache allocates per slot: `cache_len` rounded up to
     a multiple of `cache_align`."""
-    return decode.allocated_length(self.cache_len, self.cache_align)
+    return kv_cache.allocated_length(self.cache_len, self.cache_align)
 
   def validate(self, model_cfg: ModelConfig) -> None:
     """Raises ValueError naming the first setting the model cannot work with."""

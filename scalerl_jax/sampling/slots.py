@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec
 
 from scalerl_jax import sharding
 from scalerl_jax.models import decode
+from scalerl_jax.models import kv_cache
 from scalerl_jax.models.model_config import DTYPES
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import interruptions
@@ -41,7 +42,7 @@ class SlotState:
   """Device state of all slots (a pytree; donated to every update)."""
 
   # {"k": layers x [N, K, E, S], "v": layers x [N, K, S, E]}
-  cache: decode.Cache
+  cache: kv_cache.Cache
   tokens: jax.Array  # [N, S] int32 prompt, completion, then pad_id.
   # [N, S] float32 log pi_gen at the sampling temperature; 0 where mask is 0.
   gen_logp: jax.Array
@@ -70,9 +71,9 @@ def state_shardings(
   rows = sharding.named_sharding(mesh, rules, ("act_batch",))
   rows_pos = sharding.named_sharding(mesh, rules, ("act_batch", "act_len"))
   rows_meta = sharding.named_sharding(mesh, rules, ("act_batch", None))
-  keys = sharding.named_sharding(mesh, rules, decode.KEY_AXES)
+  keys = sharding.named_sharding(mesh, rules, kv_cache.KEY_AXES)
   values = sharding.named_sharding(
-      mesh, rules, decode.VALUE_LAYOUTS[value_layout]
+      mesh, rules, kv_cache.VALUE_LAYOUTS[value_layout]
   )
   layers = range(num_layers)
   return SlotState(
@@ -130,7 +131,7 @@ def empty_state(
 ) -> SlotState:
   n, s = num_slots, settings.cache_len
   return SlotState(
-      cache=decode.init_cache(
+      cache=kv_cache.init_cache(
           model_cfg,
           n,
           s,
@@ -182,7 +183,7 @@ def start(
       weights,
       prompts_nxL,
       pos_nxL,
-      decode.init_cache(
+      kv_cache.init_cache(
           model_cfg, n, p, DTYPES[settings.kv_cache_dtype], layout
       ),
       layout,
@@ -194,13 +195,13 @@ def start(
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
       return jnp.where(keep, rows.astype(x.dtype), x)
 
-    cache = decode.put_prefix(
+    cache = kv_cache.put_prefix(
         state.cache,
-        jax.tree.map(put, decode.cache_prefix(state.cache, p, layout), fresh),
+        jax.tree.map(put, kv_cache.cache_prefix(state.cache, p, layout), fresh),
         value_layout=layout,
     )
   else:
-    cache = decode.put_prefix(state.cache, fresh, slot_ids_n, layout)
+    cache = kv_cache.put_prefix(state.cache, fresh, slot_ids_n, layout)
 
     def put(x, rows):
       return x.at[slot_ids_n].set(rows, mode="drop")

@@ -172,7 +172,7 @@ def build_programs(
           "val_decode": held["train_state"] + held["slots"],
       },
       # The floor reads the cache's filled positions (`cache_len`), not the
-      # padding past them (`cache_positions`, decode.cache_align).
+      # padding past them (`cache_positions`, kv_cache.cache_align).
       decode_floor={
           name: held["weights"]
           + sharding.per_device_bytes(state.cache)
