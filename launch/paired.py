@@ -7,6 +7,8 @@ The runs are named `seed=N/<point>` below --workdirs, as `launch.sweep`
 lays out one sweep per seed. Prints each seed's end points and difference,
 their mean ± sigma, the verdict at --z sigma, and the seeds that an effect of
 --effect would need at the measured spread (scalerl_jax/scaling/paired.py).
+--param=A_fit compares each run's fitted asymptote instead of its end point,
+for runs long enough to pin their sigmoids.
 
 With --claims=<sweep file> it checks every claim of the file's CLAIMS
 (`paired.GridClaim`) instead and prints one Markdown table: the claim, the
@@ -38,6 +40,13 @@ _CLAIMS = flags.DEFINE_string(
     "A sweep file whose CLAIMS to check, in place of --first/--second.",
 )
 _Y = flags.DEFINE_string("y", "val/mean_at_k", "Validation score key.")
+_PARAM = flags.DEFINE_enum(
+    "param",
+    "A",
+    list(paired.STATISTICS),
+    "With --first/--second, the statistic compared (scaling/paired.py's "
+    "STATISTICS).",
+)
 _LAST = flags.DEFINE_integer(
     "last", 1, "Validation scores averaged at each run's end."
 )
@@ -122,12 +131,13 @@ def main(argv):
     raise app.UsageError("--first and --second, or --claims, are required")
   try:
     p = paired.paired(
-        paired.by_seed(found, _FIRST.value, _LAST.value),
-        paired.by_seed(found, _SECOND.value, _LAST.value),
+        paired.by_seed(found, _FIRST.value, _LAST.value, _PARAM.value),
+        paired.by_seed(found, _SECOND.value, _LAST.value, _PARAM.value),
     )
   except ValueError as e:
     raise SystemExit(f"launch.paired: {e}") from None
   first, second = _FIRST.value, _SECOND.value
+  print(f"{_PARAM.value}: {paired.STATISTICS[_PARAM.value]}")
   print(f"seed  {first:>8}  {second:>8}  difference")
   for s, v1, v2, d in zip(p.seeds, p.first, p.second, p.differences):
     print(f"{s:>4}  {v1:8.4f}  {v2:8.4f}  {d:+.4f}")

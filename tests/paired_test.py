@@ -11,6 +11,7 @@ import pytest
 from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import paired
 from scalerl_jax.scaling import runs
+from scalerl_jax.scaling import sigmoid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,3 +159,39 @@ def test_launcher_checks_a_sweep_files_claims(tmp_path):
   ) in out
   # Points that did not run are named, not dropped.
   assert "| scalerl > dapo in A |" in out and "missing" in out
+
+
+def _write_sigmoid(path, a, b=2.0, c_mid=60.0, r0=0.3, last_step=180):
+  steps = range(0, last_step + 1, 10)
+  os.makedirs(path)
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for step in steps:
+      score = float(sigmoid.sigmoid(step, a, b, c_mid, r0))
+      f.write(json.dumps({"step": step, "val/mean_at_k": score}) + "\n")
+
+
+def test_fitted_a_recovers_each_runs_asymptote_and_pairs_it(tmp_path):
+  """Runs drawn from known sigmoids: the fitted A is theirs, the launcher
+  pairs it by seed, and the end point (still 0.02-0.03 below A at step 180)
+  would not give the asymptotes' difference."""
+  for seed, (a1, a2) in enumerate([(0.80, 0.70), (0.85, 0.77), (0.78, 0.66)]):
+    _write_sigmoid(str(tmp_path / f"seed={seed}" / "cispo"), a1)
+    _write_sigmoid(str(tmp_path / f"seed={seed}" / "dapo"), a2, c_mid=40.0)
+  run = runs.read_run(str(tmp_path / "seed=0" / "cispo"), x_key="step")
+  assert paired.score(run, "A_fit") == pytest.approx(0.80, abs=2e-3)
+  assert paired.score(run, "A") < 0.79
+  out = _launch_paired(
+      tmp_path, "--first=cispo", "--second=dapo", "--param=A_fit"
+  )
+  # d = 0.10, 0.08, 0.12: mean 0.10, sd 0.02.
+  assert "A_fit: fitted A" in out
+  assert "cispo - dapo: +0.100" in out and "(sd 0.020" in out
+  assert "cispo higher at 2 sigma" in out
+
+
+def test_fitted_a_refuses_a_run_that_does_not_pin_it(tmp_path):
+  """A run cut off before its midpoint says so, rather than give an A."""
+  path = str(tmp_path / "seed=0" / "early")
+  _write_sigmoid(path, 0.8, c_mid=600.0, last_step=60)
+  with pytest.raises(ValueError, match="not pinned|no sigmoid fit"):
+    paired.fitted_a(runs.read_run(path, x_key="step"))

@@ -26,6 +26,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from scalerl_jax.scaling import compare
+from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import runs as runs_lib
 from scalerl_jax.scaling import seeds
 
@@ -34,6 +35,8 @@ from scalerl_jax.scaling import seeds
 STATISTICS = {
     "A": "end point: the mean of the last validations",
     "B": "speed: the mean of the validations after step 0",
+    # For runs long enough that each one's sigmoid pins its C_mid.
+    "A_fit": "fitted A: the asymptote of each run's own sigmoid fit",
 }
 
 
@@ -71,12 +74,29 @@ def speed_score(run: runs_lib.Run) -> float:
   return float(np.mean(run.score[1:]))
 
 
+def fitted_a(run: runs_lib.Run) -> float:
+  """A of the run's own sigmoid, fitted by the paper's procedure
+  (`curves.fit_curve`). ValueError when it cannot be fitted or the fit warns
+  (C_mid or A not pinned)."""
+  curve = curves.fit_curve(run.steps, run.compute, run.score)
+  if curve.fit is None:
+    raise ValueError(f"{run.workdir}: no sigmoid fit: {curve.error}")
+  if not curve.fit.reliable:
+    raise ValueError(
+        f"{run.workdir}: its fitted A is not pinned: "
+        + "; ".join(curve.fit.warnings)
+    )
+  return float(curve.fit.a)
+
+
 def score(run: runs_lib.Run, param: str = "A", last: int = 1) -> float:
   """The statistic standing for `param` (`STATISTICS`) on one run."""
   if param == "A":
     return final_score(run, last)
   if param == "B":
     return speed_score(run)
+  if param == "A_fit":
+    return fitted_a(run)
   raise ValueError(
       f"paired statistics exist for {list(STATISTICS)}, not {param!r}"
   )
