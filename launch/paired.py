@@ -104,7 +104,8 @@ def _claims_table(found, path):
     else:
       need = paired.seeds_needed(p.sd, max(abs(p.mean), compare.A_NOISE), z)
     mech = "; ".join(
-        f"{key}: {_mechanism(found, c.first, key, how)} / "
+        f"{key}{'' if how == 'mean' else f' ({how})'}: "
+        f"{_mechanism(found, c.first, key, how)} / "
         f"{_mechanism(found, c.second, key, how)}"
         for key, how in gc.mechanism
     )

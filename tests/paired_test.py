@@ -143,6 +143,9 @@ def test_mechanism_size_mean_or_last(tmp_path):
       f.write(json.dumps({"step": step, "prompts_retired": retired}) + "\n")
   assert paired.mechanism_size(str(path), "prompts_retired") == 3.0
   assert paired.mechanism_size(str(path), "prompts_retired", "last") == 7.0
+  assert paired.mechanism_size(str(path), "prompts_retired", "first") == 0.0
+  with pytest.raises(ValueError, match="not 'median'"):
+    paired.mechanism_size(str(path), "prompts_retired", "median")
   assert paired.mechanism_size(str(path), "train/l2_grads") is None
 
 

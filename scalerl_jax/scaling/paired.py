@@ -40,6 +40,10 @@ STATISTICS = {
 }
 
 
+# How `mechanism_size` summarises a run's logged mechanism.
+MECHANISM_SUMMARIES = ("mean", "last", "first")
+
+
 @dataclasses.dataclass(frozen=True)
 class Paired:
   """The seed-by-seed differences of two points and their summary."""
@@ -162,8 +166,8 @@ class GridClaim:
 
   claim: compare.Claim
   paper: str  # The paper's numbers or words (PAPER.md).
-  # (logged key, "mean" over the run's steps or "last" value): the quantity
-  # through which the paper says the choice acts.
+  # (logged key, how `mechanism_size` summarises it: MECHANISM_SUMMARIES):
+  # the quantity through which the paper says the choice acts.
   mechanism: tuple[tuple[str, str], ...] = ()
 
 
@@ -185,11 +189,15 @@ def claim_verdict(p: Paired, claim: compare.Claim, z: float = 2.0) -> str:
 def mechanism_size(
     workdir: str, key: str, how: str = "mean"
 ) -> Optional[float]:
-  """A run's `key`: its mean over the logged steps or its last value; None
-  when the run never logged it."""
-  if how not in ("mean", "last"):
-    raise ValueError(f"how is 'mean' or 'last', not {how!r}")
+  """A run's `key`: its mean over the logged steps (`how` "mean"), its last
+  value, or its first (before any update has reached the sampler: the
+  sampler-trainer mismatch of precision alone); None when the run never
+  logged it."""
+  if how not in MECHANISM_SUMMARIES:
+    raise ValueError(f"how is one of {MECHANISM_SUMMARIES}, not {how!r}")
   run = runs_lib.read_run(workdir, x_key="step", y_key=key)
   if not len(run.score):
     return None
-  return float(run.score[-1] if how == "last" else np.mean(run.score))
+  if how == "mean":
+    return float(np.mean(run.score))
+  return float(run.score[0 if how == "first" else -1])
