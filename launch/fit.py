@@ -58,7 +58,9 @@ _FIT_FRACTION = flags.DEFINE_float(
     "Share of each curve's final compute to fit on; the rest is predicted (paper: 0.5).",
 )
 _NUM_BOOTSTRAP = flags.DEFINE_integer(
-    "num_bootstrap", 200, "Resamples for the fits' uncertainties; 0 for none."
+    "num_bootstrap",
+    curves.NUM_BOOTSTRAP,
+    "Resamples for the fits' uncertainties; 0 for none.",
 )
 _OUT = flags.DEFINE_string(
     "out",

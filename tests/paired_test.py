@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from scalerl_jax.scaling import compare
+from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import paired
 from scalerl_jax.scaling import runs
 from scalerl_jax.scaling import sigmoid
@@ -198,3 +200,24 @@ def test_fitted_a_refuses_a_run_that_does_not_pin_it(tmp_path):
   _write_sigmoid(path, 0.8, c_mid=600.0, last_step=60)
   with pytest.raises(ValueError, match="not pinned|no sigmoid fit"):
     paired.fitted_a(runs.read_run(path, x_key="step"))
+
+
+def test_fitted_a_refuses_a_fit_that_only_its_bootstrap_shows_unpinned(
+    tmp_path,
+):
+  """Validation noise of 0.02 around a sigmoid whose midpoint is in range:
+  the fit itself does not warn, but its bootstrap leaves a parameter
+  unpinned, and launch.fit would mark it unreliable."""
+  steps = np.arange(0, 190, 10)
+  score = sigmoid.sigmoid(steps, 0.85, 1.4, 60.0, 0.64)
+  score += 0.02 * np.random.default_rng(0).standard_normal(len(steps))
+  score[0] = 0.64
+  path = tmp_path / "seed=0" / "noisy"
+  os.makedirs(path)
+  with open(path / "metrics.jsonl", "w") as f:
+    for step, value in zip(steps, score):
+      f.write(json.dumps({"step": int(step), "val/mean_at_k": value}) + "\n")
+  run = runs.read_run(str(path), x_key="step")
+  assert curves.fit_curve(run.steps, run.compute, run.score).fit.reliable
+  with pytest.raises(ValueError, match="bootstrap std"):
+    paired.fitted_a(run)

@@ -80,9 +80,12 @@ def speed_score(run: runs_lib.Run) -> float:
 
 def fitted_a(run: runs_lib.Run) -> float:
   """A of the run's own sigmoid, fitted by the paper's procedure
-  (`curves.fit_curve`). ValueError when it cannot be fitted or the fit warns
-  (C_mid or A not pinned)."""
-  curve = curves.fit_curve(run.steps, run.compute, run.score)
+  (`curves.fit_curve`). ValueError when it cannot be fitted or the fit is
+  not reliable: it warns, or its bootstrap spread leaves A, B or C_mid
+  unpinned (as launch.fit marks it)."""
+  curve = curves.fit_curve(
+      run.steps, run.compute, run.score, num_bootstrap=curves.NUM_BOOTSTRAP
+  )
   if curve.fit is None:
     raise ValueError(f"{run.workdir}: no sigmoid fit: {curve.error}")
   if not curve.fit.reliable:
