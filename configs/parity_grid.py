@@ -194,3 +194,33 @@ CLAIMS = (
         "npr_off", "No-Positive-Resampling: ", ("prompts_retired", "last")
     ),
 )
+
+# The claims checked on the long runs (docs/runs/parity/long): scalerl and
+# dapo continued to 180 steps, batch8 to 360 (the same samples), where the
+# end point is the mean of the validations at steps 170 and 180 (340 and
+# 360). Reproduce:
+#   python -m launch.sweep --sweep=configs/parity_grid.py \
+#       --workdir=/tmp/parity/long/seed=0 --set=seed=0 \
+#       --points=scalerl,dapo --set=trainer.num_steps=180
+#   (and --points=batch8 --set=trainer.num_steps=360), then
+#   python -m launch.paired --workdirs=/tmp/parity/long \
+#       --claims=configs/parity_grid.py:LONG_CLAIMS --last=2
+LONG_CLAIMS = (
+    _claim(
+        "scalerl",
+        "higher",
+        "dapo",
+        "A",
+        "CISPO over DAPO in A (§6), at 180 steps",
+        *_CLIPPED,
+    ),
+    _claim(
+        "scalerl",
+        "higher",
+        f"batch{SMALL_BATCH}",
+        "A",
+        "A 0.645 / 0.610 / 0.605 at batch 2048 / 768 / 512 (§1), at 180 "
+        "steps of 16 and 360 of 8",
+        ("train/l2_grads", "mean"),
+    ),
+)

@@ -37,7 +37,8 @@ _SECOND = flags.DEFINE_string("second", None, "Point name.")
 _CLAIMS = flags.DEFINE_string(
     "claims",
     None,
-    "A sweep file whose CLAIMS to check, in place of --first/--second.",
+    "A sweep file whose CLAIMS to check, in place of --first/--second; "
+    "<file>:NAME checks its NAME instead.",
 )
 _Y = flags.DEFINE_string("y", "val/mean_at_k", "Validation score key.")
 _PARAM = flags.DEFINE_enum(
@@ -70,11 +71,14 @@ def _mechanism(found, point, key, how):
   return f"{np.mean(sizes):.4g}" if sizes else "-"
 
 
-def _claims_table(found, path):
-  """The Markdown table of the sweep file's CLAIMS on `found`."""
-  claims = getattr(sweep.load_module(path), "CLAIMS", None)
+def _claims_table(found, spec):
+  """The Markdown table of `spec`'s claims ("<sweep file>[:NAME]", NAME
+  defaulting to CLAIMS) on `found`."""
+  path, _, name = spec.partition(":")
+  name = name or "CLAIMS"
+  claims = getattr(sweep.load_module(path), name, None)
   if not claims:
-    raise SystemExit(f"launch.paired: {path} defines no CLAIMS")
+    raise SystemExit(f"launch.paired: {path} defines no {name}")
   z = _Z.value
   lines = [
       "| claim | paper | ours: first - second | seeds, steps | verdict "

@@ -164,6 +164,17 @@ def test_launcher_checks_a_sweep_files_claims(tmp_path):
   ) in out
   # Points that did not run are named, not dropped.
   assert "| scalerl > dapo in A |" in out and "missing" in out
+  # Another list of the file's claims by name; only its own claims.
+  for seed in range(3):
+    _write_run(str(tmp_path / f"seed={seed}" / "batch8"), [0.2, 0.3, 0.3])
+  long = _launch_paired(
+      tmp_path, "--claims=configs/parity_grid.py:LONG_CLAIMS", "--last=2"
+  )
+  assert "| scalerl > batch8 in A (end point) |" in long
+  assert "short" not in long
+  with pytest.raises(subprocess.CalledProcessError) as raised:
+    _launch_paired(tmp_path, "--claims=configs/parity_grid.py:NOPE")
+  assert "configs/parity_grid.py defines no NOPE" in raised.value.stderr
 
 
 def _write_sigmoid(path, a, b=2.0, c_mid=60.0, r0=0.3, last_step=180):
