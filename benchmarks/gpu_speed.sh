@@ -8,8 +8,8 @@
 #   OUT=/tmp/gpu_speed bash benchmarks/gpu_speed.sh
 #   OUT=/tmp/gpu_speed STAGES="head train mismatch" bash benchmarks/gpu_speed.sh
 #
-# Stages beyond the default list: sampler_graphs, m8, remat_dots,
-# remat_dots_m8, learn. The next GPU session's first call (docs/gpu.md), the
+# Stages beyond the default list: sampler_graphs, sampler_check, m8,
+# remat_dots, remat_dots_m8, learn. The next GPU session's first call (docs/gpu.md), the
 # GPU tests first, 570 s of stage limits:
 #
 #   STAGES="tests learn train remat_dots m8 remat_dots_m8" PARTS= TESTS_S=45 \
@@ -90,6 +90,15 @@ run_stage() {
         timeout "${SAMPLER_S:-120}" "${SAMPLER[@]}" \
         --runs="${RUNS:-256x512,64x256}" --kernels=pallas --mismatch_run= \
         --json="$OUT/sampler_graphs.json" ;;
+    sampler_check)
+      # Not yet run on a GPU: the decode loop checked every 8 steps (a
+      # fixed-trip inner loop, sampling.decode_steps_per_check), against the
+      # host waiting for the device at every step's check.
+      stage "sampler with the loop checked every ${CHECK_EVERY:-8} steps"
+      timeout "${SAMPLER_S:-120}" python3 -m benchmarks.sampler_gpu \
+        --shape="${SAMPLER_SHAPE:-qwen3_0.6b}:sampling.decode_steps_per_check=${CHECK_EVERY:-8}" \
+        --prompt_len="${PROMPT_LEN:-256}" --runs="${RUNS:-256x512,64x256}" \
+        --kernels=pallas --mismatch_run= --json="$OUT/sampler_check.json" ;;
     m8)
       stage "train step: 8 microbatches of 16 rows"
       timeout "${VARIANT_S:-75}" "${TRAIN[@]}" \

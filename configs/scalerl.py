@@ -285,6 +285,12 @@ def get_config(arg=None):
   # (`slot_batches` x P x G in rl/schedules.py).
   c.sampling.num_slots = 0
   c.sampling.decode_steps_per_call = 16  # Decode steps between weight checks.
+  # Decode steps between the device loop's checks of whether any slot still
+  # runs: a fixed-trip inner loop (sampling/decode_loop.py), the same tokens.
+  # On a GPU each check makes the host wait for the device; steps past the
+  # loop's end change nothing but cost a step. 1 = a check every step (not
+  # yet measured on a GPU: benchmarks/gpu_speed.sh's sampler_check stage).
+  c.sampling.decode_steps_per_check = 1
   # Dtype of the sampler's KV cache: float32 | bfloat16. Accelerators keep it in
   # bfloat16 (half the bytes every decode step reads); CPUs compute in float32.
   c.sampling.kv_cache_dtype = "float32" if cpu else "bfloat16"

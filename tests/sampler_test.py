@@ -499,3 +499,47 @@ def test_bad_input_is_a_clear_error_before_compiling(setup):
         key,
         meta=np.zeros((1, 3), np.int32),
     )
+
+
+@pytest.mark.parametrize("every", [4, 7])
+def test_checking_every_few_steps_decodes_the_same(setup, every):
+  """A fixed-trip inner loop of `every` steps between the loop's checks:
+  the same tokens, log-probs and lengths as a check every step, with calls
+  of 5 steps (not a multiple), slots ending at EOS inside the inner loop,
+  refilled slots, and attention windows."""
+  _, _, eos = _greedy_with_eos(setup)
+  prompts, params = setup["prompts"], setup["params"]
+  runs, five = {}, {}
+  for check in (1, every):
+    sampler = setup["make"](
+        temperature=1.0, eos_ids=(eos,), decode_steps_per_check=check
+    )
+    runs[check] = _run_slots(
+        sampler, params, prompts, PROMPT_LENS, 3, range(len(PROMPT_LENS))
+    )[0]
+    # One call stops at its 5 steps, wherever the inner loop is.
+    state = sampler.init_state(8)
+    state = sampler.start(
+        state, params, np.arange(6), prompts, PROMPT_LENS, jax.random.key(3)
+    )
+    state = sampler.advance(state, params, 0, 5)
+    five[check] = np.asarray(sampler._call(sampler._progress, state)[1])
+  # 5 tokens each (the prompt's last re-read first), none past them.
+  np.testing.assert_array_equal(five[1][:6], PROMPT_LENS + 5)
+  np.testing.assert_array_equal(five[every], five[1])
+  assert runs[1].keys() == runs[every].keys()
+  for i, ref in runs[1].items():
+    got = runs[every][i]
+    np.testing.assert_array_equal(got.tokens, ref.tokens)
+    np.testing.assert_array_equal(got.mask, ref.mask)
+    np.testing.assert_array_equal(got.gen_logp, ref.gen_logp)
+    assert got.seq_len == ref.seq_len and got.truncated == ref.truncated
+  # Attention windows: generate's calls stop where the window is full.
+  outs = [
+      setup["make"](
+          max_new_tokens=112, temperature=0.0, decode_steps_per_check=check
+      ).generate(params, prompts, PROMPT_LENS, jax.random.key(2))
+      for check in (1, every)
+  ]
+  np.testing.assert_array_equal(outs[0].tokens, outs[1].tokens)
+  np.testing.assert_array_equal(outs[0].gen_logp, outs[1].gen_logp)

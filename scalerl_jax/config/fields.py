@@ -186,6 +186,7 @@ RULES: dict[str, Rule] = {
     "sampling.max_new_tokens": _POS_INT,
     "sampling.num_slots": _NONNEG_INT,
     "sampling.decode_steps_per_call": _POS_INT,
+    "sampling.decode_steps_per_check": _POS_INT,
     "sampling.kv_cache_dtype": _one_of(model_config.DTYPES),
     "sampling.weight_layout": _one_of(sharding.WEIGHT_LAYOUTS),
     "sampling.decode_attention": _one_of(decode_attention.KERNELS),

@@ -24,7 +24,7 @@ J = Q + 2 (the q, k and v of one kv head), F = K x J x E.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -190,8 +190,12 @@ def forward(
     cache: kv_cache.Cache,
     value_layout: str = "SE",
     decode_kernel: str = "plain",
+    keep_B: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, kv_cache.Cache]:
   """Writes T tokens per row into the cache; returns their next-token logits.
+
+  Rows where `keep_B` is True leave the cache as it is (None: every row
+  writes).
 
   A decode step (T = 1) attends through `decode_kernel`, "plain" or
   "pallas" (`decode_attention.choose`; "pallas" needs a cache length it
@@ -240,7 +244,11 @@ def forward(
     k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
     key_cache = nn.with_logical_constraint(
         kv_cache.write_rows(
-            key_cache, k_BxTxKxE.transpose(0, 2, 3, 1), pos_BxT[:, 0], axis=3
+            key_cache,
+            k_BxTxKxE.transpose(0, 2, 3, 1),
+            pos_BxT[:, 0],
+            axis=3,
+            keep_B=keep_B,
         ),
         kv_cache.KEY_AXES,
     )
@@ -250,6 +258,7 @@ def forward(
             v_BxTxKxE.transpose(kv_cache.value_order(value_layout)),
             pos_BxT[:, 0],
             axis=kv_cache.len_axis(value_layout),
+            keep_B=keep_B,
         ),
         kv_cache.VALUE_LAYOUTS[value_layout],
     )

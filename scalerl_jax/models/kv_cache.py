@@ -12,7 +12,7 @@ Design: docs/design/models.md. Shape letters: the package key
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -138,19 +138,31 @@ def put_prefix(
 
 
 def write_rows(
-    cache_BxX: jax.Array, update_BxX: jax.Array, start_B: jax.Array, axis: int
+    cache_BxX: jax.Array,
+    update_BxX: jax.Array,
+    start_B: jax.Array,
+    axis: int,
+    keep_B: Optional[jax.Array] = None,
 ) -> jax.Array:
   """Writes update[b] into cache[b] from start[b] along the cache's `axis`.
 
   A start too late for the update to fit is moved back until it does. One
-  dynamic-update-slice per row, not a scatter: docs/design/models.md.
+  dynamic-update-slice per row, not a scatter: docs/design/models.md. Rows
+  where `keep_B` is True write back what they hold there instead (None:
+  every row writes).
   """
 
-  def write(row_X, update_X, start):
+  def write(row_X, update_X, start, keep):
     starts = [jnp.zeros((), start.dtype)] * row_X.ndim
     starts[axis - 1] = start
-    return jax.lax.dynamic_update_slice(
-        row_X, update_X.astype(row_X.dtype), starts
-    )
+    update_X = update_X.astype(row_X.dtype)
+    if keep is not None:
+      held_X = jax.lax.dynamic_slice(row_X, starts, update_X.shape)
+      update_X = jnp.where(keep, held_X, update_X)
+    return jax.lax.dynamic_update_slice(row_X, update_X, starts)
 
-  return jax.vmap(write)(cache_BxX, update_BxX, start_B)
+  if keep_B is None:
+    return jax.vmap(lambda r, u, s: write(r, u, s, None))(
+        cache_BxX, update_BxX, start_B
+    )
+  return jax.vmap(write)(cache_BxX, update_BxX, start_B, keep_B)

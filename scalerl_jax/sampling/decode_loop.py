@@ -3,9 +3,10 @@
 A decode step runs the model on every slot's last token (so the first step
 re-reads the prompt's last token), chooses the next one and appends it with
 its records, so every chosen token depends only on the parameters of the call
-that chose it. `advance` loops the steps on the device (`jax.lax.while_loop`)
-and stops when no slot runs; `sampler.Sampler` binds the static arguments and
-shardings. Pure and jit-able, like slots.py.
+that chose it. `advance` loops the steps on the device (`jax.lax.while_loop`,
+checked every `decode_steps_per_check` steps) and stops when no slot runs;
+`sampler.Sampler` binds the static arguments and shardings. Pure and
+jit-able, like slots.py.
 
 Design: docs/design/sampling.md.
 
@@ -15,7 +16,7 @@ completion budget.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +38,16 @@ def _decode_step(
     weights: Any,
     version: jax.Array,
     state: SlotState,
+    go: Optional[jax.Array] = None,
 ) -> SlotState:
+  """One decode step; with `go` (traced) False, a step that changes nothing,
+  the cache included (None: a step that runs)."""
   s = state.tokens.shape[1]
   live_N = state.active & ~state.done
+  keep_N = None
+  if go is not None:
+    live_N &= go
+    keep_N = jnp.broadcast_to(~go, live_N.shape)
   last_N = jnp.maximum(state.seq_len - 1, 0)
   last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
   logits_Nx1xV, cache = decode.forward(
@@ -50,6 +58,7 @@ def _decode_step(
       state.cache,
       settings.value_layout,
       settings.decode_attention,
+      keep_N,
   )
   uniform_N = jnp.take_along_axis(
       state.uniform, state.seq_len[:, None], axis=1, mode="clip"
@@ -122,7 +131,9 @@ def advance(
   Every token is chosen with `weights` and recorded with `version`. A static
   `window` with 0 < window < S makes attention read only the first `window`
   cache positions, and stops the loop before a running slot's next token
-  would sit past them.
+  would sit past them. The loop checks whether to go on every
+  `settings.decode_steps_per_check` steps (on a GPU each check waits for the
+  device); the steps it runs past its end change nothing.
   """
   s = settings.cache_len
   windowed = 0 < window < s
@@ -140,7 +151,22 @@ def advance(
 
   def body(carry):
     step, st = carry
-    return step + 1, _decode_step(model_cfg, settings, weights, version, st)
+    every = settings.decode_steps_per_check
+    if every == 1:
+      return step + 1, _decode_step(model_cfg, settings, weights, version, st)
+
+    # `every` steps between checks: a fixed-trip inner loop, whose steps
+    # past the loop's end (num_steps reached, the window full, or no slot
+    # running) change nothing (`_decode_step`'s go), so the tokens and
+    # records are those of a check every step.
+    def inner(_, carry):
+      step, st = carry
+      go = running(carry)
+      return step + go.astype(step.dtype), _decode_step(
+          model_cfg, settings, weights, version, st, go
+      )
+
+    return jax.lax.fori_loop(0, every, inner, (step, st))
 
   if not windowed:
     _, state = jax.lax.while_loop(running, body, (jnp.int32(0), state))

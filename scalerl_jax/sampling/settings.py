@@ -28,6 +28,8 @@ class SamplingSettings:
   # Default slot count of `Sampler.init_state`; 0 = must be given.
   num_slots: int = 0
   decode_steps_per_call: int = 16  # Default `num_steps` of `Sampler.advance`.
+  # Decode steps between the loop's checks of whether to go on (decode_loop).
+  decode_steps_per_check: int = 1
   # Tokens that end a sequence (kept, mask 1); () = none.
   eos_ids: tuple[int, ...] = ()
   pad_id: int = 0  # Fills positions after a sequence's end.
@@ -68,6 +70,7 @@ class SamplingSettings:
         max_new_tokens=int(s.max_new_tokens),
         num_slots=int(s.num_slots),
         decode_steps_per_call=int(s.decode_steps_per_call),
+        decode_steps_per_check=int(s.decode_steps_per_check),
         eos_ids=tuple(int(t) for t in eos_ids),
         pad_id=int(pad_id),
         kv_cache_dtype=str(s.kv_cache_dtype),
@@ -134,6 +137,10 @@ class SamplingSettings:
     if self.decode_steps_per_call <= 0:
       raise ValueError(
           f"sampling.decode_steps_per_call: {self.decode_steps_per_call} must be > 0"
+      )
+    if self.decode_steps_per_check <= 0:
+      raise ValueError(
+          f"sampling.decode_steps_per_check: {self.decode_steps_per_check} must be > 0"
       )
     bad = [t for t in self.eos_ids + (self.pad_id,) if not 0 <= t < vocab]
     if bad:
