@@ -26,6 +26,7 @@ from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import plots
 from scalerl_jax.scaling import report
 from scalerl_jax.scaling import runs
+from scalerl_jax.scaling import uncertainty
 from scalerl_jax.scaling import verdicts
 
 _WORKDIRS = flags.DEFINE_list(
@@ -59,7 +60,7 @@ _FIT_FRACTION = flags.DEFINE_float(
 )
 _NUM_BOOTSTRAP = flags.DEFINE_integer(
     "num_bootstrap",
-    curves.NUM_BOOTSTRAP,
+    uncertainty.NUM_BOOTSTRAP,
     "Resamples for the fits' uncertainties; 0 for none.",
 )
 _OUT = flags.DEFINE_string(

@@ -225,7 +225,7 @@ def compare(
     *,
     a_noise: float = A_NOISE,
     stds: Optional[tuple[Stds, Stds]] = None,
-    num_bootstrap: int = 200,
+    num_bootstrap: int = uncertainty.NUM_BOOTSTRAP,
     seed: int = 0,
     **fit_kwargs,
 ) -> Comparison:

@@ -24,8 +24,6 @@ from scalerl_jax.scaling import uncertainty
 
 # 1.5k of the paper's 50k GPU-hour runs (docs/design/scaling.md).
 SKIP_FRACTION = 0.03
-# Bootstrap resamples behind a fit's uncertainty and its "reliable" mark.
-NUM_BOOTSTRAP = 200
 
 
 @dataclasses.dataclass(frozen=True)

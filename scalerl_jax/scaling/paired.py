@@ -29,6 +29,7 @@ from scalerl_jax.scaling import compare
 from scalerl_jax.scaling import curves
 from scalerl_jax.scaling import runs as runs_lib
 from scalerl_jax.scaling import seeds
+from scalerl_jax.scaling import uncertainty
 
 # What stands for each fitted parameter when points are compared seed by seed
 # on their validation curves at equal compute.
@@ -84,7 +85,7 @@ def fitted_a(run: runs_lib.Run) -> float:
   not reliable: it warns, or its bootstrap spread leaves A, B or C_mid
   unpinned (as launch.fit marks it)."""
   curve = curves.fit_curve(
-      run.steps, run.compute, run.score, num_bootstrap=curves.NUM_BOOTSTRAP
+      run.steps, run.compute, run.score, num_bootstrap=uncertainty.NUM_BOOTSTRAP
   )
   if curve.fit is None:
     raise ValueError(f"{run.workdir}: no sigmoid fit: {curve.error}")

@@ -26,6 +26,8 @@ _LM_STEPS = 30
 # the points do not tell its value from none at all (no ceiling, a flat curve,
 # a midpoint at no compute), however well the curve runs through them.
 MAX_RELATIVE_STD = 0.5
+# Bootstrap resamples behind a fit's uncertainty and its "reliable" mark.
+NUM_BOOTSTRAP = 200
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +64,7 @@ def bootstrap(
     score: Sequence[float],
     fit: sigmoid.SigmoidFit,
     *,
-    num_samples: int = 200,
+    num_samples: int = NUM_BOOTSTRAP,
     seed: int = 0,
     fix_a: bool = False,
     a_grid=None,
