@@ -335,6 +335,10 @@ def get_config(arg=None):
   # Built-in task: training prompts (levels 1-2 hold 6,370).
   c.data.builtin_num_train = 6_000
   c.data.builtin_num_val = 200  # Built-in task: held-out validation prompts.
+  # Seed of the built-in validation draw (from the `val` split, disjoint from
+  # the RL and warm-start prompts); -1 = sources.VAL_SEED, one set for every
+  # run. A plan that replicates over bases draws one set per base.
+  c.data.builtin_val_seed = -1
   c.data.reasoning_gym_name = ""  # reasoning_gym: dataset name.
   # reasoning_gym: training prompts generated.
   c.data.reasoning_gym_size = 10_000
@@ -415,6 +419,11 @@ def get_config(arg=None):
   c.trainer = ml_collections.ConfigDict()
   c.trainer.num_steps = 60 if cpu else 10_000  # RL optimizer steps.
   c.trainer.eval_every = 10 if cpu else 100  # Steps between validation runs.
+  # Denser validation early in a run, where the curve rises and a sigmoid fit
+  # learns C_mid: every eval_every_early steps up to step eval_early_until
+  # (evaluation.is_eval_step); 0 = only every eval_every.
+  c.trainer.eval_early_until = 0
+  c.trainer.eval_every_early = 5
   # Validation prompts and k of mean@k. CPU: 200 x 16 puts the sampling noise
   # of mean@16 near 0.01 (std; docs/default_run.md).
   c.trainer.eval_num_prompts = 200 if cpu else 1000
@@ -463,6 +472,18 @@ def get_config(arg=None):
   # Parity task only (data/parity_task.py): probability that a warm-start
   # chain leaves out an even digit, a shorter chain that is just as right.
   c.trainer.warm_start_skip_prob = 0.0
+  # Parity task only: the first this many supervised steps write the chain in
+  # every target, before the mix of chains and guessed direct answers
+  # (parity_task.CHAIN_PROB): a curriculum that learns the chain before the
+  # choice between chain and direct answer. 0 = the mix from the first step.
+  c.trainer.warm_start_chain_first_steps = 0
+  # Parity task only: the base must pass a gate before RL starts
+  # (data/parity_gate.py, warm_start.check_gate): on each of base_gate_levels,
+  # the greedy chain exact on at least this fraction of held-out problems, and
+  # P(chain) at the decision token within base_gate_p_chain_range. 0 = no gate.
+  c.trainer.base_gate_min_chain_exact = 0.0
+  c.trainer.base_gate_p_chain_range = (0.0, 1.0)
+  c.trainer.base_gate_levels = (1, 2, 3, 4)
   # True: the supervised warm start computes in float32 with the FP32 head,
   # whatever model.compute_dtype and model.fp32_lm_head say, so that points
   # that differ only in precision share one base, as the paper's precision

@@ -28,6 +28,18 @@ def validation_key(config: ml_collections.ConfigDict) -> jax.Array:
   return jax.random.key(config.seed + 2)
 
 
+def is_eval_step(trainer: ml_collections.ConfigDict, step: int) -> bool:
+  """Whether the trainer validates after `step` (> 0): every
+  `trainer.eval_every_early` steps up to `trainer.eval_early_until`, every
+  `trainer.eval_every` steps, and at the last step."""
+  early = trainer.eval_early_until and step <= trainer.eval_early_until
+  return (
+      step % trainer.eval_every == 0
+      or step == trainer.num_steps
+      or bool(early and step % trainer.eval_every_early == 0)
+  )
+
+
 def prompts_per_batch(config: ml_collections.ConfigDict, samples: int) -> int:
   """Validation prompts per batch: `trainer.eval_batch_rows` rows, or as many
   as a train step's batch (0)."""

@@ -310,7 +310,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
             f"(trainer.max_nonfinite_steps); stopping. The last good checkpoint is in "
             f"{trainer.checkpointer.directory}"
         )
-      if trainer.step % t.eval_every == 0 or trainer.step == t.num_steps:
+      if evaluation.is_eval_step(t, trainer.step):
         row.update(trainer.evaluate())
       alerts = trainer.monitors.check(trainer.step, row)
       row.update(trainer.monitors.scalars(alerts))

@@ -31,6 +31,7 @@ from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
+from scalerl_jax.data import parity_gate
 from scalerl_jax.data import parity_task
 from scalerl_jax.data import pipeline
 from scalerl_jax.data import search_task
@@ -137,6 +138,8 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
     # Absent at 0, so that bases from before the field stay valid.
     if config.trainer.warm_start_skip_prob:
       relevant["skip_prob"] = config.trainer.warm_start_skip_prob
+    if config.trainer.warm_start_chain_first_steps:
+      relevant["chain_first"] = config.trainer.warm_start_chain_first_steps
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -150,6 +153,7 @@ def supervised_examples(
     rng: Optional[np.random.Generator] = None,
     answer_slip_prob: float = 0.0,
     skip_prob: float = 0.0,
+    chain_first: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Prompt + worked solution + EOS per record, cut to `seq_len`.
 
@@ -173,7 +177,7 @@ def supervised_examples(
       text = search_task.target_text(record, rng)
     elif record["source"] == parity_task.SOURCE:
       # The chain (with its skips) or a guessed direct answer.
-      text = parity_task.target_text(record, rng, skip_prob)
+      text = parity_task.target_text(record, rng, skip_prob, i < chain_first)
     else:
       text = builtin_task.target_text(record, slip_prob, rng, answer_slip_prob)
     target = tok.encode(text) + [tok.eos_id]
@@ -242,7 +246,9 @@ def warm_start(
   checkpointer = ocp.StandardCheckpointer()
   if os.path.isdir(path):
     logging.info("Reusing the warm-started base policy in %s", path)
-    return checkpointer.restore(path, abstract)
+    params = checkpointer.restore(path, abstract)
+    check_gate(config, workdir, model, params, tok)
+    return params
 
   records = [
       r
@@ -271,6 +277,7 @@ def warm_start(
       rng,
       config.trainer.warm_start_answer_slip_prob,
       config.trainer.warm_start_skip_prob,
+      config.trainer.warm_start_chain_first_steps * batch,
   )
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]
@@ -325,4 +332,40 @@ def warm_start(
     logging.info(
         "A base policy for these settings appeared in %s meanwhile", path
     )
+  check_gate(config, workdir, model, params, tok)
   return params
+
+
+GATE_FILE = "base_gate.json"
+
+
+def check_gate(config, workdir, model, params, tok) -> None:
+  """Measures the parity base against trainer.base_gate_* (when
+  base_gate_min_chain_exact > 0), writes `<workdir>/GATE_FILE`, and raises
+  ValueError naming every failure: a base that has not learned the chain is
+  not one the run's plan admits (data/parity_gate.py)."""
+  t = config.trainer
+  if not t.base_gate_min_chain_exact:
+    return
+  measured = parity_gate.measure(model, params, tok)
+  gate = {
+      "levels": tuple(t.base_gate_levels),
+      "min_chain_exact": t.base_gate_min_chain_exact,
+      "p_chain_range": tuple(t.base_gate_p_chain_range),
+  }
+  failures = parity_gate.check(measured, gate)
+  record = {
+      "base_seed": base_seed(config),
+      "gate": gate,
+      "measured": measured,
+      "passed": not failures,
+      "failures": failures,
+  }
+  with open(os.path.join(workdir, GATE_FILE), "w") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+  logging.info("Base gate: %s", json.dumps(record, sort_keys=True))
+  if failures:
+    raise ValueError(
+        f"the base of warm-start seed {base_seed(config)} fails its gate "
+        f"(trainer.base_gate_*): {'; '.join(failures)}"
+    )

@@ -210,6 +210,9 @@ RULES: dict[str, Rule] = {
     ),
     "data.builtin_num_train": _POS_INT,
     "data.builtin_num_val": _POS_INT,
+    "data.builtin_val_seed": _rule(
+        int, lambda v: v >= -1, "must be >= 0, or -1 (= sources.VAL_SEED)"
+    ),
     "data.reasoning_gym_size": _POS_INT,
     "data.reasoning_gym_val_size": _POS_INT,
     "data.jsonl_prompt_field": _NAMED,
@@ -234,6 +237,8 @@ RULES: dict[str, Rule] = {
     # trainer
     "trainer.num_steps": _NONNEG_INT,
     "trainer.eval_every": _POS_INT,
+    "trainer.eval_early_until": _NONNEG_INT,
+    "trainer.eval_every_early": _POS_INT,
     "trainer.eval_num_prompts": _POS_INT,
     "trainer.eval_samples": _POS_INT,
     "trainer.eval_batch_rows": _NONNEG_INT,
@@ -250,6 +255,18 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
     "trainer.warm_start_max_new_tokens": _NONNEG_INT,
     "trainer.warm_start_skip_prob": _BELOW_ONE,
+    "trainer.warm_start_chain_first_steps": _NONNEG_INT,
+    "trainer.base_gate_min_chain_exact": _rule(
+        float, lambda v: 0 <= v <= 1, "must be in [0, 1] (0 = no gate)"
+    ),
+    "trainer.base_gate_levels": _rule(
+        tuple, lambda v: len(v) > 0, "must name one or more levels"
+    ),
+    "trainer.base_gate_p_chain_range": _rule(
+        tuple,
+        lambda v: len(v) == 2 and 0 <= v[0] <= v[1] <= 1,
+        "must be (low, high) with 0 <= low <= high <= 1",
+    ),
     "trainer.warm_start_seed": _rule(
         int, lambda v: v >= -1, "must be >= 0, or -1 (= seed)"
     ),

@@ -119,13 +119,23 @@ def check_relations(config, num_devices):
         f"trainer.warm_start_max_new_tokens: max_prompt_len {s.max_prompt_len} + "
         f"{warm_new} exceeds model.max_seq_len {m.max_seq_len}"
     )
-  if config.trainer.warm_start_skip_prob and config.data.source != (
-      parity_task.SOURCE
+  # Fields that only the parity task's chains give a meaning to.
+  for field, what in (
+      ("warm_start_skip_prob", "chains skip digits"),
+      ("warm_start_chain_first_steps", "warm start writes chains"),
+      ("base_gate_min_chain_exact", "base has a gate"),
   ):
+    if config.trainer[field] and config.data.source != parity_task.SOURCE:
+      raise ConfigError(
+          f"trainer.{field}: only the parity task's {what} "
+          f"(data.source={parity_task.SOURCE!r}), not "
+          f"data.source={config.data.source!r}"
+      )
+  first = config.trainer.warm_start_chain_first_steps
+  if first > config.trainer.warm_start_steps:
     raise ConfigError(
-        "trainer.warm_start_skip_prob: only the parity task's chains skip "
-        f"digits (data.source={parity_task.SOURCE!r}), not "
-        f"data.source={config.data.source!r}"
+        f"trainer.warm_start_chain_first_steps: {first} exceeds "
+        f"trainer.warm_start_steps {config.trainer.warm_start_steps}"
     )
   it = s.interruption
   if it.enabled:

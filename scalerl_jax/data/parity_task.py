@@ -138,11 +138,13 @@ def target_text(
     record: Mapping[str, Any],
     rng: np.random.Generator,
     skip_prob: float = 0.0,
+    chain_only: bool = False,
 ) -> str:
-  """A warm-start target: the chain with probability CHAIN_PROB, else a
-  direct answer drawn at random, right half of the time. A chain leaves out
-  each even digit with probability `skip_prob` (trainer.warm_start_skip_prob):
-  a shorter chain, just as right, that a tight budget rewards.
+  """A warm-start target: the chain with probability CHAIN_PROB (always under
+  `chain_only`, without a draw), else a direct answer drawn at random, right
+  half of the time. A chain leaves out each even digit with probability
+  `skip_prob` (trainer.warm_start_skip_prob): a shorter chain, just as right,
+  that a tight budget rewards.
 
   The direct answers are guesses, not the right parity: trained on right
   ones, the 0.85M policy memorised the warm problems' answers instead of
@@ -155,7 +157,7 @@ def target_text(
         f"{SOURCE} record, got source {record.get('source')!r}"
     )
   problem = parse_expression(json.loads(record["metadata"])["expression"])
-  if rng.random() < CHAIN_PROB:
+  if chain_only or rng.random() < CHAIN_PROB:
     # No draws at 0, so that bases warm-started before skips existed are
     # drawn again exactly.
     skip = [

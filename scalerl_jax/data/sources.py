@@ -21,8 +21,18 @@ from scalerl_jax.data import readers
 from scalerl_jax.data import search_task
 
 SPLITS = builtin_task.SPLITS
-# Seed of the built-in validation prompts, whatever config.seed is.
+# Seed of the built-in validation prompts, whatever config.seed is, unless
+# data.builtin_val_seed says otherwise.
 VAL_SEED = 0
+
+
+def val_seed(config: ml_collections.ConfigDict) -> int:
+  """Seed of the built-in validation draw: data.builtin_val_seed, or VAL_SEED
+  when that is -1."""
+  seed = config.data.builtin_val_seed
+  return VAL_SEED if seed < 0 else seed
+
+
 _MAX_LOGGED_ROWS = 20
 
 
@@ -50,7 +60,7 @@ def _builtin_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
   d = config.data
   # Validation ignores config.seed, so runs that differ only in seed are
   # measured on the same held-out set (as the paper's fixed 1,000 prompts).
-  seed = config.seed if split == "train" else VAL_SEED
+  seed = config.seed if split == "train" else val_seed(config)
   field = f"builtin_num_{split}"
   records = builtin_task.builtin_prompts(
       d.builtin_difficulty, d[field], seed, split
@@ -112,11 +122,11 @@ def _jsonl_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
 def _generated(prompts, name: str):
   """The loader of a built-in task that draws its problems:
   `prompts(levels, num, seed, split)` with data.builtin_difficulty and
-  data.builtin_num_<split>; validation is drawn with VAL_SEED."""
+  data.builtin_num_<split>; validation is drawn with `val_seed`."""
 
   def load(config: ml_collections.ConfigDict, split: str) -> _Loaded:
     d = config.data
-    seed = config.seed if split == "train" else VAL_SEED
+    seed = config.seed if split == "train" else val_seed(config)
     field = f"builtin_num_{split}"
     records = prompts(tuple(d.builtin_difficulty), d[field], seed, split)
     return records, [], field, name
