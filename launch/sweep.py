@@ -22,6 +22,7 @@ from absl import flags
 
 from configs import scalerl
 from launch import REPO_ROOT
+from scalerl_jax.jobs import registration
 from scalerl_jax.jobs import sweep
 
 _SWEEP = flags.DEFINE_string(
@@ -77,6 +78,14 @@ def main(argv):
   except (OSError, ValueError, TypeError) as e:
     raise SystemExit(f"launch.sweep: {e}") from None
   points = sweep.share_warm_start(points, _WORKDIR.value)
+  # A plan's runs record when and from which code they first started
+  # (jobs/registration.py), before any of them runs.
+  plan_path = _SWEEP.value.partition(":")[0]
+  if registration.defines_plan(plan_path):
+    for p in points:
+      registration.record_start(
+          os.path.join(_WORKDIR.value, p.name), plan_path, REPO_ROOT
+      )
   if _MODE.value == "commands":
     path = _COMMANDS_FILE.value or os.path.join(_WORKDIR.value, "commands.sh")
     lines = sweep.write_commands(

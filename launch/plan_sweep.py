@@ -1,0 +1,91 @@
+"""Runs a registered plan's replicates in order: each base's RL seeds, one
+`launch.sweep` each, a base that fails its gate replaced by the next spare.
+
+  python -m launch.plan_sweep --plan=configs/plans/parity_v1.py \
+      --workdir=/tmp/plans/parity_v1 --parallel=2
+
+Runs land in `<workdir>/base=B/seed=S/<point>` (what `launch.verdict`
+reads), bases share `<workdir>/bases` as their warm-start cache. Finished
+points are skipped, so rerunning resumes; --replicates=N stops after the
+first N replicates (a session's share of a long plan).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from launch import REPO_ROOT
+from scalerl_jax.jobs import plan_verdict
+from scalerl_jax.jobs import registration
+
+_PLAN = flags.DEFINE_string("plan", None, "Plan file.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Runs root.", required=True)
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once.")
+_REPLICATES = flags.DEFINE_integer(
+    "replicates", 0, "Stop after this many replicates (0: all)."
+)
+
+
+def _gate_failed(replicate_dir: str, points) -> bool:
+  for point in points:
+    path = os.path.join(replicate_dir, point, "base_gate.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        return not json.load(f)["passed"]
+  return False
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  try:
+    plan = registration.load_plan(_PLAN.value)
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"launch.plan_sweep: {e}") from None
+  root = os.path.abspath(_WORKDIR.value)
+  queue, spares, done = list(plan.bases), list(plan.spare_bases), 0
+  while queue:
+    base = queue.pop(0)
+    for seed in plan.rl_seeds:
+      if _REPLICATES.value and done >= _REPLICATES.value:
+        return
+      rep_dir = plan_verdict.replicate_dir(root, (base, seed))
+      argv = [
+          sys.executable,
+          "-m",
+          "launch.sweep",
+          f"--sweep={_PLAN.value}:base={base}",
+          f"--workdir={rep_dir}",
+          f"--set=seed={seed}",
+          f"--set=trainer.warm_start_dir={os.path.join(root, 'bases')}",
+          f"--parallel={_PARALLEL.value}",
+      ]
+      print(f"launch.plan_sweep: base {base}, seed {seed}", flush=True)
+      code = subprocess.run(argv, cwd=REPO_ROOT).returncode
+      done += 1
+      if _gate_failed(rep_dir, plan.points):
+        if not spares:
+          raise SystemExit(
+              f"launch.plan_sweep: base {base} failed its gate and no spare "
+              "is left"
+          )
+        queue.append(spares.pop(0))
+        print(
+            f"launch.plan_sweep: base {base} failed its gate; spare "
+            f"{queue[-1]} replaces it",
+            flush=True,
+        )
+        break
+      if code:
+        raise SystemExit(
+            f"launch.plan_sweep: base {base}, seed {seed} did not finish "
+            f"(exit code {code}); rerun to resume"
+        )
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,267 @@
+"""A registered plan's verdicts, early calls and variance components, read
+from its runs (`launch.verdict`).
+
+Runs live at `<runs>/base=B/seed=S/<point>`, one sweep per replicate as the
+plan's docstring runs them; a run counts once its DONE file exists. The
+tables come out as Markdown, in the order docs/ablations.md opens with.
+
+Design: docs/design/verdicts.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.jobs import registration
+from scalerl_jax.scaling import paired
+from scalerl_jax.scaling import registered_plan as plan_lib
+from scalerl_jax.scaling import runs as runs_lib
+from scalerl_jax.scaling import significance
+
+X_KEY = "compute/flops"
+Y_KEY = "val/mean_at_k"
+STDERR_KEY = "val/mean_at_k_stderr"
+# Validations averaged into the end point shown beside the fitted values.
+END_POINT_LAST = 2
+
+
+@dataclasses.dataclass
+class RunFits:
+  """One finished run, its full and early fits, and its start record."""
+
+  run: runs_lib.Run
+  final: object  # curves.CurveFit
+  early: object  # curves.CurveFit
+  record: Optional[dict]
+  gate: Optional[dict]
+
+
+def replicate_dir(runs_dir: str, rep: plan_lib.Replicate) -> str:
+  return os.path.join(runs_dir, f"base={rep[0]}", f"seed={rep[1]}")
+
+
+def _read_json(path):
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def load_runs(
+    plan: plan_lib.Plan, runs_dir: str
+) -> dict[tuple[plan_lib.Replicate, str], RunFits]:
+  """(replicate, point) -> RunFits of every finished run of the plan."""
+  out = {}
+  for base in plan.bases + plan.spare_bases:
+    for seed in plan.rl_seeds:
+      for point in plan.points:
+        workdir = os.path.join(replicate_dir(runs_dir, (base, seed)), point)
+        if not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
+          continue
+        run = runs_lib.read_run(workdir, x_key=X_KEY, y_key=Y_KEY)
+        out[(base, seed), point] = RunFits(
+            run,
+            plan_lib.fit_run(run),
+            plan_lib.fit_run(run, plan.early_fraction),
+            _read_json(os.path.join(workdir, registration.REGISTRATION_FILE)),
+            _read_json(os.path.join(workdir, "base_gate.json")),
+        )
+  return out
+
+
+def replicates(
+    plan: plan_lib.Plan, found: dict
+) -> tuple[plan_lib.Replicate, ...]:
+  """The registered replicates: the plan's bases, each that failed its gate
+  replaced by the next spare (as launch.plan_sweep runs them), x the RL
+  seeds."""
+  failed = {
+      rep[0]
+      for (rep, _), f in found.items()
+      if f.gate is not None and not f.gate.get("passed", True)
+  }
+  queue, spares, bases = list(plan.bases), list(plan.spare_bases), []
+  while queue:
+    base = queue.pop(0)
+    if base not in failed:
+      bases.append(base)
+    elif spares:
+      queue.append(spares.pop(0))
+  return tuple((b, s) for b in bases for s in plan.rl_seeds)
+
+
+def _statistic(plan, claim, first: RunFits, second: RunFits, which: str):
+  """(first, second) of the claim's statistic on the `which` fits, None for
+  a run whose fit is not pinned (B_shared: both None unless both pin)."""
+  fa, fb = getattr(first, which), getattr(second, which)
+  pinned = [f.fit is not None and f.fit.reliable for f in (fa, fb)]
+  if claim.statistic == "A_fit":
+    return tuple(f.fit.a if ok else None for f, ok in zip((fa, fb), pinned))
+  if not all(pinned):
+    return (None, None)
+  fraction = 1.0 if which == "final" else plan.early_fraction
+  return plan_lib.shared_b(first.run, second.run, fraction)
+
+
+def claim_results(plan, found, which="final"):
+  """ClaimResult per claim on the `which` ("final" or "early") fits."""
+  reps = replicates(plan, found)
+  out = []
+  for claim in plan.claims:
+    stat, mech, ends = {}, {}, {}
+    for rep in reps:
+      a, b = found.get((rep, claim.first)), found.get((rep, claim.second))
+      if a is None or b is None:
+        continue
+      stat[rep] = _statistic(plan, claim, a, b, which)
+      key, how = claim.mechanism
+      mech[rep] = tuple(
+          paired.mechanism_size(f.run.workdir, key, how) for f in (a, b)
+      )
+      ends[rep] = tuple(
+          paired.final_score(f.run, END_POINT_LAST) for f in (a, b)
+      )
+    out.append(plan_lib.decide(plan, claim, stat, mech, ends, reps))
+  return out
+
+
+def _fmt(x, spec=".3f"):
+  return "-" if x is None else format(x, spec)
+
+
+def verdict_table(plan, plan_path, found, repo) -> tuple[str, dict]:
+  """The confirmatory-and-exploratory table and claim name -> verdict."""
+  reps = set(replicates(plan, found))
+  records = {
+      p: [
+          f.record or {}
+          for (rep, q), f in found.items()
+          if q == p and rep in reps
+      ]
+      for p in plan.points
+  }
+  status = registration.classify(plan, plan_path, records, repo)
+  results = claim_results(plan, found)
+  family = [c.name for c in plan.claims if status[c.name][0]]
+  decided = plan_lib.verdicts(plan, results, family)
+  lines = [
+      "| claim | paper | statistic | ours: first - second [95% CI] | n "
+      "(pinned / registered) | p (Holm) | verdict | end point (last "
+      f"{END_POINT_LAST}) | mechanism: first / second | registration |",
+      "|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for r in results:
+    c = r.claim
+    verdict, p_adj = decided[c.name]
+    confirm, why, reg = status[c.name]
+    n_reg = len(r.replicates) + len(r.unpinned) + len(r.missing)
+    effect = (
+        f"{r.test.mean:+.3f} [{r.test.ci[0]:+.3f}, {r.test.ci[1]:+.3f}]"
+        if r.test
+        else "-"
+    )
+    end = (
+        f"{r.end_point.mean:+.3f} [{r.end_point.ci[0]:+.3f}, "
+        f"{r.end_point.ci[1]:+.3f}]"
+        if r.end_point
+        else "-"
+    )
+    label = "confirmatory" if confirm else f"exploratory: {why}"
+    rel = ">" if c.relation == "higher" else "="
+    lines.append(
+        f"| {c.name}: {c.first} {rel} {c.second} | {c.paper} | {c.statistic} "
+        f"| {effect} | {len(r.replicates)} / {n_reg} | {_fmt(r.p, '.3g')} "
+        f"({_fmt(p_adj, '.3g')}) | {verdict} | {end} | {c.mechanism[0]}: "
+        f"{_fmt(r.mechanism[0], '.4g')} / {_fmt(r.mechanism[1], '.4g')} "
+        f"| {label}; {reg.commit[:8] if reg.commit else 'uncommitted'} |"
+    )
+  return "\n".join(lines), {k: v[0] for k, v in decided.items()}
+
+
+def scorecard(plan, found, final_verdicts) -> str:
+  """How often the early call (first `early_fraction` of each run's compute,
+  extrapolated) matched the final verdict, and how far early A fell from
+  final A."""
+  early = plan_lib.verdicts(
+      plan,
+      claim_results(plan, found, "early"),
+      [c.name for c in plan.claims if c.confirmatory],
+  )
+  gaps = [
+      abs(f.early.fit.a - f.final.fit.a)
+      for f in found.values()
+      if f.early.fit is not None and f.final.fit is not None
+  ]
+  lines = [
+      f"| claim | early call ({plan_lib.fraction_of(plan.early_fraction)} "
+      "of compute) | final verdict | same |",
+      "|---|---|---|---|",
+  ]
+  same = 0
+  for c in plan.claims:
+    e, f = early[c.name][0], final_verdicts[c.name]
+    same += e == f
+    lines.append(f"| {c.name} | {e} | {f} | {'yes' if e == f else 'no'} |")
+  lines.append("")
+  lines.append(
+      f"Early call right on {same} of {len(plan.claims)} claims. |A_early - "
+      f"A_final| over {len(gaps)} runs: median "
+      f"{_fmt(float(np.median(gaps)) if gaps else None)}, max "
+      f"{_fmt(max(gaps) if gaps else None)}."
+  )
+  return "\n".join(lines)
+
+
+def components(plan, found, point: str) -> str:
+  """Variance components of `point`'s fitted A (pinned runs) and its last
+  validation's measured sampling variance."""
+  by_base: dict[int, list[float]] = {}
+  val_var = []
+  reps = set(replicates(plan, found))
+  for (rep, p), f in found.items():
+    if p != point or rep not in reps:
+      continue
+    if f.final.fit is not None and f.final.fit.reliable:
+      by_base.setdefault(rep[0], []).append(f.final.fit.a)
+    se = paired.mechanism_size(f.run.workdir, STDERR_KEY, "last")
+    if se is not None:
+      val_var.append(se**2)
+  usable = {b: v for b, v in by_base.items() if len(v) >= 2}
+  val = float(np.mean(val_var)) if val_var else 0.0
+  try:
+    c = significance.variance_components(usable, val)
+  except ValueError as e:
+    return f"{point}: variance components not yet measurable ({e})"
+  return (
+      f"{point}, fitted A: between bases {c.base:.2e} (sd {c.base**0.5:.3f}), "
+      f"between seeds of a base {c.seed:.2e} (sd {c.seed**0.5:.3f}), one "
+      f"validation's sampling {c.validation:.2e} (sd {c.validation**0.5:.3f}); "
+      f"{c.num_bases} bases, {c.seeds_per_base:g} seeds each"
+  )
+
+
+def gate_table(plan, found) -> str:
+  """Each warm-started base's gate record, passes and failures alike."""
+  seen = {}
+  for (rep, _), f in sorted(found.items()):
+    if f.gate is not None:
+      seen.setdefault(rep[0], f.gate)
+  lines = ["| base | passed | measured (levels 1-4: chain exact / P(chain)) |"]
+  lines.append("|---|---|---|")
+  for base, g in sorted(seen.items()):
+    m = g["measured"]
+    levels = " ".join(
+        f"{m[f'chain_exact/{l}']:.2f}/{m[f'p_chain/{l}']:.2f}"
+        for l in (1, 2, 3, 4)
+    )
+    lines.append(f"| {base} | {'yes' if g['passed'] else 'no'} | {levels} |")
+  passed = sum(g["passed"] for g in seen.values())
+  lines.append("")
+  lines.append(f"Gate passed by {passed} of {len(seen)} bases warm-started.")
+  return "\n".join(lines)

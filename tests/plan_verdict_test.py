@@ -1,0 +1,142 @@
+"""Tests of jobs/plan_verdict.py on synthetic runs with known sigmoids: the
+fitted A per run, the claims, the replacement of a failed base, the early
+call and the variance components."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.jobs import plan_verdict
+from scalerl_jax.scaling import registered_plan as plan_lib
+from scalerl_jax.scaling import sigmoid
+
+STEPS = np.concatenate([np.arange(0, 51, 5), np.arange(60, 151, 10)])
+FLOPS_PER_STEP = 1e11
+
+
+def _write_run(workdir, a, seed, gate_passed=True):
+  os.makedirs(workdir)
+  rng = np.random.default_rng(seed)
+  compute = STEPS * FLOPS_PER_STEP
+  score = sigmoid.sigmoid(compute, a, 1.5, 3e12, 0.6)
+  score = score + rng.normal(0, 0.002, len(STEPS)) * (STEPS > 0)
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE), "w") as f:
+    for s, c, y in zip(STEPS, compute, score):
+      f.write(
+          json.dumps(
+              {
+                  "step": int(s),
+                  "compute/flops": float(c),
+                  "val/mean_at_k": float(y),
+                  "val/mean_at_k_stderr": 0.006,
+                  "staleness/mean": 7.4,
+              }
+          )
+          + "\n"
+      )
+  open(os.path.join(workdir, workdir_lib.DONE_FILE), "w").close()
+  with open(os.path.join(workdir, "base_gate.json"), "w") as f:
+    json.dump(
+        {
+            "passed": gate_passed,
+            "measured": {
+                f"{k}/{l}": 0.5
+                for k in ("chain_exact", "p_chain")
+                for l in (1, 2, 3, 4)
+            },
+        },
+        f,
+    )
+
+
+def _plan():
+  claim = plan_lib.PlannedClaim(
+      name="higher_a",
+      first="base",
+      relation="higher",
+      second="other",
+      statistic="A_fit",
+      paper="p",
+      effect=0.02,
+      sd=0.02,
+      sd_source="s",
+      mechanism=("staleness/mean", "mean"),
+  )
+  return plan_lib.Plan(
+      name="t",
+      points=("base", "other"),
+      claims=(claim,),
+      bases=(1, 2),
+      spare_bases=(3,),
+      rl_seeds=(0, 1),
+      steps=150,
+      step_overrides={},
+      base_gate={"levels": (2,)},
+      min_pinned=3,
+  )
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("runs"))
+  plan = _plan()
+  # Base 2 fails its gate (its runs never count); spare 3 replaces it. Each
+  # base lifts A by its own amount; "other" sits 0.05 below "base".
+  for base, lift, passed in ((1, 0.0, True), (2, 0.2, False), (3, 0.03, True)):
+    for seed in (0, 1):
+      for point, a in (("base", 0.85), ("other", 0.80)):
+        _write_run(
+            os.path.join(plan_verdict.replicate_dir(root, (base, seed)), point),
+            a + lift + 0.005 * seed,
+            hash((base, seed, point)) % 1000,
+            passed,
+        )
+  return plan, plan_verdict.load_runs(plan, root)
+
+
+def test_a_failed_base_is_replaced_by_the_next_spare(found):
+  plan, runs = found
+  assert plan_verdict.replicates(plan, runs) == ((1, 0), (1, 1), (3, 0), (3, 1))
+
+
+def test_fitted_a_recovers_the_difference_and_the_claim_agrees(found):
+  plan, runs = found
+  (result,) = plan_verdict.claim_results(plan, runs)
+  assert len(result.replicates) == 4
+  assert result.test.mean == pytest.approx(0.05, abs=0.01)
+  verdict, p = plan_lib.verdicts(plan, [result], ["higher_a"])["higher_a"]
+  assert verdict == "agrees" and p < 0.01
+  # The end point sits below A (the curve still rises at step 150), yet shows
+  # the same order.
+  assert 0 < result.end_point.mean < 0.05
+
+
+def test_the_early_call_and_its_distance_from_the_final_fit(found):
+  plan, runs = found
+  (early,) = plan_verdict.claim_results(plan, runs, "early")
+  text = plan_verdict.scorecard(plan, runs, {"higher_a": "agrees"})
+  assert "| higher_a |" in text
+  gaps = [
+      abs(f.early.fit.a - f.final.fit.a)
+      for f in runs.values()
+      if f.early.fit is not None and f.final.fit is not None
+  ]
+  # Fitted on the first third (steps <= 50, past C_mid at step 30): within a
+  # few hundredths of the final A on noiseless-ish sigmoids.
+  assert gaps and max(gaps) < 0.05
+  assert f"median {np.median(gaps):.3f}" in text
+  del early
+
+
+def test_variance_components_see_the_bases(found):
+  plan, runs = found
+  text = plan_verdict.components(plan, runs, "base")
+  # Bases 1 and 3 (base 2 failed its gate and is left out) differ by 0.03,
+  # their seeds by 0.005; one validation's variance is 0.006^2.
+  assert "validation's sampling 3.60e-05" in text
+  assert "2 bases, 2 seeds each" in text
+  between = float(text.split("between bases ")[1].split(" ")[0])
+  assert between == pytest.approx(0.03**2 / 2, rel=0.5)
