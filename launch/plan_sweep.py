@@ -30,9 +30,21 @@ _REPLICATES = flags.DEFINE_integer(
 )
 
 
+def _sweep_argv(base, workdir, sets, parallel, points=()):
+  argv = [
+      sys.executable,
+      "-m",
+      "launch.sweep",
+      f"--sweep={_PLAN.value}:base={base}",
+      f"--workdir={workdir}",
+      f"--parallel={parallel}",
+  ] + [f"--set={s}" for s in sets]
+  return argv + ([f"--points={','.join(points)}"] if points else [])
+
+
 def _gate_failed(replicate_dir: str, points) -> bool:
   for point in points:
-    path = os.path.join(replicate_dir, point, "base_gate.json")
+    path = os.path.join(replicate_dir, point, plan_verdict.GATE_FILE)
     if os.path.exists(path):
       with open(path) as f:
         return not json.load(f)["passed"]
@@ -47,26 +59,35 @@ def main(argv):
   except (OSError, ValueError) as e:
     raise SystemExit(f"launch.plan_sweep: {e}") from None
   root = os.path.abspath(_WORKDIR.value)
+  cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0
   while queue:
     base = queue.pop(0)
+    # The base alone first (its warm start, gate and step-0 validation), so
+    # that the points running in parallel do not each train it.
+    warm_dir = plan_verdict.warm_dir(root, base)
+    print(f"launch.plan_sweep: base {base}: warm start", flush=True)
+    subprocess.run(
+        _sweep_argv(
+            base, warm_dir, [cache, "trainer.num_steps=0"], 1, plan.points[:1]
+        ),
+        cwd=REPO_ROOT,
+    )
     for seed in plan.rl_seeds:
       if _REPLICATES.value and done >= _REPLICATES.value:
         return
       rep_dir = plan_verdict.replicate_dir(root, (base, seed))
-      argv = [
-          sys.executable,
-          "-m",
-          "launch.sweep",
-          f"--sweep={_PLAN.value}:base={base}",
-          f"--workdir={rep_dir}",
-          f"--set=seed={seed}",
-          f"--set=trainer.warm_start_dir={os.path.join(root, 'bases')}",
-          f"--parallel={_PARALLEL.value}",
-      ]
-      print(f"launch.plan_sweep: base {base}, seed {seed}", flush=True)
-      code = subprocess.run(argv, cwd=REPO_ROOT).returncode
-      done += 1
+      if _gate_failed(warm_dir, plan.points):
+        rep_dir = warm_dir
+      else:
+        print(f"launch.plan_sweep: base {base}, seed {seed}", flush=True)
+        code = subprocess.run(
+            _sweep_argv(
+                base, rep_dir, [f"seed={seed}", cache], _PARALLEL.value
+            ),
+            cwd=REPO_ROOT,
+        ).returncode
+        done += 1
       if _gate_failed(rep_dir, plan.points):
         if not spares:
           raise SystemExit(

@@ -33,16 +33,17 @@ def main(argv):
   except (OSError, ValueError) as e:
     raise SystemExit(f"launch.verdict: {e}") from None
   found = plan_verdict.load_runs(plan, _RUNS.value)
+  gates = plan_verdict.load_gates(plan, _RUNS.value, found)
   print(f"# Plan {plan.name}: {len(found)} finished runs\n")
   table, final = plan_verdict.verdict_table(plan, _PLAN.value, found, REPO_ROOT)
   print(table + "\n")
   print("## Called early, then checked\n")
-  print(plan_verdict.scorecard(plan, found, final) + "\n")
+  print(plan_verdict.scorecard(plan, found, gates, final) + "\n")
   print("## Bases\n")
-  print(plan_verdict.gate_table(plan, found) + "\n")
+  print(plan_verdict.gate_table(gates) + "\n")
   print("## Variance components\n")
   for point in plan.points:
-    print("- " + plan_verdict.components(plan, found, point))
+    print("- " + plan_verdict.components(plan, found, gates, point))
 
 
 if __name__ == "__main__":

@@ -94,17 +94,24 @@ def found(tmp_path_factory):
             hash((base, seed, point)) % 1000,
             passed,
         )
-  return plan, plan_verdict.load_runs(plan, root)
+  runs = plan_verdict.load_runs(plan, root)
+  return plan, runs, plan_verdict.load_gates(plan, root, runs)
 
 
 def test_a_failed_base_is_replaced_by_the_next_spare(found):
-  plan, runs = found
-  assert plan_verdict.replicates(plan, runs) == ((1, 0), (1, 1), (3, 0), (3, 1))
+  plan, _, gates = found
+  assert plan_verdict.replicates(plan, gates) == (
+      (1, 0),
+      (1, 1),
+      (3, 0),
+      (3, 1),
+  )
+  assert "Gate passed by 2 of 3 bases" in plan_verdict.gate_table(gates)
 
 
 def test_fitted_a_recovers_the_difference_and_the_claim_agrees(found):
-  plan, runs = found
-  (result,) = plan_verdict.claim_results(plan, runs)
+  plan, runs, gates = found
+  (result,) = plan_verdict.claim_results(plan, runs, gates)
   assert len(result.replicates) == 4
   assert result.test.mean == pytest.approx(0.05, abs=0.01)
   verdict, p = plan_lib.verdicts(plan, [result], ["higher_a"])["higher_a"]
@@ -115,9 +122,8 @@ def test_fitted_a_recovers_the_difference_and_the_claim_agrees(found):
 
 
 def test_the_early_call_and_its_distance_from_the_final_fit(found):
-  plan, runs = found
-  (early,) = plan_verdict.claim_results(plan, runs, "early")
-  text = plan_verdict.scorecard(plan, runs, {"higher_a": "agrees"})
+  plan, runs, gates = found
+  text = plan_verdict.scorecard(plan, runs, gates, {"higher_a": "agrees"})
   assert "| higher_a |" in text
   gaps = [
       abs(f.early.fit.a - f.final.fit.a)
@@ -128,12 +134,11 @@ def test_the_early_call_and_its_distance_from_the_final_fit(found):
   # few hundredths of the final A on noiseless-ish sigmoids.
   assert gaps and max(gaps) < 0.05
   assert f"median {np.median(gaps):.3f}" in text
-  del early
 
 
 def test_variance_components_see_the_bases(found):
-  plan, runs = found
-  text = plan_verdict.components(plan, runs, "base")
+  plan, runs, gates = found
+  text = plan_verdict.components(plan, runs, gates, "base")
   # Bases 1 and 3 (base 2 failed its gate and is left out) differ by 0.03,
   # their seeds by 0.005; one validation's variance is 0.006^2.
   assert "validation's sampling 3.60e-05" in text

@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from scalerl_jax import warm_start
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.jobs import registration
 from scalerl_jax.scaling import paired
@@ -29,6 +30,7 @@ Y_KEY = "val/mean_at_k"
 STDERR_KEY = "val/mean_at_k_stderr"
 # Validations averaged into the end point shown beside the fitted values.
 END_POINT_LAST = 2
+GATE_FILE = warm_start.GATE_FILE
 
 
 @dataclasses.dataclass
@@ -70,22 +72,37 @@ def load_runs(
             plan_lib.fit_run(run),
             plan_lib.fit_run(run, plan.early_fraction),
             _read_json(os.path.join(workdir, registration.REGISTRATION_FILE)),
-            _read_json(os.path.join(workdir, "base_gate.json")),
+            _read_json(os.path.join(workdir, GATE_FILE)),
         )
   return out
 
 
+def warm_dir(runs_dir: str, base: int) -> str:
+  """Where launch.plan_sweep warm-starts and gates `base` alone."""
+  return os.path.join(runs_dir, "bases", f"warm={base}")
+
+
+def load_gates(plan: plan_lib.Plan, runs_dir: str, found: dict) -> dict:
+  """base -> its gate record: from its warm start alone, else from a run."""
+  gates = {}
+  for base in plan.bases + plan.spare_bases:
+    for point in plan.points:
+      g = _read_json(os.path.join(warm_dir(runs_dir, base), point, GATE_FILE))
+      if g is not None:
+        gates[base] = g
+  for (rep, _), f in sorted(found.items()):
+    if f.gate is not None:
+      gates.setdefault(rep[0], f.gate)
+  return gates
+
+
 def replicates(
-    plan: plan_lib.Plan, found: dict
+    plan: plan_lib.Plan, gates: dict
 ) -> tuple[plan_lib.Replicate, ...]:
   """The registered replicates: the plan's bases, each that failed its gate
   replaced by the next spare (as launch.plan_sweep runs them), x the RL
-  seeds."""
-  failed = {
-      rep[0]
-      for (rep, _), f in found.items()
-      if f.gate is not None and not f.gate.get("passed", True)
-  }
+  seeds. `gates` maps a base to its gate record (`load_gates`)."""
+  failed = {b for b, g in gates.items() if not g.get("passed", True)}
   queue, spares, bases = list(plan.bases), list(plan.spare_bases), []
   while queue:
     base = queue.pop(0)
@@ -109,9 +126,9 @@ def _statistic(plan, claim, first: RunFits, second: RunFits, which: str):
   return plan_lib.shared_b(first.run, second.run, fraction)
 
 
-def claim_results(plan, found, which="final"):
+def claim_results(plan, found, gates, which="final"):
   """ClaimResult per claim on the `which` ("final" or "early") fits."""
-  reps = replicates(plan, found)
+  reps = replicates(plan, gates)
   out = []
   for claim in plan.claims:
     stat, mech, ends = {}, {}, {}
@@ -135,9 +152,9 @@ def _fmt(x, spec=".3f"):
   return "-" if x is None else format(x, spec)
 
 
-def verdict_table(plan, plan_path, found, repo) -> tuple[str, dict]:
+def verdict_table(plan, plan_path, found, gates, repo) -> tuple[str, dict]:
   """The confirmatory-and-exploratory table and claim name -> verdict."""
-  reps = set(replicates(plan, found))
+  reps = set(replicates(plan, gates))
   records = {
       p: [
           f.record or {}
@@ -147,7 +164,7 @@ def verdict_table(plan, plan_path, found, repo) -> tuple[str, dict]:
       for p in plan.points
   }
   status = registration.classify(plan, plan_path, records, repo)
-  results = claim_results(plan, found)
+  results = claim_results(plan, found, gates)
   family = [c.name for c in plan.claims if status[c.name][0]]
   decided = plan_lib.verdicts(plan, results, family)
   lines = [
@@ -184,13 +201,13 @@ def verdict_table(plan, plan_path, found, repo) -> tuple[str, dict]:
   return "\n".join(lines), {k: v[0] for k, v in decided.items()}
 
 
-def scorecard(plan, found, final_verdicts) -> str:
+def scorecard(plan, found, gates, final_verdicts) -> str:
   """How often the early call (first `early_fraction` of each run's compute,
   extrapolated) matched the final verdict, and how far early A fell from
   final A."""
   early = plan_lib.verdicts(
       plan,
-      claim_results(plan, found, "early"),
+      claim_results(plan, found, gates, "early"),
       [c.name for c in plan.claims if c.confirmatory],
   )
   gaps = [
@@ -218,12 +235,12 @@ def scorecard(plan, found, final_verdicts) -> str:
   return "\n".join(lines)
 
 
-def components(plan, found, point: str) -> str:
+def components(plan, found, gates, point: str) -> str:
   """Variance components of `point`'s fitted A (pinned runs) and its last
   validation's measured sampling variance."""
   by_base: dict[int, list[float]] = {}
   val_var = []
-  reps = set(replicates(plan, found))
+  reps = set(replicates(plan, gates))
   for (rep, p), f in found.items():
     if p != point or rep not in reps:
       continue
@@ -246,12 +263,9 @@ def components(plan, found, point: str) -> str:
   )
 
 
-def gate_table(plan, found) -> str:
+def gate_table(gates) -> str:
   """Each warm-started base's gate record, passes and failures alike."""
-  seen = {}
-  for (rep, _), f in sorted(found.items()):
-    if f.gate is not None:
-      seen.setdefault(rep[0], f.gate)
+  seen = gates
   lines = ["| base | passed | measured (levels 1-4: chain exact / P(chain)) |"]
   lines.append("|---|---|---|")
   for base, g in sorted(seen.items()):
