@@ -37,7 +37,7 @@ _WORKDIR = flags.DEFINE_string(
 _TARGET = flags.DEFINE_enum(
     "target",
     None,
-    sorted(cluster.TARGETS),
+    cluster.TARGETS.names(),
     "xpk (TPU slices), slurm or jobset (GPU hosts).",
     required=True,
 )

@@ -3,8 +3,9 @@
 Every swappable piece is registered by name in a `Registry` of its kind
 (losses, aggregations, advantage normalisations and schedules in rl/,
 attention implementations in models/attention.py, verifiers in
-rewards/registry.py, monitors in metrics/monitors.py), and a config field
-names one. `names()` is the one list of a field's allowed values: config
+rewards/registry.py, monitors in metrics/monitors.py, prompt sources in
+data/sources.py, cluster targets in jobs/cluster.py), and a config field (or
+flag) names one. `names()` is the one list of a field's allowed values: config
 validation (config/fields.py) and error messages read it. Registering a name
 twice raises; `get` of an unknown name raises naming the field and the
 choices.

@@ -304,7 +304,11 @@ def test_target_fields_conflicts():
         ("xpk", dict(XPK, base_docker_image="b"), "one of --docker_image"),
         ("slurm", dict(num_nodes=0), "--num_nodes"),
         ("jobset", dict(num_nodes=1), "--docker_image"),
-        ("pbs", {}, "choose one of"),
+        (
+            "pbs",
+            {},
+            r"^--target: 'pbs' is not one of \('jobset', 'slurm', 'xpk'\)$",
+        ),
     ],
 )
 def test_missing_or_bad_options(target, options, message):

@@ -3,6 +3,8 @@
 import pytest
 
 from scalerl_jax import registry
+from scalerl_jax.data import sources
+from scalerl_jax.jobs import cluster
 from scalerl_jax.metrics import monitors
 from scalerl_jax.models import attention
 from scalerl_jax.rewards import registry as verifiers
@@ -68,6 +70,8 @@ def test_names_are_reserved_first_then_sorted_or_in_registration_order():
         (attention.IMPLS, "model.attention"),
         (verifiers.VERIFIERS, "verifier"),
         (monitors.CHECKS, "monitor"),
+        (sources.SOURCES, "data.source"),
+        (cluster.TARGETS, "--target"),
     ],
 )
 def test_every_kind_is_a_registry_of_its_field(reg, field):

@@ -23,6 +23,7 @@ import ml_collections
 import yaml  # PyYAML, a dependency of ml_collections.
 
 from scalerl_jax import config as config_lib
+from scalerl_jax import registry
 from scalerl_jax import sharding
 from scalerl_jax.jobs import sweep
 
@@ -313,7 +314,11 @@ def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
   return Job(text, ["kubectl", "apply", "-f", "-"], text, shape, devices)
 
 
-TARGETS = {"xpk": _xpk, "slurm": _slurm, "jobset": _jobset}
+# What `--target` names: the tools `build` writes for.
+TARGETS: registry.Registry[Callable[..., Job]] = registry.Registry("--target")
+TARGETS.register("xpk", _xpk)
+TARGETS.register("slurm", _slurm)
+TARGETS.register("jobset", _jobset)
 
 
 def build(
@@ -330,14 +335,13 @@ def build(
   applied; `config_arg` is the `--config` value as given; `workdir` must be a
   path every host sees. ValueError names the flag or field that does not fit.
   """
-  if target not in TARGETS:
-    raise ValueError(f"--target={target!r}: choose one of {sorted(TARGETS)}")
+  write = TARGETS.get(target)  # ValueError naming the choices.
   if not _NAME.fullmatch(options.name) or len(options.name) > _MAX_NAME:
     raise ValueError(
         f"--name={options.name!r}: use at most {_MAX_NAME} characters matching "
         f"{_NAME.pattern} (xpk and Kubernetes names)"
     )
-  return TARGETS[target](config, config_arg, overrides, workdir, options)
+  return write(config, config_arg, overrides, workdir, options)
 
 
 def submit(job: Job) -> int:
