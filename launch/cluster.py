@@ -37,7 +37,7 @@ _WORKDIR = flags.DEFINE_string(
 _TARGET = flags.DEFINE_enum(
     "target",
     None,
-    sorted(cluster.TARGETS),
+    cluster.TARGETS.names(),
     "xpk (TPU slices), slurm or jobset (GPU hosts).",
     required=True,
 )
@@ -53,7 +53,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("python", "python", "Interpreter in the train command.")
 flags.DEFINE_string(
-    "tpu_type", "", "xpk: TPU type, e.g. v5p-64 or v5litepod-16."
+    "tpu_type", "", "xpk: TPU type, e.g. v5p-64, v5litepod-16 or tpu7x-8."
 )
 flags.DEFINE_integer("num_slices", 1, "xpk: TPU slices.")
 flags.DEFINE_string("cluster", "", "xpk: GKE cluster.")

@@ -3,11 +3,14 @@
 Every swappable piece is registered by name in a `Registry` of its kind
 (losses, aggregations, advantage normalisations and schedules in rl/,
 attention implementations in models/attention.py, verifiers in
-rewards/registry.py, monitors in metrics/monitors.py), and a config field
-names one. `names()` is the one list of a field's allowed values: config
-validation (config/fields.py) and error messages read it. Registering a name
-twice raises; `get` of an unknown name raises naming the field and the
-choices.
+rewards/registry.py, monitors in metrics/monitors.py, prompt sources in
+data/sources.py, cluster targets in jobs/cluster.py), and a config field (or
+flag) names one. `names()` is the one list of a field's allowed values: config
+validation (config/fields.py) and error messages read it. A registry is
+filled where its package is assembled (entries registered in other modules
+are imported by the package's `__init__.py`), so it is complete whatever was
+imported first. Registering a name twice raises; `get` of an unknown name
+raises naming the field and the choices.
 """
 
 from __future__ import annotations

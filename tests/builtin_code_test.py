@@ -10,6 +10,7 @@ from scalerl_jax import rewards
 from scalerl_jax.data import builtin_code
 
 
+@pytest.mark.needs_bwrap
 def test_worked_solution_passes_the_sandbox_and_a_slip_fails():
   record = builtin_code.make_record([("add", 5), ("times", 3), ("minus", 4)])
   assert record["prompt"] == "Code f: add 5, times 3, minus 4"

@@ -150,6 +150,10 @@ def test_xpk_base_image_adds_the_repository():
         ("v5litepod-16", 1, 16),  # v5e counts chips.
         ("v6e-256", 1, 256),
         ("v5p-2x2x4", 1, 16),  # A topology counts chips.
+        # TPU7x: two TensorCores per chip, each a JAX device.
+        ("tpu7x-8", 1, 8),
+        ("tpu7x-2x2x1", 1, 8),
+        ("tpu7x-4x4x4", 2, 256),
     ],
 )
 def test_tpu_devices_resolve_the_mesh(tpu_type, num_slices, devices):
@@ -160,7 +164,14 @@ def test_tpu_devices_resolve_the_mesh(tpu_type, num_slices, devices):
 
 @pytest.mark.parametrize(
     "tpu_type, message",
-    [("v5e-16", "v5litepod"), ("v5p-63", "multiple"), ("h100-8", "generation")],
+    [
+        ("v5e-16", "v5litepod"),
+        ("v7x-8", "xpk calls v7x 'tpu7x'"),
+        ("v5p-63", "multiple"),
+        ("tpu7x-6x", "generation"),
+        ("tpu7x-7", "tpu7x counts 2 TensorCores per chip; 7 is not a multiple"),
+        ("h100-8", "generation"),
+    ],
 )
 def test_bad_tpu_types(tpu_type, message):
   with pytest.raises(ValueError, match=message):
@@ -304,7 +315,11 @@ def test_target_fields_conflicts():
         ("xpk", dict(XPK, base_docker_image="b"), "one of --docker_image"),
         ("slurm", dict(num_nodes=0), "--num_nodes"),
         ("jobset", dict(num_nodes=1), "--docker_image"),
-        ("pbs", {}, "choose one of"),
+        (
+            "pbs",
+            {},
+            r"^--target: 'pbs' is not one of \('jobset', 'slurm', 'xpk'\)$",
+        ),
     ],
 )
 def test_missing_or_bad_options(target, options, message):

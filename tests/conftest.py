@@ -78,6 +78,38 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: -seconds[item.path])
 
 
+def pytest_runtest_setup(item):
+  """Skips a test marked `needs_bwrap` where bubblewrap does not run, before
+  its fixtures (helpers.needs_bwrap)."""
+  if item.get_closest_marker("needs_bwrap"):
+    from tests import helpers  # pylint: disable=g-import-not-at-top
+
+    helpers.needs_bwrap()
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Says once why the `needs_bwrap` tests skipped and how to run them."""
+  skipped = [
+      report
+      for report in terminalreporter.stats.get("skipped", [])
+      if "needs_bwrap" in report.keywords
+  ]
+  if not skipped:
+    return
+  from scalerl_jax.rewards.sandbox import (
+      isolation,  # pylint: disable=g-import-not-at-top
+  )
+
+  _, _, reason = skipped[0].longrepr
+  terminalreporter.write_sep("=", "code sandbox tests skipped", yellow=True)
+  terminalreporter.write_line(
+      f"Skipped {len(skipped)} test(s) that run generated code in the code"
+      f" sandbox: {reason.removeprefix('Skipped: ')}.\nThey run where"
+      f" bubblewrap runs ({isolation.INSTALL}), as a run that scores code"
+      " does (docs/design/sandbox.md)."
+  )
+
+
 # SCALERL_CHECK_LEFTOVERS=1: each test process (each pytest-xdist worker, or
 # the one process without xdist) is the child subreaper of all it starts, so
 # whatever a test orphans comes to it; at the end of the session any process

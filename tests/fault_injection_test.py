@@ -79,6 +79,7 @@ def _kill_all(processes):
   psutil.wait_procs(processes, timeout=10)
 
 
+@pytest.mark.needs_bwrap
 def test_killing_every_reward_process_mid_batch_restarts_the_pool():
   config = scalerl.get_config()
   with config.unlocked():
@@ -118,6 +119,7 @@ def test_killing_every_reward_process_mid_batch_restarts_the_pool():
     np.testing.assert_array_equal(scores, [1, 1])
 
 
+@pytest.mark.needs_bwrap
 def test_a_fork_server_that_keeps_dying_stops_scoring_with_a_clear_error():
   config = scalerl.get_config()
   with config.unlocked():

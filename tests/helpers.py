@@ -158,10 +158,12 @@ class StatsDevice:
 
 
 def needs_bwrap():
-  """Skips the calling test, saying why, where bubblewrap does not run here.
+  """Skips the current test, saying why, where bubblewrap does not run here.
 
-  Fails it instead under SCALERL_REQUIRE_BWRAP=1 (.ci/run sets it), so that
-  no sandbox test skips silently in CI.
+  tests/conftest.py calls it for each test marked `needs_bwrap`, before the
+  test's fixtures start a reward pool or a sandbox. Fails it instead under
+  SCALERL_REQUIRE_BWRAP=1 (.ci/run sets it), so that no sandbox test skips
+  silently in CI.
   """
   works, why = isolation.bwrap_works()
   if works:

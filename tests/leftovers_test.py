@@ -21,16 +21,13 @@ import sys
 
 import pytest
 
-from tests import helpers
-
 # Seconds of worker time on 2 cores: README's test command leaves it out.
-pytestmark = pytest.mark.slow(seconds=20)
+pytestmark = [pytest.mark.slow(seconds=20), pytest.mark.needs_bwrap]
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cases(scenario: str) -> list[dict]:
-  helpers.needs_bwrap()
   out = subprocess.run(
       [sys.executable, "-m", "tests.scripts.subreaper", scenario],
       cwd=_ROOT,

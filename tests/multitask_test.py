@@ -64,6 +64,7 @@ def _run(base_dir, tmp_path, name, steps):
 
 
 @pytest.mark.slow(seconds=55)  # A whole run, resumed.
+@pytest.mark.needs_bwrap
 def test_two_source_run_logs_each_domain_and_resumes_bit_identically(
     base_dir, tmp_path
 ):

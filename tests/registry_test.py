@@ -1,8 +1,19 @@
 """Tests for scalerl_jax/registry.py: the one registry type of every kind."""
 
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+
 import pytest
 
+import scalerl_jax
 from scalerl_jax import registry
+from scalerl_jax.config import fields
+from scalerl_jax.data import sources
+from scalerl_jax.jobs import cluster
 from scalerl_jax.metrics import monitors
 from scalerl_jax.models import attention
 from scalerl_jax.rewards import registry as verifiers
@@ -68,9 +79,66 @@ def test_names_are_reserved_first_then_sorted_or_in_registration_order():
         (attention.IMPLS, "model.attention"),
         (verifiers.VERIFIERS, "verifier"),
         (monitors.CHECKS, "monitor"),
+        (sources.SOURCES, "data.source"),
+        (cluster.TARGETS, "--target"),
     ],
 )
 def test_every_kind_is_a_registry_of_its_field(reg, field):
   assert isinstance(reg, registry.Registry)
   assert reg.field == field
   assert reg.names()
+
+
+def _registries_of_fields() -> dict[str, registry.Registry]:
+  """Config field -> the registry whose names it takes: every `Registry` in
+  a module of the package (all imported here) whose field has a rule."""
+  found = {}
+  for module in pkgutil.walk_packages(scalerl_jax.__path__, "scalerl_jax."):
+    for value in vars(importlib.import_module(module.name)).values():
+      if isinstance(value, registry.Registry) and value.field in fields.RULES:
+        found[value.field] = value
+  return found
+
+
+# launch.sweep's imports and its validation of a point, in a fresh
+# interpreter: whatever it refuses as "not one of" a field's names.
+_SWEEP_REFUSES = """
+import json, sys
+from launch import sweep as launch_sweep
+refused = []
+for field, names in json.loads(sys.argv[1]).items():
+  for name in names:
+    point = launch_sweep.sweep.Point("p", "tiny_cpu", {field: name})
+    try:
+      launch_sweep.sweep.build_config(point, launch_sweep.scalerl.get_config)
+    except ValueError as e:  # Other fields' relations to it may fail.
+      if f"{field}: {name!r} is not one of" in str(e):
+        refused.append(str(e))
+print(json.dumps(refused))
+"""
+
+
+def test_every_registry_field_takes_all_its_names_whatever_was_imported():
+  # Registries are filled where their package is assembled, so a validation
+  # that imported none of the modules that register (launch.sweep's and
+  # launch.cluster's) takes every name; `plain` attention was refused so.
+  registries = _registries_of_fields()
+  assert sorted(registries) == [
+      "buffer.schedule",
+      "data.source",
+      "model.attention",
+      "rl.adv_norm",
+      "rl.aggregation",
+      "rl.loss",
+  ]
+  assert "plain" in registries["model.attention"].names()
+  names = {field: reg.names() for field, reg in registries.items()}
+  done = subprocess.run(
+      [sys.executable, "-c", _SWEEP_REFUSES, json.dumps(names)],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=True,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
+  assert json.loads(done.stdout) == []

@@ -90,6 +90,7 @@ def _mixed_batch():
   return completions, records
 
 
+@pytest.mark.needs_bwrap
 def test_scores_match_in_process_verification(pool):
   completions, records = _mixed_batch()
   scores, stats = pool.score(completions, records)
@@ -107,6 +108,7 @@ def test_scores_match_in_process_verification(pool):
   assert 0 < stats["mean_s"] <= stats["slowest_s"] < _TIMEOUT_S
 
 
+@pytest.mark.needs_bwrap
 def test_a_hanging_verification_is_killed_and_the_pool_recovers(pool):
   record = {"id": "m", "answer": "1", "verifier": "math"}
   restarts = pool.score([r"\boxed{1}"], [record])[1]["num_worker_restarts"]
@@ -123,6 +125,7 @@ def test_a_hanging_verification_is_killed_and_the_pool_recovers(pool):
   assert stats["num_timeouts"] == 0
 
 
+@pytest.mark.needs_bwrap
 def test_a_code_timeout_leaves_no_program_behind(pool, sandbox_root):
   record = {"id": "c", "verifier": "code", "answer": "assert f(1) == 1"}
   sleeper = "```python\nimport time\ntime.sleep(600)\n```"
@@ -132,6 +135,7 @@ def test_a_code_timeout_leaves_no_program_behind(pool, sandbox_root):
   assert not os.listdir(sandbox_root)  # Temp dirs removed.
 
 
+@pytest.mark.needs_bwrap
 def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
   # A fresh sandbox per program, found as its worker's child.
   record = {"id": "c", "verifier": "code", "answer": "assert f(1) == 1"}
@@ -170,6 +174,7 @@ def test_a_worker_dying_mid_program_leaves_nothing_behind(sandbox_root):
   assert not os.listdir(sandbox_root)
 
 
+@pytest.mark.needs_bwrap
 def test_killed_workers_are_replaced(pool):
   workers = psutil.Process(pool._workers._zygote.pid).children()
   assert len(workers) == 2
@@ -243,6 +248,7 @@ def test_strip_thinking_from_config_reaches_the_workers(pool):
     rewards.RewardPool(_rewards_config(strip_thinking=("maths",)))
 
 
+@pytest.mark.needs_bwrap
 def test_submit_returns_at_once_and_scores_as_score_does_beside_a_direct_call(
     pool,
 ):
@@ -292,6 +298,7 @@ def test_close_waits_for_a_submitted_call_and_leaves_nothing_behind():
     p.submit(["x"], [{"id": "m", "answer": "1", "verifier": "math"}])
 
 
+@pytest.mark.needs_bwrap
 def test_close_leaves_nothing_behind():
   before = {p.pid for p in psutil.Process().children(recursive=True)}
   p = rewards.RewardPool(_rewards_config(num_workers=2))
@@ -337,6 +344,7 @@ def _sandboxed_programs(root):
   return [process for process in found if process.ppid() not in pids]
 
 
+@pytest.mark.needs_bwrap
 def test_copies_of_a_program_for_the_same_code_record_run_once(pool):
   # A coin flip: 16 separate runs would all agree with probability 2**-15.
   program = (

@@ -17,7 +17,6 @@ from scalerl_jax.rewards import registry
 from scalerl_jax.rewards.sandbox import boot
 from scalerl_jax.rewards.sandbox import client
 from scalerl_jax.rewards.sandbox import isolation
-from tests import helpers
 
 
 def _ctx(wall_s=10.0, cpu_s=2.0, memory_mb=512, spawned=None, isolation="auto"):
@@ -64,6 +63,7 @@ def _as_completion(source):
         "import shutil; open('inside', 'w').close(); shutil.copy('inside', TARGET)",
     ],
 )
+@pytest.mark.needs_bwrap
 def test_writing_outside_the_temp_dir_fails_and_scores_zero(tmp_path, attempt):
   target = str(tmp_path / "escaped")
   # The program catches the error and prints the expected output anyway: the
@@ -79,6 +79,7 @@ def test_writing_outside_the_temp_dir_fails_and_scores_zero(tmp_path, attempt):
   assert not os.path.exists(target)
 
 
+@pytest.mark.needs_bwrap
 def test_existing_files_outside_cannot_be_removed(tmp_path):
   victim = tmp_path / "keep.txt"
   victim.write_text("data")
@@ -96,6 +97,7 @@ def test_existing_files_outside_cannot_be_removed(tmp_path):
         "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9', timeout=1)",
     ],
 )
+@pytest.mark.needs_bwrap
 def test_opening_a_socket_fails_and_scores_zero(attempt):
   source = f"try:\n  {attempt}\nexcept Exception:\n  pass\nprint('done')\n"
   result = code_sandbox.run_program(source, "", _ctx())
@@ -117,6 +119,7 @@ def test_opening_a_socket_fails_and_scores_zero(attempt):
         "import ctypes",
     ],
 )
+@pytest.mark.needs_bwrap
 def test_process_creation_signals_and_native_code_are_blocked(attempt):
   spawned = []
   result = code_sandbox.run_program(attempt, "", _ctx(spawned=spawned))
@@ -132,7 +135,9 @@ def _in_group(process, pgid):
     return False
 
 
-@pytest.mark.parametrize("isolation", ["auto", "python"])
+@pytest.mark.parametrize(
+    "isolation", [pytest.param("auto", marks=pytest.mark.needs_bwrap), "python"]
+)
 def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed(isolation):
   spawned = []
   result = code_sandbox.run_program(
@@ -152,6 +157,7 @@ def test_writes_inside_the_temp_dir_work_and_the_dir_is_removed(isolation):
   assert not os.path.exists(tmpdir)
 
 
+@pytest.mark.needs_bwrap
 def test_cpu_limit_kills_a_busy_loop():
   start = time.monotonic()
   result = _run("while True: pass", cpu_s=1.0, wall_s=30.0)
@@ -167,12 +173,14 @@ def test_cpu_limit_kills_a_busy_loop():
         "chunks = []\nwhile True: chunks.append(bytearray(10 ** 7))",
     ],
 )
+@pytest.mark.needs_bwrap
 def test_memory_limit_stops_allocation(source):
   result = _run(source, memory_mb=256, wall_s=30.0)
   # MemoryError, not a hang.
   assert result.returncode == 1 and not result.timed_out
 
 
+@pytest.mark.needs_bwrap
 def test_wall_clock_deadline_kills_a_sleeper_and_its_group():
   spawned = []
   start = time.monotonic()
@@ -186,12 +194,14 @@ def test_wall_clock_deadline_kills_a_sleeper_and_its_group():
   assert not os.path.exists(tmpdir)
 
 
+@pytest.mark.needs_bwrap
 def test_output_is_capped():
   result = _run("while True: print('x' * 65536)", wall_s=20.0)
   assert not result.ok
   assert len(result.stdout) <= boot.MAX_OUTPUT_BYTES
 
 
+@pytest.mark.needs_bwrap
 def test_stdin_reaches_the_program():
   result = code_sandbox.run_program(
       "import sys\nprint(sys.stdin.read()[::-1])", "abc", _ctx()
@@ -234,11 +244,11 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.needs_bwrap
 def test_the_fork_server_runs_a_program_as_a_fresh_sandbox_does():
   # The same program under the same limits gives the same exit status,
   # output and deadline verdict as a fork of the warm sandboxed interpreter
   # as it does as a fresh bubblewrap sandbox and interpreter.
-  helpers.needs_bwrap()
   names = sorted(_PROGRAMS)
   done = subprocess.run(
       [
@@ -275,13 +285,13 @@ print(json.dumps([first.stdout.decode(), code_sandbox._server.proc.pid == server
 """
 
 
+@pytest.mark.needs_bwrap
 def test_the_fork_server_leaves_nothing_of_one_program_to_the_next():
   # The first program, its audit hook off, starts a process below the hook
   # that would outlive it, leaves files everywhere it can and locks a
   # directory against its removal; the second, in the same sandbox, finds
   # no other process and no file (the server sweeps the namespace and
   # empties the tmpfs after each run; everything else is read-only).
-  helpers.needs_bwrap()
   leave = _NO_HOOK + textwrap.dedent("""
       import _posixsubprocess, os
       r, w = os.pipe()
@@ -352,10 +362,10 @@ _CONFINEMENT = _NO_HOOK + textwrap.dedent("""
 
 
 @pytest.mark.parametrize("fork_server", [False, True])
+@pytest.mark.needs_bwrap
 def test_below_the_hook_the_sandbox_denies_proc_ptrace_ipc_and_disk(
     fork_server,
 ):
-  helpers.needs_bwrap()
   ctx = registry.VerifyContext(
       deadline=time.monotonic() + 20.0,
       code_memory_mb=1024,
@@ -378,10 +388,10 @@ _HANDLES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.needs_bwrap
 def test_the_fork_server_leaves_the_program_no_handle_of_its_own():
   # A forked program starts from the server's memory: the server must hold
   # no ctypes module or object a program could call through.
-  helpers.needs_bwrap()
   ctx = registry.VerifyContext(
       deadline=time.monotonic() + 10.0,
       code_isolation="bwrap",
@@ -394,11 +404,11 @@ def test_the_fork_server_leaves_the_program_no_handle_of_its_own():
   assert result.stdout == b"[] []\n", result
 
 
+@pytest.mark.needs_bwrap
 def test_a_fork_flood_below_the_hook_meets_the_pids_ceiling():
   # Below the audit hook, root ignores RLIMIT_NPROC: the sandbox's pids
   # cgroup is the bound, refusing the fork once MAX_TASKS tasks exist (bwrap
   # and the server's runner among them), long before the deadline.
-  helpers.needs_bwrap()
   parent, why = isolation.pids_cgroup_parent()
   if parent is None:
     pytest.skip(f"no pids cgroup can be made here: {why}")

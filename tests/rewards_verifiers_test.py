@@ -175,6 +175,7 @@ _DOUBLE = "```python\nprint(2 * int(input()))\n```"
         ),
     ],
 )
+@pytest.mark.needs_bwrap
 def test_code_stdin_stdout_cases(tests):
   record = {"id": "c", "answer": tests, "verifier": "code"}
   assert rewards.verify(_DOUBLE, record, "code") == 1.0
@@ -183,6 +184,7 @@ def test_code_stdin_stdout_cases(tests):
   assert rewards.verify("print(2 * int(input()))", record, "code") == 0.0
 
 
+@pytest.mark.needs_bwrap
 def test_code_assertion_tests():
   record = {
       "id": "c",
@@ -239,9 +241,10 @@ def test_malformed_code_tests_are_errors(answer, message):
     code_tests.parse_tests(answer)
 
 
-def _thinking_cases():
+def _thinking_cases(runs_code=True):
   """(record, spec, its kind, a correct answer as that verifier
-  reads it) per verifier."""
+  reads it) per verifier; the code case marked `needs_bwrap` if `runs_code`,
+  where the test's program reaches the sandbox."""
   builtin = builtin_task.builtin_prompts((2,), 1, 0, "train")[0]
   entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=3)[0]
   gym = {
@@ -264,7 +267,13 @@ def _thinking_cases():
           "task",
           f"<answer>{entry['answer']}</answer>",
       ),
-      (code, "code", "code", _DOUBLE),
+      pytest.param(
+          code,
+          "code",
+          "code",
+          _DOUBLE,
+          marks=[pytest.mark.needs_bwrap] if runs_code else [],
+      ),
   ]
 
 
@@ -272,7 +281,9 @@ _THINKING_IDS = ["math", "builtin", "reasoning_gym", "code"]
 
 
 @pytest.mark.parametrize(
-    "record, spec, kind, answer", _thinking_cases(), ids=_THINKING_IDS
+    "record, spec, kind, answer",
+    _thinking_cases(runs_code=False),
+    ids=_THINKING_IDS,
 )
 def test_an_answer_only_inside_the_thinking_scores_zero(
     record, spec, kind, answer
@@ -317,7 +328,11 @@ def test_strip_thinking_is_chosen_per_kind(record, spec, kind, answer):
 
 @pytest.mark.parametrize(
     "record, spec, kind, answer",
-    [case for case in _thinking_cases() if case[1] != "builtin"],
+    [
+        case
+        for case, id_ in zip(_thinking_cases(), _THINKING_IDS)
+        if id_ != "builtin"
+    ],
     ids=["math", "reasoning_gym", "code"],
 )
 def test_without_stripping_a_closed_thinking_answer_counts(

@@ -21,10 +21,9 @@ from benchmarks import hostile_programs
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.rewards.sandbox import isolation
-from tests import helpers
 
 # Seconds of worker time on 2 cores: README's test command leaves it out.
-pytestmark = pytest.mark.slow(seconds=25)
+pytestmark = [pytest.mark.slow(seconds=25), pytest.mark.needs_bwrap]
 
 _NUM, _SEED = 160, 20261127
 
@@ -59,7 +58,6 @@ def outside(tmp_path_factory):
 def test_generated_attacks_win_nothing_reach_nothing_leave_nothing(
     outside, fork_server
 ):
-  helpers.needs_bwrap()
   targets, connections = outside
   programs = hostile_programs.generate(_NUM, _SEED, targets)
   # Every part of the generator is in the sample.

@@ -23,7 +23,6 @@ import pytest
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.rewards.sandbox import isolation
-from tests import helpers
 
 # In the trainer's environment, which a program must not read.
 _CANARY = "SCALERL_CANARY_7f3a"
@@ -199,8 +198,11 @@ HOSTILE = {
 
 def _layers():
   for name, (_, needs_lower) in HOSTILE.items():
-    yield pytest.param(name, "bwrap", id=f"{name}-bwrap")
-    yield pytest.param(name, "bwrap_fork_server", id=f"{name}-fork_server")
+    bwrap = pytest.mark.needs_bwrap
+    yield pytest.param(name, "bwrap", id=f"{name}-bwrap", marks=bwrap)
+    yield pytest.param(
+        name, "bwrap_fork_server", id=f"{name}-fork_server", marks=bwrap
+    )
     if not needs_lower:  # The others would breach: docs/reliability.md.
       yield pytest.param(name, "python", id=f"{name}-python")
 
@@ -298,8 +300,6 @@ def _completion(source):
 def test_hostile_program_scores_zero_and_changes_nothing_outside(
     world, pools, name, layer
 ):
-  if layer != "python":
-    helpers.needs_bwrap()
   target = world["outside"] / f"{name}-{layer}"
   source = HOSTILE[name][0]
   for placeholder, value in (

@@ -22,7 +22,9 @@ import pytest
 from configs import scalerl
 from scalerl_jax import rewards
 from scalerl_jax.data import builtin_code
-from tests import helpers
+
+# Every test runs its programs under bubblewrap.
+pytestmark = pytest.mark.needs_bwrap
 
 _INPUTS = (2, 5, 9)
 _OUTPUTS = (17, 26, 38)
@@ -269,7 +271,6 @@ def pools():
 @pytest.mark.parametrize("fork_server", [False, True])
 @pytest.mark.parametrize("name", sorted(HACKS))
 def test_a_reward_hack_scores_zero(pools, name, fork_server):
-  helpers.needs_bwrap()
   pool = pools(fork_server)
   formats = sorted(_RECORDS)
   scores, stats = pool.score(
@@ -347,7 +348,6 @@ _FIND = _NO_HOOK + _WRONG + textwrap.dedent("""
 
 @pytest.mark.parametrize("fork_server", [False, True])
 def test_a_program_finds_nothing_an_earlier_one_left(pools, fork_server):
-  helpers.needs_bwrap()
   pool = pools(fork_server)
   for fmt, record in sorted(_RECORDS.items()):
     # One after the other in the same worker (and sandbox, under the fork

@@ -18,6 +18,7 @@ import uuid
 
 import numpy as np
 import psutil
+import pytest
 import reasoning_gym
 
 from configs import scalerl
@@ -244,6 +245,7 @@ def _sandboxed_programs(root):
   )
 
 
+@pytest.mark.needs_bwrap
 def test_adversarial_completions(tmp_path, monkeypatch):
   # The workers inherit TMPDIR: their sandboxes live under tmp_path, where
   # leftovers can be told apart from other processes' on a shared machine.

@@ -197,7 +197,7 @@ RULES: dict[str, Rule] = {
         str, lambda v: len(v) > 0, "must not be empty"
     ),
     # data
-    "data.source": _one_of(sources.SOURCES),
+    "data.source": _one_of(sources.SOURCES.names),
     "data.prompts_per_step": _POS_INT,
     "data.generations_per_prompt": _rule(
         int, lambda v: v >= 2, "must be >= 2 (group-relative advantages)"

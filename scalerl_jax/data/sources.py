@@ -10,9 +10,12 @@ Design: docs/design/prompt_sources.md.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from absl import logging
 import ml_collections
 
+from scalerl_jax import registry
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
 from scalerl_jax.data import mixture
@@ -54,6 +57,7 @@ def _report(what: str, malformed: list[readers.MalformedRow]) -> None:
 # prompts, where they come from), as each source's loader below returns it;
 # `load_prompts` logs the malformed rows and refuses an empty split for all.
 _Loaded = tuple[list[dict[str, str]], list[readers.MalformedRow], str, str]
+Loader = Callable[[ml_collections.ConfigDict, str], _Loaded]
 
 
 def _builtin_split(config: ml_collections.ConfigDict, split: str) -> _Loaded:
@@ -134,20 +138,26 @@ def _generated(prompts, name: str):
   return load
 
 
-_LOADERS = {
-    "builtin": _builtin_split,
-    builtin_code.SOURCE: _generated(builtin_code.code_prompts, "builtin_code"),
-    search_task.SOURCE: _generated(
-        search_task.search_prompts, search_task.SOURCE
-    ),
-    parity_task.SOURCE: _generated(
-        parity_task.parity_prompts, parity_task.SOURCE
-    ),
-    "reasoning_gym": _reasoning_gym_split,
-    "tfds": _tfds_split,
-    "jsonl": _jsonl_split,
-}
-SOURCES = tuple(_LOADERS)  # The values `data.source` allows.
+# The values `data.source` allows, each with its loader, listed in this order.
+SOURCES: registry.Registry[Loader] = registry.Registry(
+    "data.source", sort=False
+)
+SOURCES.register(builtin_task.SOURCE, _builtin_split)
+SOURCES.register(
+    builtin_code.SOURCE,
+    _generated(builtin_code.code_prompts, builtin_code.SOURCE),
+)
+SOURCES.register(
+    search_task.SOURCE,
+    _generated(search_task.search_prompts, search_task.SOURCE),
+)
+SOURCES.register(
+    parity_task.SOURCE,
+    _generated(parity_task.parity_prompts, parity_task.SOURCE),
+)
+SOURCES.register("reasoning_gym", _reasoning_gym_split)
+SOURCES.register("tfds", _tfds_split)
+SOURCES.register("jsonl", _jsonl_split)
 
 
 def load_prompts(
@@ -172,11 +182,8 @@ def load_prompts(
             config.data.mixture[name].get("verifier", ""),
         )
     ]
-  if config.data.source not in _LOADERS:
-    raise ValueError(
-        f"data.source: {config.data.source!r} is not one of {SOURCES}"
-    )
-  records, malformed, field, where = _LOADERS[config.data.source](config, split)
+  load = SOURCES.get(config.data.source)  # ValueError naming the choices.
+  records, malformed, field, where = load(config, split)
   _report(where, malformed)
   if not records:
     detail = ""

@@ -23,18 +23,31 @@ import ml_collections
 import yaml  # PyYAML, a dependency of ml_collections.
 
 from scalerl_jax import config as config_lib
+from scalerl_jax import registry
 from scalerl_jax import sharding
 from scalerl_jax.jobs import sweep
+from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.jobs.planner import topology
 
 # xpk's rule for workload names; also valid Kubernetes names and hostnames.
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _MAX_NAME = 40
 
-# TensorCores per JAX device in xpk's `<generation>-<n>` TPU names, where n
-# counts TensorCores: v4 and v5p chips have two, which JAX drives as one
-# (megacore) device; v5e (xpk: v5litepod) and v6e chips have one.
-_TPU_CORES_PER_DEVICE = {"v4": 2, "v5p": 2, "v5litepod": 1, "v6e": 1}
+# xpk's TPU generations -> (TensorCores per chip, the generation's name in
+# `launch.compile`'s slices, None where the planner does not know it). xpk's
+# `<generation>-<n>` names count TensorCores, its topologies chips; JAX
+# devices per chip are the planner's (accelerators.Accelerator): v4 and v5p
+# drive a chip's two TensorCores as one (megacore) device, TPU7x as two.
+_XPK_TPUS = {
+    "v4": (2, None),
+    "v5p": (2, "v5p"),
+    "v5litepod": (1, "v5e"),
+    "v6e": (1, "v6e"),
+    "tpu7x": (2, "tpu7x"),
+}
 _TPU_TYPE = re.compile(r"(?P<gen>[a-z0-9]+)-(?P<size>\d+(?:x\d+)*)")
+# Names xpk does not use, and what it calls them.
+_XPK_CALLS = {"v5e": "v5litepod", "v7x": "tpu7x", "ironwood": "tpu7x"}
 
 COORDINATOR_PORT = 1234  # jobset: port of the JAX coordinator on pod 0.
 _WORKERS = "workers"  # jobset: name of its one replicated job.
@@ -50,7 +63,8 @@ class Options:
 
   name: str  # Workload / job / JobSet name.
   python: str = "python"  # Interpreter in the train command.
-  tpu_type: str = ""  # xpk: e.g. v5p-64 (TensorCores), v5litepod-16 (chips).
+  # xpk: e.g. v5p-64 or tpu7x-8 (TensorCores), v5litepod-16 (chips).
+  tpu_type: str = ""
   num_slices: int = 1  # xpk: TPU slices.
   cluster: str = ""  # xpk: GKE cluster name.
   project: str = ""  # xpk: GCP project; "" = gcloud's default.
@@ -80,32 +94,55 @@ class Job:
   num_devices: int  # Devices the target provides.
 
 
+def _devices_per_chip(generation: str) -> int:
+  """JAX devices per chip of an xpk generation, as the planner counts them."""
+  compile_name = _XPK_TPUS[generation][1]
+  if compile_name is None:
+    return 1  # v4: one (megacore) device per chip.
+  key = topology.GENERATIONS[compile_name]
+  return accelerators.ACCELERATORS[key].devices_per_chip
+
+
 def tpu_devices(tpu_type: str) -> int:
   """JAX devices of one slice of an xpk TPU type.
 
-  `tpu_type` is `<generation>-<n>` (n TensorCores for v4 and v5p, chips for
-  v5litepod and v6e) or `<generation>-<topology>` (chips, e.g. v5p-2x2x4).
+  Args:
+    tpu_type: `<generation>-<n>`, n TensorCores (e.g. v5p-64, tpu7x-8), or
+      `<generation>-<topology>`, counting chips (e.g. v5p-2x2x4, tpu7x-2x2x1).
+
+  Returns:
+    The slice's chips times the generation's devices per chip: v5p-64 is 32
+    devices, tpu7x-8 is 8, tpu7x-2x2x1 is 8.
+
+  Raises:
+    ValueError: a name xpk does not use, or a TensorCore count that is not a
+      whole number of chips.
   """
   match = _TPU_TYPE.fullmatch(tpu_type)
   gen = match and match["gen"]
-  if gen not in _TPU_CORES_PER_DEVICE:
-    hint = (
-        " (xpk calls TPU v5e 'v5litepod')" if tpu_type.startswith("v5e") else ""
+  if gen not in _XPK_TPUS:
+    calls = next(
+        (
+            f" (xpk calls {name} '{xpk}')"
+            for name, xpk in _XPK_CALLS.items()
+            if tpu_type.startswith(name)
+        ),
+        "",
     )
     raise ValueError(
         f"--tpu_type={tpu_type!r}: expected <generation>-<size> as xpk names it, e.g. "
-        f"v5p-64 or v5litepod-16, generation one of {sorted(_TPU_CORES_PER_DEVICE)}{hint}"
+        f"v5p-64 or v5litepod-16, generation one of {sorted(_XPK_TPUS)}{calls}"
     )
   sizes = [int(s) for s in match["size"].split("x")]
   if len(sizes) > 1:  # A topology counts chips.
-    return math.prod(sizes)
-  cores = _TPU_CORES_PER_DEVICE[gen]
+    return math.prod(sizes) * _devices_per_chip(gen)
+  cores = _XPK_TPUS[gen][0]
   if not sizes[0] or sizes[0] % cores:
     raise ValueError(
         f"--tpu_type={tpu_type!r}: {gen} counts {cores} TensorCores per chip; "
         f"{sizes[0]} is not a multiple"
     )
-  return sizes[0] // cores
+  return sizes[0] // cores * _devices_per_chip(gen)
 
 
 def check_mesh(
@@ -313,7 +350,11 @@ def _jobset(config, config_arg, overrides, workdir, o: Options) -> Job:
   return Job(text, ["kubectl", "apply", "-f", "-"], text, shape, devices)
 
 
-TARGETS = {"xpk": _xpk, "slurm": _slurm, "jobset": _jobset}
+# What `--target` names: the tools `build` writes for.
+TARGETS: registry.Registry[Callable[..., Job]] = registry.Registry("--target")
+TARGETS.register("xpk", _xpk)
+TARGETS.register("slurm", _slurm)
+TARGETS.register("jobset", _jobset)
 
 
 def build(
@@ -330,14 +371,13 @@ def build(
   applied; `config_arg` is the `--config` value as given; `workdir` must be a
   path every host sees. ValueError names the flag or field that does not fit.
   """
-  if target not in TARGETS:
-    raise ValueError(f"--target={target!r}: choose one of {sorted(TARGETS)}")
+  write = TARGETS.get(target)  # ValueError naming the choices.
   if not _NAME.fullmatch(options.name) or len(options.name) > _MAX_NAME:
     raise ValueError(
         f"--name={options.name!r}: use at most {_MAX_NAME} characters matching "
         f"{_NAME.pattern} (xpk and Kubernetes names)"
     )
-  return TARGETS[target](config, config_arg, overrides, workdir, options)
+  return write(config, config_arg, overrides, workdir, options)
 
 
 def submit(job: Job) -> int:
