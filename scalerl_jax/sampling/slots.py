@@ -5,8 +5,8 @@ per-token records in the trainer's layout: prompt at positions
 [0, prompt_len), completion after it, `pad_id` after the end, positions
 absolute in both rows. `start` prefills prompts into free slots, `take`
 frees finished ones; the decode loop that fills them is decode_loop.py.
-Every function is pure and jit-able; `sampler.Sampler` binds the static
-arguments, shardings and buckets.
+Every function is pure and jit-able; `programs.Programs` binds the static
+arguments and shardings, `sampler.Sampler` the buckets.
 
 Design: docs/design/sampling.md.
 

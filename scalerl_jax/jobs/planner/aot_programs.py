@@ -103,7 +103,7 @@ def build_programs(
     n = state.seq_len.shape[0]
     rows = sharding.named_sharding(mesh, rules, ("act_batch",))
     rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
-    return lambda: sampler.lower(
+    return lambda: sampler.programs.lower(
         "start",
         state,
         weights,
@@ -116,7 +116,7 @@ def build_programs(
     )
 
   def decode(state):
-    return lambda: sampler.lower(
+    return lambda: sampler.programs.lower(
         "advance", state, weights, np.int32(0), np.int32(1), window=0
     )
 
@@ -154,7 +154,7 @@ def build_programs(
   return Programs(
       lower={
           "train_step": train,
-          "prepare": lambda: sampler.lower("prepare", params),
+          "prepare": lambda: sampler.programs.lower("prepare", params),
           "prefill": prefill(slots),
           "decode": decode(slots),
           "val_prefill": prefill(val_slots),
