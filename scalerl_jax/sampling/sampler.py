@@ -28,6 +28,7 @@ from scalerl_jax import sharding
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import inputs
 from scalerl_jax.sampling import programs
+from scalerl_jax.sampling import slots
 from scalerl_jax.sampling import windows
 from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.settings import SamplingSettings
@@ -128,7 +129,9 @@ class Sampler:
   # Abstract use: compiling the programs without running them
   # (jobs/planner/aot.py lowers them through `programs.lower`).
 
-  def state_shape(self, num_slots: int, meta_width: int = 1) -> SlotState:
+  def state_shape(
+      self, num_slots: int, meta_width: int = slots.DEFAULT_META_WIDTH
+  ) -> SlotState:
     """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
     return sharding.abstract(
         jax.eval_shape(self.programs.empty, num_slots, meta_width),
@@ -146,7 +149,9 @@ class Sampler:
   # Slot interface.
 
   def init_state(
-      self, num_slots: Optional[int] = None, meta_width: int = 1
+      self,
+      num_slots: Optional[int] = None,
+      meta_width: int = slots.DEFAULT_META_WIDTH,
   ) -> SlotState:
     """All N slots free, sharded over slots.
 
@@ -300,7 +305,9 @@ class Sampler:
     b = len(lens_B)
     meta_shape = () if meta is None else np.asarray(meta).shape
     meta_BxW = inputs.check_meta(
-        meta, b, meta_shape[1] if len(meta_shape) == 2 else 1
+        meta,
+        b,
+        meta_shape[1] if len(meta_shape) == 2 else slots.DEFAULT_META_WIDTH,
     )
     num_slots = generate_slots(b, self._divisor)
     params = self.prepare(params)

@@ -35,6 +35,9 @@ from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.settings import SamplingSettings
 
 NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
+# W of slots whose caller passes no metadata (`Sampler.generate`, so
+# validation), and `Sampler.init_state`'s default.
+DEFAULT_META_WIDTH = 1
 
 
 @flax.struct.dataclass

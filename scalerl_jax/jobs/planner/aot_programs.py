@@ -21,8 +21,10 @@ from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
 from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import slot_runner
 from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.sampling import slots as slots_lib
 from scalerl_jax.sampling.sampler import Sampler
 
 
@@ -92,10 +94,12 @@ def build_programs(
   ).with_hbm_budget(hbm_budget)
   weights = sampler.prepared_shape(params)
   num_slots = schedules.num_slots(config)
-  slots = sampler.state_shape(num_slots, meta_width=1)
+  # The metadata the trainer's slots hold (the slot runner's), and none in
+  # validation's (`evaluation` calls `Sampler.generate`).
+  slots = sampler.state_shape(num_slots, meta_width=slot_runner.META_WIDTH)
   val_slots = sampler.state_shape(
       evaluation.num_slots(config, sharding.batch_divisor(mesh, rules)),
-      meta_width=1,
+      meta_width=slots_lib.DEFAULT_META_WIDTH,
   )
   width = config.sampling.max_prompt_len
 
@@ -110,7 +114,7 @@ def build_programs(
         jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
         jax.ShapeDtypeStruct((n, width), jnp.int32, sharding=rows_len),
         jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
-        jax.ShapeDtypeStruct((n, 1), jnp.int32, sharding=rows_len),
+        jax.ShapeDtypeStruct(state.meta.shape, jnp.int32, sharding=rows_len),
         jax.random.key(0),
         in_order=True,
     )
