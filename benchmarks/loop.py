@@ -14,8 +14,8 @@ Runs the real loop, `trainer.train_and_evaluate`, on the default config
 `--steps` RL steps in a fresh workdir, with timers put around its parts from
 outside the library:
 
-* model compute: the sampler's jitted weight regrouping (`Sampler._prepare`),
-  prefill (`Sampler._start`) and decode (`Sampler._advance`) programs and the
+* model compute: the sampler's jitted weight regrouping (`programs.prepare`),
+  prefill (`programs.start`) and decode (`programs.advance`) programs and the
   jitted train step (the trainer's
   `train_step` less the host-to-device placement of its batch), each call
   timed up to `jax.block_until_ready` of its outputs;
@@ -100,14 +100,14 @@ _COMPILE_EVENTS = (
 )
 # The sampler's jitted programs and the part each one's calls are timed as.
 _SAMPLER_PROGRAMS = {
-    "_prepare": "decode weights",
-    "_start": "prefill",
-    "_advance": "decode",
-    "_take": "slot programs",
-    "_flags": "slot programs",
-    "_longest": "slot programs",
-    "_progress": "slot programs",
-    "_empty": "slot programs",
+    "prepare": "decode weights",
+    "start": "prefill",
+    "advance": "decode",
+    "take": "slot programs",
+    "flags": "slot programs",
+    "longest": "slot programs",
+    "progress": "slot programs",
+    "empty": "slot programs",
 }
 # Trainer methods (and methods of its members) and their parts.
 _TRAINER_PARTS = {
@@ -133,9 +133,9 @@ _WHAT = {
     "train": "metrics read back, counters",
     "validation": "batching, detokenizing, summarising",
     "checkpoint": "gathering state, starting the asynchronous write",
-    "decode weights": "Sampler._prepare (weights regrouped for decoding)",
-    "prefill": "Sampler._start",
-    "decode": "Sampler._advance",
+    "decode weights": "programs.prepare (weights regrouped for decoding)",
+    "prefill": "programs.start",
+    "decode": "programs.advance",
     "train step": "the jitted step (its batch placement apart)",
     "slot programs": "Sampler free-slot flags, progress, longest, harvest",
     "verify": "waits for the reward pool (score, submitted results)",
@@ -217,10 +217,10 @@ class _TimedIterator:
 def instrument(trainer: trainer_lib.Trainer, timers: Timers) -> None:
   """Times the trainer's phases, the sampler's programs and the
   helpers (module docstring)."""
-  sampler = trainer.exp.sampler
+  programs = trainer.exp.sampler.programs
   for attr, name in _SAMPLER_PROGRAMS.items():
     setattr(
-        sampler, attr, timers.wrap(name, getattr(sampler, attr), block=True)
+        programs, attr, timers.wrap(name, getattr(programs, attr), block=True)
     )
   for (*owner, attr), name in _TRAINER_PARTS.items():
     obj = trainer

@@ -9,17 +9,17 @@ batch of P x G rows (random tokens; the loss mask over a random-length
 completion after an S/4-token prompt; generator log-probs near the policy's;
 0/1 rewards with both values in every group), all measured in this one run:
 
-* step: the jitted `rl.train_step.train_step` on the model, optimizer,
-  StepSpec and parameters `rl.step_parts.build` makes (as
-  jobs/planner/aot_programs.py does), the state donated, on a batch already on
-  the device;
+* step: the run's own program, `rl.train_step.jit_train_step` on the pieces
+  `rl.step_parts.build` makes (as jobs/planner/aot_programs.py does), the state
+  donated, on a batch already on the device;
 * its parts, each jitted alone on the same arrays: forward (`policy_logprobs`
   only); backward (`loss_and_grads` minus forward); log-prob and loss (the
   final norm, LM head, log-softmax, entropy and loss, forward and backward,
   from the last block's output; it is part of forward and backward too);
   optimizer update (`optimizer.update` and `apply_updates`); the rest of the
   step (norms, metrics, the non-finite guard) is step minus `loss_and_grads`
-  minus the update; host-to-device placement of the batch.
+  minus the update; host-to-device placement of the batch
+  (`rl.batch.place_batch`, as the trainer places it).
 
 FLOPs are `compute.train_flops` over the padded rows (the hardware's work).
 They are reported against a dense float32 matmul through JAX measured in the
@@ -44,6 +44,7 @@ from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
 from scalerl_jax.models import transformer
 from scalerl_jax.rl import advantages
+from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import logprobs
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import step_parts
@@ -166,24 +167,22 @@ def _head_and_loss(params, x_BxTxD, batch, spec):
 
 
 def time_parts(
-    spec, state, mesh, rules, host_batch, repeats
+    spec, step, batch_sh, state, divisor, host_batch, repeats
 ) -> dict[str, tuple[float, float]]:
-  """`best_times` of the step, its parts
-  (see module docstring) and the matmul."""
-  batch_sh = {
-      k: sharding.batch_sharding(mesh, rules, v.ndim)
-      for k, v in host_batch.items()
-  }
-  batch_sh["rewards_PxG"] = sharding.named_sharding(mesh, rules, (None, None))
-  place = lambda: {
-      k: sharding.place_global(v, batch_sh[k]) for k, v in host_batch.items()
-  }
+  """`best_times` of the step, its parts (see module docstring) and the matmul.
+
+  Args:
+    spec: the step's `StepSpec`.
+    step: `jit_train_step`'s step; `batch_sh`: its batch's shardings.
+    state: the train state, donated to `step`.
+    divisor: the mesh's batch divisor (`sharding.batch_divisor`).
+    host_batch: the host batch (`synthetic_batch`).
+    repeats: timed rounds after the warm-up.
+  """
+  place = lambda: batch_lib.place_batch(host_batch, batch_sh, divisor)
   batch = place()
   copy = lambda tree: jax.tree_util.tree_map(jnp.copy, tree)
   params = copy(state.params)
-  step = jax.jit(
-      functools.partial(train_step_lib.train_step, spec=spec), donate_argnums=0
-  )
   forward = jax.jit(
       lambda p, t: logprobs.policy_logprobs(spec.model, p, t, spec.temperature)
   )
@@ -284,15 +283,21 @@ def main(argv):
         parts.spec,
     )
     cfg, params, param_sh = parts.model.cfg, parts.params, parts.param_shardings
+    divisor = sharding.batch_divisor(mesh, rules)
     with sharding.activate(mesh, rules):
       for seq_len in map(int, _SEQ_LENS.value):
         # A copy: the step donates its state, and jit passes
         # unchanged inputs through.
-        state, _ = train_step_lib.init_train_state(
+        state, state_sh = train_step_lib.init_train_state(
             optimizer, jax.tree_util.tree_map(jnp.copy, params), param_sh, mesh
         )
+        step, batch_sh = train_step_lib.jit_train_step(
+            config, parts.model, mesh, rules, optimizer, state_sh
+        )
         host_batch = synthetic_batch(spec, params, seq_len)
-        times = time_parts(spec, state, mesh, rules, host_batch, _REPEATS.value)
+        times = time_parts(
+            spec, step, batch_sh, state, divisor, host_batch, _REPEATS.value
+        )
         rows = host_batch["tokens_BxS"].shape[0]
         label = (
             f"{shape} ({cfg.num_params() / 1e6:.2f}M) | {spec.num_prompts} x "

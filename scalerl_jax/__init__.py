@@ -19,5 +19,6 @@ Shape letters. An array's name ends in its shape (`logp_BxS`, `scores_PxG`,
 
 Any other letter is local: the module's docstring defines it, and it means
 nothing outside that module. Counts in names spell what they count:
-`prompt_lens_G` and `completion_lens_G` are token counts, `seq_len` of both.
+`prompt_len`, `completion_len` and `seq_len` are token counts, `seq_len` of
+prompt and completion together.
 """

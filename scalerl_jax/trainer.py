@@ -229,7 +229,7 @@ class Trainer:
     t1 = time.perf_counter()
     step_metrics, batch_len = self.train(groups)
     t_train = time.perf_counter() - t1
-    seq = [batch_len for g in groups for _ in g.completion_lens_G]
+    seq = [batch_len] * sum(len(g.scores_G) for g in groups)
     self.meter.add(
         compute.train_flops(self.exp.model_cfg, seq),
         t_train,

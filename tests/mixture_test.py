@@ -116,7 +116,9 @@ def _group(domain, scores, lengths):
   return types.SimpleNamespace(
       record={"id": f"{domain}/x", "domain": domain},
       scores_G=np.asarray(scores, np.float32),
-      completion_lens_G=np.asarray(lengths, np.int32),
+      completions=types.SimpleNamespace(
+          completion_len=np.asarray(lengths, np.int32)
+      ),
   )
 
 

@@ -332,7 +332,7 @@ def test_prepared_params_are_regrouped_once_and_sample_the_same(setup):
   call = sampler._call
 
   def spy(fn, *args, **static):
-    prepares.extend([fn] if fn is sampler._prepare else [])
+    prepares.extend([fn] if fn is sampler.programs.prepare else [])
     return call(fn, *args, **static)
 
   sampler._call = spy
@@ -395,7 +395,7 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   call = sampler._call
 
   def spy(fn, *args, **static):
-    if fn is sampler._advance:
+    if fn is sampler.programs.advance:
       windows_used.append(static["window"])
     return call(fn, *args, **static)
 
@@ -410,7 +410,7 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
   _, ref = sampler.harvest(sampler.advance(state, params, 0, 112))
   # The 64 and 96 windows and the whole cache.
-  assert sampler._advance._cache_size() == 3
+  assert sampler.programs.advance._cache_size() == 3
   np.testing.assert_array_equal(out.tokens, ref.tokens)
   np.testing.assert_array_equal(out.seq_len, PROMPT_LENS + 112)
   np.testing.assert_allclose(out.gen_logp, ref.gen_logp, atol=1e-5, rtol=0)
@@ -419,10 +419,10 @@ def test_generate_in_attention_windows_equals_whole_cache_decoding(setup):
   state = sampler.init_state(8)
   state = sampler.start(state, params, np.arange(6), prompts, PROMPT_LENS, key)
   state = sampler.advance(state, params, 0, 48)
-  assert int(sampler._call(sampler._longest, state)) == 64
+  assert int(sampler._call(sampler.programs.longest, state)) == 64
   _, split = sampler.harvest(sampler.advance(state, params, 0, 64))
   assert windows_used == [64, 96, 0, 0, 64, 0]
-  assert sampler._advance._cache_size() == 3
+  assert sampler.programs.advance._cache_size() == 3
   np.testing.assert_array_equal(split.tokens, ref.tokens)
   np.testing.assert_allclose(split.gen_logp, ref.gen_logp, atol=1e-5, rtol=0)
 
@@ -438,8 +438,8 @@ def test_compiled_once_per_bucket_and_cache_donated(setup):
         PROMPT_LENS[:b],
         jax.random.key(b),
     )
-  assert sampler._advance._cache_size() == 1
-  assert sampler._start._cache_size() == 1
+  assert sampler.programs.advance._cache_size() == 1
+  assert sampler.programs.start._cache_size() == 1
   state = sampler.init_state(4)
   old = jax.tree.leaves(state.cache)
   state = sampler.advance(state, setup["params"], version=0)
@@ -469,7 +469,8 @@ def test_bad_input_is_a_clear_error_before_compiling(setup):
   with pytest.raises(ValueError, match="prompt_lens"):
     sampler.generate(params, prompts[:2], [3], key)
   assert (
-      sampler._advance._cache_size() == 0 and sampler._start._cache_size() == 0
+      sampler.programs.advance._cache_size() == 0
+      and sampler.programs.start._cache_size() == 0
   )
 
   with pytest.raises(
@@ -523,7 +524,7 @@ def test_checking_every_few_steps_decodes_the_same(setup, every):
         state, params, np.arange(6), prompts, PROMPT_LENS, jax.random.key(3)
     )
     state = sampler.advance(state, params, 0, 5)
-    five[check] = np.asarray(sampler._call(sampler._progress, state)[1])
+    five[check] = np.asarray(sampler._call(sampler.programs.progress, state)[1])
   # 5 tokens each (the prompt's last re-read first), none past them.
   np.testing.assert_array_equal(five[1][:6], PROMPT_LENS + 5)
   np.testing.assert_array_equal(five[every], five[1])

@@ -176,7 +176,7 @@ def _group_rows(groups):
           g.completions.version.tolist(),
           g.scores_G.tolist(),
           g.rewards_G.tolist(),
-          g.completion_lens_G.tolist(),
+          g.completions.completion_len.tolist(),
       )
       for g in groups
   ]
@@ -220,7 +220,7 @@ def test_a_verification_that_times_out_in_the_overlapped_path_scores_0_and_count
   assert out["ahead"] >= 1 and tok.hangs >= 1
   assert out["runner"].verify_stats["num_timeouts"] == tok.hangs
   for g in out["groups"]:
-    hung = g.completion_lens_G % 3 == 0
+    hung = g.completions.completion_len % 3 == 0
     np.testing.assert_array_equal(g.scores_G[hung], 0.0)
     np.testing.assert_array_equal(g.rewards_G[hung], -1.0)
 

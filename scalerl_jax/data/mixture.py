@@ -120,7 +120,9 @@ def train_metrics(groups: Sequence[Any]) -> dict[str, float]:
                 curriculum_lib.zero_variance_mask(scores).mean()
             ),
             f"train/{name}/mean_length": float(
-                np.concatenate([g.completion_lens_G for g in gs]).mean()
+                np.concatenate(
+                    [g.completions.completion_len for g in gs]
+                ).mean()
             ),
         }
     )

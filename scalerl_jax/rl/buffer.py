@@ -35,11 +35,6 @@ class Group:
   # float32 [G]: the scores mapped to [reward_incorrect, reward_correct].
   rewards_G: np.ndarray
 
-  @property
-  def completion_lens_G(self) -> np.ndarray:
-    """int32 [G]: completion tokens (sampled + injected)."""
-    return self.completions.completion_len
-
   def oldest_version(self) -> int:
     """Smallest policy version of any sampled token (its staleness anchor)."""
     version = self.completions.version
@@ -198,7 +193,7 @@ def batch_metrics(
 ) -> dict[str, float]:
   """The `train/` rewards, lengths, truncations and staleness of a batch."""
   rewards = np.stack([g.rewards_G for g in groups])
-  lengths = np.concatenate([g.completion_lens_G for g in groups])
+  lengths = np.concatenate([g.completions.completion_len for g in groups])
   truncated = np.concatenate([g.completions.truncated for g in groups])
   interrupted = np.concatenate([g.completions.interrupted for g in groups])
   return {

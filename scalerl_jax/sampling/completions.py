@@ -43,7 +43,23 @@ class Completions:
   @property
   def completion_len(self) -> jax.Array:
     """[F] int32: completion tokens (sampled + injected) of each row."""
-    return (self.seq_len - self.prompt_len).astype(np.int32)
+    return completion_lengths(self.prompt_len, self.seq_len)
+
+
+def completion_lengths(prompt_len: jax.Array, seq_len: jax.Array) -> jax.Array:
+  """int32 completion tokens (sampled + injected) of rows with these lengths.
+
+  The rule for a finished row (`Completions.completion_len`) and for a slot
+  still decoding (the decode loop's interruption and length limit).
+
+  Args:
+    prompt_len: int32 prompt tokens of each row.
+    seq_len: int32 prompt + completion tokens of each row, same shape.
+
+  Returns:
+    int32 `seq_len - prompt_len`, host or device as the inputs are.
+  """
+  return (seq_len - prompt_len).astype(np.int32)
 
 
 _FIELDS = dataclasses.fields(Completions)

@@ -25,6 +25,7 @@ from scalerl_jax.models import decode
 from scalerl_jax.models import kv_cache
 from scalerl_jax.models.model_config import ModelConfig
 from scalerl_jax.sampling import interruptions
+from scalerl_jax.sampling.completions import completion_lengths
 from scalerl_jax.sampling.selection import select_tokens
 from scalerl_jax.sampling.settings import SamplingSettings
 from scalerl_jax.sampling.slots import NO_VERSION
@@ -71,7 +72,7 @@ def _decode_step(
       settings.top_p,
   )
 
-  completion_N = state.seq_len - state.prompt_len
+  completion_N = completion_lengths(state.prompt_len, state.seq_len)
   tokens_N, forced_N, int_state, limit_N = interruptions.apply(
       settings.interruption,
       state.interruption,
@@ -97,7 +98,9 @@ def _decode_step(
       sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
   )
   seq_len_N = state.seq_len + live_N
-  at_limit_N = live_N & (seq_len_N - state.prompt_len >= limit_N)
+  at_limit_N = live_N & (
+      completion_lengths(state.prompt_len, seq_len_N) >= limit_N
+  )
   return state.replace(
       cache=cache,
       tokens=record(state.tokens, tokens_N),

@@ -7,7 +7,7 @@ slots, `advance` decodes with that call's parameters (each token records its
 between any two calls; sequences in flight keep their KV cache. Every input a
 caller can get wrong raises ValueError before anything compiles
 (`sampling/inputs.py`); all processes of a multi-host run pass the same host
-arrays.
+arrays. The jitted programs it calls: programs.py (`Sampler.programs`).
 
 Design: docs/design/sampling.md.
 
@@ -17,7 +17,6 @@ per sequence; n, f: B and F rows padded to a bucket.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Optional, Sequence
 
 import jax
@@ -26,11 +25,9 @@ import ml_collections
 import numpy as np
 
 from scalerl_jax import sharding
-from scalerl_jax.models import decode
 from scalerl_jax.models.model_config import ModelConfig
-from scalerl_jax.models.transformer import Transformer
-from scalerl_jax.sampling import decode_loop
 from scalerl_jax.sampling import inputs
+from scalerl_jax.sampling import programs
 from scalerl_jax.sampling import slots
 from scalerl_jax.sampling import windows
 from scalerl_jax.sampling.completions import Completions
@@ -85,56 +82,8 @@ class Sampler:
     self.train_rules = rules  # The parameters' layout, which `prepare` reads.
     self.hbm_budget = hbm_budget
     self._divisor = sharding.batch_divisor(mesh, rules)
-    state_sh = slots.state_shardings(
-        mesh, rules, model_cfg.num_layers, settings.value_layout
-    )
-    small = slots.replicated(mesh)
-    bind = functools.partial
-    options = sharding.hbm_budget_options(platform, hbm_budget)
-    self._empty = jax.jit(
-        bind(slots.empty_state, model_cfg, settings),
-        static_argnums=(0, 1),
-        out_shardings=state_sh,
-    )
-    self._start = jax.jit(
-        bind(slots.start, model_cfg, settings),
-        donate_argnums=0,
-        out_shardings=state_sh,
-        static_argnames="in_order",
-        compiler_options=options,
-    )
-    self._advance = jax.jit(
-        bind(decode_loop.advance, model_cfg, settings),
-        donate_argnums=0,
-        out_shardings=state_sh,
-        static_argnames="window",
-        compiler_options=options,
-    )
-    self._take = jax.jit(
-        slots.take, donate_argnums=0, out_shardings=(state_sh, small)
-    )
-    self._flags = jax.jit(
-        lambda st: (st.active, st.done), out_shardings=(small, small)
-    )
-    self._longest = jax.jit(slots.longest_running, out_shardings=small)
-    self._progress = jax.jit(
-        lambda st: (st.prompt_len, st.seq_len, st.active & ~st.done),
-        out_shardings=(small, small, small),
-    )
-
-  @functools.cached_property
-  def _prepare(self) -> Any:
-    """`decode.prepare`, jitted, casting each weight where the trainer's
-    layout keeps it (built on first use: the layout traces the model's
-    init)."""
-    return jax.jit(
-        functools.partial(
-            decode.prepare,
-            self.model_cfg,
-            param_shardings=sharding.param_shardings(
-                Transformer(self.model_cfg), self.mesh, self.train_rules
-            ),
-        )
+    self.programs = programs.Programs(
+        model_cfg, settings, mesh, self.rules, rules, hbm_budget
     )
 
   @classmethod
@@ -175,48 +124,34 @@ class Sampler:
     """
     if isinstance(params, PreparedParams):
       return params
-    return PreparedParams(self._call(self._prepare, params))
+    return PreparedParams(self._call(self.programs.prepare, params))
 
   # Abstract use: compiling the programs without running them
-  # (jobs/planner/aot.py).
+  # (jobs/planner/aot.py lowers them through `programs.lower`).
 
-  def lower(self, program: str, *args, **static) -> jax.stages.Lowered:
-    """Lowers `program` ("prepare", "start" or "advance") as a call would.
-
-    `args` may be abstract (sharded ShapeDtypeStructs, e.g. `state_shape`);
-    `start` takes the padded arguments of `slots.start`.
-    """
-    fn = {
-        "prepare": self._prepare,
-        "start": self._start,
-        "advance": self._advance,
-    }[program]
-    with sharding.activate(self.mesh, self.rules):
-      return fn.lower(*args, **static)
-
-  def state_shape(self, num_slots: int, meta_width: int = 1) -> SlotState:
+  def state_shape(
+      self, num_slots: int, meta_width: int = slots.DEFAULT_META_WIDTH
+  ) -> SlotState:
     """`init_state(num_slots, meta_width)` as sharded ShapeDtypeStructs."""
     return sharding.abstract(
-        jax.eval_shape(self._empty, num_slots, meta_width),
-        slots.state_shardings(
-            self.mesh,
-            self.rules,
-            self.model_cfg.num_layers,
-            self.settings.value_layout,
-        ),
+        jax.eval_shape(self.programs.empty, num_slots, meta_width),
+        self.programs.state_shardings,
     )
 
   def prepared_shape(self, params: Any) -> Any:
     """`prepare(params).weights` as sharded ShapeDtypeStructs (compiles it)."""
-    compiled = self.lower("prepare", params).compile()
+    compiled = self.programs.lower("prepare", params).compile()
     return sharding.abstract(
-        jax.eval_shape(self._prepare, params), compiled.output_shardings
+        jax.eval_shape(self.programs.prepare, params),
+        compiled.output_shardings,
     )
 
   # Slot interface.
 
   def init_state(
-      self, num_slots: Optional[int] = None, meta_width: int = 1
+      self,
+      num_slots: Optional[int] = None,
+      meta_width: int = slots.DEFAULT_META_WIDTH,
   ) -> SlotState:
     """All N slots free, sharded over slots.
 
@@ -235,18 +170,18 @@ class Sampler:
       )
     if meta_width <= 0:
       raise ValueError(f"meta_width {meta_width} must be > 0")
-    return self._call(self._empty, num_slots, meta_width)
+    return self._call(self.programs.empty, num_slots, meta_width)
 
   def free_slots(self, state: SlotState) -> np.ndarray:
     """Ids of the slots that hold no sequence (host int array)."""
-    active, _ = self._call(self._flags, state)
+    active, _ = self._call(self.programs.flags, state)
     return np.flatnonzero(~np.asarray(active)).astype(np.int32)
 
   def progress(
       self, state: SlotState
   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host (prompt_len [N], length [N] (prompt + completion), running [N])."""
-    prompt_len, length, running = self._call(self._progress, state)
+    prompt_len, length, running = self._call(self.programs.progress, state)
     return np.asarray(prompt_len), np.asarray(length), np.asarray(running)
 
   def start(
@@ -274,7 +209,7 @@ class Sampler:
     prompts_BxL, lens_B = self._check_prompts(prompt_tokens, prompt_lens)
     b = len(lens_B)
     num_slots, width = state.meta.shape
-    active, _ = self._call(self._flags, state)
+    active, _ = self._call(self.programs.flags, state)
     slot_ids_B = inputs.check_slot_ids(slot_ids, b, np.asarray(active))
     meta_BxW = inputs.check_meta(meta, b, width)
 
@@ -292,7 +227,7 @@ class Sampler:
         np.all((slot_ids_n == np.arange(n)) | (slot_ids_n >= n))
     )
     return self._call(
-        self._start,
+        self.programs.start,
         state,
         self.prepare(params).weights,
         slot_ids_n,
@@ -324,10 +259,10 @@ class Sampler:
       raise ValueError(f"num_steps {num_steps} must be > 0")
     window, spans = 0, windows.attention_windows(self.settings)
     if spans:
-      longest = int(self._call(self._longest, state))
+      longest = int(self._call(self.programs.longest, state))
       window = windows.window_for(spans, longest, num_steps)
     return self._call(
-        self._advance,
+        self.programs.advance,
         state,
         self.prepare(params).weights,
         np.int32(version),
@@ -341,7 +276,7 @@ class Sampler:
     Returns the new state and the finished sequences as host arrays in slot
     order; the slots in `Completions.slot` are free again.
     """
-    active, done = self._call(self._flags, state)
+    active, done = self._call(self.programs.flags, state)
     rows_F = np.flatnonzero(np.asarray(active) & np.asarray(done)).astype(
         np.int32
     )
@@ -351,7 +286,7 @@ class Sampler:
     rows_f = np.concatenate(
         [rows_F, np.full((bucket - f,), num_slots, np.int32)]
     )
-    state, out = self._call(self._take, state, rows_f)
+    state, out = self._call(self.programs.take, state, rows_f)
     return state, jax.tree.map(lambda x: np.asarray(x)[:f], out)
 
   # Whole batch.
@@ -370,7 +305,9 @@ class Sampler:
     b = len(lens_B)
     meta_shape = () if meta is None else np.asarray(meta).shape
     meta_BxW = inputs.check_meta(
-        meta, b, meta_shape[1] if len(meta_shape) == 2 else 1
+        meta,
+        b,
+        meta_shape[1] if len(meta_shape) == 2 else slots.DEFAULT_META_WIDTH,
     )
     num_slots = generate_slots(b, self._divisor)
     params = self.prepare(params)
@@ -386,7 +323,7 @@ class Sampler:
         self.settings.max_new_tokens,
     ):
       state = self._call(
-          self._advance,
+          self.programs.advance,
           state,
           params.weights,
           np.int32(version),

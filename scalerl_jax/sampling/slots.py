@@ -5,8 +5,8 @@ per-token records in the trainer's layout: prompt at positions
 [0, prompt_len), completion after it, `pad_id` after the end, positions
 absolute in both rows. `start` prefills prompts into free slots, `take`
 frees finished ones; the decode loop that fills them is decode_loop.py.
-Every function is pure and jit-able; `sampler.Sampler` binds the static
-arguments, shardings and buckets.
+Every function is pure and jit-able; `programs.Programs` binds the static
+arguments and shardings, `sampler.Sampler` the buckets.
 
 Design: docs/design/sampling.md.
 
@@ -35,6 +35,9 @@ from scalerl_jax.sampling.completions import Completions
 from scalerl_jax.sampling.settings import SamplingSettings
 
 NO_VERSION = -1  # Policy version recorded for prompt, injected and pad tokens.
+# W of slots whose caller passes no metadata (`Sampler.generate`, so
+# validation), and `Sampler.init_state`'s default.
+DEFAULT_META_WIDTH = 1
 
 
 @flax.struct.dataclass

@@ -65,7 +65,7 @@ def main():
     # Rebuilt with a budget, as the trainer and launch.compile build theirs.
     sampler = Sampler(cfg, settings, mesh, rules).with_hbm_budget(2**30)
     got = sampler.prepare(placed).weights
-    hlo = _partitioned_hlo(sampler.lower("prepare", placed))
+    hlo = _partitioned_hlo(sampler.programs.lower("prepare", placed))
     types = re.findall(_ALL_GATHER, hlo)
     row = {
         "shape": list(shape),

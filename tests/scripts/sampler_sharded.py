@@ -62,7 +62,7 @@ def _outputs(config, devices, prompts, modes):
   results["advance_collectives"] = {}
   for window in (0, 64):
     hlo = (
-        sampler.lower(
+        sampler.programs.lower(
             "advance", state, weights, np.int32(0), np.int32(1), window=window
         )
         .compile()
@@ -89,7 +89,7 @@ def _outputs(config, devices, prompts, modes):
         jax.random.key(1),
     )
     hlo = (
-        sampler.lower(
+        sampler.programs.lower(
             "start", sampler.init_state(n), *args, in_order=name == "in_order"
         )
         .compile()

@@ -21,8 +21,10 @@ from scalerl_jax import sharding
 from scalerl_jax.metrics import compute
 from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import slot_runner
 from scalerl_jax.rl import step_parts
 from scalerl_jax.rl import train_step as train_step_lib
+from scalerl_jax.sampling import slots as slots_lib
 from scalerl_jax.sampling.sampler import Sampler
 
 
@@ -92,10 +94,12 @@ def build_programs(
   ).with_hbm_budget(hbm_budget)
   weights = sampler.prepared_shape(params)
   num_slots = schedules.num_slots(config)
-  slots = sampler.state_shape(num_slots, meta_width=1)
+  # The metadata the trainer's slots hold (the slot runner's), and none in
+  # validation's (`evaluation` calls `Sampler.generate`).
+  slots = sampler.state_shape(num_slots, meta_width=slot_runner.META_WIDTH)
   val_slots = sampler.state_shape(
       evaluation.num_slots(config, sharding.batch_divisor(mesh, rules)),
-      meta_width=1,
+      meta_width=slots_lib.DEFAULT_META_WIDTH,
   )
   width = config.sampling.max_prompt_len
 
@@ -103,20 +107,20 @@ def build_programs(
     n = state.seq_len.shape[0]
     rows = sharding.named_sharding(mesh, rules, ("act_batch",))
     rows_len = sharding.named_sharding(mesh, rules, ("act_batch", None))
-    return lambda: sampler.lower(
+    return lambda: sampler.programs.lower(
         "start",
         state,
         weights,
         jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
         jax.ShapeDtypeStruct((n, width), jnp.int32, sharding=rows_len),
         jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows),
-        jax.ShapeDtypeStruct((n, 1), jnp.int32, sharding=rows_len),
+        jax.ShapeDtypeStruct(state.meta.shape, jnp.int32, sharding=rows_len),
         jax.random.key(0),
         in_order=True,
     )
 
   def decode(state):
-    return lambda: sampler.lower(
+    return lambda: sampler.programs.lower(
         "advance", state, weights, np.int32(0), np.int32(1), window=0
     )
 
@@ -154,7 +158,7 @@ def build_programs(
   return Programs(
       lower={
           "train_step": train,
-          "prepare": lambda: sampler.lower("prepare", params),
+          "prepare": lambda: sampler.programs.lower("prepare", params),
           "prefill": prefill(slots),
           "decode": decode(slots),
           "val_prefill": prefill(val_slots),

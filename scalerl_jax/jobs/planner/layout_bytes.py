@@ -14,6 +14,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec
 
 from scalerl_jax import sharding
+from scalerl_jax.models import kv_cache
 
 
 def abstract_mesh(mesh_cfg: Any, num_devices: int) -> AbstractMesh:
@@ -53,14 +54,15 @@ def _local_shape(
 def tpu_tiled(local_shape: Sequence[int], itemsize: int) -> list[int]:
   """`local_shape` padded to TPU tiles of (8 x 4 / itemsize, 128).
 
-  The last dim is the minor one, padded to 128 lanes. The compiler picks
-  which other dim tiles the sublanes, and takes the one that pads least:
-  qwen2.5_0.5b's keys [1, 16383, 2, 64] are 8.4 MB on a v5e chip, with the
-  16,383 positions in the sublanes, not 67 MB with the 2 heads there.
+  The last dim is the minor one, padded to the 128 lanes. The compiler picks
+  which other dim tiles the sublanes, and takes the one that pads least (a
+  cache's positions rather than its few heads: docs/design/planner.md, "TPU
+  tiles", has the bytes measured).
   """
   dims = list(local_shape)
   if dims:
-    dims[-1] = -(-dims[-1] // 128) * 128
+    lanes = kv_cache.TPU_LANES
+    dims[-1] = -(-dims[-1] // lanes) * lanes
   if len(dims) >= 2:
     rows = 8 * max(1, 4 // itemsize)
     padded = lambda n: -(-n // rows) * rows
