@@ -35,7 +35,7 @@ the loop's wall time without them. Blocking after every compute call removes
 what overlap of host and device work the loop has (little: it reads a result
 back right after each of those calls), so the overhead is, if anything,
 overstated. Verification overlaps the next decode call (`rewards.overlap`,
-rl/slot_runner.py) in the reward pool's own thread and worker processes, which
+rl/generation.py) in the reward pool's own thread and worker processes, which
 blocking the loop's thread does not stop; only the loop's thread is timed,
 so what is left of verification is the wait for scores still out. Compare
 with `--config.rewards.overlap=False`, which waits for every score before

@@ -406,7 +406,7 @@ def get_config(arg=None):
   # Address-space limit of a verifier worker; 0 = none.
   c.rewards.worker_memory_mb = 2048
   # Verify the groups a decode call finished while the next call decodes, where
-  # that call is decided without their scores (rl/slot_runner.py); the same
+  # that call is decided without their scores (rl/generation.py); the same
   # decisions either way. False waits for the scores (benchmarks/loop.py).
   c.rewards.overlap = True
 

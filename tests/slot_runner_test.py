@@ -1,17 +1,19 @@
-"""SlotRunner: verification overlapped with the next decode call changes
-nothing but wall time.
+"""SlotRunner and the generation loop: verification overlapped with the next
+decode call changes nothing but wall time, and the loop keeps its order.
 
 A real sampler (tiny random model, several stop ids so completions end at
 different steps) and a real reward pool; the tokenizer is a stand-in whose
 completion text is a math answer that depends on the completion's length, so
 scores are mixed (or a verification that hangs, for the timeout test). The
 driver below takes the trainer's decisions in miniature: start what fits,
-decode `_STEPS` per call, and plan the next call early, inside `on_harvest`,
-when it needs no new prompts. The trainer-level test compares whole runs.
+decode `_STEPS` per call, and dispatch the next call between `harvest` and
+`collect` when it needs no new prompts. The trainer-level tests compare whole
+runs and log the order of `Generation.run`'s events.
 """
 
 import collections
 import dataclasses
+import re
 
 import jax
 import numpy as np
@@ -120,8 +122,8 @@ def _rollouts(setup, tok, scores_seen=()):
 
 
 def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
-  """`calls` decode calls, the next planned in `on_harvest` when
-  `overlap`; what happened."""
+  """`calls` decode calls, the next dispatched before the scores when
+  `overlap` and it needs no new prompts; what happened."""
   scores_seen = []  # Read by the prompt source, as the trainer's curriculum is.
   r = _rollouts(setup, tok or _LengthTokenizer(), scores_seen)
   params, out = setup["params"], {
@@ -130,30 +132,26 @@ def _run(setup, overlap: bool, tok=None, calls: int = _CALLS):
       "deferred": 0,
       "unscored": True,
   }
-
-  def plan(pull: bool):
-    return None if r.fill(params, 2, pull=pull) is None else _STEPS
-
+  r.fill(params, 2)
+  ahead = False
   for call in range(calls):
-    planned = []
-
-    def on_harvest(groups, last=call == calls - 1, planned=planned):
-      out["unscored"] &= all(np.isnan(g.scores_G).all() for g in groups)
-      planned.append(plan(pull=False) if overlap and not last else None)
-      out["deferred"] += overlap and not last and planned[0] is None
-      return planned[0] or 0
-
-    if call == 0:
-      plan(pull=True)
-    groups = r.step(params, 0, _STEPS, on_harvest)
-    scores_seen += [g.scores_G.sum() for g in groups]
-    out["groups"] += groups
-    if planned[0]:
+    if not ahead:
+      r.dispatch(params, 0, _STEPS)
+    groups, scoring = r.harvest()
+    out["unscored"] &= all(np.isnan(g.scores_G).all() for g in groups)
+    early = overlap and call < calls - 1
+    ahead = early and r.fill(params, 2, pull=False) is not None
+    out["deferred"] += early and not ahead
+    if ahead:
+      r.dispatch(params, 0, _STEPS)
       out["ahead"] += 1
       with pytest.raises(RuntimeError, match="in flight"):
-        r.state()  # Not between calls: step dispatched the next one.
-    elif call < calls - 1:
-      plan(pull=True)
+        r.state()  # Not between calls: the next one is dispatched.
+    r.collect(groups, scoring)
+    scores_seen += [g.scores_G.sum() for g in groups]
+    out["groups"] += groups
+    if not ahead and call < calls - 1:
+      r.fill(params, 2)
   out["runner"] = r
   return out
 
@@ -191,7 +189,7 @@ def test_overlapped_groups_scores_and_state_equal_the_synchronous_ones(setup):
       and overlapped["deferred"] >= 1
       and sync["ahead"] == 0
   )
-  assert overlapped["unscored"]  # on_harvest ran before the scores were in.
+  assert overlapped["unscored"]  # Harvested before the scores were in.
   scores = np.concatenate([g.scores_G for g in sync["groups"]])
   # Mixed: a swap would show.
   assert len(sync["groups"]) >= 6 and 0 < scores.mean() < 1
@@ -225,16 +223,26 @@ def test_a_verification_that_times_out_in_the_overlapped_path_scores_0_and_count
     np.testing.assert_array_equal(g.rewards_G[hung], -1.0)
 
 
-def test_step_refuses_a_call_other_than_the_one_dispatched_ahead(setup):
+def test_calls_and_harvests_alternate(setup):
   r = _rollouts(setup, _LengthTokenizer())
-  r.fill(setup["params"], 2)
-  r.step(setup["params"], 0, _STEPS, lambda groups: _STEPS)
+  params = setup["params"]
+  with pytest.raises(RuntimeError, match="no decode call is dispatched"):
+    r.harvest()
+  r.fill(params, 2)
+  r.dispatch(params, 0, _STEPS)
+  # A second call would hide the first one's work from the counts.
   with pytest.raises(
-      ValueError, match=f"a call of {_STEPS} steps at version 0 is in flight"
+      RuntimeError, match=f"a call of {_STEPS} steps at version 0 is not"
   ):
-    r.step(setup["params"], 0, _STEPS + 1)
-  assert r.step(setup["params"], 0, _STEPS) is not None  # The one dispatched.
+    r.dispatch(params, 0, _STEPS + 1)
+  with pytest.raises(RuntimeError, match="in flight"):
+    r.state()
+  r.collect(*r.harvest())
   r.state()  # Between calls again.
+  # The refused call never ran: what still decodes has the first call's steps.
+  prompt_len_N, seq_len_N, running_N = r.sampler.progress(r.slots)
+  assert running_N.any()
+  np.testing.assert_array_equal((seq_len_N - prompt_len_N)[running_N], _STEPS)
 
 
 class _ParityPool:
@@ -254,9 +262,9 @@ class _ParityPool:
     )
 
 
-def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
-  """A short RL run: what it decided and counted; and the steps
-  `on_harvest` returned.
+def _trainer_run(workdir: str, overlap: bool, num_steps: int = 3):
+  """A short RL run: what it decided and counted, and the log of
+  `Generation.run`'s events.
 
   Scores are mixed (`_ParityPool`), and 12 training prompts with a low
   retirement threshold make the curriculum drop prompts from the second
@@ -266,40 +274,52 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
   config.trainer.warm_start_steps = 0
   config.data.builtin_num_train, config.curriculum.retire_threshold = 12, 0.7
   config.rewards.overlap = overlap
-  trainer = trainer_lib.Trainer(config, str(tmp_path / f"overlap_{overlap}"))
-  gen = trainer.generation
-  gen.slot_runner.pool = _ParityPool(gen.slot_runner.pool)
-  ahead, taken, harvested, draws, decoded = (
-      [],
-      [],
-      [0],
-      [],
-      collections.Counter(),
-  )
-  step, take = gen.slot_runner.step, gen.buffer.take
+  # 10 groups' slots, 3 batches of 4 prompts: after the first 10 finish, 2
+  # queued prompts start without the pipeline, while those 10 are scored.
+  config.sampling.num_slots = 10 * config.data.generations_per_prompt
+  trainer = trainer_lib.Trainer(config, workdir)
+  gen, events, taken = trainer.generation, [], []
+  runner = gen.slot_runner
+  runner.pool = _ParityPool(runner.pool)
+  dispatch, harvest, collect = runner.dispatch, runner.harvest, runner.collect
+  add, update, take = gen.buffer.add, gen.curriculum.update, gen.buffer.take
+  decoded = collections.Counter()  # Decode steps dispatched, by version.
 
-  def spying_step(params, version, steps, on_harvest):
-    def spy(groups):
-      harvested[0] += len(groups)
-      ahead.append(on_harvest(groups))
-      return ahead[-1]
-
+  def logged_dispatch(params, version, steps):
+    events.append(("dispatch", version, steps))
     decoded[version] += steps
-    groups = step(params, version, steps, spy)
-    # Dispatched before the scores: what the schedule says now they are in.
-    if ahead[-1]:
-      assert ahead[-1] == gen.schedule.decode_steps(
-          decoded[version],
-          gen.buffer.num_ready(version, gen.max_off_policy),
-          gen.slot_runner.in_flight,
-      )
-    return groups
+    dispatch(params, version, steps)
 
-  def checked(batches):
-    """The pipeline; notes for each draw whether the curriculum has seen
-    every harvested group."""
+  def logged_harvest():
+    groups, scoring = harvest()
+    events.append(("harvest", [(g.index, g.record["id"]) for g in groups]))
+    return groups, scoring
+
+  def logged_add(group):
+    events.append(("add", group.index, bool(np.isnan(group.scores_G).all())))
+    add(group)
+
+  def logged_collect(groups, scoring):
+    collect(groups, scoring)
+    events.append(("collect", [g.index for g in groups]))
+    # A call dispatched before the scores: what the schedule says now they
+    # are in.
+    turn = events[_turns(events)[-1] :]
+    if turn[-2][0] == "dispatch":
+      _, version, steps = turn[-2]
+      assert steps == gen.schedule.decode_steps(
+          decoded[version] - steps,
+          gen.buffer.num_ready(version, gen.max_off_policy),
+          runner.in_flight,
+      )
+
+  def logged_update(ids, scores):
+    events.append(("update", ids[0], bool(np.isfinite(scores).all())))
+    update(ids, scores)
+
+  def logged_draws(batches):
     while True:
-      draws.append(gen.curriculum.metrics()["groups_seen"] == harvested[0])
+      events.append(("draw",))
       try:
         batch = next(batches)
       except StopIteration:
@@ -315,11 +335,16 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
     )
     return groups
 
-  gen.slot_runner.step, gen.buffer.take = spying_step, recording_take
-  gen.slot_runner.prompts = checked(gen.slot_runner.prompts)
+  runner.dispatch, runner.harvest, runner.collect = (
+      logged_dispatch,
+      logged_harvest,
+      logged_collect,
+  )
+  gen.buffer.add, gen.curriculum.update = logged_add, logged_update
+  gen.buffer.take, runner.prompts = recording_take, logged_draws(runner.prompts)
   try:
     rows = [trainer.run_step() for _ in range(num_steps)]
-    _, arrays, meta = gen.slot_runner.state()
+    _, arrays, meta = runner.state()
     curriculum = gen.curriculum.state_dict()
   finally:
     trainer.close()
@@ -333,31 +358,78 @@ def _trainer_run(tmp_path, overlap: bool, num_steps: int = 3):
       "verify/num_completions",
       "prompts_retired",
   )
-  return (
-      dict(
-          rows=[{k: r[k] for k in keep} for r in rows],
-          taken=taken,
-          meta=meta,
-          arrays=arrays,
-          curriculum=curriculum,
-          draws=draws,
-      ),
-      ahead,
+  return dict(
+      rows=[{k: r[k] for k in keep} for r in rows],
+      taken=taken,
+      meta=meta,
+      arrays=arrays,
+      curriculum=curriculum,
+      events=events,
   )
+
+
+def _turns(events) -> list[int]:
+  """Where each turn of the loop starts in `events`: at its harvest."""
+  return [i for i, e in enumerate(events) if e[0] == "harvest"]
+
+
+@pytest.fixture(scope="module")
+def trainer_runs(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("overlap")
+  return {
+      overlap: _trainer_run(str(workdir / str(overlap)), overlap)
+      for overlap in (False, True)
+  }
+
+
+# One letter per event of `Generation.run`'s log.
+_LETTERS = dict(
+    dispatch="D", harvest="H", add="A", collect="C", update="U", draw="P"
+)
+
+
+def test_generation_run_harvests_stores_refills_collects_then_updates(
+    trainer_runs,
+):
+  for overlap, run in trainer_runs.items():
+    events, starts = run["events"], _turns(run["events"])
+    # Before the first harvest: prompts drawn, one call dispatched.
+    assert re.fullmatch(
+        "P+D", "".join(_LETTERS[e[0]] for e in events[: starts[0]])
+    )
+    ahead = verified_ahead = 0
+    for n, (a, b) in enumerate(zip(starts, starts[1:] + [len(events)])):
+      turn = events[a:b]
+      letters = "".join(_LETTERS[e[0]] for e in turn)
+      # Stored as harvested, collected, the curriculum updated, and only then
+      # prompts drawn; one call dispatched per turn, but after the last.
+      assert re.fullmatch("HA*D?CU*P*D?", letters), letters
+      assert letters.count("D") == (n < len(starts) - 1), letters
+      harvested = turn[0][1]
+      adds = [e for e in turn if e[0] == "add"]
+      updates = [e for e in turn if e[0] == "update"]
+      assert [e[1] for e in adds] == [k for k, _ in harvested]
+      assert all(unscored for *_, unscored in adds)
+      collected = next(e for e in turn if e[0] == "collect")
+      assert collected[1] == [k for k, _ in harvested]
+      assert [e[1] for e in updates] == [i for _, i in harvested]
+      assert all(scored for *_, scored in updates)
+      ahead += "DC" in letters
+      verified_ahead += "ADC" in letters
+    # Calls dispatched before the scores were in, where overlapped; some while
+    # groups were being verified.
+    if overlap:
+      assert ahead >= 2 and verified_ahead >= 1
+    else:
+      assert ahead == 0
 
 
 def test_the_trainer_takes_the_same_decisions_with_verification_overlapped(
-    tmp_path,
+    trainer_runs,
 ):
-  (sync, sync_ahead), (overlapped, ahead) = (
-      _trainer_run(tmp_path, overlap) for overlap in (False, True)
-  )
-  # Calls dispatched before scores.
-  assert not any(sync_ahead) and sum(map(bool, ahead)) >= 2
+  sync, overlapped = trainer_runs[False], trainer_runs[True]
   assert sync["rows"][-1]["prompts_retired"] >= 1  # The pipeline skips prompts.
-  # Every draw from the pipeline saw a curriculum up to date with every group
-  # harvested, though calls were planned before the scores were in.
-  assert len(overlapped["draws"]) >= 4 and all(overlapped["draws"])
+  assert sum(e[0] == "draw" for e in overlapped["events"]) >= 4
   assert (
       overlapped["rows"] == sync["rows"]
       and overlapped["taken"] == sync["taken"]

@@ -7,12 +7,11 @@ buffer of finished groups (`rl/buffer.py`) and the off-policy schedule
 step the trainer calls `run` (generate as the schedule allows), then `take` (the
 step's P groups), and checkpoints `state()`.
 
-`run` starts what the schedule allows, decodes a call, puts the finished
-groups in the buffer, and, with `rewards.overlap`, plans and dispatches the
-next call while the verifiers score the last one (when that call needs no
-new prompt: the pipeline's filter reads the curriculum, which the scores
-update). The overlap changes no decision, only wall time. Design:
-docs/design/rl.md.
+`run` is the generation loop, its order read top to bottom: dispatch a decode
+call, harvest it, put the finished groups in the buffer, refill the slots and
+dispatch the next call where the schedule already allows it
+(`rewards.overlap`), collect the scores, update the curriculum. The overlap
+changes no decision, only wall time. Design: docs/design/rl.md.
 """
 
 from __future__ import annotations
@@ -93,40 +92,57 @@ class Generation:
     """One train step's generation as the schedule allows; decode steps run.
 
     Never ends before the buffer can hand out the next P groups (the
-    schedule's contract). Finished groups enter the buffer as harvested; their
-    scores update the curriculum once in.
+    schedule's contract). Finished groups enter the buffer as harvested;
+    their scores update the curriculum once in.
     """
-    k = self.max_off_policy
-
-    def plan(decoded: int, pull: bool = True) -> Optional[int]:
-      """Starts what it may; the next call's steps (0: stop, None: pull)."""
-      backlog = self.slot_runner.in_flight + len(self.buffer)
-      started = self.slot_runner.fill(
-          params, self.schedule.max_starts(version, backlog), pull=pull
-      )
-      if started is None:
-        return None
-      return self.schedule.decode_steps(
-          decoded, self.buffer.num_ready(version, k), self.slot_runner.in_flight
-      )
-
-    decoded, steps = 0, plan(0)
+    runner = self.slot_runner
+    decoded, steps = 0, self._refill(params, version, decoded=0)
+    ahead = None  # Steps of the call dispatched before the last scores.
     while steps:
+      if not ahead:  # Else that call is decoding already.
+        runner.dispatch(params, version, steps)
       decoded += steps
-      # The next call's steps, when planned while this call's groups score.
-      ahead = None
-
-      def on_harvest(groups: list[Group]) -> int:
-        nonlocal ahead
-        for g in groups:
-          self.buffer.add(g)
-        ahead = plan(decoded, pull=False) if self.overlap else None
-        return ahead or 0
-
-      for g in self.slot_runner.step(params, version, steps, on_harvest):
+      groups, scoring = runner.harvest()
+      for g in groups:
+        self.buffer.add(g)
+      # Decided and dispatched now, the next call decodes while the verifiers
+      # score: the schedule reads counts, not scores. None where it needs new
+      # prompts, whose filter reads the curriculum the scores update: it is
+      # decided once they are in.
+      ahead = (
+          self._refill(params, version, decoded, pull=False)
+          if self.overlap
+          else None
+      )
+      if ahead:
+        runner.dispatch(params, version, ahead)
+      runner.collect(groups, scoring)
+      for g in groups:
         self.curriculum.update([g.record["id"]], g.scores_G[None])
-      steps = ahead if ahead is not None else plan(decoded)
+      steps = (
+          ahead if ahead is not None else self._refill(params, version, decoded)
+      )
     return decoded
+
+  def _refill(
+      self, params: Any, version: int, decoded: int, pull: bool = True
+  ) -> Optional[int]:
+    """Starts what the schedule allows; the next call's steps (0: stop).
+
+    None: the starts need new prompts and `pull` forbids reading the
+    pipeline; nothing was started (`SlotRunner.fill`).
+    """
+    backlog = self.slot_runner.in_flight + len(self.buffer)
+    started = self.slot_runner.fill(
+        params, self.schedule.max_starts(version, backlog), pull=pull
+    )
+    if started is None:
+      return None
+    return self.schedule.decode_steps(
+        decoded,
+        self.buffer.num_ready(version, self.max_off_policy),
+        self.slot_runner.in_flight,
+    )
 
   def take(self, version: int) -> list[Group]:
     """The P groups of the train step at `version`, in start order.

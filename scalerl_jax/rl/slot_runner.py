@@ -2,11 +2,13 @@
 
 `SlotRunner` fills the sampler's slots with whole groups (G slots a prompt),
 numbered in start order, and scores each group once its G completions are
-in; a call's groups can be verified while the next call decodes (`step`'s
-`on_harvest`). `rl/generation.Generation` drives it as the schedule allows.
-Every token keeps the version that chose it, the work of every prefill and
-decoded token is counted (`work`), and the whole state is checkpointed.
-Design: docs/design/rl.md.
+in. Its steps are the caller's to order (`rl/generation.Generation.run`):
+`fill` starts prompts, `dispatch` sends a decode call, `harvest` takes the
+groups it finished and submits them for scoring, `collect` waits for their
+scores; a call dispatched between `harvest` and `collect` decodes while the
+verifiers score. Every token keeps the version that chose it, the work of
+every prefill and decoded token is counted (`work`), and the whole state is
+checkpointed. Design: docs/design/rl.md.
 
 Shape letters: the package key (scalerl_jax/__init__.py).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import jax
 import numpy as np
@@ -54,7 +56,6 @@ _VERIFY_COUNTS = (
 class _Call:
   """A decode call dispatched, not harvested; where the slots stood before."""
 
-  params: Any
   version: int
   num_steps: int
   prompt_len_N: np.ndarray
@@ -166,7 +167,7 @@ class SlotRunner:
     self._partial: dict[int, list[Completions]] = collections.defaultdict(list)
     self._next_key = 0
     self._starts = 0
-    # Dispatched by `step` for the next `step`.
+    # Dispatched, not yet harvested.
     self._call: Optional[_Call] = None
     self.verify_stats: collections.Counter = collections.Counter()
     # Counted as it happens, over the run: prompt_tokens prefilled,
@@ -231,50 +232,35 @@ class SlotRunner:
     self.work["flops"] += compute.prefill_flops(self.sampler.model_cfg, lens)
     return n
 
-  def step(
-      self,
-      params: Any,
-      version: int,
-      num_steps: int,
-      on_harvest: Optional[Callable[[list[Group]], int]] = None,
-  ) -> list[Group]:
-    """Advances every slot `num_steps` with `params` (tagged `version`).
+  def dispatch(self, params: Any, version: int, num_steps: int) -> None:
+    """Sends a decode call of `num_steps` with `params` (tagged `version`).
 
-    `on_harvest(groups)` is called with the finished groups before their
-    scores are in (NaN until `step` returns); if it returns a step count,
-    that next call is dispatched before waiting for the scores, and the next
-    `step` must ask for exactly it. Returns the groups completed, scored, in
-    harvest order.
+    JAX runs it asynchronously: the host goes on until `harvest` reads it.
+
+    Raises:
+      RuntimeError: the call dispatched before is not harvested yet.
     """
-    if self._call is None:
-      self._dispatch(params, version, num_steps)
-    elif (
-        self._call.params is not params
-        or self._call.version != version
-        or self._call.num_steps != num_steps
-    ):
-      raise ValueError(
-          f"step: a call of {self._call.num_steps} steps at version {self._call.version} is "
-          f"in flight; asked for {num_steps} steps at version {version}"
+    if self._call is not None:
+      raise RuntimeError(
+          f"dispatch: a call of {self._call.num_steps} steps at version "
+          f"{self._call.version} is not harvested yet"
       )
-    groups, scoring = self._harvest()
-    next_steps = on_harvest(groups) if on_harvest is not None else 0
-    if next_steps:
-      self._dispatch(params, version, next_steps)
-    if groups:
-      self._collect(groups, scoring)
-    return groups
-
-  def _dispatch(self, params: Any, version: int, num_steps: int) -> None:
-    """Dispatches a decode call (async.) and notes where the slots stand."""
     prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
-    self._call = _Call(
-        params, version, num_steps, prompt_len_N, before_N, running_N
-    )
+    self._call = _Call(version, num_steps, prompt_len_N, before_N, running_N)
 
-  def _harvest(self) -> tuple[list[Group], Any]:
-    """Counts the call's work, harvests it: (groups completed, scoring)."""
+  def harvest(self) -> tuple[list[Group], Any]:
+    """Waits for the dispatched call; the groups it completed, being scored.
+
+    Returns:
+      The groups completed, in harvest order, with scores and rewards NaN
+      until `collect`; and the pool's handle of their scoring (None if none).
+
+    Raises:
+      RuntimeError: no call is dispatched.
+    """
+    if self._call is None:
+      raise RuntimeError("harvest: no decode call is dispatched")
     call, self._call = self._call, None
     _, after_N, _ = self.sampler.progress(self.slots)
     running_N = call.running_N
@@ -313,8 +299,10 @@ class SlotRunner:
         _unscored_group(*args) for args in zip(keys, records, stacked)
     ], scoring
 
-  def _collect(self, groups: list[Group], scoring: Any) -> None:
-    """Waits for the groups' scores and puts them in."""
+  def collect(self, groups: list[Group], scoring: Any) -> None:
+    """Waits for the scores of `harvest`'s groups and puts them in."""
+    if not groups:
+      return
     scores, stats = scoring.result()
     # Per-call counts only: the pool's num_worker_restarts is a running total.
     self.verify_stats.update({k: stats[k] for k in _VERIFY_COUNTS})
@@ -333,12 +321,12 @@ class SlotRunner:
     """(slot state as stored, host arrays, JSON metadata) for the checkpoint.
 
     Raises:
-      RuntimeError: a decode call dispatched ahead by `step` is not harvested.
+      RuntimeError: a dispatched decode call is not harvested.
     """
     if self._call is not None:
       raise RuntimeError(
-          "SlotRunner.state: a decode call dispatched ahead by `step` is still in "
-          "flight; checkpoint after the `step` that harvests it"
+          "SlotRunner.state: a dispatched decode call is still in flight; "
+          "checkpoint after `harvest`"
       )
     arrays = {}
     partial_meta = {}

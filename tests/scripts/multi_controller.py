@@ -99,8 +99,8 @@ class Recorder:
     )
     self._wrap(
         slot_runner_lib.SlotRunner,
-        "step",
-        lambda r, groups, *_: self.events.append(
+        "collect",
+        lambda r, _, groups, *__: self.events.append(
             [
                 "harvest",
                 [
