@@ -73,23 +73,13 @@ def _final_params(config, workdir):
     trainer.close()
 
 
-def _e2e_run_in(workdir):
-  helpers.copy_rl_base(workdir)
-  config = helpers.rl_test_config("pipeline_rl", num_steps=4)
-  last = trainer_lib.train_and_evaluate(config, workdir)
-  with open(os.path.join(workdir, "last.json"), "w") as f:
-    json.dump(last, f, default=float)
-
-
 @pytest.fixture(scope="module")
 def e2e_run(tmp_path_factory):
   """A 4-step PipelineRL run with validation every 2 steps: (config, workdir,
   its final metrics). Run once for all workers (helpers.built_once); each
   worker's tests use their own copy, as they open trainers on it."""
   workdir = str(tmp_path_factory.mktemp("e2e") / "run")
-  shutil.copytree(
-      helpers.built_once("trainer_test_e2e_run", _e2e_run_in), workdir
-  )
+  shutil.copytree(helpers.pipeline_rl_run_dir(), workdir)
   with open(os.path.join(workdir, "last.json")) as f:
     last = json.load(f)
   return helpers.rl_test_config("pipeline_rl", num_steps=4), workdir, last
