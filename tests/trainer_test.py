@@ -201,9 +201,11 @@ def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(
 
   class Overeager(type(gen.schedule)):
 
-    def max_starts(self, version, backlog):
+    def max_starts(self, version, backlog, weights_behind=0):
       as_if_3 = dataclasses.replace(self, max_off_policy=3)
-      return schedules.PipelineRL.max_starts(as_if_3, version, backlog)
+      return schedules.PipelineRL.max_starts(
+          as_if_3, version, backlog, weights_behind
+      )
 
   gen.schedule = Overeager(**dataclasses.asdict(gen.schedule))
   take, num_ready = gen.buffer.take, gen.buffer.num_ready
