@@ -213,6 +213,15 @@ def get_config(arg=None):
   # stalled) stops the others, which exit with status 75 naming it
   # (scalerl_jax/multihost/peers.py; docs/reliability.md).
   c.mesh.peer_timeout_s = 120.0
+  # Where the generator runs (sharding.LAYOUTS; docs/design/disaggregated.md):
+  # "colocated", on the trainer's devices, generate and train phases taking
+  # turns; "disaggregated", on devices of its own in the same JAX runtime
+  # (mesh.shape laid over each role's devices), the trainer's weights moved to
+  # it by jax.device_put every step. One process only, for now.
+  c.mesh.layout = "colocated"
+  # disaggregated: the generator's devices, the last of jax.devices(); the
+  # trainer takes the rest. 0 = half of them.
+  c.mesh.generator_devices = 0
 
   c.optim = ml_collections.ConfigDict()
   # Peak LR (paper: 5e-7 at 8B). A 0.85M policy needs a far larger one to move
@@ -274,6 +283,15 @@ def get_config(arg=None):
   # ablation sets 4 x sampling.max_new_tokens, where the lag reaches k
   # (docs/ablations.md).
   c.buffer.decode_steps_per_train_step = 16
+  # mesh.layout=disaggregated with an in-flight schedule: the decode step of
+  # each step's generation at which the trainer's new weights are swapped in.
+  # The generator's first steps run with the previous version's weights while
+  # the trainer computes that version on its own devices; sequences in flight
+  # continue with the new weights at this fixed step, so a run is
+  # reproducible. Starts are held to k x P while the weights lag, so no token
+  # lags more than k. 0: swapped in before the first step, the colocated
+  # schedule token for token.
+  c.buffer.sync_at_decode_step = 0
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.temperature = 1.0  # Softmax temperature of the generator.

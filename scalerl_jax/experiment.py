@@ -68,7 +68,24 @@ class Experiment:
   model: transformer.Transformer
   params: Any  # Base policy parameters, sharded.
   param_shardings: Any
-  sampler: Sampler
+  sampler: Sampler  # On `sampler.mesh`: the generator's devices.
+  # The parameters' shardings on the generator's mesh; None when colocated.
+  generator_param_shardings: Any = None
+
+  @property
+  def num_devices(self) -> int:
+    """Devices the run holds: the trainer's and the generator's."""
+    return len(
+        set(self.mesh.devices.flat) | set(self.sampler.mesh.devices.flat)
+    )
+
+  def to_generator(self, params: Any) -> Any:
+    """The trainer's `params` on the generator's devices, in its shardings:
+    moved by JAX (`jax.device_put`) under mesh.layout='disaggregated',
+    `params` themselves when colocated."""
+    if self.generator_param_shardings is None:
+      return params
+    return jax.device_put(params, self.generator_param_shardings)
 
   @classmethod
   def build(
@@ -88,7 +105,13 @@ class Experiment:
     sharding.maybe_initialize_distributed(config.mesh)
     config_lib.validate(config, num_devices=jax.device_count())
     os.makedirs(workdir, exist_ok=True)
-    mesh = sharding.make_mesh(config.mesh)
+    trainer_devices, generator_devices = sharding.role_devices(config.mesh)
+    mesh = sharding.make_mesh(config.mesh, trainer_devices)
+    generator_mesh = (
+        sharding.make_mesh(config.mesh, generator_devices)
+        if generator_devices is not trainer_devices
+        else mesh
+    )
     rules = sharding.logical_rules(config.mesh)
     model_cfg = read_model_config(config)
     if config.model.hf_path:
@@ -112,7 +135,7 @@ class Experiment:
     phrase = tok.encode(config.sampling.interruption.phrase)
     sampler = Sampler.from_config(
         config,
-        mesh,
+        generator_mesh,
         rules,
         eos_ids=tok.stop_ids,
         pad_id=tok.pad_id,
@@ -120,10 +143,12 @@ class Experiment:
         phrase_ids=phrase,
     )
     logging.info(
-        "Policy: %s, %.2fM parameters; mesh %s",
+        "Policy: %s, %.2fM parameters; mesh %s; generator's mesh %s (%s)",
         model_cfg.family,
         model_cfg.num_params() / 1e6,
         dict(mesh.shape),
+        dict(generator_mesh.shape),
+        sharding.layout_of(config.mesh),
     )
     return cls(
         config,
@@ -136,6 +161,9 @@ class Experiment:
         params,
         shardings,
         sampler,
+        None
+        if generator_mesh is mesh
+        else sharding.param_shardings(model, generator_mesh, rules),
     )
 
   def reward_pool(self) -> RewardPool | SharedRewardPool:

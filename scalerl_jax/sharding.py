@@ -128,6 +128,47 @@ def make_mesh(
   return Mesh(grid, axes, axis_types=axis_types)
 
 
+# Where the generator runs (`mesh.layout`): "colocated" on the trainer's
+# devices, the phases alternating; "disaggregated" on devices of its own,
+# disjoint from the trainer's (docs/design/disaggregated.md).
+LAYOUTS = ("colocated", "disaggregated")
+
+
+def layout_of(mesh_cfg: Any) -> str:
+  """`mesh.layout`; "colocated" for configs recorded before it existed."""
+  return mesh_cfg.get("layout", LAYOUTS[0])
+
+
+def role_device_counts(mesh_cfg: Any, num_devices: int) -> tuple[int, int]:
+  """(trainer's, generator's) device counts of `num_devices` under
+  `mesh.layout`: both all of them when colocated; disaggregated, the
+  generator takes `mesh.generator_devices` (0: half, rounded down) and the
+  trainer the rest. ValueError where a role would get none."""
+  if layout_of(mesh_cfg) == "colocated":
+    return num_devices, num_devices
+  generator = mesh_cfg.generator_devices or num_devices // 2
+  if not 0 < generator < num_devices:
+    raise ValueError(
+        f"mesh.generator_devices: {mesh_cfg.generator_devices} leaves no "
+        f"device to one role of mesh.layout='disaggregated' "
+        f"({num_devices} devices)"
+    )
+  return num_devices - generator, generator
+
+
+def role_devices(
+    mesh_cfg: Any, devices: Optional[Sequence[jax.Device]] = None
+) -> tuple[list[jax.Device], list[jax.Device]]:
+  """(trainer's devices, generator's devices) of `devices` (default all) as
+  `role_device_counts` counts them: the trainer's first, the generator's
+  after them, disjoint unless colocated."""
+  devices = list(devices) if devices is not None else jax.devices()
+  trainer, generator = role_device_counts(mesh_cfg, len(devices))
+  if layout_of(mesh_cfg) == "colocated":
+    return devices, devices
+  return devices[:trainer], devices[trainer:]
+
+
 def logical_rules(mesh_cfg: Any) -> Rules:
   """`mesh.logical_axis_rules` as a hashable tuple."""
   return tuple(

@@ -1,6 +1,8 @@
 """train_and_evaluate(config, workdir): the loop of generate and train phases.
 
-One mesh holds the policy, shared by the sampler and the jitted train step.
+One mesh holds the policy, shared by the sampler and the jitted train step
+(`mesh.layout='disaggregated'`: the sampler on devices of its own, the
+weights moved there each step; docs/design/disaggregated.md).
 A step generates as the schedule allows (`rl/generation.Generation`) until
 the buffer can hand out P groups, takes one optimizer step on them
 (`rl/train_step.py`), then writes metrics, validates every `eval_every` and
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from absl import logging
 import jax
@@ -41,10 +44,18 @@ def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
   """The samplers of generation and of validation.
 
   On TPU each is compiled within the HBM the run leaves it: generation
-  beside the train state, validation beside the train state and the rollout
-  slots. Elsewhere both are `exp.sampler`.
+  beside what the generator's devices hold (colocated, the train state;
+  disaggregated, the parameters moved there), validation beside that and the
+  rollout slots. Elsewhere both are `exp.sampler`.
   """
-  generation = sharding.hbm_budget(exp.mesh, sharding.per_device_bytes(state))
+  held = state
+  if exp.generator_param_shardings is not None:
+    held = sharding.abstract(
+        jax.eval_shape(lambda: state.params), exp.generator_param_shardings
+    )
+  generation = sharding.hbm_budget(
+      exp.sampler.mesh, sharding.per_device_bytes(held)
+  )
   if generation is None:
     return exp.sampler, exp.sampler
   validation = generation - slot_bytes
@@ -61,8 +72,11 @@ def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
 
 
 def _train_step_budget(exp: Experiment, slot_bytes: int):
-  """HBM per chip the train step may take beside the rollout slots' bytes,
-  where the devices report their capacity; else None."""
+  """HBM per chip the train step may take beside the rollout slots' bytes
+  (none when the slots are on the generator's own devices), where the
+  devices report their capacity; else None."""
+  if exp.generator_param_shardings is not None:
+    slot_bytes = 0
   budget = sharding.hbm_budget(exp.mesh, slot_bytes)
   if budget is not None:
     logging.info(
@@ -124,6 +138,9 @@ class Trainer:
         "no_signal_steps": 0,
     }
     self.step = 0
+    # Decode steps of the next step's generation run already, under the
+    # previous weights (buffer.sync_at_decode_step).
+    self.decoded_ahead = 0
     if resuming:
       self._restore(restore_step)
 
@@ -144,6 +161,7 @@ class Trainer:
         "meter": self.meter.state_dict(),
         "counters": self.counters,
         "monitors": self.monitors.state_dict(),
+        "decoded_ahead": self.decoded_ahead,
     }
     return device, host, extra
 
@@ -167,30 +185,50 @@ class Trainer:
     self.counters = dict(extra["counters"])
     # Absent before monitors existed.
     self.monitors.load_state_dict(extra.get("monitors", {}))
+    # Absent before the disaggregated layout existed.
+    self.decoded_ahead = int(extra.get("decoded_ahead", 0))
     logging.info("Resumed from the checkpoint at step %d", self.step)
 
   # Phases.
 
-  def generate(self) -> dict[str, float]:
-    """The generator's share of one step, as the schedule allows; its metrics.
+  def generate(self) -> tuple[dict[str, float], Any]:
+    """The generator's share of one step, as the schedule allows; its metrics
+    and the weights it used where the next step decodes ahead with them.
 
     Ends once the schedule stops it, which is never before the buffer can hand
     out the next P groups. Its wall time and the FLOPs of every prompt it
     prefilled and token it decoded go into the compute meter here, whether or
-    not those groups are ever trained on. The weights are regrouped for the
-    sampler once per phase, and the regrouped copy is dropped before training.
+    not those groups are ever trained on. The weights reach the generator's
+    devices (`Experiment.to_generator`) and are regrouped for the sampler once
+    per phase; colocated, the regrouped copy is dropped before training.
     """
-    params = self.sampler.prepare(self.state.params)
+    params = self.sampler.prepare(self.exp.to_generator(self.state.params))
     t0, flops0 = time.perf_counter(), self.generation.flops
-    decoded = self.generation.run(params, self.step)
+    decoded = self.generation.run(params, self.step, decoded=self.decoded_ahead)
     t_gen = time.perf_counter() - t0
-    self.meter.add(self.generation.flops - flops0, t_gen, self.exp.mesh.size)
-    return {"time/generate_s": t_gen, "generator/decode_steps": float(decoded)}
+    self.meter.add(self.generation.flops - flops0, t_gen, self.exp.num_devices)
+    ahead = params if self.config.buffer.sync_at_decode_step else None
+    return {
+        "time/generate_s": t_gen,
+        "generator/decode_steps": float(decoded),
+    }, ahead
 
-  def train(self, groups) -> tuple[dict[str, float], int]:
-    """One optimizer step on `groups`; (metrics, sequence length)."""
+  def train(self, groups, ahead=None) -> tuple[dict[str, float], int]:
+    """One optimizer step on `groups`; (metrics, sequence length).
+
+    With `ahead` (the generator's weights of this step), the next step's
+    generation decodes its first `buffer.sync_at_decode_step` steps with them
+    on the generator's devices while the trainer's compute the step.
+    """
     host_batch = batch_lib.collate(groups)
     self.state, step_metrics = self.train_step(self.state, host_batch)
+    if ahead is not None:  # The step is dispatched, not waited for.
+      self.decoded_ahead = self.generation.run(
+          ahead,
+          self.step + 1,
+          weights_version=self.step,
+          until=self.config.buffer.sync_at_decode_step,
+      )
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()
     }
@@ -213,7 +251,7 @@ class Trainer:
   def evaluate(self) -> dict[str, float]:
     return evaluation.evaluate(
         self.val_sampler,
-        self.state.params,
+        self.exp.to_generator(self.state.params),
         self.val_batches,
         self.exp.tok,
         self.pool,
@@ -223,17 +261,20 @@ class Trainer:
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
-    gen_metrics = self.generate()
+    gen_metrics, ahead = self.generate()
     groups = self.generation.take(self.step)
     row = self.generation.batch_metrics(groups, self.step)
-    t1 = time.perf_counter()
-    step_metrics, batch_len = self.train(groups)
+    t1, flops1 = time.perf_counter(), self.generation.flops
+    step_metrics, batch_len = self.train(groups, ahead)
     t_train = time.perf_counter() - t1
     seq = [batch_len] * sum(len(g.scores_G) for g in groups)
+    # The decoding ahead's FLOPs too: its time is the step's.
     self.meter.add(
-        compute.train_flops(self.exp.model_cfg, seq),
+        compute.train_flops(self.exp.model_cfg, seq)
+        + self.generation.flops
+        - flops1,
         t_train,
-        self.exp.mesh.size,
+        self.exp.num_devices,
     )
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]

@@ -18,6 +18,7 @@ import pytest
 
 from configs import scalerl
 from scalerl_jax import experiment
+from scalerl_jax import trainer as trainer_lib
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.metrics import compute
 from scalerl_jax.rewards.sandbox import isolation
@@ -107,37 +108,62 @@ def copy_rl_base(workdir: str) -> str:
   return workdir
 
 
+def _pipeline_rl_run_in(workdir: str) -> None:
+  copy_rl_base(workdir)
+  config = rl_test_config("pipeline_rl", num_steps=4)
+  last = trainer_lib.train_and_evaluate(config, workdir)
+  with open(os.path.join(workdir, "last.json"), "w") as f:
+    json.dump(last, f, default=float)
+
+
+def pipeline_rl_run_dir() -> str:
+  """A workdir where `rl_test_config("pipeline_rl", num_steps=4)` ran, with
+  its final metrics in last.json: run once a session (`built_once`) for the
+  tests that read it (tests/trainer_test.py, tests/disaggregated_test.py).
+  Read it or copy it, never write to it."""
+  return built_once("trainer_test_e2e_run", _pipeline_rl_run_in)
+
+
+def run_on_devices(
+    module: str, num_devices: int, *args: str, timeout: float = 600
+) -> str:
+  """`python -m <module> <args>` with `num_devices` simulated CPU devices
+  (fixed when JAX starts, hence the separate process); its stdout. Fails the
+  test, with the end of its stderr, if it fails."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(
+      os.environ,
+      XLA_FLAGS=session_env.xla_flags(
+          f"--xla_force_host_platform_device_count={num_devices}"
+      ),
+      JAX_PLATFORMS="cpu",
+      PYTHONPATH=root,
+  )
+  out = subprocess.run(
+      [sys.executable, "-m", module, *args],
+      cwd=root,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+  )
+  assert out.returncode == 0, out.stderr[-4000:]
+  return out.stdout
+
+
 def run_on_8_devices(module: str) -> dict:
   """Runs `python -m <module>` with 8 simulated CPU devices;
   its JSON rows by shape.
 
-  The device count is fixed when JAX starts, hence the separate process. The
-  script prints one JSON object per line with a "shape" key. It runs once a
-  test session (`built_once`: sharding_test's tests are in both of CI's
-  sessions), its output kept in the shared directory.
+  The script prints one JSON object per line with a "shape" key. It runs
+  once a test session (`built_once`: sharding_test's tests are in both of
+  CI's sessions), its output kept in the shared directory.
   """
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
   def run(path: str) -> None:
-    env = dict(
-        os.environ,
-        XLA_FLAGS=session_env.xla_flags(
-            "--xla_force_host_platform_device_count=8"
-        ),
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=root,
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", module],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
+    stdout = run_on_devices(module, 8)
     with open(os.path.join(path, "stdout.txt"), "w") as f:
-      f.write(out.stdout)
+      f.write(stdout)
 
   with open(
       os.path.join(built_once(f"8_devices_{module}", run), "stdout.txt")

@@ -73,23 +73,13 @@ def _final_params(config, workdir):
     trainer.close()
 
 
-def _e2e_run_in(workdir):
-  helpers.copy_rl_base(workdir)
-  config = helpers.rl_test_config("pipeline_rl", num_steps=4)
-  last = trainer_lib.train_and_evaluate(config, workdir)
-  with open(os.path.join(workdir, "last.json"), "w") as f:
-    json.dump(last, f, default=float)
-
-
 @pytest.fixture(scope="module")
 def e2e_run(tmp_path_factory):
   """A 4-step PipelineRL run with validation every 2 steps: (config, workdir,
   its final metrics). Run once for all workers (helpers.built_once); each
   worker's tests use their own copy, as they open trainers on it."""
   workdir = str(tmp_path_factory.mktemp("e2e") / "run")
-  shutil.copytree(
-      helpers.built_once("trainer_test_e2e_run", _e2e_run_in), workdir
-  )
+  shutil.copytree(helpers.pipeline_rl_run_dir(), workdir)
   with open(os.path.join(workdir, "last.json")) as f:
     last = json.load(f)
   return helpers.rl_test_config("pipeline_rl", num_steps=4), workdir, last
@@ -211,9 +201,11 @@ def test_a_schedule_that_breaks_the_bound_shows_in_the_staleness_metrics(
 
   class Overeager(type(gen.schedule)):
 
-    def max_starts(self, version, backlog):
+    def max_starts(self, version, backlog, weights_behind=0):
       as_if_3 = dataclasses.replace(self, max_off_policy=3)
-      return schedules.PipelineRL.max_starts(as_if_3, version, backlog)
+      return schedules.PipelineRL.max_starts(
+          as_if_3, version, backlog, weights_behind
+      )
 
   gen.schedule = Overeager(**dataclasses.asdict(gen.schedule))
   take, num_ready = gen.buffer.take, gen.buffer.num_ready

@@ -81,11 +81,18 @@ def evaluate_checkpoint(
   runs = []
   try:
     batches = exp.eval_batches(num_prompts, samples)
+    params = exp.to_generator(params)
     for r in range(repeats):
       key = base_key if r == 0 else jax.random.fold_in(base_key, r)
       runs.append(
           evaluation.evaluate(
-              exp.sampler, params, batches, exp.tok, pool, key, version=step
+              exp.sampler,
+              params,
+              batches,
+              exp.tok,
+              pool,
+              key,
+              version=step,
           )
       )
       if repeats > 1:

@@ -145,6 +145,8 @@ RULES: dict[str, Rule] = {
         _axis_rules_ok,
         "must be (logical_name, mesh_axis | tuple of axes | None) pairs",
     ),
+    "mesh.layout": _one_of(sharding.LAYOUTS),
+    "mesh.generator_devices": _NONNEG_INT,
     "mesh.num_processes": _NONNEG_INT,
     "mesh.process_id": _rule(int, lambda v: v >= -1, "must be >= -1"),
     "mesh.peer_timeout_s": _rule(
@@ -176,6 +178,7 @@ RULES: dict[str, Rule] = {
     "buffer.schedule": _one_of(schedules.SCHEDULES.names),
     "buffer.max_off_policy": _POS_INT,
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
+    "buffer.sync_at_decode_step": _NONNEG_INT,
     # sampling
     "sampling.temperature": _rule(
         float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"

@@ -8,6 +8,7 @@ import math
 from scalerl_jax import sharding
 from scalerl_jax.config.errors import ConfigError
 from scalerl_jax.data import parity_task
+from scalerl_jax.rl import schedules
 
 
 def _mesh_axis_size(config, axis, num_devices):
@@ -55,6 +56,67 @@ def _check_microbatches(config, num_devices):
     )
 
 
+def _check_mesh(config, num_devices):
+  """mesh.shape over `num_devices` (one role's; None: not yet known), and
+  the dimensions sharded over its axes."""
+  shape = tuple(config.mesh.shape)
+  fixed = math.prod(s for s in shape if s != -1)
+  if num_devices is not None and -1 in shape and num_devices % fixed:
+    raise ConfigError(
+        f"mesh.shape: fixed sizes {shape} (product {fixed}) do not "
+        f"divide the {num_devices} available devices"
+    )
+  if num_devices is not None and -1 not in shape and fixed != num_devices:
+    raise ConfigError(
+        f"mesh.shape: {shape} needs {fixed} devices, {num_devices} available"
+    )
+  for field, logical in (
+      ("num_heads", "heads"),
+      ("num_kv_heads", "kv_heads"),
+      ("mlp_dim", "mlp"),
+      ("vocab_size", "vocab"),
+      ("embed_dim", "embed"),
+  ):
+    size = _logical_ways(config, logical, num_devices)
+    value = getattr(config.model, field)
+    if size and value % size:
+      raise ConfigError(
+          f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
+          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
+      )
+
+
+def _check_layout(config, num_devices):
+  """mesh.layout's relations; (trainer's, generator's) device counts, each
+  None while `num_devices` is unknown."""
+  disaggregated = sharding.layout_of(config.mesh) == "disaggregated"
+  if disaggregated and config.mesh.distributed:
+    raise ConfigError(
+        "mesh.layout: 'disaggregated' runs in one process for now, not with "
+        "mesh.distributed=True (docs/design/disaggregated.md)"
+    )
+  sync_at = config.buffer.sync_at_decode_step
+  if sync_at and not disaggregated:
+    raise ConfigError(
+        f"buffer.sync_at_decode_step: {sync_at} needs "
+        "mesh.layout='disaggregated' (colocated, the generator and the "
+        "trainer share devices and take turns)"
+    )
+  schedule = schedules.SCHEDULES.get(config.buffer.schedule)
+  if sync_at and not schedule.in_flight_updates:
+    raise ConfigError(
+        f"buffer.sync_at_decode_step: {sync_at} swaps weights under sequences "
+        f"in flight, which buffer.schedule={config.buffer.schedule!r} "
+        "decodes with one version"
+    )
+  if num_devices is None:
+    return None, None
+  try:
+    return sharding.role_device_counts(config.mesh, num_devices)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+
+
 def check_relations(config, num_devices):
   """Raises ConfigError naming the first field inconsistent with another."""
   m = config.model
@@ -74,34 +136,10 @@ def check_relations(config, num_devices):
             f"mesh.logical_axis_rules: rule for {name!r} names mesh axis {axis!r}, "
             f"not one of mesh.axes {tuple(config.mesh.axes)}"
         )
-  if num_devices is not None:
-    sizes = [s for s in config.mesh.shape if s != -1]
-    fixed = math.prod(sizes)
-    if -1 in config.mesh.shape:
-      if num_devices % fixed:
-        raise ConfigError(
-            f"mesh.shape: fixed sizes {tuple(config.mesh.shape)} (product {fixed}) do not "
-            f"divide the {num_devices} available devices"
-        )
-    elif fixed != num_devices:
-      raise ConfigError(
-          f"mesh.shape: {tuple(config.mesh.shape)} needs {fixed} devices, {num_devices} available"
-      )
-  # Dimensions sharded over mesh axes must divide evenly.
-  for field, logical in (
-      ("num_heads", "heads"),
-      ("num_kv_heads", "kv_heads"),
-      ("mlp_dim", "mlp"),
-      ("vocab_size", "vocab"),
-      ("embed_dim", "embed"),
-  ):
-    size = _logical_ways(config, logical, num_devices)
-    value = getattr(m, field)
-    if size and value % size:
-      raise ConfigError(
-          f"model.{field}: {value} is not divisible by {size}, the size of mesh axes "
-          f"{_rule_axes(config, logical)} that logical axis {logical!r} is sharded over"
-      )
+  trainer_devices, generator_devices = _check_layout(config, num_devices)
+  # Each role's mesh lays mesh.shape over its own devices.
+  for devices in dict.fromkeys((trainer_devices, generator_devices)):
+    _check_mesh(config, devices)
   if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
     raise ConfigError(
         f"model.attention: 'cudnn' needs model.compute_dtype='bfloat16' (cuDNN's flash "
@@ -149,7 +187,7 @@ def check_relations(config, num_devices):
           f"sampling.interruption.thinking_budget_max: {it.thinking_budget_max} exceeds "
           f"sampling.max_new_tokens {s.max_new_tokens}"
       )
-  _check_microbatches(config, num_devices)
+  _check_microbatches(config, trainer_devices)
   if config.optim.schedule == "cosine" and config.optim.decay_steps <= 0:
     raise ConfigError(
         "optim.decay_steps: cosine schedule needs decay_steps > 0"

@@ -16,6 +16,7 @@ changes no decision, only wall time. Design: docs/design/rl.md.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import jax
@@ -88,19 +89,43 @@ class Generation:
     """k: no token trained on lags the trainer by more."""
     return self.schedule.max_off_policy
 
-  def run(self, params: Any, version: int) -> int:
-    """One train step's generation as the schedule allows; decode steps run.
+  def run(
+      self,
+      params: Any,
+      version: int,
+      weights_version: Optional[int] = None,
+      decoded: int = 0,
+      until: Optional[int] = None,
+  ) -> int:
+    """One train step's generation as the schedule allows, or its first part.
 
     Never ends before the buffer can hand out the next P groups (the
-    schedule's contract). Finished groups enter the buffer as harvested;
-    their scores update the curriculum once in.
+    schedule's contract) unless `until` stops it first. Finished groups enter
+    the buffer as harvested; their scores update the curriculum once in.
+
+    Args:
+      params: the generator's weights (`Sampler.prepare`d).
+      version: the policy version of the train step the groups are made for.
+      weights_version: the version of `params`, each token's tag; `version`
+        if None. Behind it only while the trainer computes the step's weights
+        on devices of its own (`buffer.sync_at_decode_step`).
+      decoded: decode steps this step's generation has run already.
+      until: the decode step at which to stop, where the weights are swapped
+        (between two calls, sequences kept in flight); None: none.
+
+    Returns:
+      Decode steps this step's generation has run, `decoded` included.
     """
     runner = self.slot_runner
-    decoded, steps = 0, self._refill(params, version, decoded=0)
+    weights_version = version if weights_version is None else weights_version
+    refill = functools.partial(
+        self._refill, params, version, version - weights_version, until=until
+    )
+    steps = refill(decoded)
     ahead = None  # Steps of the call dispatched before the last scores.
     while steps:
       if not ahead:  # Else that call is decoding already.
-        runner.dispatch(params, version, steps)
+        runner.dispatch(params, weights_version, steps)
       decoded += steps
       groups, scoring = runner.harvest()
       for g in groups:
@@ -109,40 +134,46 @@ class Generation:
       # score: the schedule reads counts, not scores. None where it needs new
       # prompts, whose filter reads the curriculum the scores update: it is
       # decided once they are in.
-      ahead = (
-          self._refill(params, version, decoded, pull=False)
-          if self.overlap
-          else None
-      )
+      ahead = refill(decoded, pull=False) if self.overlap else None
       if ahead:
-        runner.dispatch(params, version, ahead)
+        runner.dispatch(params, weights_version, ahead)
       runner.collect(groups, scoring)
       for g in groups:
         self.curriculum.update([g.record["id"]], g.scores_G[None])
-      steps = (
-          ahead if ahead is not None else self._refill(params, version, decoded)
-      )
+      steps = ahead if ahead is not None else refill(decoded)
     return decoded
 
   def _refill(
-      self, params: Any, version: int, decoded: int, pull: bool = True
+      self,
+      params: Any,
+      version: int,
+      weights_behind: int,
+      decoded: int,
+      pull: bool = True,
+      until: Optional[int] = None,
   ) -> Optional[int]:
     """Starts what the schedule allows; the next call's steps (0: stop).
 
     None: the starts need new prompts and `pull` forbids reading the
-    pipeline; nothing was started (`SlotRunner.fill`).
+    pipeline; nothing was started (`SlotRunner.fill`). The steps stop at
+    `until`, where given; nothing starts there, with weights about to change.
     """
+    if until is not None and decoded >= until:
+      return 0
     backlog = self.slot_runner.in_flight + len(self.buffer)
     started = self.slot_runner.fill(
-        params, self.schedule.max_starts(version, backlog), pull=pull
+        params,
+        self.schedule.max_starts(version, backlog, weights_behind),
+        pull=pull,
     )
     if started is None:
       return None
-    return self.schedule.decode_steps(
+    steps = self.schedule.decode_steps(
         decoded,
         self.buffer.num_ready(version, self.max_off_policy),
         self.slot_runner.in_flight,
     )
+    return steps if until is None else min(steps, until - decoded)
 
   def take(self, version: int) -> list[Group]:
     """The P groups of the train step at `version`, in start order.

@@ -38,6 +38,9 @@ class Schedule(abc.ABC):
   decode_steps_per_train_step: int
 
   slot_batches: ClassVar[int]  # Default sampler slots, in batches of P x G.
+  # Whether sequences in flight may continue with new weights (what
+  # buffer.sync_at_decode_step needs).
+  in_flight_updates: ClassVar[bool]
 
   def __post_init__(self):
     if self.max_off_policy < 1:
@@ -46,10 +49,14 @@ class Schedule(abc.ABC):
       )
 
   @abc.abstractmethod
-  def max_starts(self, version: int, backlog: int) -> int:
+  def max_starts(
+      self, version: int, backlog: int, weights_behind: int = 0
+  ) -> int:
     """Groups (>= 0) the generator may start at policy `version`.
 
-    `backlog`: groups started and not yet consumed.
+    `backlog`: groups started and not yet consumed; `weights_behind`: how
+    many versions the generator's weights trail `version` (disaggregated,
+    before the step's weights are swapped in: `buffer.sync_at_decode_step`).
     """
 
   @abc.abstractmethod
@@ -66,11 +73,17 @@ class PipelineRL(Schedule):
   """PipelineRL-k: in-flight updates; k bounds lag by holding generation."""
 
   slot_batches = 2  # A second batch in flight while the first finishes.
+  in_flight_updates = True
 
-  def max_starts(self, version: int, backlog: int) -> int:
-    # The bound depends on how far the generator is ahead, not on when.
+  def max_starts(
+      self, version: int, backlog: int, weights_behind: int = 0
+  ) -> int:
+    # The bound depends on how far the generator is ahead, not on when. A
+    # group started with weights j versions behind has j fewer versions of
+    # room: its tokens may be that much older than `version`.
     del version
-    return max(0, (self.max_off_policy + 1) * self.prompts_per_step - backlog)
+    room = self.max_off_policy + 1 - weights_behind
+    return max(0, room * self.prompts_per_step - backlog)
 
   def decode_steps(self, decoded: int, ready: int, in_flight: int) -> int:
     if not in_flight:  # Held back with nothing running: the generator waits.
@@ -87,9 +100,13 @@ class PPOOffPolicy(Schedule):
   """PPO-off-policy-k: every k steps, k batches generated with one weights."""
 
   slot_batches = 1
+  in_flight_updates = False
 
-  def max_starts(self, version: int, backlog: int) -> int:
-    if version % self.max_off_policy:
+  def max_starts(
+      self, version: int, backlog: int, weights_behind: int = 0
+  ) -> int:
+    # A set starts with its step's own weights only.
+    if version % self.max_off_policy or weights_behind:
       return 0
     return max(0, self.max_off_policy * self.prompts_per_step - backlog)
 

@@ -1,0 +1,179 @@
+"""mesh.layout='disaggregated': the generator on devices of its own, the
+weights swapped in at a fixed decode step (docs/design/disaggregated.md).
+
+The runs on two simulated devices (one a role) are in a subprocess
+(tests/scripts/disaggregated_runs.py): the device count is fixed when JAX
+starts.
+"""
+
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from scalerl_jax import config as config_lib
+from scalerl_jax import sharding
+from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.rl import schedules
+from tests import helpers
+
+K = 2  # helpers.rl_test_config's buffer.max_off_policy.
+
+
+def _disaggregated(**fields):
+  config = helpers.rl_test_config("pipeline_rl")
+  config.mesh.layout = "disaggregated"
+  for name, value in fields.items():
+    group, field = name.split("__")
+    config[group][field] = value
+  return config
+
+
+@pytest.mark.parametrize(
+    "fields, num_devices, field",
+    [
+        ({"mesh__layout": "split"}, None, "mesh.layout"),
+        ({"mesh__generator_devices": 4}, 4, "mesh.generator_devices"),
+        ({"mesh__generator_devices": -1}, None, "mesh.generator_devices"),
+        ({"mesh__distributed": True}, None, "mesh.layout"),
+        ({"mesh__shape": (1, 2, 1)}, 6, "mesh.shape"),
+        (
+            {
+                "buffer__schedule": "ppo_off_policy",
+                "buffer__sync_at_decode_step": 16,
+            },
+            None,
+            "buffer.sync_at_decode_step",
+        ),
+        (
+            {"buffer__sync_at_decode_step": -1},
+            None,
+            "buffer.sync_at_decode_step",
+        ),
+    ],
+)
+def test_a_bad_layout_is_refused_naming_the_field(fields, num_devices, field):
+  with pytest.raises(config_lib.ConfigError, match=f"^{field}:"):
+    config_lib.validate(_disaggregated(**fields), num_devices=num_devices)
+
+
+def test_sync_at_a_decode_step_needs_the_disaggregated_layout():
+  config = helpers.rl_test_config("pipeline_rl")
+  config.buffer.sync_at_decode_step = 16
+  with pytest.raises(
+      config_lib.ConfigError, match="^buffer.sync_at_decode_step: 16 needs"
+  ):
+    config_lib.validate(config)
+
+
+def test_each_role_lays_the_mesh_over_its_own_devices():
+  config = _disaggregated(mesh__generator_devices=2)
+  config_lib.validate(config, num_devices=6)  # (1, 4, 1) and (1, 2, 1).
+  devices = list(range(6))
+  assert sharding.role_devices(config.mesh, devices) == ([0, 1, 2, 3], [4, 5])
+  config.mesh.generator_devices = 0  # Half.
+  assert sharding.role_device_counts(config.mesh, 6) == (3, 3)
+  config.mesh.layout = "colocated"
+  assert sharding.role_devices(config.mesh, devices) == (devices, devices)
+
+
+def test_weights_behind_take_room_from_the_backlog():
+  schedule = schedules.make(helpers.rl_test_config("pipeline_rl"))  # P = 4
+  # (k + 1 - behind) x P - backlog: 12 - 5, then 8 - 5.
+  assert schedule.max_starts(3, backlog=5) == 7
+  assert schedule.max_starts(3, backlog=5, weights_behind=1) == 3
+  assert schedule.max_starts(3, backlog=9, weights_behind=1) == 0
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """The script's runs, and the colocated run of the same config."""
+  out_dir = str(tmp_path_factory.mktemp("disaggregated"))
+  stdout = helpers.run_on_devices(
+      "tests.scripts.disaggregated_runs",
+      2,
+      helpers.rl_base_dir(),
+      out_dir,
+      timeout=1200,
+  )
+  result = json.loads(stdout.strip().splitlines()[-1])
+  result["dir"], result["colocated"] = out_dir, helpers.pipeline_rl_run_dir()
+  return result
+
+
+def _params(path):
+  with np.load(path) as f:
+    return [f[f"arr_{i}"] for i in range(len(f.files))]
+
+
+@pytest.mark.slow(seconds=240)  # Four disaggregated runs on two devices.
+def test_the_roles_hold_disjoint_devices(runs):
+  assert runs["trainer_devices"] == [0]
+  assert runs["generator_devices"] == [1]
+
+
+@pytest.mark.slow(seconds=240)
+def test_swapped_before_the_first_step_it_is_the_colocated_run(runs, tmp_path):
+  """Same tokens, versions, rewards, losses and validation: every metric
+  but wall time, and the final parameters bit for bit."""
+  colocated = str(tmp_path / "colocated")  # A Trainer opens it.
+  shutil.copytree(runs["colocated"], colocated)
+  sync0 = os.path.join(runs["dir"], "sync0")
+  assert helpers.metrics_without_times(sync0) == (
+      helpers.metrics_without_times(colocated)
+  )
+  config = helpers.rl_test_config("pipeline_rl", num_steps=4)
+  trainer = trainer_lib.Trainer(config, colocated)
+  try:
+    want = jax.tree.leaves(jax.device_get(trainer.state.params))
+  finally:
+    trainer.close()
+  for a, b in zip(want, _params(runs["params"]["sync0"]), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow(seconds=240)
+def test_decoding_ahead_keeps_every_lag_within_k(runs):
+  """Swapped in after one decode call under the previous weights: tokens
+  of older versions reach the batches, never more than k behind."""
+  sync0 = helpers.metrics_without_times(os.path.join(runs["dir"], "sync0"))
+  ahead = helpers.metrics_without_times(os.path.join(runs["dir"], "ahead"))
+  # Step 0's validation and step 0's batch precede any decoding ahead, which
+  # then decodes during step 0's train step: more tokens by step 1's line.
+  assert ahead[0] == sync0[0]
+  assert ahead[1]["train/loss"] == sync0[1]["train/loss"]
+  assert (
+      ahead[1]["counters/tokens_generated"]
+      > sync0[1]["counters/tokens_generated"]
+  )
+  for row in ahead[1:]:
+    assert row["staleness/max"] <= K and row["staleness/over_k"] == 0, row
+    assert row["buffer/evicted_stale"] == 0, row
+  # The decoding ahead changed what later batches hold.
+  losses = lambda rows: [r["train/loss"] for r in rows[2:]]
+  assert losses(ahead) != losses(sync0)
+
+
+@pytest.mark.slow(seconds=240)
+def test_decoding_ahead_resumes_bit_identically(runs):
+  """2 steps, a checkpoint (slots decoded ahead, decoded_ahead), 2 more:
+  the straight run's metrics and parameters."""
+  straight = os.path.join(runs["dir"], "ahead")
+  split = os.path.join(runs["dir"], "ahead_split")
+  assert helpers.metrics_without_times(split) == (
+      helpers.metrics_without_times(straight)
+  )
+  for a, b in zip(
+      _params(runs["params"]["ahead"]),
+      _params(runs["params"]["ahead_split"]),
+      strict=True,
+  ):
+    np.testing.assert_array_equal(a, b)
