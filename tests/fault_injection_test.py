@@ -45,14 +45,23 @@ def _in_thread(fn, *args):
   return _RUNNER.submit(fn, *args).result(timeout=_DEADLINE_S)
 
 
+def _is_fork_server(process):
+  """Whether `process` is a live reward fork server. Under
+  SCALERL_CHECK_LEFTOVERS=1 the test process is the subreaper of what it
+  starts, so the servers it killed linger as its zombies until it reaps
+  them."""
+  try:
+    return process.status() != psutil.STATUS_ZOMBIE and (
+        "scalerl_jax.rewards.workers.zygote" in " ".join(process.cmdline())
+    )
+  except (psutil.NoSuchProcess, psutil.ZombieProcess):
+    return False
+
+
 def _reward_processes():
   """This process's fork server of the reward pool and
   every worker it forked."""
-  servers = [
-      p
-      for p in psutil.Process().children()
-      if "scalerl_jax.rewards.workers.zygote" in " ".join(p.cmdline())
-  ]
+  servers = [p for p in psutil.Process().children() if _is_fork_server(p)]
   return servers + [w for s in servers for w in s.children()]
 
 
