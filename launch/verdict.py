@@ -35,7 +35,9 @@ def main(argv):
   found = plan_verdict.load_runs(plan, _RUNS.value)
   gates = plan_verdict.load_gates(plan, _RUNS.value, found)
   print(f"# Plan {plan.name}: {len(found)} finished runs\n")
-  table, final = plan_verdict.verdict_table(plan, _PLAN.value, found, REPO_ROOT)
+  table, final = plan_verdict.verdict_table(
+      plan, _PLAN.value, found, gates, REPO_ROOT
+  )
   print(table + "\n")
   print("## Called early, then checked\n")
   print(plan_verdict.scorecard(plan, found, gates, final) + "\n")
