@@ -148,20 +148,13 @@ def shared_b(
   first `fit_fraction` of compute (as fit_run leaves out the same start)."""
   pair = []
   for run in (first, second):
-    rl = run.steps > 0
-    c, y = run.compute[rl], run.score[rl]
-    end = fit_fraction * c[-1]
-    keep = c <= end * (1 + 1e-9)
-    pair.append((c[keep], y[keep], float(run.score[run.steps == 0][0])))
-  skip = curves.SKIP_FRACTION
-  fits = [
-      sigmoid.fit_shared_a(
-          [(c, y) for c, y, _ in pair],
-          min_compute=skip * max(c[-1] for c, _, _ in pair),
-          r0=r0,
-      )[i]
-      for i, (_, _, r0) in enumerate(pair)
-  ]
+    end = fit_fraction * run.compute[run.steps > 0][-1]
+    # Step 0 stays in: each curve's R_0 is its own measured score there.
+    keep = run.compute <= end * (1 + 1e-9)
+    pair.append((run.compute[keep], run.score[keep]))
+  fits = sigmoid.fit_shared_a(
+      pair, min_compute=curves.SKIP_FRACTION * max(c[-1] for c, _ in pair)
+  )
   return fits[0].b, fits[1].b
 
 
