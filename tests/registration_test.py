@@ -137,3 +137,13 @@ def test_an_uncommitted_claim_is_never_confirmatory(repo, tmp_path):
   assert not status["one"][0]
   assert "never committed" in status["one"][1]
   assert json.dumps(str(status["one"][2]))
+
+
+def test_loading_a_plan_leaves_no_bytecode_beside_it(repo, monkeypatch):
+  # An untracked __pycache__ in the plan's folder would make every later
+  # run's checkout read as dirty (CI writes bytecode; this machine does not).
+  monkeypatch.setattr("sys.dont_write_bytecode", False)
+  _commit(repo, '_c("one", "x"),', "plan")
+  registration.load_plan(str(repo / "plan.py"))
+  assert not (repo / "__pycache__").exists()
+  assert not _git(repo, "status", "--porcelain")

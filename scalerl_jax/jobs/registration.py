@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from typing import Mapping, Optional, Sequence
 
@@ -48,7 +49,14 @@ def load_plan(path: str) -> plan_lib.Plan:
       "_plan_" + file_sha256(path)[:12], path
   )
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  # Loading must leave no __pycache__ beside the plan: an untracked file
+  # there would make the next run's checkout read as dirty.
+  writes_bytecode = sys.dont_write_bytecode
+  sys.dont_write_bytecode = True
+  try:
+    spec.loader.exec_module(module)
+  finally:
+    sys.dont_write_bytecode = writes_bytecode
   found = getattr(module, "PLAN", None)
   if not isinstance(found, plan_lib.Plan):
     raise ValueError(
