@@ -29,6 +29,7 @@ from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
+from scalerl_jax.multihost import runtime
 from scalerl_jax.rewards.sandbox import isolation
 from scalerl_jax.rewards.workers.pool import RewardPool
 from scalerl_jax.rewards.workers.shared import SharedRewardPool
@@ -102,7 +103,7 @@ class Experiment:
     initialised params instead of importing or warm-starting them.
     """
     config_lib.validate(config)
-    sharding.maybe_initialize_distributed(config.mesh)
+    runtime.maybe_initialize_distributed(config.mesh)
     config_lib.validate(config, num_devices=jax.device_count())
     os.makedirs(workdir, exist_ok=True)
     trainer_devices, generator_devices = sharding.role_devices(config.mesh)

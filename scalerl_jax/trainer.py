@@ -35,6 +35,7 @@ from scalerl_jax.metrics import compute
 from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax.metrics import writer as metrics_lib
+from scalerl_jax.multihost import runtime
 from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
@@ -95,7 +96,7 @@ class Trainer:
     """Builds the experiment; restores the latest checkpoint, if any."""
     self.config, self.workdir = config, workdir
     # Before orbax touches a device.
-    sharding.maybe_initialize_distributed(config.mesh)
+    runtime.maybe_initialize_distributed(config.mesh)
     self.checkpointer = checkpoint_lib.for_workdir(
         workdir, max_to_keep=config.trainer.keep_checkpoints
     )
@@ -299,7 +300,7 @@ def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str
 ) -> dict[str, float]:
   """Runs (or resumes) the run in `workdir`; the last metrics written."""
-  sharding.maybe_initialize_distributed(config.mesh)
+  runtime.maybe_initialize_distributed(config.mesh)
   lock = workdir_lib.lock_workdir(workdir) if jax.process_index() == 0 else None
   try:
     return _train(config, workdir)

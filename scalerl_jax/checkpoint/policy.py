@@ -21,6 +21,7 @@ from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.models import hf_io
+from scalerl_jax.multihost import runtime
 
 
 def _policy(
@@ -36,7 +37,7 @@ def _policy(
   """
   config = workdir_lib.load_config(workdir, process_id)
   # Before orbax touches a device.
-  sharding.maybe_initialize_distributed(config.mesh)
+  runtime.maybe_initialize_distributed(config.mesh)
   checkpointer = checkpoint_lib.for_workdir(workdir)
   try:
     step = checkpointer.step_to_restore(step, require=require_checkpoint)

@@ -3,7 +3,7 @@
 A TPU pod run is one process per host, and a host that is preempted, killed
 or stalled leaves the others waiting in a collective or a checkpoint barrier.
 Every process that joined JAX's runtime
-(`sharding.maybe_initialize_distributed`) runs a `Watchdog`: a thread writes
+(`runtime.maybe_initialize_distributed`) runs a `Watchdog`: a thread writes
 a counter to the coordination service's key-value store (held by process 0)
 every quarter of `mesh.peer_timeout_s` and reads the others'. When a
 process's counter has not moved for `mesh.peer_timeout_s`, or the

@@ -1,5 +1,5 @@
 """One process of tests/pod_faults_test.py's detection test: joins a run of
-`--num_processes` through `sharding.maybe_initialize_distributed` (so with
+`--num_processes` through `runtime.maybe_initialize_distributed` (so with
 its peer watchdog), prints `ready`, then all-gathers a counter with the
 others until killed.
 
@@ -14,7 +14,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from configs import scalerl
-from scalerl_jax import sharding
+from scalerl_jax.multihost import runtime
 
 
 def main():
@@ -28,7 +28,7 @@ def main():
   mesh.distributed, mesh.coordinator_address = True, args.coordinator
   mesh.num_processes, mesh.process_id = args.num_processes, args.process_id
   mesh.peer_timeout_s = args.peer_timeout_s
-  sharding.maybe_initialize_distributed(mesh)
+  runtime.maybe_initialize_distributed(mesh)
   print("ready", flush=True)
   step = 0
   while True:
