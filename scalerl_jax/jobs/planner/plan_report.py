@@ -92,8 +92,9 @@ def format_report(
       f"{plan.rows_per_device} on each)"
   )
   if plan.mesh_shape.get("tensor", 1) > 1:
-    # Measured (docs/tpu.md, "The compiler's least peak"): llama3_8b on v5p
-    # (1,64,2) and v6e (1,128,2) 4.8 GB of regroup temporaries uncounted.
+    # On such a mesh the compiler's regroup keeps temporaries (the gathered
+    # kernels in another layout) that the plan does not count; their sizes
+    # are measured in docs/tpu.md, "The compiler's least peak".
     lines.append(
         "  Mesh with a tensor axis: the TPU compiler's weight regroup held "
         "up to 1.6x this plan's count of it (docs/tpu.md); check the slice "
