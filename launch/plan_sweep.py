@@ -54,10 +54,7 @@ def _gate_failed(replicate_dir: str, points) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  try:
-    plan = registration.load_plan(_PLAN.value)
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"launch.plan_sweep: {e}") from None
+  plan = registration.load_plan_or_exit(_PLAN.value, "launch.plan_sweep")
   root = os.path.abspath(_WORKDIR.value)
   cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0

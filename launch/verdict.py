@@ -28,10 +28,7 @@ _RUNS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  try:
-    plan = registration.load_plan(_PLAN.value)
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"launch.verdict: {e}") from None
+  plan = registration.load_plan_or_exit(_PLAN.value, "launch.verdict")
   found = plan_verdict.load_runs(plan, _RUNS.value)
   gates = plan_verdict.load_gates(plan, _RUNS.value, found)
   print(f"# Plan {plan.name}: {len(found)} finished runs\n")

@@ -147,3 +147,11 @@ def test_loading_a_plan_leaves_no_bytecode_beside_it(repo, monkeypatch):
   registration.load_plan(str(repo / "plan.py"))
   assert not (repo / "__pycache__").exists()
   assert not _git(repo, "status", "--porcelain")
+
+
+def test_a_launcher_exits_naming_a_file_that_is_no_plan(tmp_path):
+  (tmp_path / "sweep.py").write_text("SWEEP = ()\n")
+  with pytest.raises(SystemExit, match=r"^launch\.x: .*sweep\.py: .*PLAN"):
+    registration.load_plan_or_exit(str(tmp_path / "sweep.py"), "launch.x")
+  with pytest.raises(SystemExit, match=r"^launch\.x: .*absent\.py"):
+    registration.load_plan_or_exit(str(tmp_path / "absent.py"), "launch.x")

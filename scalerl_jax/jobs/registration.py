@@ -65,6 +65,15 @@ def load_plan(path: str) -> plan_lib.Plan:
   return found
 
 
+def load_plan_or_exit(path: str, program: str) -> plan_lib.Plan:
+  """`load_plan(path)` for a launcher named `program`: a plan file that is
+  missing, unreadable or defines no PLAN exits with a message naming it."""
+  try:
+    return load_plan(path)
+  except (OSError, ValueError) as e:
+    raise SystemExit(f"{program}: {e}") from None
+
+
 def defines_plan(sweep_path: str) -> bool:
   """Whether the sweep file at `sweep_path` is a plan (defines PLAN)."""
   try:
