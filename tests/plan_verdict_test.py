@@ -1,7 +1,8 @@
 """Tests of jobs/plan_verdict.py on synthetic runs with known sigmoids: the
 fitted A per run, the claims, the replacement of a failed base, the early
-call and the variance components."""
+call, the variance components and each point's registered steps."""
 
+import dataclasses
 import json
 import os
 
@@ -145,3 +146,22 @@ def test_variance_components_see_the_bases(found):
   assert "2 bases, 2 seeds each" in text
   between = float(text.split("between bases ")[1].split(" ")[0])
   assert between == pytest.approx(0.03**2 / 2, rel=0.5)
+
+
+def test_each_point_is_read_to_its_registered_steps(tmp_path):
+  # Both points ran 150 steps; "other" is registered for 90 (an override).
+  plan = dataclasses.replace(_plan(), step_overrides={"other": 90})
+  for i, point in enumerate(plan.points):
+    _write_run(
+        os.path.join(plan_verdict.replicate_dir(str(tmp_path), (1, 0)), point),
+        0.85,
+        i,
+    )
+  runs = plan_verdict.load_runs(plan, str(tmp_path))
+  for point, end in (("base", 150), ("other", 90)):
+    f = runs[(1, 0), point]
+    assert f.run.steps[-1] == f.final.steps[-1] == end
+    # The early call fits the first third of the registered compute.
+    assert f.early.extrapolation.split == pytest.approx(
+        plan.early_fraction * end * FLOPS_PER_STEP
+    )

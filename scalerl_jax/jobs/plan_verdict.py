@@ -58,7 +58,8 @@ def _read_json(path):
 def load_runs(
     plan: plan_lib.Plan, runs_dir: str
 ) -> dict[tuple[plan_lib.Replicate, str], RunFits]:
-  """(replicate, point) -> RunFits of every finished run of the plan."""
+  """(replicate, point) -> RunFits of every finished run of the plan, each
+  run up to the steps its point is registered for."""
   out = {}
   for base in plan.bases + plan.spare_bases:
     for seed in plan.rl_seeds:
@@ -66,7 +67,10 @@ def load_runs(
         workdir = os.path.join(replicate_dir(runs_dir, (base, seed)), point)
         if not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
           continue
-        run = runs_lib.read_run(workdir, x_key=X_KEY, y_key=Y_KEY)
+        run = plan_lib.registered_part(
+            runs_lib.read_run(workdir, x_key=X_KEY, y_key=Y_KEY),
+            plan.steps_of(point),
+        )
         out[(base, seed), point] = RunFits(
             run,
             plan_lib.fit_run(run),

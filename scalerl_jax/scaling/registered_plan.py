@@ -18,6 +18,8 @@ the rule launch.fit marks "reliable" by); a claim with fewer than
 `min_pinned` such pairs is "inconclusive (fits not pinned)", never moved to
 another statistic. The early call repeats the verdict with each run fitted
 on its first `early_fraction` of compute (curves.fit_curve's fit_fraction).
+Every run is read up to the steps its point is registered for
+(`Plan.steps_of`), so compute is the plan's, not however far a run went.
 
 Verdicts: "higher" claims by the two-sided paired t test, "same" claims by
 TOST against `equivalence_margin`, with Holm's correction across the plan's
@@ -96,7 +98,7 @@ class Plan:
   bases: tuple[int, ...]  # Warm-start seeds, in the order they are used.
   spare_bases: tuple[int, ...]  # Used in order for bases failing the gate.
   rl_seeds: tuple[int, ...]  # RL seeds on each base.
-  steps: int  # RL steps of every run (its registered compute).
+  steps: int  # RL steps of every run (its registered compute): `steps_of`.
   step_overrides: Mapping[str, int]  # Points that run other steps.
   base_gate: Mapping[str, object]  # parity_gate.check's gate.
   alpha: float = 0.05
@@ -125,7 +127,21 @@ class Plan:
     ).hexdigest()[:16]
 
   def steps_of(self, point: str) -> int:
+    """The RL steps `point`'s runs are registered for: its compute."""
     return self.step_overrides.get(point, self.steps)
+
+
+def registered_part(run: runs_lib.Run, end_step: int) -> runs_lib.Run:
+  """`run` up to `end_step`, the steps its point is registered for: a run
+  that went on past them is fitted, called early and given its end point on
+  the registered compute alone."""
+  keep = run.steps <= end_step
+  return dataclasses.replace(
+      run,
+      steps=run.steps[keep],
+      compute=run.compute[keep],
+      score=run.score[keep],
+  )
 
 
 def fit_run(run: runs_lib.Run, fit_fraction: float = 1.0) -> curves.CurveFit:
