@@ -1,19 +1,26 @@
 """Tests of jobs/plan_verdict.py on synthetic runs with known sigmoids: the
 fitted A per run, the claims, the replacement of a failed base, the early
-call, the variance components and each point's registered steps."""
+call, the variance components and each point's registered steps; and of
+launch/verdict.py, which prints them."""
 
 import dataclasses
+import datetime
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.jobs import plan_verdict
+from scalerl_jax.jobs import registration
 from scalerl_jax.scaling import registered_plan as plan_lib
 from scalerl_jax.scaling import sigmoid
+from tests import git_helpers
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = np.concatenate([np.arange(0, 51, 5), np.arange(60, 151, 10)])
 FLOPS_PER_STEP = 1e11
 
@@ -165,3 +172,89 @@ def test_each_point_is_read_to_its_registered_steps(tmp_path):
     assert f.early.extrapolation.split == pytest.approx(
         plan.early_fraction * end * FLOPS_PER_STEP
     )
+
+
+def _verdict(*args, repo=None):
+  """launch.verdict's run; with `repo`, registration read from that git
+  checkout instead of this one (a plan is registered by its commits)."""
+  if repo is None:
+    argv = ["-m", "launch.verdict"]
+  else:
+    argv = [
+        "-c",
+        "import sys; from absl import app; from launch import verdict; "
+        "verdict.REPO_ROOT = sys.argv.pop(1); app.run(verdict.main)",
+        str(repo),
+    ]
+  return subprocess.run(
+      [sys.executable, *argv, *args],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+
+
+def test_the_verdict_launcher_prints_every_claim_and_the_early_call(tmp_path):
+  plan = _plan()
+  exploratory = dataclasses.replace(
+      plan.claims[0], name="b", statistic="B_shared", confirmatory=False
+  )
+  plan = dataclasses.replace(plan, claims=plan.claims + (exploratory,))
+  # The plan file is the plan written out, committed in a repository of its
+  # own; every run started, from that commit, a minute after it.
+  repo = tmp_path / "repo"
+  git_helpers.init(repo)
+  (repo / "plan.py").write_text(
+      "from scalerl_jax.scaling.registered_plan import Plan, PlannedClaim\n\n"
+      f"PLAN = {plan!r}\n"
+  )
+  git_helpers.git(repo, "add", "plan.py")
+  git_helpers.git(repo, "commit", "-qm", "plan")
+  committed = datetime.datetime.fromisoformat(
+      git_helpers.git(repo, "log", "--format=%cI")
+  )
+  record = {
+      "git_dirty": False,
+      "git_head": git_helpers.git(repo, "rev-parse", "HEAD"),
+      "started_utc": (committed + datetime.timedelta(minutes=1)).isoformat(),
+  }
+  runs = tmp_path / "runs"
+  for seed in plan.rl_seeds:
+    for i, (point, a) in enumerate((("base", 0.85), ("other", 0.80))):
+      workdir = os.path.join(
+          plan_verdict.replicate_dir(str(runs), (1, seed)), point
+      )
+      _write_run(workdir, a, 10 * seed + i)
+      with open(
+          os.path.join(workdir, registration.REGISTRATION_FILE), "w"
+      ) as f:
+        json.dump(record, f)
+  proc = _verdict(f"--plan={repo / 'plan.py'}", f"--runs={runs}", repo=repo)
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.splitlines()
+  assert "# Plan t: 4 finished runs" in lines
+  header = [l for l in lines if l.startswith("| claim | paper | statistic |")]
+  assert len(header) == 1
+  row = [l for l in lines if l.startswith("| higher_a: base > other |")]
+  assert (
+      len(row) == 1 and f"| confirmatory; {record['git_head'][:8]} |" in row[0]
+  )
+  row = [l for l in lines if l.startswith("| b: base > other |")]
+  assert (
+      len(row) == 1 and "| exploratory: registered as exploratory; " in row[0]
+  )
+  early = lines[lines.index("## Called early, then checked") :]
+  assert early[2].startswith("| claim | early call (1/3 of compute) |")
+  assert any(l.startswith("| higher_a | ") for l in early)
+  assert any(l.startswith("| b | ") for l in early)
+  assert any(l.startswith("Early call right on ") for l in early)
+
+
+def test_the_verdict_launcher_names_a_missing_plan(tmp_path):
+  absent = tmp_path / "absent.py"
+  proc = _verdict(f"--plan={absent}", f"--runs={tmp_path}")
+  assert proc.returncode != 0
+  message = proc.stderr.strip().splitlines()[-1]
+  assert message.startswith("launch.verdict: ") and str(absent) in message
+  assert "Traceback" not in proc.stderr

@@ -5,13 +5,13 @@ stands."""
 import datetime
 import json
 import os
-import subprocess
 import time
 
 import pytest
 
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.jobs import registration
+from tests import git_helpers
 
 _PLAN = """
 from scalerl_jax.scaling import registered_plan as plan_lib
@@ -29,29 +29,17 @@ PLAN = plan_lib.Plan(
 """
 
 
-def _git(repo, *args):
-  return subprocess.run(
-      ["git", "-C", str(repo), *args],
-      check=True,
-      capture_output=True,
-      text=True,
-  ).stdout.strip()
-
-
 def _commit(repo, claims, message):
   (repo / "plan.py").write_text(_PLAN.format(claims=claims))
-  _git(repo, "add", "plan.py")
-  _git(repo, "commit", "-qm", message)
-  return _git(repo, "rev-parse", "HEAD")
+  git_helpers.git(repo, "add", "plan.py")
+  git_helpers.git(repo, "commit", "-qm", message)
+  return git_helpers.git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture
 def repo(tmp_path):
   repo = tmp_path / "repo"
-  repo.mkdir()
-  _git(repo, "init", "-q")
-  _git(repo, "config", "user.email", "t@t")
-  _git(repo, "config", "user.name", "t")
+  git_helpers.init(repo)
   return repo
 
 
@@ -90,7 +78,7 @@ def test_claims_register_at_their_first_commit_and_runs_after_count(
       plan, str(repo / "plan.py"), {"x": [later], "y": [later]}, str(repo)
   )
   assert status["one"][0] and status["two"][0]
-  assert status["one"][2].commit == _git(repo, "rev-parse", "HEAD")
+  assert status["one"][2].commit == git_helpers.git(repo, "rev-parse", "HEAD")
 
 
 def test_a_run_keeps_its_first_start_and_finished_runs_get_none(repo, tmp_path):
@@ -109,7 +97,7 @@ def test_a_run_keeps_its_first_start_and_finished_runs_get_none(repo, tmp_path):
 def test_dirty_checkouts_and_foreign_code_do_not_count(repo, tmp_path):
   _commit(repo, '_c("one", "x"),', "plan")
   (repo / "other.py").write_text("x = 1\n")
-  _git(repo, "add", "other.py")
+  git_helpers.git(repo, "add", "other.py")
   run = _start(repo, tmp_path / "x")
   assert run["git_dirty"]
   plan = registration.load_plan(str(repo / "plan.py"))
@@ -146,7 +134,7 @@ def test_loading_a_plan_leaves_no_bytecode_beside_it(repo, monkeypatch):
   _commit(repo, '_c("one", "x"),', "plan")
   registration.load_plan(str(repo / "plan.py"))
   assert not (repo / "__pycache__").exists()
-  assert not _git(repo, "status", "--porcelain")
+  assert not git_helpers.git(repo, "status", "--porcelain")
 
 
 def test_a_launcher_exits_naming_a_file_that_is_no_plan(tmp_path):
