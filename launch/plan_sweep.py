@@ -54,7 +54,9 @@ def _gate_failed(replicate_dir: str, points) -> bool:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  plan = registration.load_plan_or_exit(_PLAN.value, "launch.plan_sweep")
+  plan = registration.load_plan_or_exit(
+      _PLAN.value, "launch.plan_sweep", REPO_ROOT
+  )
   root = os.path.abspath(_WORKDIR.value)
   cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0

@@ -83,9 +83,12 @@ def main(argv):
   plan_path = _SWEEP.value.partition(":")[0]
   if registration.defines_plan(plan_path):
     for p in points:
-      registration.record_start(
-          os.path.join(_WORKDIR.value, p.name), plan_path, REPO_ROOT
-      )
+      try:
+        registration.record_start(
+            os.path.join(_WORKDIR.value, p.name), plan_path, REPO_ROOT
+        )
+      except ValueError as e:
+        raise SystemExit(f"launch.sweep: {e}") from None
   if _MODE.value == "commands":
     path = _COMMANDS_FILE.value or os.path.join(_WORKDIR.value, "commands.sh")
     lines = sweep.write_commands(

@@ -28,7 +28,9 @@ _RUNS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  plan = registration.load_plan_or_exit(_PLAN.value, "launch.verdict")
+  plan = registration.load_plan_or_exit(
+      _PLAN.value, "launch.verdict", REPO_ROOT
+  )
   found = plan_verdict.load_runs(plan, _RUNS.value)
   gates = plan_verdict.load_gates(plan, _RUNS.value, found)
   print(f"# Plan {plan.name}: {len(found)} finished runs\n")
@@ -36,6 +38,7 @@ def main(argv):
       plan, _PLAN.value, found, gates, REPO_ROOT
   )
   print(table + "\n")
+  print(plan_verdict.short_runs(plan, found) + "\n")
   print("## Called early, then checked\n")
   print(plan_verdict.scorecard(plan, found, gates, final) + "\n")
   print("## Bases\n")

@@ -258,3 +258,34 @@ def test_the_verdict_launcher_names_a_missing_plan(tmp_path):
   message = proc.stderr.strip().splitlines()[-1]
   assert message.startswith("launch.verdict: ") and str(absent) in message
   assert "Traceback" not in proc.stderr
+
+
+def test_runs_that_stop_before_their_registered_steps_are_named(tmp_path):
+  plan = _plan()
+  root = str(tmp_path)
+  for point in ("base", "other"):
+    _write_run(
+        os.path.join(plan_verdict.replicate_dir(root, (1, 0)), point), 0.8, 0
+    )
+  # "other" stops at step 104 of 150 with its 320 prompts retired: a line
+  # past its last validation carries the step it stopped at.
+  metrics = os.path.join(
+      plan_verdict.replicate_dir(root, (1, 0)), "other", "metrics.jsonl"
+  )
+  rows = [json.loads(l) for l in open(metrics)]
+  rows = [r for r in rows if r["step"] <= 100]
+  rows.append({"step": 104, "prompts_retired": 320})
+  with open(metrics, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  runs = plan_verdict.load_runs(plan, root)
+  text = plan_verdict.short_runs(plan, runs)
+  assert text.splitlines() == [
+      "1 of 2 runs stopped before their registered steps, fitted on the "
+      "compute they reached:",
+      "- base 1, seed 0, other: stopped at step 104 of 150 (last validation "
+      "at step 100; prompts retired by then: 320)",
+  ]
+  del runs[(1, 0), "other"]
+  assert plan_verdict.short_runs(plan, runs) == (
+      "Every run reached its registered steps."
+  )

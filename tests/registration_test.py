@@ -140,6 +140,37 @@ def test_loading_a_plan_leaves_no_bytecode_beside_it(repo, monkeypatch):
 def test_a_launcher_exits_naming_a_file_that_is_no_plan(tmp_path):
   (tmp_path / "sweep.py").write_text("SWEEP = ()\n")
   with pytest.raises(SystemExit, match=r"^launch\.x: .*sweep\.py: .*PLAN"):
-    registration.load_plan_or_exit(str(tmp_path / "sweep.py"), "launch.x")
+    registration.load_plan_or_exit(
+        str(tmp_path / "sweep.py"), "launch.x", str(tmp_path)
+    )
   with pytest.raises(SystemExit, match=r"^launch\.x: .*absent\.py"):
-    registration.load_plan_or_exit(str(tmp_path / "absent.py"), "launch.x")
+    registration.load_plan_or_exit(
+        str(tmp_path / "absent.py"), "launch.x", str(tmp_path)
+    )
+
+
+def test_a_plan_outside_the_checkout_is_refused_by_name(repo, tmp_path):
+  _commit(repo, '_c("one", "x"),', "plan")
+  outside = tmp_path / "plan.py"
+  outside.write_text((repo / "plan.py").read_text())
+  with pytest.raises(SystemExit, match=r"^launch\.x: .*plan\.py is outside"):
+    registration.load_plan_or_exit(str(outside), "launch.x", str(repo))
+  with pytest.raises(ValueError, match="outside the checkout"):
+    registration.record_start(str(tmp_path / "w"), str(outside), str(repo))
+  # Inside it, the same file loads.
+  assert (
+      registration.load_plan_or_exit(
+          str(repo / "plan.py"), "launch.x", str(repo)
+      ).name
+      == "t"
+  )
+
+
+def test_a_run_without_a_start_record_never_counts(repo, tmp_path):
+  _commit(repo, '_c("one", "x"),', "plan")
+  plan = registration.load_plan(str(repo / "plan.py"))
+  status = registration.classify(
+      plan, str(repo / "plan.py"), {"x": [{}]}, str(repo)
+  )
+  assert not status["one"][0]
+  assert "has no registration.json" in status["one"][1]

@@ -81,6 +81,47 @@ def load_runs(
   return out
 
 
+def short_runs(plan: plan_lib.Plan, found: dict) -> str:
+  """The runs that stopped before the steps their point is registered for,
+  each with its last step and the training prompts retired by then (a run
+  stops early when No-Positive-Resampling has retired every training
+  prompt). They are fitted, and called early, on the compute they reached,
+  as every run is; this names them so that a reader can weigh it."""
+  lines = []
+  for (rep, point), f in sorted(found.items()):
+    registered = plan.steps_of(point)
+    last = int(f.run.steps[-1]) if len(f.run.steps) else 0
+    stopped = _last_step(f.run.workdir)
+    if stopped is not None and stopped < registered:
+      n = paired.mechanism_size(f.run.workdir, "prompts_retired", "last")
+      retired = "-" if n is None else f"{n:.0f}"
+      lines.append(
+          f"- base {rep[0]}, seed {rep[1]}, {point}: stopped at step {stopped}"
+          f" of {registered} (last validation at step {last}; prompts retired"
+          f" by then: {retired})"
+      )
+  if not lines:
+    return "Every run reached its registered steps."
+  return (
+      f"{len(lines)} of {len(found)} runs stopped before their registered "
+      "steps, fitted on the compute they reached:\n" + "\n".join(lines)
+  )
+
+
+def _last_step(workdir: str) -> Optional[int]:
+  """The last step `workdir`'s metrics record (unreadable lines are
+  scaling.runs' to report)."""
+  last = None
+  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
+    for line in f:
+      try:
+        step = int(json.loads(line)["step"])
+      except (ValueError, KeyError, TypeError):
+        continue
+      last = step if last is None else max(last, step)
+  return last
+
+
 def warm_dir(runs_dir: str, base: int) -> str:
   """Where launch.plan_sweep warm-starts and gates `base` alone."""
   return os.path.join(runs_dir, "bases", f"warm={base}")

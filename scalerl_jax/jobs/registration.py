@@ -65,10 +65,24 @@ def load_plan(path: str) -> plan_lib.Plan:
   return found
 
 
-def load_plan_or_exit(path: str, program: str) -> plan_lib.Plan:
-  """`load_plan(path)` for a launcher named `program`: a plan file that is
-  missing, unreadable or defines no PLAN exits with a message naming it."""
+def plan_in_checkout(plan_path: str, repo: str) -> str:
+  """The plan file's path inside the git checkout `repo`; ValueError when it
+  lies outside it (a claim registers at a commit of the code that runs it)."""
+  rel = os.path.relpath(os.path.abspath(plan_path), os.path.abspath(repo))
+  if rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+    raise ValueError(
+        f"{plan_path} is outside the checkout {repo}: a plan is registered "
+        "by the commits of the checkout that runs it; move it under configs/"
+    )
+  return rel
+
+
+def load_plan_or_exit(path: str, program: str, repo: str) -> plan_lib.Plan:
+  """`load_plan(path)` for a launcher named `program` run from the checkout
+  `repo`: a plan file that is missing, unreadable, outside the checkout or
+  defines no PLAN exits with a message naming it."""
   try:
+    plan_in_checkout(path, repo)
     return load_plan(path)
   except (OSError, ValueError) as e:
     raise SystemExit(f"{program}: {e}") from None
@@ -93,7 +107,7 @@ def record_start(workdir: str, plan_path: str, repo: str) -> Optional[dict]:
       return json.load(f)
   if os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
     return None
-  rel = os.path.relpath(os.path.abspath(plan_path), repo)
+  rel = plan_in_checkout(plan_path, repo)
   record = {
       "plan": rel,
       "plan_sha256": file_sha256(plan_path),
@@ -118,7 +132,7 @@ class Registered:
 def claim_registrations(plan_path: str, repo: str) -> dict[str, Registered]:
   """identity -> its first commit, over every committed version of the
   plan file (oldest first)."""
-  rel = os.path.relpath(os.path.abspath(plan_path), repo)
+  rel = plan_in_checkout(plan_path, repo)
   log = _git(repo, "log", "--reverse", "--format=%H %cI", "--", rel)
   out: dict[str, Registered] = {}
   for line in log.splitlines():
@@ -148,6 +162,8 @@ def run_counts(
   registered at `registered`, and why not."""
   if registered.commit is None:
     return False, "the claim was never committed"
+  if "started_utc" not in record:
+    return False, f"has no {REGISTRATION_FILE} (its start is unknown)"
   if record.get("git_dirty"):
     return False, "started from a checkout with uncommitted changes"
   started = datetime.datetime.fromisoformat(str(record["started_utc"]))
