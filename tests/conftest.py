@@ -4,6 +4,7 @@ broadcasting mistakes."""
 import ctypes
 import os
 import shutil
+import sys
 import tempfile
 
 # The test extras install libtpu (tests/aot_test.py compiles for TPU slices);
@@ -35,6 +36,13 @@ def pytest_configure(config):
   """
   if config.pluginmanager.hasplugin("xdist"):
     config.pluginmanager.register(_XdistLeftovers())
+  # Bytecode on for the session, whatever the shell says: under
+  # PYTHONDONTWRITEBYTECODE=1 (these machines set it) every worker and every
+  # process a test starts compiled the whole package again on import (about
+  # 2 s a process here) and pytest rewrote every test module in each worker.
+  # The caches go to __pycache__ folders, which git ignores.
+  os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+  sys.dont_write_bytecode = False
   if session_env.SHARED_DIR_ENV not in os.environ:
     config.scalerl_shared_dir = tempfile.mkdtemp(prefix="scalerl_jax_test_")
     os.environ[session_env.SHARED_DIR_ENV] = config.scalerl_shared_dir
