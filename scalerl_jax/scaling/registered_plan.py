@@ -130,6 +130,47 @@ class Plan:
     """The RL steps `point`'s runs are registered for: its compute."""
     return self.step_overrides.get(point, self.steps)
 
+  def replicates_needed(self) -> dict[str, int]:
+    """confirmatory claim -> the replicates its registered effect and sd need
+    for `power` at `alpha` (uncorrected; TOST at `equivalence_margin` for
+    "same")."""
+    return {
+        c.name: significance.replicates_for_power(
+            c.effect,
+            c.sd,
+            self.power,
+            self.alpha,
+            equivalence_margin=(
+                self.equivalence_margin if c.relation == "same" else 0.0
+            ),
+        )
+        for c in self.claims
+        if c.confirmatory
+    }
+
+
+def parse_base(
+    arg: Optional[str],
+    plan_file: str,
+    bases: Sequence[int],
+    spare_bases: Sequence[int],
+) -> int:
+  """The base of a plan file's 'base=<seed>' argument; ValueError naming
+  `plan_file` and the registered bases for anything else."""
+  fields = dict(kv.split("=", 1) for kv in (arg or "").split(",") if kv)
+  registered = tuple(bases) + tuple(spare_bases)
+  if set(fields) != {"base"}:
+    raise ValueError(
+        f"{plan_file} takes 'base=<seed>' (one of {registered}); got {arg!r}"
+    )
+  base = int(fields["base"])
+  if base not in registered:
+    raise ValueError(
+        f"base {base} is not registered: {tuple(bases)} then spares "
+        f"{tuple(spare_bases)}"
+    )
+  return base
+
 
 def registered_part(run: runs_lib.Run, end_step: int) -> runs_lib.Run:
   """`run` up to `end_step`, the steps its point is registered for: a run
