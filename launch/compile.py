@@ -17,6 +17,12 @@ each program is compiled within the HBM the rest of the run leaves it;
 Then each program's roofline time from the compiler's cost analysis, and
 from them the estimated time of one RL step and of the whole run
 (`--completion_len`): estimates, not measurements.
+
+With --config.mesh.layout=disaggregated the slice is split between the
+roles (--config.mesh.generator_devices; 0: half): the train step compiled
+for the trainer's devices, the sampler's programs for the generator's, each
+role's bytes per device, and the weight sync's bytes and roofline per step
+beside published syncs (docs/design/disaggregated.md).
 """
 
 import json
@@ -26,8 +32,11 @@ from absl import flags
 from ml_collections import config_flags
 
 from scalerl_jax import config as config_lib
+from scalerl_jax import sharding
 from scalerl_jax.jobs.planner import aot
 from scalerl_jax.jobs.planner import aot_report
+from scalerl_jax.jobs.planner import aot_roles
+from scalerl_jax.jobs.planner import roles_report
 from scalerl_jax.jobs.planner import step_estimate
 from scalerl_jax.jobs.planner import topology
 
@@ -69,8 +78,14 @@ def main(argv):
     counts = step_estimate.step_counts(_CONFIG.value, _COMPLETION_LEN.value)
   except ValueError as e:
     raise app.UsageError(f"--{e}") from None
+  disaggregated = sharding.layout_of(_CONFIG.value.mesh) == "disaggregated"
+  compile_fn = (
+      aot_roles.compile_roles_for_slice
+      if disaggregated
+      else aot.compile_for_slice
+  )
   try:
-    results, chip, mesh_shape = aot.compile_for_slice(
+    compiled = compile_fn(
         _CONFIG.value,
         _TOPOLOGY.value,
         _PROGRAMS.value or None,
@@ -79,21 +94,16 @@ def main(argv):
     )
   except (topology.CompileError, config_lib.ConfigError) as e:
     raise SystemExit(f"launch.compile: {e}") from None
-  print(
-      aot_report.format_report(
-          results, chip, mesh_shape, _TOPOLOGY.value, counts
-      ),
-      end="",
-  )
+  if disaggregated:
+    report = roles_report.format_roles_report(compiled, _TOPOLOGY.value, counts)
+    data = roles_report.roles_json(compiled, _TOPOLOGY.value, counts)
+  else:
+    report = aot_report.format_report(*compiled, _TOPOLOGY.value, counts)
+    data = aot_report.results_json(*compiled, _TOPOLOGY.value, counts)
+  print(report, end="")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump(
-          aot_report.results_json(
-              results, chip, mesh_shape, _TOPOLOGY.value, counts
-          ),
-          f,
-          indent=1,
-      )
+      json.dump(data, f, indent=1)
 
 
 if __name__ == "__main__":

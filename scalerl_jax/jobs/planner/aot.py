@@ -27,6 +27,7 @@ from scalerl_jax.jobs.planner import hlo_traffic
 from scalerl_jax.jobs.planner import program_estimates
 from scalerl_jax.jobs.planner import roofline as roofline_lib
 from scalerl_jax.jobs.planner import topology as topology_lib
+from scalerl_jax.jobs.planner.aot_programs import Programs
 from scalerl_jax.jobs.planner.aot_programs import build_programs
 from scalerl_jax.jobs.planner.program_estimates import Memory
 
@@ -119,6 +120,16 @@ def _is_out_of_memory(e: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in str(e) or "memory" in str(e).lower()
 
 
+def devices_of(
+    topology: str,
+) -> tuple[list[Any], accelerators.Accelerator]:
+  """The devices `topology` names (a TPU slice, or LOCAL: this machine's)
+  and their chip's figures; CompileError for a bad name or no libtpu."""
+  if topology == topology_lib.LOCAL:
+    return topology_lib.local_devices()
+  return topology_lib.slice_devices(topology)
+
+
 def compile_for_slice(
     config: ml_collections.ConfigDict,
     topology: str,
@@ -132,15 +143,18 @@ def compile_for_slice(
   holds beside it, as `launch.train` compiles its train step.
   `check_planner` compiles each again within less HBM, for the least peak
   the compiler can fit it in (`Result.least_peak`, `aot_least`).
+  mesh.layout='disaggregated' is `aot_roles.compile_roles_for_slice`'s.
 
   Returns (results in program order, the chip's published figures, the mesh
   shape). Raises CompileError (bad slice name, no libtpu) or ConfigError (the
-  config does not fit the slice's chip count).
+  config does not fit the slice's chip count, or is disaggregated).
   """
-  if topology == topology_lib.LOCAL:
-    devices, chip = topology_lib.local_devices()
-  else:
-    devices, chip = topology_lib.slice_devices(topology)
+  if sharding.layout_of(config.mesh) != "colocated":
+    raise config_lib.ConfigError(
+        "mesh.layout: compile_for_slice lays one mesh over every device; "
+        "'disaggregated' is aot_roles.compile_roles_for_slice's"
+    )
+  devices, chip = devices_of(topology)
   platform = devices[0].platform
   config_lib.validate(config, num_devices=len(devices))
   mesh = sharding.make_mesh(config.mesh, devices)
@@ -150,59 +164,85 @@ def compile_for_slice(
       config, len(devices), platform, chip
   )
   results = []
-  for name, lower in programs.lower.items():
+  for name in programs.lower:
     if only and name not in only:
       continue
     progress(f"compiling {name} for {topology} ({len(devices)} devices)")
-    result = Result(
-        name,
-        estimates[name],
-        programs.beside[name],
-        decode_floor=programs.decode_floor.get(name, 0),
-        kernel_reads=programs.kernel_reads.get(name, 0),
-    )
-    start = time.perf_counter()
-    if platform == "tpu":
-      result.budget = chip.hbm_bytes - result.beside
-      if result.budget <= 0:
-        result.error = (
-            f"what the run holds beside it ({result.beside / accelerators.GB:.2f} "
-            "GB) fills the chip"
+    results.append(
+        compile_program(
+            name,
+            programs,
+            estimates[name],
+            programs.beside[name],
+            chip,
+            platform,
+            progress,
+            check_planner,
         )
-        results.append(result)
-        continue
-    try:
-      lowered = lower()
-      compiled = lowered.compile(
-          sharding.hbm_budget_options(platform, result.budget) or None
-      )
-      result.compiled = compiled_memory(compiled, platform)
-      result.cost = _cost(compiled)
-      text = compiled.as_text()
-      result.pallas_calls = text.count(hlo_traffic.PALLAS_CALL)
-      if result.decode_floor and platform == "tpu":
-        traffic = hlo_traffic.loop_traffic(text)
-        result.loop_hbm_bytes = traffic.hbm_bytes
-        result.kernel_staged_bytes = traffic.staged_kernel_bytes
-      if result.pallas_calls:
-        result.attention_flops = programs.attention_flops[name]
-      result.model_flops = programs.model_flops[name]
-      result.roofline = roofline_lib.program_roofline(
-          result.cost,
-          chip,
-          result.attention_flops,
-          result.kernel_hbm_reads(),
-          result.model_flops,
-      )
-    except Exception as e:  # pylint: disable=broad-except
-      if not _is_out_of_memory(e):
-        raise
-      result.error = _first_lines(str(e))
-    result.compile_s = time.perf_counter() - start
-    if check_planner and platform == "tpu":
-      _measure_least(result, lowered, progress)
-    results.append(result)
+    )
   return results, chip, dict(mesh.shape)
+
+
+def compile_program(
+    name: str,
+    programs: Programs,
+    estimate: Memory,
+    beside: int,
+    chip: accelerators.Accelerator,
+    platform: str,
+    progress: Callable[[str], None] = lambda _: None,
+    check_planner: bool = False,
+) -> Result:
+  """`programs`' program `name` compiled for `platform`: on TPU within the
+  chip's HBM less `beside`; its bytes against the planner's `estimate`, its
+  cost and roofline (`check_planner`: and its least peak)."""
+  result = Result(
+      name,
+      estimate,
+      beside,
+      decode_floor=programs.decode_floor.get(name, 0),
+      kernel_reads=programs.kernel_reads.get(name, 0),
+  )
+  start = time.perf_counter()
+  if platform == "tpu":
+    result.budget = chip.hbm_bytes - result.beside
+    if result.budget <= 0:
+      result.error = (
+          f"what the run holds beside it ({result.beside / accelerators.GB:.2f} "
+          "GB) fills the chip"
+      )
+      return result
+  try:
+    lowered = programs.lower[name]()
+    compiled = lowered.compile(
+        sharding.hbm_budget_options(platform, result.budget) or None
+    )
+    result.compiled = compiled_memory(compiled, platform)
+    result.cost = _cost(compiled)
+    text = compiled.as_text()
+    result.pallas_calls = text.count(hlo_traffic.PALLAS_CALL)
+    if result.decode_floor and platform == "tpu":
+      traffic = hlo_traffic.loop_traffic(text)
+      result.loop_hbm_bytes = traffic.hbm_bytes
+      result.kernel_staged_bytes = traffic.staged_kernel_bytes
+    if result.pallas_calls:
+      result.attention_flops = programs.attention_flops[name]
+    result.model_flops = programs.model_flops[name]
+    result.roofline = roofline_lib.program_roofline(
+        result.cost,
+        chip,
+        result.attention_flops,
+        result.kernel_hbm_reads(),
+        result.model_flops,
+    )
+  except Exception as e:  # pylint: disable=broad-except
+    if not _is_out_of_memory(e):
+      raise
+    result.error = _first_lines(str(e))
+  result.compile_s = time.perf_counter() - start
+  if check_planner and platform == "tpu":
+    _measure_least(result, lowered, progress)
+  return result
 
 
 def _measure_least(

@@ -46,6 +46,10 @@ class Programs:
   # All FLOPs per chip of one run (`metrics.compute`, the LM head included):
   # the roofline's floor where the cost analysis counts a loop's body once.
   model_flops: dict[str, int]
+  # Bytes per device of what the run keeps between programs: "params" (the
+  # float32 master weights), "opt_state", "train_state" (both), "slots" (the
+  # rollouts in flight), "weights" (the sampler's regrouped copy).
+  held: dict[str, int]
 
 
 def build_programs(
@@ -150,6 +154,7 @@ def build_programs(
     }
 
   held = {
+      "params": sharding.per_device_bytes(train_state.params),
       "train_state": sharding.per_device_bytes(train_state),
       "slots": sharding.per_device_bytes(slots),
       "weights": sharding.per_device_bytes(weights),
@@ -191,4 +196,5 @@ def build_programs(
       },
       attention_flops=flops(compute.attention_flops),
       model_flops=flops(compute.forward_flops),
+      held=held,
   )

@@ -30,15 +30,7 @@ def results_json(
       "peak_flops": chip.peak_flops,
       "hbm_bandwidth": chip.hbm_bandwidth,
       "mesh_shape": mesh_shape,
-      "programs": [
-          dict(
-              dataclasses.asdict(r),
-              fits=r.fits(chip.hbm_bytes),
-              planner_ratio=r.planner_ratio(),
-              least_peak=r.least_peak(),
-          )
-          for r in results
-      ],
+      "programs": programs_json(results, chip),
   }
   if counts is not None:
     out["estimate"] = time_report.estimate_json(results, counts)
@@ -54,11 +46,54 @@ def format_report(
 ) -> str:
   """Per-chip bytes of every program: compiler, planner, ratio and fit; each
   program's roofline; with `counts`, an RL step's and the run's time."""
-  gb = lambda n: f"{n / accelerators.GB:8.3f}"
   lines = [
       f"{topology}: {math.prod(mesh_shape.values())} devices of {chip.name} "
       f"({chip.hbm_bytes / accelerators.GB:.0f} GB HBM each), mesh {mesh_shape}",
       "",
+  ]
+  lines += program_lines(results, chip)
+  fits = all(r.fits(chip.hbm_bytes) for r in results)
+  lines += [
+      "",
+      f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
+      f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
+      f"{chip.hbm_bytes / accelerators.GB:.0f} GB per device.",
+      "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
+      "(exact, from the shardings). On TPU each program is compiled within the HBM "
+      "less 'beside'.",
+      "",
+  ]
+  lines += time_report.roofline_lines(results, chip)
+  if counts is not None:
+    lines += [""] + time_report.step_lines(
+        results, counts, math.prod(mesh_shape.values()) // chip.devices_per_chip
+    )
+  return "\n".join(lines) + "\n"
+
+
+def programs_json(
+    results: list[Result], chip: accelerators.Accelerator
+) -> list[dict]:
+  """Each result as plain data, with its fit and its planner ratios."""
+  return [
+      dict(
+          dataclasses.asdict(r),
+          fits=r.fits(chip.hbm_bytes),
+          planner_ratio=r.planner_ratio(),
+          least_peak=r.least_peak(),
+      )
+      for r in results
+  ]
+
+
+def program_lines(
+    results: list[Result], chip: accelerators.Accelerator
+) -> list[str]:
+  """Per-device bytes of each program (compiler, planner, ratio, what is
+  beside it, fit), its least peak where measured, and a decode step's bytes
+  against its floor."""
+  gb = lambda n: f"{n / accelerators.GB:8.3f}"
+  lines = [
       "Per device, GB (compiler | planner estimate):",
       f"  {'program':12s} {'args':>8s} {'outputs':>8s} {'aliased':>8s} {'temps':>8s} "
       f"{'peak':>8s} | {'plan':>8s} {'ratio':>6s} | {'beside':>8s} {'total':>8s} "
@@ -125,20 +160,4 @@ def format_report(
           f" GB the kernel reads from HBM = "
           f"{(r.loop_hbm_bytes + kernel) / r.decode_floor:.2f}x the floor"
       )
-  fits = all(r.fits(chip.hbm_bytes) for r in results)
-  lines += [
-      "",
-      f"The run {'fits' if fits else 'does NOT fit'} on {topology}: every program's "
-      f"peak plus what the run holds beside it {'is' if fits else 'must be'} within "
-      f"{chip.hbm_bytes / accelerators.GB:.0f} GB per device.",
-      "ratio = planner / compiler peak. 'beside': bytes the other phase keeps allocated "
-      "(exact, from the shardings). On TPU each program is compiled within the HBM "
-      "less 'beside'.",
-      "",
-  ]
-  lines += time_report.roofline_lines(results, chip)
-  if counts is not None:
-    lines += [""] + time_report.step_lines(
-        results, counts, math.prod(mesh_shape.values()) // chip.devices_per_chip
-    )
-  return "\n".join(lines) + "\n"
+  return lines

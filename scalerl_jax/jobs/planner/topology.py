@@ -101,8 +101,8 @@ def local_devices() -> tuple[list[Any], accelerators.Accelerator]:
   The capacity is the allocator's limit where the backend reports one
   (`sharding.hbm_capacity`; on a GPU, what XLA may take of the card), else
   the published figure, and on a
-  CPU the machine's memory; the peak FLOP/s and HBM bandwidth are the
-  published ones for a known chip, else 0.
+  CPU the machine's memory; the peak FLOP/s, HBM and interconnect bandwidth
+  are the published ones for a known chip, else 0.
   """
   devices = jax.devices()
   kind = devices[0].device_kind
@@ -129,4 +129,5 @@ def local_devices() -> tuple[list[Any], accelerators.Accelerator]:
       "allocator limit or RAM" if limit else known.source,
       known.hbm_bandwidth if known else 0.0,
       known.devices_per_chip if known else 1,
+      ici_bandwidth=known.ici_bandwidth if known else 0.0,
   )
