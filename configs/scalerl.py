@@ -222,6 +222,12 @@ def get_config(arg=None):
   # disaggregated: the generator's devices, the last of jax.devices(); the
   # trainer takes the rest. 0 = half of them.
   c.mesh.generator_devices = 0
+  # disaggregated: the dtype the weights cross to the generator in
+  # (rl/weight_sync.TRANSFER_DTYPES). "bfloat16" (needs model.compute_dtype=
+  # "bfloat16") casts on the trainer's devices what the sampler's regroup
+  # would cast anyway: the same values, about half the bytes; the norm scales
+  # and the FP32 head stay float32.
+  c.mesh.transfer_dtype = "float32"
 
   c.optim = ml_collections.ConfigDict()
   # Peak LR (paper: 5e-7 at 8B). A 0.85M policy needs a far larger one to move

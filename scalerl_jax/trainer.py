@@ -31,6 +31,7 @@ from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
+from scalerl_jax.metrics import busy
 from scalerl_jax.metrics import compute
 from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
@@ -38,54 +39,7 @@ from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
-
-
-def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
-  """The samplers of generation and of validation.
-
-  On TPU each is compiled within the HBM the run leaves it: generation
-  beside what the generator's devices hold (colocated, the train state;
-  disaggregated, the parameters moved there), validation beside that and the
-  rollout slots. Elsewhere both are `exp.sampler`.
-  """
-  held = state
-  if exp.generator_param_shardings is not None:
-    held = sharding.abstract(
-        jax.eval_shape(lambda: state.params), exp.generator_param_shardings
-    )
-  generation = sharding.hbm_budget(
-      exp.sampler.mesh, sharding.per_device_bytes(held)
-  )
-  if generation is None:
-    return exp.sampler, exp.sampler
-  validation = generation - slot_bytes
-  logging.info(
-      "sampler: generation compiled within %.2f GB per chip, validation "
-      "within %.2f GB",
-      generation / 1e9,
-      validation / 1e9,
-  )
-  return (
-      exp.sampler.with_hbm_budget(generation),
-      exp.sampler.with_hbm_budget(validation),
-  )
-
-
-def _train_step_budget(exp: Experiment, slot_bytes: int):
-  """HBM per chip the train step may take beside the rollout slots' bytes
-  (none when the slots are on the generator's own devices), where the
-  devices report their capacity; else None."""
-  if exp.generator_param_shardings is not None:
-    slot_bytes = 0
-  budget = sharding.hbm_budget(exp.mesh, slot_bytes)
-  if budget is not None:
-    logging.info(
-        "train step: compiled within %.2f GB per chip (%.2f GB of rollout "
-        "slots beside it)",
-        budget / 1e9,
-        slot_bytes / 1e9,
-    )
-  return budget
+from scalerl_jax.rl import weight_sync
 
 
 class Trainer:
@@ -115,17 +69,25 @@ class Trainer:
         exp.rules,
         self.optimizer,
         self.state_shardings,
-        hbm_budget=_train_step_budget(exp, slot_bytes),
+        hbm_budget=exp.train_step_budget(slot_bytes),
     )
     self.train_step = train_step_lib.host_step(
         step, batch_sh, exp.mesh, exp.rules
     )
-    self.sampler, self.val_sampler = _budgeted_samplers(
-        exp, self.state, slot_bytes
+    self.sampler, self.val_sampler = exp.budgeted_samplers(
+        self.state, slot_bytes
     )
     self.pool = exp.reward_pool()
+    # When each role's programs ran (time/<role>_*), and the weights' moves.
+    self.clocks = {role: busy.BusyClock(role) for role in busy.ROLES}
+    self.sync = weight_sync.WeightSync(exp)
     self.generation = generation_lib.Generation(
-        config, self.sampler, self.pool, exp.tok, exp.prompts("train")
+        config,
+        self.sampler,
+        self.pool,
+        exp.tok,
+        exp.prompts("train"),
+        clock=self.clocks["generator"],
     )
     self.val_batches = exp.eval_batches()
     self.writer = metrics_lib.MetricWriter(workdir)
@@ -145,10 +107,14 @@ class Trainer:
       self._restore(restore_step)
 
   def close(self) -> None:
-    """Waits for checkpoint writes; stops the reward pool and writers."""
+    """Waits for checkpoint writes; stops the reward pool, the writers and
+    the clocks' threads."""
     self.checkpointer.wait()
     self.writer.close()
     self.pool.close()
+    self.sync.close()
+    for clock in self.clocks.values():
+      clock.close()
 
   # Checkpoints.
 
@@ -202,7 +168,10 @@ class Trainer:
     devices (`Experiment.to_generator`) and are regrouped for the sampler once
     per phase; colocated, the regrouped copy is dropped before training.
     """
-    params = self.sampler.prepare(self.exp.to_generator(self.state.params))
+    moved = self.sync.get(self.state.params, self.step)
+    t0 = time.perf_counter()
+    params = self.sampler.prepare(moved)
+    self.clocks["generator"].watch(params.weights, t0)
     t0, flops0 = time.perf_counter(), self.generation.flops
     decoded = self.generation.run(params, self.step, decoded=self.decoded_ahead)
     t_gen = time.perf_counter() - t0
@@ -221,7 +190,10 @@ class Trainer:
     on the generator's devices while the trainer's compute the step.
     """
     host_batch = batch_lib.collate(groups)
+    t0 = time.perf_counter()
     self.state, step_metrics = self.train_step(self.state, host_batch)
+    # Ready read on the clock's thread: the decoding ahead is not held up.
+    self.clocks["trainer"].watch(step_metrics, t0)
     if ahead is not None:  # The step is dispatched, not waited for.
       self.decoded_ahead = self.generation.run(
           ahead,
@@ -251,7 +223,7 @@ class Trainer:
   def evaluate(self) -> dict[str, float]:
     return evaluation.evaluate(
         self.val_sampler,
-        self.exp.to_generator(self.state.params),
+        self.sync.get(self.state.params, self.step, keep=True),
         self.val_batches,
         self.exp.tok,
         self.pool,
@@ -261,12 +233,14 @@ class Trainer:
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
+    start = time.perf_counter()
     gen_metrics, ahead = self.generate()
     groups = self.generation.take(self.step)
     row = self.generation.batch_metrics(groups, self.step)
     t1, flops1 = time.perf_counter(), self.generation.flops
     step_metrics, batch_len = self.train(groups, ahead)
-    t_train = time.perf_counter() - t1
+    end = time.perf_counter()
+    t_train = end - t1
     seq = [batch_len] * sum(len(g.scores_G) for g in groups)
     # The decoding ahead's FLOPs too: its time is the step's.
     self.meter.add(
@@ -290,6 +264,11 @@ class Trainer:
             **self.generation.work_scalars(),
             **self.meter.scalars(),
             **compute.memory_scalars(),
+            **busy.scalars(
+                {r: c.window(start, end) for r, c in self.clocks.items()},
+                end - start,
+            ),
+            **self.sync.scalars(),
         }
     )
     return row

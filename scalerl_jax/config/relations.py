@@ -95,6 +95,19 @@ def _check_layout(config, num_devices):
         "mesh.layout: 'disaggregated' runs in one process for now, not with "
         "mesh.distributed=True (docs/design/disaggregated.md)"
     )
+  transfer = config.mesh.transfer_dtype
+  if transfer != "float32" and not disaggregated:
+    raise ConfigError(
+        f"mesh.transfer_dtype: {transfer!r} needs mesh.layout="
+        "'disaggregated' (colocated, no weights move)"
+    )
+  if transfer != "float32" and config.model.compute_dtype != transfer:
+    raise ConfigError(
+        f"mesh.transfer_dtype: {transfer!r} needs model.compute_dtype="
+        f"{transfer!r}: the sampler computes in "
+        f"{config.model.compute_dtype!r}, and weights sent narrower would "
+        "change its values"
+    )
   sync_at = config.buffer.sync_at_decode_step
   if sync_at and not disaggregated:
     raise ConfigError(
