@@ -2,7 +2,8 @@
 
 One mesh holds the policy, shared by the sampler and the jitted train step
 (`mesh.layout='disaggregated'`: the sampler on devices of its own, the
-weights moved there each step; docs/design/disaggregated.md).
+weights moved there each step, and with `buffer.sync_mode='free'` driven by
+a host thread of its own, rl/free_running.py; docs/design/disaggregated.md).
 A step generates as the schedule allows (`rl/generation.Generation`) until
 the buffer can hand out P groups, takes one optimizer step on them
 (`rl/train_step.py`), then writes metrics, validates every `eval_every` and
@@ -37,6 +38,7 @@ from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax.rl import batch as batch_lib
+from scalerl_jax.rl import free_running
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.rl import weight_sync
@@ -89,6 +91,15 @@ class Trainer:
         exp.prompts("train"),
         clock=self.clocks["generator"],
     )
+    # buffer.sync_mode='free': the generator on a host thread of its own,
+    # started by the first step. `source` hands out the batches and the
+    # generator's scalars.
+    self.free = None
+    if config.buffer.sync_mode == "free":
+      self.free = free_running.FreeGenerator(
+          config, self.generation, self.sampler, self.clocks["generator"]
+      )
+    self.source = self.free or self.generation
     self.val_batches = exp.eval_batches()
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
@@ -108,7 +119,9 @@ class Trainer:
 
   def close(self) -> None:
     """Waits for checkpoint writes; stops the reward pool, the writers and
-    the clocks' threads."""
+    the clocks' threads, and a free-running generator first."""
+    if self.free is not None:
+      self.free.stop()
     self.checkpointer.wait()
     self.writer.close()
     self.pool.close()
@@ -132,10 +145,11 @@ class Trainer:
     return device, host, extra
 
   def save(self, force: bool = False) -> None:
-    device, host, extra = self._checkpoint_items()
-    self.checkpointer.save(
-        self.step, device, extra, host_state=host, force=force
-    )
+    with free_running.paused(self.free):
+      device, host, extra = self._checkpoint_items()
+      self.checkpointer.save(
+          self.step, device, extra, host_state=host, force=force
+      )
 
   def _restore(self, step: int) -> None:
     device, _, _ = self._checkpoint_items()
@@ -167,7 +181,16 @@ class Trainer:
     not those groups are ever trained on. The weights reach the generator's
     devices (`Experiment.to_generator`) and are regrouped for the sampler once
     per phase; colocated, the regrouped copy is dropped before training.
+    Free-running, it waits for the batch the generator's thread makes.
     """
+    if self.free is not None:
+      if not self.free.started:
+        self.free.start(self.sync.get(self.state.params, self.step), self.step)
+      t0, flops0 = time.perf_counter(), self.free.flops
+      self.free.wait_for_batch(self.step)
+      t_gen = time.perf_counter() - t0
+      self.meter.add(self.free.flops - flops0, t_gen, self.exp.num_devices)
+      return {"time/generate_s": t_gen, **self.free.step_scalars()}, None
     moved = self.sync.get(self.state.params, self.step)
     t0 = time.perf_counter()
     params = self.sampler.prepare(moved)
@@ -204,6 +227,10 @@ class Trainer:
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()
     }
+    if self.free is not None:  # Swapped in between two of its calls.
+      version = self.step + 1
+      moved = self.sync.get(self.state.params, version, keep=True)
+      self.free.publish(moved, version)
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
     # Steps whose update was skipped: no loss token (absent in older
     # checkpoints).
@@ -221,31 +248,37 @@ class Trainer:
     return step_metrics, host_batch["tokens_BxS"].shape[1]
 
   def evaluate(self) -> dict[str, float]:
-    return evaluation.evaluate(
-        self.val_sampler,
-        self.sync.get(self.state.params, self.step, keep=True),
-        self.val_batches,
-        self.exp.tok,
-        self.pool,
-        evaluation.validation_key(self.config),
-        version=self.step,
-    )
+    with free_running.paused(self.free):
+      return evaluation.evaluate(
+          self.val_sampler,
+          self.sync.get(self.state.params, self.step, keep=True),
+          self.val_batches,
+          self.exp.tok,
+          self.pool,
+          evaluation.validation_key(self.config),
+          version=self.step,
+      )
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
     start = time.perf_counter()
     gen_metrics, ahead = self.generate()
-    groups = self.generation.take(self.step)
+    groups = self.source.take(self.step)
     row = self.generation.batch_metrics(groups, self.step)
-    t1, flops1 = time.perf_counter(), self.generation.flops
-    step_metrics, batch_len = self.train(groups, ahead)
+    t1, flops1 = time.perf_counter(), self.source.flops
+    try:
+      step_metrics, batch_len = self.train(groups, ahead)
+    except Exception as e:
+      if self.free is not None:
+        e.add_note(f"trainer: step {self.step} failed; the generator stops")
+      raise
     end = time.perf_counter()
     t_train = end - t1
     seq = [batch_len] * sum(len(g.scores_G) for g in groups)
     # The decoding ahead's FLOPs too: its time is the step's.
     self.meter.add(
         compute.train_flops(self.exp.model_cfg, seq)
-        + self.generation.flops
+        + self.source.flops
         - flops1,
         t_train,
         self.exp.num_devices,
@@ -253,15 +286,15 @@ class Trainer:
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
-    row.update(self.generation.curriculum_scalars())
+    row.update(self.source.curriculum_scalars())
     row.update(
         {
             **gen_metrics,
             "time/train_s": t_train,
             "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
-            **self.generation.scalars(),
+            **self.source.scalars(),
             **{f"counters/{k}": float(v) for k, v in self.counters.items()},
-            **self.generation.work_scalars(),
+            **self.source.work_scalars(),
             **self.meter.scalars(),
             **compute.memory_scalars(),
             **busy.scalars(

@@ -27,15 +27,6 @@ from tests import helpers
 K = 2  # helpers.rl_test_config's buffer.max_off_policy.
 
 
-def _disaggregated(**fields):
-  config = helpers.rl_test_config("pipeline_rl")
-  config.mesh.layout = "disaggregated"
-  for name, value in fields.items():
-    group, field = name.split("__")
-    config[group][field] = value
-  return config
-
-
 @pytest.mark.parametrize(
     "fields, num_devices, field",
     [
@@ -69,7 +60,9 @@ def _disaggregated(**fields):
 )
 def test_a_bad_layout_is_refused_naming_the_field(fields, num_devices, field):
   with pytest.raises(config_lib.ConfigError, match=f"^{field}:"):
-    config_lib.validate(_disaggregated(**fields), num_devices=num_devices)
+    config_lib.validate(
+        helpers.disaggregated_config(**fields), num_devices=num_devices
+    )
 
 
 def test_sync_at_a_decode_step_needs_the_disaggregated_layout():
@@ -82,7 +75,7 @@ def test_sync_at_a_decode_step_needs_the_disaggregated_layout():
 
 
 def test_each_role_lays_the_mesh_over_its_own_devices():
-  config = _disaggregated(mesh__generator_devices=2)
+  config = helpers.disaggregated_config(mesh__generator_devices=2)
   config_lib.validate(config, num_devices=6)  # (1, 4, 1) and (1, 2, 1).
   devices = list(range(6))
   assert sharding.role_devices(config.mesh, devices) == ([0, 1, 2, 3], [4, 5])
@@ -108,16 +101,11 @@ def _metrics(workdir):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """The script's runs, and the colocated run of the same config."""
-  out_dir = str(tmp_path_factory.mktemp("disaggregated"))
-  stdout = helpers.run_on_devices(
+  result = helpers.two_device_runs(
       "tests.scripts.disaggregated_runs",
-      2,
-      helpers.rl_base_dir(),
-      out_dir,
-      timeout=1200,
+      str(tmp_path_factory.mktemp("disaggregated")),
   )
-  result = json.loads(stdout.strip().splitlines()[-1])
-  result["dir"], result["colocated"] = out_dir, helpers.pipeline_rl_run_dir()
+  result["colocated"] = helpers.pipeline_rl_run_dir()
   return result
 
 

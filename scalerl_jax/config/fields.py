@@ -181,6 +181,7 @@ RULES: dict[str, Rule] = {
     "buffer.max_off_policy": _POS_INT,
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
     "buffer.sync_at_decode_step": _NONNEG_INT,
+    "buffer.sync_mode": _one_of(weight_sync.SYNC_MODES),
     # sampling
     "sampling.temperature": _rule(
         float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"
