@@ -222,6 +222,12 @@ def get_config(arg=None):
   # disaggregated: the generator's devices, the last of jax.devices(); the
   # trainer takes the rest. 0 = half of them.
   c.mesh.generator_devices = 0
+  # disaggregated: the dtype the weights cross to the generator in
+  # (rl/weight_sync.TRANSFER_DTYPES). "bfloat16" (needs model.compute_dtype=
+  # "bfloat16") casts on the trainer's devices what the sampler's regroup
+  # would cast anyway: the same values, about half the bytes; the norm scales
+  # and the FP32 head stay float32.
+  c.mesh.transfer_dtype = "float32"
 
   c.optim = ml_collections.ConfigDict()
   # Peak LR (paper: 5e-7 at 8B). A 0.85M policy needs a far larger one to move
@@ -292,6 +298,16 @@ def get_config(arg=None):
   # lags more than k. 0: swapped in before the first step, the colocated
   # schedule token for token.
   c.buffer.sync_at_decode_step = 0
+  # mesh.layout=disaggregated with an in-flight schedule: how the generator
+  # meets the trainer's new weights (rl/weight_sync.SYNC_MODES). "fixed": at
+  # buffer.sync_at_decode_step, from the trainer's host thread (reproducible,
+  # resumes bit-identically). "free": the generator decodes on a host thread
+  # of its own without waiting for the trainer, swaps in each new version
+  # between two decode calls once it has arrived, and records the decode step
+  # (generator/swap_decode_step); starts are held within k as in "fixed".
+  # Not reproducible: the swaps follow the two roles' timing
+  # (rl/free_running.py; buffer.decode_steps_per_train_step is unused).
+  c.buffer.sync_mode = "fixed"
 
   c.sampling = ml_collections.ConfigDict()
   c.sampling.temperature = 1.0  # Softmax temperature of the generator.

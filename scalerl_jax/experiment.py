@@ -10,7 +10,9 @@ same model and data.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging as pylogging
+import math
 import os
 from typing import Any, Optional
 
@@ -26,6 +28,7 @@ from scalerl_jax.data import mixture
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import sources
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.models import decode
 from scalerl_jax.models import hf_io
 from scalerl_jax.models import model_config
 from scalerl_jax.models import transformer
@@ -72,6 +75,9 @@ class Experiment:
   sampler: Sampler  # On `sampler.mesh`: the generator's devices.
   # The parameters' shardings on the generator's mesh; None when colocated.
   generator_param_shardings: Any = None
+  # mesh.transfer_dtype='bfloat16': `decode.cast_for_prepare`, jitted on the
+  # trainer's devices in the parameters' shardings; None: sent as they are.
+  transfer_cast: Any = None
 
   @property
   def num_devices(self) -> int:
@@ -82,11 +88,79 @@ class Experiment:
 
   def to_generator(self, params: Any) -> Any:
     """The trainer's `params` on the generator's devices, in its shardings:
-    moved by JAX (`jax.device_put`) under mesh.layout='disaggregated',
-    `params` themselves when colocated."""
+    moved by JAX (`jax.device_put`) under mesh.layout='disaggregated', cast
+    first on the trainer's devices where mesh.transfer_dtype asks (the
+    sampler's regroup makes the same values of them); `params` themselves
+    when colocated."""
     if self.generator_param_shardings is None:
       return params
+    if self.transfer_cast is not None:
+      params = self.transfer_cast(params)
     return jax.device_put(params, self.generator_param_shardings)
+
+  def transfer_bytes(self, params: Any) -> int:
+    """Bytes the generator's devices receive when `params` move there (every
+    shard of every copy, in the dtype sent); 0 when colocated."""
+    if self.generator_param_shardings is None:
+      return 0
+    sent = jax.eval_shape(self.transfer_cast or (lambda p: p), params)
+    return sum(
+        math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize * len(s.device_set)
+        for x, s in zip(
+            jax.tree.leaves(sent),
+            jax.tree.leaves(self.generator_param_shardings),
+            strict=True,
+        )
+    )
+
+  def budgeted_samplers(self, state: Any, slot_bytes: int):
+    """The samplers of generation and of validation, for a run holding the
+    train state `state` and `slot_bytes` of rollout slots per chip.
+
+    On TPU each is compiled within the HBM the run leaves it: generation
+    beside what the generator's devices hold (colocated, the train state;
+    disaggregated, the parameters moved there, in the dtype sent),
+    validation beside that and the rollout slots. Elsewhere both are
+    `self.sampler`.
+    """
+    held = state
+    if self.generator_param_shardings is not None:
+      held = sharding.abstract(
+          jax.eval_shape(self.transfer_cast or (lambda p: p), state.params),
+          self.generator_param_shardings,
+      )
+    generation = sharding.hbm_budget(
+        self.sampler.mesh, sharding.per_device_bytes(held)
+    )
+    if generation is None:
+      return self.sampler, self.sampler
+    validation = generation - slot_bytes
+    logging.info(
+        "sampler: generation compiled within %.2f GB per chip, validation "
+        "within %.2f GB",
+        generation / 1e9,
+        validation / 1e9,
+    )
+    return (
+        self.sampler.with_hbm_budget(generation),
+        self.sampler.with_hbm_budget(validation),
+    )
+
+  def train_step_budget(self, slot_bytes: int) -> Optional[int]:
+    """HBM per chip the train step may take beside the rollout slots' bytes
+    (none when the slots are on the generator's own devices), where the
+    devices report their capacity; else None."""
+    if self.generator_param_shardings is not None:
+      slot_bytes = 0
+    budget = sharding.hbm_budget(self.mesh, slot_bytes)
+    if budget is not None:
+      logging.info(
+          "train step: compiled within %.2f GB per chip (%.2f GB of rollout "
+          "slots beside it)",
+          budget / 1e9,
+          slot_bytes / 1e9,
+      )
+    return budget
 
   @classmethod
   def build(
@@ -133,6 +207,12 @@ class Experiment:
         params = warm_start.warm_start(
             config, workdir, model, params, shardings, tok
         )
+    transfer_cast = None
+    if config.mesh.get("transfer_dtype", "float32") == "bfloat16":
+      transfer_cast = jax.jit(
+          functools.partial(decode.cast_for_prepare, model_cfg),
+          out_shardings=shardings,
+      )
     phrase = tok.encode(config.sampling.interruption.phrase)
     sampler = Sampler.from_config(
         config,
@@ -165,6 +245,7 @@ class Experiment:
         None
         if generator_mesh is mesh
         else sharding.param_shardings(model, generator_mesh, rules),
+        transfer_cast,
     )
 
   def reward_pool(self) -> RewardPool | SharedRewardPool:

@@ -2,7 +2,8 @@
 
 One mesh holds the policy, shared by the sampler and the jitted train step
 (`mesh.layout='disaggregated'`: the sampler on devices of its own, the
-weights moved there each step; docs/design/disaggregated.md).
+weights moved there each step, and with `buffer.sync_mode='free'` driven by
+a host thread of its own, rl/free_running.py; docs/design/disaggregated.md).
 A step generates as the schedule allows (`rl/generation.Generation`) until
 the buffer can hand out P groups, takes one optimizer step on them
 (`rl/train_step.py`), then writes metrics, validates every `eval_every` and
@@ -31,62 +32,17 @@ from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
+from scalerl_jax.metrics import busy
 from scalerl_jax.metrics import compute
 from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax.metrics import writer as metrics_lib
 from scalerl_jax.multihost import runtime
 from scalerl_jax.rl import batch as batch_lib
+from scalerl_jax.rl import free_running
 from scalerl_jax.rl import generation as generation_lib
 from scalerl_jax.rl import train_step as train_step_lib
-
-
-def _budgeted_samplers(exp: Experiment, state, slot_bytes: int):
-  """The samplers of generation and of validation.
-
-  On TPU each is compiled within the HBM the run leaves it: generation
-  beside what the generator's devices hold (colocated, the train state;
-  disaggregated, the parameters moved there), validation beside that and the
-  rollout slots. Elsewhere both are `exp.sampler`.
-  """
-  held = state
-  if exp.generator_param_shardings is not None:
-    held = sharding.abstract(
-        jax.eval_shape(lambda: state.params), exp.generator_param_shardings
-    )
-  generation = sharding.hbm_budget(
-      exp.sampler.mesh, sharding.per_device_bytes(held)
-  )
-  if generation is None:
-    return exp.sampler, exp.sampler
-  validation = generation - slot_bytes
-  logging.info(
-      "sampler: generation compiled within %.2f GB per chip, validation "
-      "within %.2f GB",
-      generation / 1e9,
-      validation / 1e9,
-  )
-  return (
-      exp.sampler.with_hbm_budget(generation),
-      exp.sampler.with_hbm_budget(validation),
-  )
-
-
-def _train_step_budget(exp: Experiment, slot_bytes: int):
-  """HBM per chip the train step may take beside the rollout slots' bytes
-  (none when the slots are on the generator's own devices), where the
-  devices report their capacity; else None."""
-  if exp.generator_param_shardings is not None:
-    slot_bytes = 0
-  budget = sharding.hbm_budget(exp.mesh, slot_bytes)
-  if budget is not None:
-    logging.info(
-        "train step: compiled within %.2f GB per chip (%.2f GB of rollout "
-        "slots beside it)",
-        budget / 1e9,
-        slot_bytes / 1e9,
-    )
-  return budget
+from scalerl_jax.rl import weight_sync
 
 
 class Trainer:
@@ -116,18 +72,35 @@ class Trainer:
         exp.rules,
         self.optimizer,
         self.state_shardings,
-        hbm_budget=_train_step_budget(exp, slot_bytes),
+        hbm_budget=exp.train_step_budget(slot_bytes),
     )
     self.train_step = train_step_lib.host_step(
         step, batch_sh, exp.mesh, exp.rules
     )
-    self.sampler, self.val_sampler = _budgeted_samplers(
-        exp, self.state, slot_bytes
+    self.sampler, self.val_sampler = exp.budgeted_samplers(
+        self.state, slot_bytes
     )
     self.pool = exp.reward_pool()
+    # When each role's programs ran (time/<role>_*), and the weights' moves.
+    self.clocks = {role: busy.BusyClock(role) for role in busy.ROLES}
+    self.sync = weight_sync.WeightSync(exp)
     self.generation = generation_lib.Generation(
-        config, self.sampler, self.pool, exp.tok, exp.prompts("train")
+        config,
+        self.sampler,
+        self.pool,
+        exp.tok,
+        exp.prompts("train"),
+        clock=self.clocks["generator"],
     )
+    # buffer.sync_mode='free': the generator on a host thread of its own,
+    # started by the first step. `source` hands out the batches and the
+    # generator's scalars.
+    self.free = None
+    if config.buffer.sync_mode == "free":
+      self.free = free_running.FreeGenerator(
+          config, self.generation, self.sampler, self.clocks["generator"]
+      )
+    self.source = self.free or self.generation
     self.val_batches = exp.eval_batches()
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
@@ -146,10 +119,16 @@ class Trainer:
       self._restore(restore_step)
 
   def close(self) -> None:
-    """Waits for checkpoint writes; stops the reward pool and writers."""
+    """Waits for checkpoint writes; stops the reward pool, the writers and
+    the clocks' threads, and a free-running generator first."""
+    if self.free is not None:
+      self.free.stop()
     self.checkpointer.wait()
     self.writer.close()
     self.pool.close()
+    self.sync.close()
+    for clock in self.clocks.values():
+      clock.close()
 
   # Checkpoints.
 
@@ -167,10 +146,11 @@ class Trainer:
     return device, host, extra
 
   def save(self, force: bool = False) -> None:
-    device, host, extra = self._checkpoint_items()
-    self.checkpointer.save(
-        self.step, device, extra, host_state=host, force=force
-    )
+    with free_running.paused(self.free):
+      device, host, extra = self._checkpoint_items()
+      self.checkpointer.save(
+          self.step, device, extra, host_state=host, force=force
+      )
 
   def _restore(self, step: int) -> None:
     device, _, _ = self._checkpoint_items()
@@ -202,8 +182,20 @@ class Trainer:
     not those groups are ever trained on. The weights reach the generator's
     devices (`Experiment.to_generator`) and are regrouped for the sampler once
     per phase; colocated, the regrouped copy is dropped before training.
+    Free-running, it waits for the batch the generator's thread makes.
     """
-    params = self.sampler.prepare(self.exp.to_generator(self.state.params))
+    if self.free is not None:
+      if not self.free.started:
+        self.free.start(self.sync.get(self.state.params, self.step), self.step)
+      t0, flops0 = time.perf_counter(), self.free.flops
+      self.free.wait_for_batch(self.step)
+      t_gen = time.perf_counter() - t0
+      self.meter.add(self.free.flops - flops0, t_gen, self.exp.num_devices)
+      return {"time/generate_s": t_gen, **self.free.step_scalars()}, None
+    moved = self.sync.get(self.state.params, self.step)
+    t0 = time.perf_counter()
+    params = self.sampler.prepare(moved)
+    self.clocks["generator"].watch(params.weights, t0)
     t0, flops0 = time.perf_counter(), self.generation.flops
     decoded = self.generation.run(params, self.step, decoded=self.decoded_ahead)
     t_gen = time.perf_counter() - t0
@@ -222,7 +214,10 @@ class Trainer:
     on the generator's devices while the trainer's compute the step.
     """
     host_batch = batch_lib.collate(groups)
+    t0 = time.perf_counter()
     self.state, step_metrics = self.train_step(self.state, host_batch)
+    # Ready read on the clock's thread: the decoding ahead is not held up.
+    self.clocks["trainer"].watch(step_metrics, t0)
     if ahead is not None:  # The step is dispatched, not waited for.
       self.decoded_ahead = self.generation.run(
           ahead,
@@ -233,6 +228,10 @@ class Trainer:
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()
     }
+    if self.free is not None:  # Swapped in between two of its calls.
+      version = self.step + 1
+      moved = self.sync.get(self.state.params, version, keep=True)
+      self.free.publish(moved, version)
     self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
     # Steps whose update was skipped: no loss token (absent in older
     # checkpoints).
@@ -250,29 +249,37 @@ class Trainer:
     return step_metrics, host_batch["tokens_BxS"].shape[1]
 
   def evaluate(self) -> dict[str, float]:
-    return evaluation.evaluate(
-        self.val_sampler,
-        self.exp.to_generator(self.state.params),
-        self.val_batches,
-        self.exp.tok,
-        self.pool,
-        evaluation.validation_key(self.config),
-        version=self.step,
-    )
+    with free_running.paused(self.free):
+      return evaluation.evaluate(
+          self.val_sampler,
+          self.sync.get(self.state.params, self.step, keep=True),
+          self.val_batches,
+          self.exp.tok,
+          self.pool,
+          evaluation.validation_key(self.config),
+          version=self.step,
+      )
 
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
+    start = time.perf_counter()
     gen_metrics, ahead = self.generate()
-    groups = self.generation.take(self.step)
+    groups = self.source.take(self.step)
     row = self.generation.batch_metrics(groups, self.step)
-    t1, flops1 = time.perf_counter(), self.generation.flops
-    step_metrics, batch_len = self.train(groups, ahead)
-    t_train = time.perf_counter() - t1
+    t1, flops1 = time.perf_counter(), self.source.flops
+    try:
+      step_metrics, batch_len = self.train(groups, ahead)
+    except Exception as e:
+      if self.free is not None:
+        e.add_note(f"trainer: step {self.step} failed; the generator stops")
+      raise
+    end = time.perf_counter()
+    t_train = end - t1
     seq = [batch_len] * sum(len(g.scores_G) for g in groups)
     # The decoding ahead's FLOPs too: its time is the step's.
     self.meter.add(
         compute.train_flops(self.exp.model_cfg, seq)
-        + self.generation.flops
+        + self.source.flops
         - flops1,
         t_train,
         self.exp.num_devices,
@@ -280,17 +287,22 @@ class Trainer:
     self.step += 1
     t_gen = gen_metrics["time/generate_s"]
     row.update({f"train/{k}": v for k, v in step_metrics.items()})
-    row.update(self.generation.curriculum_scalars())
+    row.update(self.source.curriculum_scalars())
     row.update(
         {
             **gen_metrics,
             "time/train_s": t_train,
             "time/generate_frac": t_gen / max(t_gen + t_train, 1e-9),
-            **self.generation.scalars(),
+            **self.source.scalars(),
             **{f"counters/{k}": float(v) for k, v in self.counters.items()},
-            **self.generation.work_scalars(),
+            **self.source.work_scalars(),
             **self.meter.scalars(),
             **compute.memory_scalars(),
+            **busy.scalars(
+                {r: c.window(start, end) for r, c in self.clocks.items()},
+                end - start,
+            ),
+            **self.sync.scalars(),
         }
     )
     return row

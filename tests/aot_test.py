@@ -312,7 +312,7 @@ def test_planner_ratio_is_against_the_least_peak_where_measured():
 @pytest.mark.parametrize("program", ["train_step", "decode"])
 def test_the_runs_hbm_budget_reaches_the_tpu_compiler(program):
   # launch.train compiles its train step and sampler within the HBM the rest
-  # of the run leaves them (trainer._train_step_budget, _budgeted_samplers).
+  # of the run leaves them (Experiment.train_step_budget, budgeted_samplers).
   # Through the trainer's and the sampler's own jits, a budget below a
   # program's need is refused by the compiler, naming HBM.
   if _NO_LIBTPU:

@@ -103,6 +103,38 @@ def test_prepare_equals_reference_regroup_bit_for_bit(overrides):
     np.testing.assert_array_equal(g, w, err_msg=str(path))
 
 
+@pytest.mark.parametrize(
+    "overrides", OVERRIDES + [{"tie_embeddings": False, "fp32_lm_head": False}]
+)
+def test_weights_cast_before_prepare_prepare_the_same(overrides):
+  """mesh.transfer_dtype='bfloat16': the weights sent cast, the sampler's
+  regroup is bit for bit the float32 weights' (so are its tokens)."""
+  cfg, params = _cfg_and_params(**overrides)
+  cast = decode.cast_for_prepare(cfg, params)
+  prepare = jax.jit(decode.prepare, static_argnums=0)
+  for g, w in zip(
+      jax.tree.leaves(prepare(cfg, cast)),
+      jax.tree.leaves(prepare(cfg, params)),
+      strict=True,
+  ):
+    assert g.dtype == w.dtype
+    np.testing.assert_array_equal(g, w)
+  # What stays float32: the norm scales, and the head where it is the FP32
+  # head (the embedding too when tied to it).
+  kept = {
+      jax.tree_util.keystr(path)
+      for path, x in jax.tree_util.tree_flatten_with_path(cast)[0]
+      if x.dtype == jnp.float32
+  }
+  norms = {
+      jax.tree_util.keystr(path)
+      for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+      if "norm" in jax.tree_util.keystr(path)
+  }
+  head = "['embedding']" if cfg.tie_embeddings else "['lm_head']"
+  assert kept == norms | ({head} if cfg.fp32_lm_head else set())
+
+
 @pytest.fixture(scope="module")
 def sharded_results():
   return helpers.run_on_8_devices("tests.scripts.prepare_sharded")

@@ -17,19 +17,14 @@ import pytest
 from scalerl_jax import config as config_lib
 from scalerl_jax import sharding
 from scalerl_jax import trainer as trainer_lib
+from scalerl_jax.metrics import busy
+from scalerl_jax.models import model_config
+from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import weight_sync
 from tests import helpers
 
 K = 2  # helpers.rl_test_config's buffer.max_off_policy.
-
-
-def _disaggregated(**fields):
-  config = helpers.rl_test_config("pipeline_rl")
-  config.mesh.layout = "disaggregated"
-  for name, value in fields.items():
-    group, field = name.split("__")
-    config[group][field] = value
-  return config
 
 
 @pytest.mark.parametrize(
@@ -53,11 +48,21 @@ def _disaggregated(**fields):
             None,
             "buffer.sync_at_decode_step",
         ),
+        ({"mesh__transfer_dtype": "float16"}, None, "mesh.transfer_dtype"),
+        # The sampler computes in float32: a bfloat16 copy would change it.
+        ({"mesh__transfer_dtype": "bfloat16"}, None, "mesh.transfer_dtype"),
+        (
+            {"mesh__layout": "colocated", "mesh__transfer_dtype": "bfloat16"},
+            None,
+            "mesh.transfer_dtype",
+        ),
     ],
 )
 def test_a_bad_layout_is_refused_naming_the_field(fields, num_devices, field):
   with pytest.raises(config_lib.ConfigError, match=f"^{field}:"):
-    config_lib.validate(_disaggregated(**fields), num_devices=num_devices)
+    config_lib.validate(
+        helpers.disaggregated_config(**fields), num_devices=num_devices
+    )
 
 
 def test_sync_at_a_decode_step_needs_the_disaggregated_layout():
@@ -70,7 +75,7 @@ def test_sync_at_a_decode_step_needs_the_disaggregated_layout():
 
 
 def test_each_role_lays_the_mesh_over_its_own_devices():
-  config = _disaggregated(mesh__generator_devices=2)
+  config = helpers.disaggregated_config(mesh__generator_devices=2)
   config_lib.validate(config, num_devices=6)  # (1, 4, 1) and (1, 2, 1).
   devices = list(range(6))
   assert sharding.role_devices(config.mesh, devices) == ([0, 1, 2, 3], [4, 5])
@@ -96,16 +101,11 @@ def _metrics(workdir):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """The script's runs, and the colocated run of the same config."""
-  out_dir = str(tmp_path_factory.mktemp("disaggregated"))
-  stdout = helpers.run_on_devices(
+  result = helpers.two_device_runs(
       "tests.scripts.disaggregated_runs",
-      2,
-      helpers.rl_base_dir(),
-      out_dir,
-      timeout=1200,
+      str(tmp_path_factory.mktemp("disaggregated")),
   )
-  result = json.loads(stdout.strip().splitlines()[-1])
-  result["dir"], result["colocated"] = out_dir, helpers.pipeline_rl_run_dir()
+  result["colocated"] = helpers.pipeline_rl_run_dir()
   return result
 
 
@@ -120,16 +120,44 @@ def test_the_roles_hold_disjoint_devices(runs):
   assert runs["generator_devices"] == [1]
 
 
+def _param_counts():
+  """(every parameter, the float32 ones of a bfloat16 transfer: the norm
+  scales and the embedding, which is the tied FP32 head) of the runs'
+  model, from its shapes."""
+  cfg = model_config.ModelConfig.from_config(helpers.rl_test_config().model)
+  assert cfg.tie_embeddings and cfg.fp32_lm_head
+  shapes = jax.eval_shape(
+      lambda: helpers.init_params(transformer.Transformer(cfg))
+  )
+  total, kept = 0, 0
+  for path, x in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+    total += x.size
+    name = jax.tree_util.keystr(path)
+    kept += x.size * ("norm" in name or name == "['embedding']")
+  return total, kept
+
+
+def _without_sync(rows):
+  """Rows without the transfer's bytes, which colocated runs lack."""
+  return [
+      {k: v for k, v in r.items() if k != weight_sync.BYTES_KEY} for r in rows
+  ]
+
+
 @pytest.mark.slow(seconds=240)
 def test_swapped_before_the_first_step_it_is_the_colocated_run(runs, tmp_path):
   """Same tokens, versions, rewards, losses and validation: every metric
-  but wall time, and the final parameters bit for bit."""
+  but wall time and the transfer's bytes, and the final parameters bit for
+  bit. Every step moved the float32 weights once: 4 bytes a parameter on
+  the generator's one device."""
   colocated = str(tmp_path / "colocated")  # A Trainer opens it.
   shutil.copytree(runs["colocated"], colocated)
-  sync0 = os.path.join(runs["dir"], "sync0")
-  assert helpers.metrics_without_times(sync0) == (
-      helpers.metrics_without_times(colocated)
-  )
+  sync0 = helpers.metrics_without_times(os.path.join(runs["dir"], "sync0"))
+  assert _without_sync(sync0) == helpers.metrics_without_times(colocated)
+  total, _ = _param_counts()
+  assert [r.get(weight_sync.BYTES_KEY) for r in sync0] == [None] + [
+      4.0 * total
+  ] * (len(sync0) - 1)
   config = helpers.rl_test_config("pipeline_rl", num_steps=4)
   trainer = trainer_lib.Trainer(config, colocated)
   try:
@@ -177,3 +205,45 @@ def test_decoding_ahead_resumes_bit_identically(runs):
       strict=True,
   ):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow(seconds=240)
+def test_weights_sent_in_bfloat16_sample_what_float32_ones_do(runs):
+  """model.compute_dtype='bfloat16': sent cast (mesh.transfer_dtype), the
+  sampler's regroup holds the same values, so every token, log-prob, reward,
+  loss and validation score is the float32 transfer's; the bytes halve but
+  for the float32 norm scales and FP32 head (the tied embedding)."""
+  sent = {
+      dtype: helpers.metrics_without_times(
+          os.path.join(runs["dir"], f"bf16_{dtype}")
+      )
+      for dtype in weight_sync.TRANSFER_DTYPES
+  }
+  assert _without_sync(sent["bfloat16"]) == _without_sync(sent["float32"])
+  total, kept = _param_counts()
+  # 394,496 bytes, then 4 x 24,896 + 2 x 73,728 = 247,040.
+  want = {"float32": 4 * total, "bfloat16": 4 * kept + 2 * (total - kept)}
+  for dtype, rows in sent.items():
+    got = [r.get(weight_sync.BYTES_KEY) for r in rows]
+    assert got == [None] + [float(want[dtype])] * (len(rows) - 1), dtype
+
+
+@pytest.mark.slow(seconds=240)
+@pytest.mark.parametrize("run", ["colocated", "sync0", "ahead"])
+def test_each_role_reports_its_busy_and_idle_time(runs, run):
+  """Every step line: each role's busy and idle seconds over the same wall
+  time (generate + train), its idle fraction in [0, 1]; both roles worked."""
+  path = runs[run] if run == "colocated" else os.path.join(runs["dir"], run)
+  rows = [r for r in _metrics(path) if "train/loss" in r]
+  assert rows
+  for r in rows:
+    walls = []
+    for role in busy.ROLES:
+      busy_s, idle_s = r[f"time/{role}_busy_s"], r[f"time/{role}_idle_s"]
+      assert busy_s > 0 and idle_s >= 0, r
+      assert r[f"time/{role}_idle_frac"] == pytest.approx(
+          idle_s / (busy_s + idle_s)
+      )
+      walls.append(busy_s + idle_s)
+    assert walls[0] == pytest.approx(walls[1]), r  # One step's wall time.
+    assert (weight_sync.SECONDS_KEY in r) == (run != "colocated")

@@ -67,6 +67,17 @@ def rl_test_config(schedule="pipeline_rl", num_steps=4):
   return config
 
 
+def disaggregated_config(**fields):
+  """`rl_test_config("pipeline_rl")` with mesh.layout='disaggregated' and
+  `fields`, each named `<group>__<field>` (`mesh__generator_devices=1`)."""
+  config = rl_test_config("pipeline_rl")
+  config.mesh.layout = "disaggregated"
+  for name, value in fields.items():
+    group, field = name.split("__")
+    config[group][field] = value
+  return config
+
+
 def init_params(model: nn.Module, seed: int = 0) -> Any:
   """`model`'s unboxed parameters, initialised on a [1, 1] token batch under
   jit: run eagerly, every operation of the init (the layers' scan included)
@@ -149,6 +160,16 @@ def run_on_devices(
   )
   assert out.returncode == 0, out.stderr[-4000:]
   return out.stdout
+
+
+def two_device_runs(module: str, out_dir: str) -> dict:
+  """`python -m <module> <rl_base_dir()> <out_dir>` on 2 simulated devices
+  (one a role of mesh.layout='disaggregated'): the JSON of its last stdout
+  line, with "dir": `out_dir`, where its runs are."""
+  stdout = run_on_devices(module, 2, rl_base_dir(), out_dir, timeout=1200)
+  result = json.loads(stdout.strip().splitlines()[-1])
+  result["dir"] = out_dir
+  return result
 
 
 def run_on_8_devices(module: str) -> dict:

@@ -26,6 +26,7 @@ from scalerl_jax.rewards.sandbox import isolation
 from scalerl_jax.rl import advantages
 from scalerl_jax.rl import losses
 from scalerl_jax.rl import schedules
+from scalerl_jax.rl import weight_sync
 
 # A field's value -> what is wrong with it, or None.
 Rule = Callable[[Any], Optional[str]]
@@ -147,6 +148,7 @@ RULES: dict[str, Rule] = {
     ),
     "mesh.layout": _one_of(sharding.LAYOUTS),
     "mesh.generator_devices": _NONNEG_INT,
+    "mesh.transfer_dtype": _one_of(weight_sync.TRANSFER_DTYPES),
     "mesh.num_processes": _NONNEG_INT,
     "mesh.process_id": _rule(int, lambda v: v >= -1, "must be >= -1"),
     "mesh.peer_timeout_s": _rule(
@@ -179,6 +181,7 @@ RULES: dict[str, Rule] = {
     "buffer.max_off_policy": _POS_INT,
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
     "buffer.sync_at_decode_step": _NONNEG_INT,
+    "buffer.sync_mode": _one_of(weight_sync.SYNC_MODES),
     # sampling
     "sampling.temperature": _rule(
         float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"

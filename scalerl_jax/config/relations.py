@@ -95,26 +95,54 @@ def _check_layout(config, num_devices):
         "mesh.layout: 'disaggregated' runs in one process for now, not with "
         "mesh.distributed=True (docs/design/disaggregated.md)"
     )
-  sync_at = config.buffer.sync_at_decode_step
-  if sync_at and not disaggregated:
+  transfer = config.mesh.transfer_dtype
+  if transfer != "float32" and not disaggregated:
     raise ConfigError(
-        f"buffer.sync_at_decode_step: {sync_at} needs "
-        "mesh.layout='disaggregated' (colocated, the generator and the "
-        "trainer share devices and take turns)"
+        f"mesh.transfer_dtype: {transfer!r} needs mesh.layout="
+        "'disaggregated' (colocated, no weights move)"
     )
-  schedule = schedules.SCHEDULES.get(config.buffer.schedule)
-  if sync_at and not schedule.in_flight_updates:
+  if transfer != "float32" and config.model.compute_dtype != transfer:
     raise ConfigError(
-        f"buffer.sync_at_decode_step: {sync_at} swaps weights under sequences "
-        f"in flight, which buffer.schedule={config.buffer.schedule!r} "
-        "decodes with one version"
+        f"mesh.transfer_dtype: {transfer!r} needs model.compute_dtype="
+        f"{transfer!r}: the sampler computes in "
+        f"{config.model.compute_dtype!r}, and weights sent narrower would "
+        "change its values"
     )
+  _check_sync(config, disaggregated)
   if num_devices is None:
     return None, None
   try:
     return sharding.role_device_counts(config.mesh, num_devices)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+
+
+def _check_sync(config, disaggregated):
+  """The relations of buffer.sync_at_decode_step and buffer.sync_mode."""
+  b = config.buffer
+  asked = {}  # Field -> its value, where it swaps weights in flight.
+  if b.sync_at_decode_step:
+    asked["buffer.sync_at_decode_step"] = b.sync_at_decode_step
+  if b.sync_mode == "free":
+    asked["buffer.sync_mode"] = "free"
+  in_flight = schedules.SCHEDULES.get(b.schedule).in_flight_updates
+  for field, value in asked.items():
+    if not disaggregated:
+      raise ConfigError(
+          f"{field}: {value!r} needs mesh.layout='disaggregated' (colocated, "
+          "the generator and the trainer share devices and take turns)"
+      )
+    if not in_flight:
+      raise ConfigError(
+          f"{field}: {value!r} swaps weights under sequences in flight, "
+          f"which buffer.schedule={b.schedule!r} decodes with one version"
+      )
+  if len(asked) == 2:
+    raise ConfigError(
+        "buffer.sync_mode: 'free' swaps whenever new weights arrive; "
+        f"buffer.sync_at_decode_step={b.sync_at_decode_step} fixes the step "
+        "(sync_mode 'fixed')"
+    )
 
 
 def check_relations(config, num_devices):

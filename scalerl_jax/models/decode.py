@@ -138,6 +138,32 @@ def prepare(
   }
 
 
+def cast_for_prepare(cfg: ModelConfig, params: Any) -> Any:
+  """`params` with every weight `prepare` reads only cast to `cfg.dtype`
+  cast so already: `prepare` then returns the same values, bit for bit.
+
+  Those are the layers' kernels and biases, the embedding (unless it is the
+  FP32 head too) and an untied head not kept in float32. The norm scales and
+  the FP32 head (float32 at "highest", split from float32 for "bf16_3x") keep
+  their dtype. A bfloat16 copy sent to the sampler's devices so carries
+  about half the bytes (mesh.transfer_dtype).
+  """
+  fp32_head = cfg.fp32_lm_head
+
+  def cast_first(path, w):
+    names = [k.key for k in path]
+    if names[0] == "layers":
+      return names[1] in ("attn", "mlp") and names[-1] in ("kernel", "bias")
+    if names[0] == "embedding":
+      return not (cfg.tie_embeddings and fp32_head)
+    return names[0] == "lm_head" and not fp32_head
+
+  return jax.tree_util.tree_map_with_path(
+      lambda path, w: w.astype(cfg.dtype) if cast_first(path, w) else w,
+      params,
+  )
+
+
 def _layer(
     cfg: ModelConfig, stacked: Any, kernels: dict[str, jax.Array], i: int
 ) -> dict[str, jax.Array]:

@@ -26,6 +26,7 @@ from scalerl_jax import sharding
 from scalerl_jax.data import mixture as mixture_lib
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.metrics import busy
 from scalerl_jax.rl import buffer as buffer_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import slot_runner as slot_runner_lib
@@ -43,8 +44,10 @@ class Generation:
       pool: Any,
       tok: tokenizer_lib.Tokenizer,
       records: Any,
+      clock: Optional[busy.BusyClock] = None,
   ):
-    """`pool` scores completions (`RewardPool`); `records` are the prompts."""
+    """`pool` scores completions (`RewardPool`); `records` are the prompts;
+    `clock` times the generator's programs (`SlotRunner`)."""
     self.overlap = config.rewards.overlap
     self.prompts_per_step = config.data.prompts_per_step
     self.schedule = schedules.make(config)
@@ -67,6 +70,7 @@ class Generation:
         generations=config.data.generations_per_prompt,
         reward_range=(config.rl.reward_incorrect, config.rl.reward_correct),
         rng=jax.random.key(config.seed + 1),
+        clock=clock,
     )
 
   @staticmethod

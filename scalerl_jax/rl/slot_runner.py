@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import time
 from typing import Any, Iterator, Optional
 
 import jax
@@ -25,6 +26,7 @@ import numpy as np
 
 from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
+from scalerl_jax.metrics import busy
 from scalerl_jax.metrics import compute
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.sampling import completions as completions_lib
@@ -61,6 +63,8 @@ class _Call:
   prompt_len_N: np.ndarray
   before_N: np.ndarray  # Prompt + completion tokens of every slot.
   running_N: np.ndarray  # Whether the slot held a sequence still decoding.
+  # `Sampler.progress_arrays` of the slots after the call, dispatched with it.
+  after: tuple[Any, ...]
 
 
 def completion_texts(
@@ -131,7 +135,9 @@ class SlotRunner:
   `(scores, stats)` (`RewardPool`, `SharedRewardPool`); `prompts` yields
   `PromptBatch`es; `num_slots` is a multiple of G (`generations`);
   `reward_range` is (reward of a failure, reward of a success); each
-  prefill's key is fold_in(rng, counter).
+  prefill's key is fold_in(rng, counter). `clock`, if given, is told when
+  each prefill and decode call is dispatched and ready (the generator's
+  busy time), and how long each harvest's take was waited for.
   """
 
   def __init__(
@@ -144,6 +150,7 @@ class SlotRunner:
       generations: int,
       reward_range: tuple[float, float],
       rng: jax.Array,
+      clock: Optional[busy.BusyClock] = None,
   ):
     if num_slots % generations:
       raise ValueError(
@@ -159,6 +166,7 @@ class SlotRunner:
     self.generations = generations
     self.reward_range = reward_range
     self._rng = rng
+    self.clock = clock
     self.slots = sampler.init_state(num_slots, meta_width=META_WIDTH)
     # (record, ids) not yet started
     self._queue: collections.deque = collections.deque()
@@ -219,6 +227,7 @@ class SlotRunner:
       self._next_key += 1
     rng = jax.random.fold_in(self._rng, self._starts)
     self._starts += 1
+    t0 = time.perf_counter()
     self.slots = self.sampler.start(
         self.slots,
         params,
@@ -228,6 +237,8 @@ class SlotRunner:
         rng,
         keys,
     )
+    if self.clock is not None:
+      self.clock.watch(self.sampler.progress_arrays(self.slots), t0)
     self.work["prompt_tokens"] += int(lens.sum())
     self.work["flops"] += compute.prefill_flops(self.sampler.model_cfg, lens)
     return n
@@ -246,8 +257,15 @@ class SlotRunner:
           f"{self._call.version} is not harvested yet"
       )
     prompt_len_N, before_N, running_N = self.sampler.progress(self.slots)
+    t0 = time.perf_counter()
     self.slots = self.sampler.advance(self.slots, params, version, num_steps)
-    self._call = _Call(version, num_steps, prompt_len_N, before_N, running_N)
+    # Dispatched now, read at harvest: ready when the call is.
+    after = self.sampler.progress_arrays(self.slots)
+    if self.clock is not None:
+      self.clock.watch(after, t0)
+    self._call = _Call(
+        version, num_steps, prompt_len_N, before_N, running_N, after
+    )
 
   def harvest(self) -> tuple[list[Group], Any]:
     """Waits for the dispatched call; the groups it completed, being scored.
@@ -262,7 +280,7 @@ class SlotRunner:
     if self._call is None:
       raise RuntimeError("harvest: no decode call is dispatched")
     call, self._call = self._call, None
-    _, after_N, _ = self.sampler.progress(self.slots)
+    after_N = np.asarray(call.after[1])
     running_N = call.running_N
     self.work["tokens_generated"] += int(
         (after_N - call.before_N)[running_N].sum()
@@ -273,7 +291,10 @@ class SlotRunner:
         call.before_N[running_N],
         after_N[running_N],
     )
+    t0 = time.perf_counter()
     self.slots, done = self.sampler.harvest(self.slots)
+    if self.clock is not None:
+      self.clock.span(t0, time.perf_counter())
     finished = []
     for i in range(done.tokens.shape[0]):
       key = int(done.meta[i, 0])

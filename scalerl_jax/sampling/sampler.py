@@ -181,8 +181,12 @@ class Sampler:
       self, state: SlotState
   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Host (prompt_len [N], length [N] (prompt + completion), running [N])."""
-    prompt_len, length, running = self._call(self.programs.progress, state)
-    return np.asarray(prompt_len), np.asarray(length), np.asarray(running)
+    return tuple(np.asarray(x) for x in self.progress_arrays(state))
+
+  def progress_arrays(self, state: SlotState) -> tuple[jax.Array, ...]:
+    """`progress` on the devices, not waited for; ready once `state` is,
+    and no later call donates them."""
+    return self._call(self.programs.progress, state)
 
   def start(
       self,
