@@ -28,7 +28,6 @@ import ml_collections
 
 from scalerl_jax import evaluation
 from scalerl_jax import optim
-from scalerl_jax import sharding
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
