@@ -97,7 +97,7 @@ class Trainer:
     self.free = None
     if config.buffer.sync_mode == "free":
       self.free = free_running.FreeGenerator(
-          config, self.generation, self.sampler, self.clocks["generator"]
+          config, self.generation, self.sampler, self.checkpointer.directory
       )
     self.source = self.free or self.generation
     self.val_batches = exp.eval_batches()

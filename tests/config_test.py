@@ -114,6 +114,16 @@ _BAD_FIELDS = [
     ("sampling.top_p", 0.0, "sampling.top_p: 0.0 must be in (0, 1]"),
     ("buffer.max_off_policy", 0, "buffer.max_off_policy: 0 must be > 0"),
     (
+        "buffer.role_stall_timeout_s",
+        0.5,
+        "buffer.role_stall_timeout_s: 0.5 must be 0 (off) or >= 1 (seconds)",
+    ),
+    (
+        "buffer.role_stall_timeout_s",
+        -1.0,
+        "buffer.role_stall_timeout_s: -1.0 must be 0 (off) or >= 1",
+    ),
+    (
         "data.chat_template",
         "maybe",
         "data.chat_template: 'maybe' is not one of",

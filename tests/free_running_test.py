@@ -14,6 +14,7 @@ import pytest
 
 from scalerl_jax import config as config_lib
 from tests import helpers
+from tests.scripts.free_running_runs import MOVE_FAILS_AT
 
 K = 2  # helpers.rl_test_config's buffer.max_off_policy.
 STEPS = 6
@@ -48,7 +49,7 @@ def _metrics(runs, name):
     return [json.loads(line) for line in f]
 
 
-@pytest.mark.slow(seconds=200)  # Four runs on two devices.
+@pytest.mark.slow(seconds=240)  # Five runs on two devices.
 @pytest.mark.parametrize("name", ["free", "free_split"])
 def test_every_token_lags_the_trainer_by_k_at_most(runs, name):
   """Every group trained: each token tagged with the version that sampled
@@ -68,7 +69,7 @@ def test_every_token_lags_the_trainer_by_k_at_most(runs, name):
     assert r["buffer/evicted_stale"] == 0, r
 
 
-@pytest.mark.slow(seconds=200)
+@pytest.mark.slow(seconds=240)
 def test_swaps_come_between_calls_at_decode_steps_that_vary(runs):
   """Each new version swapped in once it arrived, at most once, in order;
   the decode steps after its batch's take at which it came follow the
@@ -90,7 +91,7 @@ def test_swaps_come_between_calls_at_decode_steps_that_vary(runs):
   assert any(r["staleness/mixed_version_frac"] > 0 for r in rows)
 
 
-@pytest.mark.slow(seconds=200)
+@pytest.mark.slow(seconds=240)
 def test_a_generator_failure_stops_the_run_naming_it(runs):
   run = runs["generator_fails"]
   assert run["error"]["type"] == "GeneratorError"
@@ -100,10 +101,35 @@ def test_a_generator_failure_stops_the_run_naming_it(runs):
   assert run["threads"] == []  # No thread of ours outlives the run.
 
 
-@pytest.mark.slow(seconds=200)
+@pytest.mark.slow(seconds=240)
 def test_a_trainer_failure_stops_the_generator(runs):
   run = runs["trainer_fails"]
   assert run["error"]["message"] == "injected train step"
   assert any(n.startswith("trainer:") for n in run["error"]["notes"])
   assert not run["done"]
   assert run["threads"] == []
+
+
+@pytest.mark.slow(seconds=240)
+def test_a_swap_takes_every_leaf_of_one_version(runs):
+  """Each move put the leaves one at a time, 200 ms apart halfway, and the
+  move of version 4 failed halfway; the generator decoded on meanwhile.
+  Every tree the sampler regrouped equals one version's parameters in
+  every leaf, every decode call's tokens are tagged with the version its
+  weights are, and the half-moved version was never regrouped nor decoded
+  with; the run stopped naming the trainer's step
+  (tests/scripts/move_hooks.py)."""
+  run = runs["move_split"]
+  assert sum(run["halfway"]) > 0, run["halfway"]  # Decoded mid-move.
+  assert run["prepares"] and all(run["prepares"]), run["prepares"]
+  assert run["dispatches"]
+  for tag, versions in run["dispatches"]:
+    assert tag in versions, (tag, versions)
+  regrouped = {v for versions in run["prepares"] for v in versions}
+  assert regrouped <= set(range(MOVE_FAILS_AT)) and len(regrouped) > 1
+  assert all(version < MOVE_FAILS_AT for version, *_ in run["swaps"])
+  assert run["error"]["message"] == "injected failure halfway through a move"
+  assert f"trainer: step {MOVE_FAILS_AT - 1} failed" in " ".join(
+      run["error"]["notes"]
+  )
+  assert not run["done"] and run["threads"] == []

@@ -182,6 +182,9 @@ RULES: dict[str, Rule] = {
     "buffer.decode_steps_per_train_step": _NONNEG_INT,
     "buffer.sync_at_decode_step": _NONNEG_INT,
     "buffer.sync_mode": _one_of(weight_sync.SYNC_MODES),
+    "buffer.role_stall_timeout_s": _rule(
+        float, lambda v: v == 0 or v >= 1, "must be 0 (off) or >= 1 (seconds)"
+    ),
     # sampling
     "sampling.temperature": _rule(
         float, lambda v: v >= 0, "must be >= 0 (0 = greedy)"

@@ -30,14 +30,15 @@ import os
 import sys
 import threading
 import time
-from typing import Optional
+from typing import NoReturn, Optional
 
 import jax
 
 # The coordination service's client, as orbax and multihost_utils reach it.
 from jax._src import distributed
 
-# Exit status of a process that lost a peer (EX_TEMPFAIL: restart it).
+# Exit status of a process that lost a peer or a role (EX_TEMPFAIL: restart
+# it).
 LOST_PEER_EXIT = 75
 # JAX may declare a silent task dead well before its heartbeat timeout has
 # passed since the silence began (at 2x it sometimes beat the watchdog, whose
@@ -150,9 +151,16 @@ class Watchdog:
         "waiting for it. Restart every process on the same workdir: the run "
         "resumes from the newest complete checkpoint.\n"
     )
-    # Not through logging, whose lock the stuck main thread may hold.
-    os.write(2, message.encode())
-    os._exit(LOST_PEER_EXIT)  # pylint: disable=protected-access
+    exit_lost(message)
+
+
+def exit_lost(message: str) -> NoReturn:
+  """Writes `message` to stderr and ends this process at once with
+  `LOST_PEER_EXIT`, whatever its other threads wait in (a lost process,
+  or a stalled role: rl/role_watchdog.py)."""
+  # Not through logging, whose lock the stuck main thread may hold.
+  os.write(2, message.encode())
+  os._exit(LOST_PEER_EXIT)  # pylint: disable=protected-access
 
 
 _watchdog: Optional[Watchdog] = None

@@ -15,9 +15,11 @@ generator's weights, so none lags more than k; held back with nothing in
 flight, the generator waits for a take or new weights. `paused()` holds it
 between two calls, nothing in flight or being scored, for validation and
 checkpoints. A failure of the generator's thread stops the run with
-`GeneratorError`, naming it; `stop` joins the thread. The trainer's host
-reads the generator's scalars from a snapshot taken between calls. Design:
-docs/design/disaggregated.md ("Free-running generation").
+`GeneratorError`, naming it; a role that stalls while the other waits on it
+stops it too, named (`role_watchdog`, buffer.role_stall_timeout_s); `stop`
+joins the thread. The trainer's host reads the generator's scalars from a
+snapshot taken between calls. Design: docs/design/disaggregated.md
+("Free-running generation", "Faults").
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from absl import logging
 import jax
 import ml_collections
 
-from scalerl_jax.metrics import busy
+from scalerl_jax.rl import role_watchdog
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.rl.generation import Generation
 from scalerl_jax.sampling.sampler import Sampler
+
+# How long `stop` waits for a thread found stalled before leaving it.
+_JOIN_STALLED_S = 1.0
 
 
 class GeneratorError(RuntimeError):
@@ -49,11 +54,13 @@ class FreeGenerator:
       config: ml_collections.ConfigDict,
       generation: Generation,
       sampler: Sampler,
-      clock: Optional[busy.BusyClock] = None,
+      checkpoints: str,
   ):
+    """`checkpoints`: the run's checkpoint directory, named when a role
+    stalls."""
     self._gen = generation
     self._sampler = sampler
-    self._clock = clock
+    self._clock = generation.slot_runner.clock
     self._overlap = config.rewards.overlap
     self._steps = config.sampling.decode_steps_per_call
     self._cond = threading.Condition()
@@ -66,6 +73,10 @@ class FreeGenerator:
     self._scoring = 0  # Groups harvested and not yet in the buffer.
     self._pause = self._paused = self._stop = False
     self._error: Optional[BaseException] = None
+    self._watch = role_watchdog.RoleWatch(
+        config.buffer.role_stall_timeout_s, checkpoints
+    )
+    self._doing = "starting"  # For the message naming it stalled.
     self._decoded = 0  # Decode steps dispatched by the thread.
     self._decoded_at_take: dict[int, int] = {}
     self._snapshot: dict[str, Any] = {}
@@ -86,6 +97,8 @@ class FreeGenerator:
     self._params = self._sampler.prepare(moved)
     self._version = self._taken = version
     self._take_snapshot()
+    self._watch.progressed(role_watchdog.GENERATOR)
+    self._watch.progressed(role_watchdog.TRAINER, "started the generator")
     self._thread = threading.Thread(
         target=self._run, name="free-generator", daemon=True
     )
@@ -96,12 +109,13 @@ class FreeGenerator:
 
     Raises:
       GeneratorError: the generator's thread failed.
+      RoleStalled: it made no progress for buffer.role_stall_timeout_s.
       StopIteration: it stopped because every training prompt is retired.
     """
     k, p = self._gen.max_off_policy, self._gen.prompts_per_step
     ready = lambda: self._gen.buffer.num_ready(version, k) >= p
     with self._cond:
-      self._cond.wait_for(lambda: self._error is not None or ready())
+      self._wait_on_generator(lambda: self._error is not None or ready())
       if not ready():
         self._raise()
 
@@ -112,7 +126,7 @@ class FreeGenerator:
       groups = self._gen.take(version)
       self._taken = version + 1
       self._decoded_at_take[version] = self._decoded
-      self._cond.notify_all()
+      self._trainer_progressed(f"took step {version}'s batch")
     return groups
 
   def publish(self, moved: Any, version: int) -> None:
@@ -120,7 +134,7 @@ class FreeGenerator:
     between two decode calls once they have arrived."""
     with self._cond:
       self._published = (version, moved)
-      self._cond.notify_all()
+      self._trainer_progressed(f"published version {version}'s weights")
 
   @contextlib.contextmanager
   def paused(self):
@@ -129,7 +143,11 @@ class FreeGenerator:
     with self._cond:
       self._pause = True
       self._cond.notify_all()
-      self._cond.wait_for(lambda: self._paused or not self._alive())
+      try:
+        self._wait_on_generator(lambda: self._paused or not self._alive())
+      except role_watchdog.RoleStalled:
+        self._pause = False
+        raise
       if self._error is not None and not isinstance(self._error, StopIteration):
         self._pause = False
         self._raise()
@@ -138,7 +156,7 @@ class FreeGenerator:
     finally:
       with self._cond:
         self._pause = False
-        self._cond.notify_all()
+        self._trainer_progressed("ended a validation or checkpoint")
 
   def stop(self) -> None:
     """Stops the thread and waits for it (it ends its current call)."""
@@ -146,7 +164,16 @@ class FreeGenerator:
       self._stop = True
       self._cond.notify_all()
     if self._thread is not None:
-      self._thread.join()
+      # A healthy thread ends within a call; one found stalled may never.
+      timeout = self._watch.timeout_s or None
+      stalled = self._watch.generator_stalled
+      self._thread.join(_JOIN_STALLED_S if stalled else timeout)
+      if self._thread.is_alive():
+        logging.error(
+            "generator: its host thread did not stop (%s); it is left to "
+            "end with the process",
+            self._doing,
+        )
       self._thread = None
 
   def step_scalars(self) -> dict[str, float]:
@@ -199,6 +226,22 @@ class FreeGenerator:
         f"{type(error).__name__}: {error}"
     ) from error
 
+  def _trainer_progressed(self, did: str) -> None:
+    """Under the lock: the trainer did `did`, which the generator may wait
+    for."""
+    self._watch.progressed(role_watchdog.TRAINER, did)
+    self._cond.notify_all()
+
+  def _wait_on_generator(self, done) -> None:
+    """Under the lock, in the trainer's thread: waits until `done()`; raises
+    RoleStalled once the generator made no progress for the timeout."""
+    self._watch.wait_on_generator(
+        self._cond,
+        done,
+        lambda: f"with weights of version {self._version} and "
+        f"{self._gen.slot_runner.in_flight} groups in flight, {self._doing}",
+    )
+
   def _run(self) -> None:
     try:
       self._loop()
@@ -219,7 +262,9 @@ class FreeGenerator:
         starts = self._between_calls(in_call)
       if starts is None:
         return
+      self._watch.progressed(role_watchdog.GENERATOR)
       if not in_call:
+        self._doing = f"starting {starts} groups"
         runner.fill(self._params, starts)
         if not self._dispatch():
           continue
@@ -232,6 +277,7 @@ class FreeGenerator:
         starts = self._starts() if ahead else 0
       if ahead and runner.fill(self._params, starts, pull=False) is not None:
         in_call = self._dispatch()
+      self._doing = f"waiting for the scores of {len(groups)} groups"
       runner.collect(groups, scoring)
       for g in groups:
         self._gen.curriculum.update([g.record["id"]], g.scores_G[None])
@@ -260,14 +306,19 @@ class FreeGenerator:
         return starts
       if self._published is not None:
         # Nothing to do but swap: wait for the move, which notifies no one.
-        moved = self._published[1]
+        version, moved = self._published
+        self._doing = f"waiting for version {version}'s weights to arrive"
         self._cond.release()
         try:
           jax.block_until_ready(moved)
         finally:
           self._cond.acquire()
         continue
-      self._cond.wait()
+      self._doing = "held back by k with nothing to decode"
+      self._cond.wait(self._watch.interval)
+      self._watch.check_trainer(
+          f"held back by k with weights of version {self._version}"
+      )
 
   def _starts(self) -> int:
     """Under the lock: swaps in the newest weights if they have arrived; the
@@ -297,6 +348,10 @@ class FreeGenerator:
     """Dispatches a decode call if a sequence is in flight; whether it did."""
     if not self._gen.slot_runner.in_flight:
       return False
+    self._doing = (
+        f"decoding its call of {self._steps} steps from decode step "
+        f"{self._decoded}"
+    )
     self._gen.slot_runner.dispatch(self._params, self._version, self._steps)
     with self._cond:
       self._decoded += self._steps

@@ -8,11 +8,17 @@ copies BASE_DIR (the warm-started base) into OUT_DIR/<name> and trains there:
 slowed by 50 ms, so that the generator is the slower side at some steps
 and the faster at others, as timing would have it on another machine),
 `free_split` (3 steps, then resumed to 6),
-`generator_fails` (the generator's 6th harvest raises) and `trainer_fails`
-(the train step of step 2 raises). Prints one JSON line: for each run, every
-token version of every group the trainer took (as the step, the smallest
-and largest version, and how many tokens had none), the generator's swaps,
-the error it ended with, and the threads left alive after it.
+`generator_fails` (the generator's 6th harvest raises), `trainer_fails`
+(the train step of step 2 raises) and `move_split` (every decode call
+slowed by 50 ms; each move of the weights puts the leaves one at a time,
+200 ms apart halfway, and the move of version `MOVE_FAILS_AT` raises
+halfway: tests/scripts/move_hooks.py).
+Prints one JSON line: for each run, every token version of every group the
+trainer took (as the step, the smallest and largest version, and how many
+tokens had none), the generator's swaps, the error it ended with, and the
+threads left alive after it; for `move_split`, which version's weights
+each regroup and each decode call had (`move_hooks.WeightRecord`) and how
+many decode calls each move saw dispatched while it was halfway.
 """
 
 import json
@@ -22,12 +28,17 @@ import sys
 import threading
 import time
 
+from scalerl_jax import experiment
 from scalerl_jax import trainer as trainer_lib
 from scalerl_jax.rl import free_running
 from scalerl_jax.rl import slot_runner
+from scalerl_jax.rl import weight_sync
+from scalerl_jax.sampling import sampler as sampler_lib
 from tests import helpers
+from tests.scripts import move_hooks
 
 _RECORD = {"batches": [], "swaps": []}
+MOVE_FAILS_AT = 4  # The version whose move fails halfway in `move_split`.
 
 
 def config(num_steps):
@@ -66,11 +77,12 @@ def _recording_stop(stop):
   return recorded
 
 
-def _slowed_when_odd(dispatch):
-  """`SlotRunner.dispatch`, 50 ms slower with weights of an odd version."""
+def _slowed(dispatch, when=lambda version: version % 2):
+  """`SlotRunner.dispatch`, 50 ms slower with weights of a version `when`
+  holds for (by default, an odd one)."""
 
   def slowed(self, params, version, num_steps):
-    if version % 2:
+    if when(version):
       time.sleep(0.05)
     return dispatch(self, params, version, num_steps)
 
@@ -88,6 +100,41 @@ def _failing(method, at, message):
     return method(*args, **kwargs)
 
   return failing
+
+
+def _move_split(base_dir, out_dir):
+  """The `move_split` run (every decode call 50 ms slower, so that the
+  generator has work when moves come), with what its weights
+  were at each decode call and the decode calls dispatched while a move was
+  halfway; patches undone after."""
+  patched = [
+      (experiment.Experiment, "to_generator"),
+      (weight_sync.WeightSync, "get"),
+      (sampler_lib.Sampler, "prepare"),
+      (slot_runner.SlotRunner, "dispatch"),
+  ]
+  originals = [getattr(cls, name) for cls, name in patched]
+  slot_runner.SlotRunner.dispatch = _slowed(originals[-1], lambda _: True)
+  record = move_hooks.WeightRecord()
+  halfway = []  # Decode calls dispatched while each move was halfway.
+
+  def delayed_or_failing(version, n):
+    del n
+    if version == MOVE_FAILS_AT:
+      raise RuntimeError("injected failure halfway through a move")
+    before = len(record.dispatches)
+    time.sleep(0.2)
+    halfway.append(len(record.dispatches) - before)
+
+  move_hooks.split_move(delayed_or_failing)
+  try:
+    out = _run(_copy(base_dir, out_dir, "move_split"), [6])
+  finally:
+    for (cls, name), original in zip(patched, originals):
+      setattr(cls, name, original)
+  out["prepares"], out["dispatches"] = record.prepares, record.dispatches
+  out["halfway"] = halfway
+  return out
 
 
 def _run(workdir, legs):
@@ -129,7 +176,7 @@ def main(base_dir, out_dir):
   )
   out = {}
   dispatch = slot_runner.SlotRunner.dispatch
-  slot_runner.SlotRunner.dispatch = _slowed_when_odd(dispatch)
+  slot_runner.SlotRunner.dispatch = _slowed(dispatch)
   out["free"] = _run(_copy(base_dir, out_dir, "free"), [6])
   slot_runner.SlotRunner.dispatch = dispatch
   out["free_split"] = _run(_copy(base_dir, out_dir, "free_split"), [3, 6])
@@ -142,6 +189,7 @@ def main(base_dir, out_dir):
     setattr(cls, method, _failing(original, at, f"injected {what}"))
     out[name] = _run(_copy(base_dir, out_dir, name), [6])
     setattr(cls, method, original)
+  out["move_split"] = _move_split(base_dir, out_dir)
   print(json.dumps(out))
 
 
