@@ -5,9 +5,11 @@
       --step=20 --num_prompts=200 --samples=16
   python -m launch.evaluate --workdir=/tmp/scalerl_default --repeats=5
 
-Uses the run's recorded config (config.json), only the checkpoint's policy
-parameters, and the trainer's validation prompts and sampling key: on the
-last checkpoint it reproduces the run's last validation numbers.
+Uses the run's recorded config (config.json; fields it predates take
+configs/scalerl.py's defaults, with a warning naming them), only the
+checkpoint's policy parameters, and the trainer's validation prompts and
+sampling key: on the last checkpoint it reproduces the run's last validation
+numbers.
 """
 
 import json
@@ -15,6 +17,7 @@ import json
 from absl import app
 from absl import flags
 
+from configs import scalerl
 import launch
 from scalerl_jax import experiment
 from scalerl_jax.checkpoint import policy
@@ -48,6 +51,7 @@ def main(argv):
         _SAMPLES.value,
         _REPEATS.value,
         process_id=_PROCESS_ID.value,
+        defaults=scalerl.get_config,
     )
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.evaluate: {e}") from None

@@ -4,12 +4,14 @@
 
 The result loads with `transformers.AutoModelForCausalLM.from_pretrained`
 (Llama, Qwen2 or Qwen3 layout, from model.family), the run's tokenizer file
-beside it. The run's recorded config (config.json) is used.
+beside it. The run's recorded config (config.json) is used; fields it
+predates take configs/scalerl.py's defaults, with a warning naming them.
 """
 
 from absl import app
 from absl import flags
 
+from configs import scalerl
 import launch
 from scalerl_jax import experiment
 from scalerl_jax.checkpoint import policy
@@ -25,7 +27,11 @@ def main(argv):
   experiment.configure_logging()
   try:
     files = policy.export_checkpoint(
-        _WORKDIR.value, _OUT.value, _STEP.value, process_id=_PROCESS_ID.value
+        _WORKDIR.value,
+        _OUT.value,
+        _STEP.value,
+        process_id=_PROCESS_ID.value,
+        defaults=scalerl.get_config,
     )
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"launch.export: {e}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 from absl import logging
 import jax
@@ -25,6 +25,9 @@ METRICS_FILE = "metrics.jsonl"  # One JSON object per written step.
 TB_DIR = "tb"  # TensorBoard event files.
 BASE_POLICY_DIR = "base_policy"  # Warm-start results, one per fingerprint.
 TOKENIZER_FILE = "tokenizer.model"  # The built-in SentencePiece tokenizer.
+
+# configs/scalerl.py's get_config: "variant=<name>" -> that variant's config.
+BaseConfig = Callable[[str], ml_collections.ConfigDict]
 
 
 def lock_workdir(workdir: str) -> IO[str]:
@@ -77,12 +80,18 @@ def _plain(config: ml_collections.ConfigDict) -> dict:
 
 
 def load_config(
-    workdir: str, process_id: Optional[int] = None
+    workdir: str,
+    process_id: Optional[int] = None,
+    defaults: Optional[BaseConfig] = None,
 ) -> ml_collections.ConfigDict:
   """The config recorded in `workdir` (locked), or FileNotFoundError.
 
   `process_id` replaces the recorded `mesh.process_id` (process 0's) in a
-  multi-controller job; None keeps it.
+  multi-controller job; None keeps it. `defaults` (configs/scalerl.py's
+  get_config, called with "variant=<the recorded variant>") fills in the
+  fields a run recorded before they existed, with a warning naming them: a
+  new field's default keeps what earlier runs did, so the run is read as it
+  ran.
   """
   path = os.path.join(workdir, CONFIG_FILE)
   if not os.path.isfile(path):
@@ -90,11 +99,33 @@ def load_config(
         f"{path}: no recorded config; is {workdir} the workdir of a run?"
     )
   with open(path) as f:
-    config = ml_collections.ConfigDict(_tuples(json.load(f)))
+    recorded = _tuples(json.load(f))
+  if defaults is not None:
+    reference = _plain(defaults(f"variant={recorded.get('variant')}"))
+    added = sorted(config_leaves(reference).keys() - config_leaves(recorded))
+    if added:
+      logging.warning(
+          "%s records no %s (it predates them); read with today's defaults",
+          path,
+          ", ".join(added),
+      )
+      recorded = _merged(reference, recorded)
+  config = ml_collections.ConfigDict(recorded)
   if process_id is not None:
     config.mesh.process_id = process_id
   config.lock()
   return config
+
+
+def _merged(reference: dict, recorded: dict) -> dict:
+  """`recorded`, with every field only `reference` has added."""
+  out = dict(recorded)
+  for key, value in reference.items():
+    if key not in out:
+      out[key] = value
+    elif isinstance(value, dict) and isinstance(out[key], dict):
+      out[key] = _merged(value, out[key])
+  return out
 
 
 def config_differences(

@@ -8,6 +8,7 @@ from absl import logging as absl_logging
 import pytest
 
 from configs import scalerl
+from scalerl_jax import config as config_lib
 from scalerl_jax import workdir as workdir_lib
 
 
@@ -83,3 +84,39 @@ def test_a_workdir_without_a_record_is_named(tmp_path):
   ):
     workdir_lib.load_config(str(tmp_path))
   assert not os.path.exists(tmp_path / workdir_lib.CONFIG_FILE)
+
+
+def test_a_record_that_predates_fields_is_read_with_todays_defaults(
+    tmp_path, monkeypatch
+):
+  config = scalerl.get_config("variant=tiny_cpu")
+  config.data.prompts_per_step = 4
+  config.buffer.sync_mode = "fixed"
+  workdir_lib.record_config(config, str(tmp_path))
+  path = tmp_path / workdir_lib.CONFIG_FILE
+  recorded = json.loads(path.read_text())
+  # A run recorded before two fields (and a whole section's field) existed.
+  del recorded["buffer"]["sync_mode"], recorded["mesh"]["transfer_dtype"]
+  path.write_text(json.dumps(recorded))
+  with pytest.raises(config_lib.ConfigError, match="missing config field"):
+    config_lib.validate(workdir_lib.load_config(str(tmp_path)))
+  warnings = []
+  monkeypatch.setattr(
+      absl_logging, "warning", lambda msg, *args: warnings.append(msg % args)
+  )
+  loaded = workdir_lib.load_config(str(tmp_path), defaults=scalerl.get_config)
+  config_lib.validate(loaded)
+  (warning,) = warnings
+  assert "records no buffer.sync_mode, mesh.transfer_dtype" in warning
+  default = scalerl.get_config("variant=tiny_cpu")
+  assert loaded.buffer.sync_mode == default.buffer.sync_mode
+  assert loaded.mesh.transfer_dtype == default.mesh.transfer_dtype
+  # What the run recorded stays as recorded.
+  assert loaded.data.prompts_per_step == 4
+  assert loaded.variant == "tiny_cpu"
+  # A complete record warns of nothing.
+  workdir_lib.record_config(config, str(tmp_path / "complete"))
+  workdir_lib.load_config(
+      str(tmp_path / "complete"), defaults=scalerl.get_config
+  )
+  assert len(warnings) == 1

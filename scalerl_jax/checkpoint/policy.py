@@ -29,13 +29,15 @@ def _policy(
     step: Optional[int],
     require_checkpoint: bool,
     process_id: Optional[int],
+    defaults: Optional[workdir_lib.BaseConfig],
 ) -> tuple[Experiment, Any, int]:
   """(experiment, params, step) of checkpoint `step` (None: the latest).
 
   Without a checkpoint: the base policy at step 0, unless `require_checkpoint`
-  (FileNotFoundError). `process_id` replaces the recorded one.
+  (FileNotFoundError). `process_id` replaces the recorded one; `defaults`
+  fills in fields the record predates (`workdir.load_config`).
   """
-  config = workdir_lib.load_config(workdir, process_id)
+  config = workdir_lib.load_config(workdir, process_id, defaults)
   # Before orbax touches a device.
   runtime.maybe_initialize_distributed(config.mesh)
   checkpointer = checkpoint_lib.for_workdir(workdir)
@@ -60,6 +62,7 @@ def evaluate_checkpoint(
     samples: Optional[int] = None,
     repeats: int = 1,
     process_id: Optional[int] = None,
+    defaults: Optional[workdir_lib.BaseConfig] = None,
 ) -> dict[str, Any]:
   """Validation mean@k / pass@k of checkpoint `step` (default: the latest).
 
@@ -70,13 +73,11 @@ def evaluate_checkpoint(
   `evaluation.evaluate` metrics; with `repeats` > 1 also every repeat's
   metrics ("repeats") and each metric's std across them ("<metric>_std",
   ddof=1): the sampling noise of one evaluation. `process_id` replaces the
-  recorded `mesh.process_id`.
+  recorded `mesh.process_id`; `defaults` fills in fields the record predates.
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  exp, params, step = _policy(
-      workdir, step, require_checkpoint=False, process_id=process_id
-  )
+  exp, params, step = _policy(workdir, step, False, process_id, defaults)
   pool = exp.reward_pool()
   base_key = evaluation.validation_key(exp.config)
   runs = []
@@ -113,15 +114,14 @@ def export_checkpoint(
     out: str,
     step: Optional[int] = None,
     process_id: Optional[int] = None,
+    defaults: Optional[workdir_lib.BaseConfig] = None,
 ) -> list[str]:
   """Writes the policy of checkpoint `step` (default: the latest) to `out`.
 
   Returns the files written (safetensors, config.json, tokenizer); raises
   FileNotFoundError when the workdir holds no checkpoint.
   """
-  exp, params, _ = _policy(
-      workdir, step, require_checkpoint=True, process_id=process_id
-  )
+  exp, params, _ = _policy(workdir, step, True, process_id, defaults)
   files = hf_io.save_checkpoint(params, exp.model_cfg, out)
   tok_path = exp.tok.path
   if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):

@@ -29,8 +29,6 @@ from scalerl_jax import workdir as workdir_lib
 
 # As the training launcher sees it from the repository root.
 BASE_CONFIG = "configs/scalerl.py"
-# configs/scalerl.py's get_config: "variant=<name>" -> that variant's config.
-BaseConfig = Callable[[str], ml_collections.ConfigDict]
 LOG = "log.txt"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 
@@ -72,7 +70,7 @@ def load_module(path):
   return module
 
 
-def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
+def load_sweep(spec: str, base_config: workdir_lib.BaseConfig) -> list[Point]:
   """The points of a sweep file, validated, in the file's order.
 
   `spec` is "path/to/sweep.py[:arg]", `arg` going to the file's get_config
@@ -111,7 +109,7 @@ def load_sweep(spec: str, base_config: BaseConfig) -> list[Point]:
 
 
 def build_config(
-    point: Point, base_config: BaseConfig
+    point: Point, base_config: workdir_lib.BaseConfig
 ) -> ml_collections.ConfigDict:
   """The validated config of `point`: its variant with its overrides applied.
 
@@ -196,7 +194,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def with_overrides(
-    points: Sequence[Point], overrides: dict[str, Any], base_config: BaseConfig
+    points: Sequence[Point],
+    overrides: dict[str, Any],
+    base_config: workdir_lib.BaseConfig,
 ) -> list[Point]:
   """Every point with `overrides` applied on top, validated like the points."""
   out = [
