@@ -39,8 +39,9 @@ class Schedule(abc.ABC):
 
   slot_batches: ClassVar[int]  # Default sampler slots, in batches of P x G.
   # Whether sequences in flight may continue with new weights (what
-  # buffer.sync_at_decode_step needs).
-  in_flight_updates: ClassVar[bool]
+  # buffer.sync_at_decode_step and buffer.sync_mode='free' need); a schedule
+  # that does not say is refused them.
+  in_flight_updates: ClassVar[bool] = False
 
   def __post_init__(self):
     if self.max_off_policy < 1:
