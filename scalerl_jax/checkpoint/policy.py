@@ -77,7 +77,13 @@ def evaluate_checkpoint(
   """
   if repeats < 1:
     raise ValueError(f"repeats must be >= 1, got {repeats}")
-  exp, params, step = _policy(workdir, step, False, process_id, defaults)
+  exp, params, step = _policy(
+      workdir,
+      step,
+      require_checkpoint=False,
+      process_id=process_id,
+      defaults=defaults,
+  )
   pool = exp.reward_pool()
   base_key = evaluation.validation_key(exp.config)
   runs = []
@@ -121,7 +127,13 @@ def export_checkpoint(
   Returns the files written (safetensors, config.json, tokenizer); raises
   FileNotFoundError when the workdir holds no checkpoint.
   """
-  exp, params, _ = _policy(workdir, step, True, process_id, defaults)
+  exp, params, _ = _policy(
+      workdir,
+      step,
+      require_checkpoint=True,
+      process_id=process_id,
+      defaults=defaults,
+  )
   files = hf_io.save_checkpoint(params, exp.model_cfg, out)
   tok_path = exp.tok.path
   if jax.process_index() == 0 and tok_path and os.path.isfile(tok_path):

@@ -91,7 +91,9 @@ def short_runs(plan: plan_lib.Plan, found: dict) -> str:
   for (rep, point), f in sorted(found.items()):
     registered = plan.steps_of(point)
     last = int(f.run.steps[-1]) if len(f.run.steps) else 0
-    stopped = _last_step(f.run.workdir)
+    # Every line of metrics.jsonl carries "step": the last one written.
+    logged = runs_lib.read_run(f.run.workdir, x_key="step", y_key="step")
+    stopped = int(logged.steps[-1]) if len(logged.steps) else None
     if stopped is not None and stopped < registered:
       n = paired.mechanism_size(f.run.workdir, "prompts_retired", "last")
       retired = "-" if n is None else f"{n:.0f}"
@@ -106,20 +108,6 @@ def short_runs(plan: plan_lib.Plan, found: dict) -> str:
       f"{len(lines)} of {len(found)} runs stopped before their registered "
       "steps, fitted on the compute they reached:\n" + "\n".join(lines)
   )
-
-
-def _last_step(workdir: str) -> Optional[int]:
-  """The last step `workdir`'s metrics record (unreadable lines are
-  scaling.runs' to report)."""
-  last = None
-  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
-    for line in f:
-      try:
-        step = int(json.loads(line)["step"])
-      except (ValueError, KeyError, TypeError):
-        continue
-      last = step if last is None else max(last, step)
-  return last
 
 
 def warm_dir(runs_dir: str, base: int) -> str:
