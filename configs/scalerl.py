@@ -519,6 +519,15 @@ def get_config(arg=None):
   # (parity_task.CHAIN_PROB): a curriculum that learns the chain before the
   # choice between chain and direct answer. 0 = the mix from the first step.
   c.trainer.warm_start_chain_first_steps = 0
+  # Parity task only, with warm_start_chain_first_steps: > 0 runs the chain
+  # phase on past its planned steps, 50 at a time, until the mean loss of its
+  # last 50 steps is below this (the learning rate held where the phase was
+  # planned to end), for bases whose sudden drop comes late
+  # (scalerl_jax/warm_steps.py). 0 = the planned steps only.
+  c.trainer.warm_start_chain_loss_target = 0.0
+  # warm_start_chain_loss_target > 0: the most chain-only steps in all; a
+  # phase that reaches it goes on with a warning and the base gate decides.
+  c.trainer.warm_start_chain_max_steps = 0
   # Parity task only: the base must pass a gate before RL starts
   # (data/parity_gate.py, warm_start.check_gate): on each of base_gate_levels,
   # the greedy chain exact on at least this fraction of held-out problems, and

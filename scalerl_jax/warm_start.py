@@ -27,6 +27,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from scalerl_jax import warm_steps
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
 from scalerl_jax.data import builtin_task
@@ -140,6 +141,12 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
       relevant["skip_prob"] = config.trainer.warm_start_skip_prob
     if config.trainer.warm_start_chain_first_steps:
       relevant["chain_first"] = config.trainer.warm_start_chain_first_steps
+    # Absent at 0, as above.
+    if config.trainer.warm_start_chain_loss_target:
+      relevant["chain_until"] = [
+          config.trainer.warm_start_chain_loss_target,
+          config.trainer.warm_start_chain_max_steps,
+      ]
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -244,10 +251,11 @@ def warm_start(
       shardings,
   )
   checkpointer = ocp.StandardCheckpointer()
+  phases_path = os.path.join(os.path.dirname(path), PHASES_FILE)
   if os.path.isdir(path):
     logging.info("Reusing the warm-started base policy in %s", path)
     params = checkpointer.restore(path, abstract)
-    check_gate(config, workdir, model, params, tok)
+    check_gate(config, workdir, model, params, tok, phases_path)
     return params
 
   records = [
@@ -262,13 +270,14 @@ def warm_start(
   ]
   seq_len = config.sampling.max_prompt_len + max_new_tokens(config)
   batch = config.trainer.warm_start_batch
+  plan = warm_steps.phases(config.trainer)
   # Every epoch visits the problems in a new order with newly drawn slips, so
   # the policy learns a slip rate, not which problems slip.
   rng = np.random.default_rng(base_seed(config))
-  epochs = -(-steps * batch // len(records))
+  epochs = -(-plan.drawn * batch // len(records))
   order = np.concatenate(
       [rng.permutation(len(records)) for _ in range(epochs)]
-  )[: steps * batch]
+  )[: plan.drawn * batch]
   tokens, mask = supervised_examples(
       [records[i] for i in order],
       tok,
@@ -277,23 +286,22 @@ def warm_start(
       rng,
       config.trainer.warm_start_answer_slip_prob,
       config.trainer.warm_start_skip_prob,
-      config.trainer.warm_start_chain_first_steps * batch,
+      plan.chain_cap * batch,
   )
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]
-  optimizer = optax.chain(
-      optax.clip_by_global_norm(1.0),
-      optax.adamw(
-          optax.warmup_cosine_decay_schedule(
-              0.0,
-              config.trainer.warm_start_lr,
-              min(20, steps // 2),
-              steps,
-              config.trainer.warm_start_lr * 0.1,
-          ),
-          weight_decay=0.0,
-      ),
+  lr = config.trainer.warm_start_lr
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, lr, min(20, steps // 2), steps, lr * 0.1
   )
+  # With a chain loss target the rate is set per step (warm_steps.run),
+  # since the chain phase may hold it; otherwise the schedule counts updates.
+  adamw = (
+      optax.inject_hyperparams(optax.adamw)(schedule(0), weight_decay=0.0)
+      if plan.target
+      else optax.adamw(schedule, weight_decay=0.0)
+  )
+  optimizer = optax.chain(optax.clip_by_global_norm(1.0), adamw)
   if config.trainer.warm_start_float32:
     model = transformer.Transformer(
         dataclasses.replace(model.cfg, **FLOAT32_BASE)
@@ -311,17 +319,12 @@ def warm_start(
       config.trainer.warm_start_slip_prob,
       config.trainer.warm_start_answer_slip_prob,
   )
-  for i in range(steps):
-    rows = slice(i * batch, (i + 1) * batch)
-    params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])
-    if (i + 1) % 50 == 0 or i + 1 == steps:
-      logging.info(
-          "warm start step %d/%d: loss %.4f", i + 1, steps, float(loss)
-      )
-      if not np.isfinite(float(loss)):
-        raise FloatingPointError(
-            f"warm start diverged at step {i + 1} (loss {float(loss)})"
-        )
+  params, info = warm_steps.run(
+      step, params, opt_state, tokens, mask, batch, plan, schedule
+  )
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(phases_path, "w") as f:
+    json.dump(info, f)
   try:
     checkpointer.save(path, params)
     checkpointer.wait_until_finished()
@@ -332,16 +335,20 @@ def warm_start(
     logging.info(
         "A base policy for these settings appeared in %s meanwhile", path
     )
-  check_gate(config, workdir, model, params, tok)
+  check_gate(config, workdir, model, params, tok, phases_path)
   return params
 
 
 GATE_FILE = "base_gate.json"
+# Beside a cached base's params: how many chain steps its warm start took and
+# their mean loss (warm_steps.run).
+PHASES_FILE = "warm_phases.json"
 
 
-def check_gate(config, workdir, model, params, tok) -> None:
+def check_gate(config, workdir, model, params, tok, phases_path="") -> None:
   """Measures the parity base against trainer.base_gate_* (when
-  base_gate_min_chain_exact > 0), writes `<workdir>/GATE_FILE`, and raises
+  base_gate_min_chain_exact > 0), writes `<workdir>/GATE_FILE` (with the
+  warm start's `PHASES_FILE` where `phases_path` holds one), and raises
   ValueError naming every failure: a base that has not learned the chain is
   not one the run's plan admits (data/parity_gate.py)."""
   t = config.trainer
@@ -361,6 +368,9 @@ def check_gate(config, workdir, model, params, tok) -> None:
       "passed": not failures,
       "failures": failures,
   }
+  if phases_path and os.path.exists(phases_path):
+    with open(phases_path) as f:
+      record["warm_phases"] = json.load(f)
   with open(os.path.join(workdir, GATE_FILE), "w") as f:
     json.dump(record, f, indent=1, sort_keys=True)
   logging.info("Base gate: %s", json.dumps(record, sort_keys=True))

@@ -265,6 +265,8 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_max_new_tokens": _NONNEG_INT,
     "trainer.warm_start_skip_prob": _BELOW_ONE,
     "trainer.warm_start_chain_first_steps": _NONNEG_INT,
+    "trainer.warm_start_chain_loss_target": _NONNEG,
+    "trainer.warm_start_chain_max_steps": _NONNEG_INT,
     "trainer.base_gate_min_chain_exact": _rule(
         float, lambda v: 0 <= v <= 1, "must be in [0, 1] (0 = no gate)"
     ),

@@ -203,6 +203,19 @@ def check_relations(config, num_devices):
         f"trainer.warm_start_chain_first_steps: {first} exceeds "
         f"trainer.warm_start_steps {config.trainer.warm_start_steps}"
     )
+  target = config.trainer.warm_start_chain_loss_target
+  cap = config.trainer.warm_start_chain_max_steps
+  if target and not first:
+    raise ConfigError(
+        f"trainer.warm_start_chain_loss_target: {target} runs on a chain phase, "
+        "which trainer.warm_start_chain_first_steps=0 does not have"
+    )
+  if target and cap < first:
+    raise ConfigError(
+        f"trainer.warm_start_chain_max_steps: {cap} is below "
+        f"trainer.warm_start_chain_first_steps {first}; the chain phase runs "
+        "its planned steps at least"
+    )
   it = s.interruption
   if it.enabled:
     if it.thinking_budget_min > it.thinking_budget_max:

@@ -1,0 +1,135 @@
+"""The supervised warm start's steps: which rows each trains on, at what
+learning rate, and the parity task's chain phase run on until it is learned.
+
+The warm start (warm_start.py) draws every example before its first step:
+`chain_cap` steps of chain-only rows (the parity task's curriculum,
+`trainer.warm_start_chain_first_steps`), then the mixed rows of the
+remaining planned steps. Planned, step i trains on rows i with the
+schedule's rate at i, as an optimizer whose schedule counts its own updates.
+
+`trainer.warm_start_chain_loss_target` > 0 mends a warm start that misses
+the chain. The chain is learned in a sudden drop of its loss at a step that
+varies with the seed (docs/parity_task.md): of parity_v1's bases, those that
+passed their gate had a chain loss of 0.0001-0.007 by step 2,250, the one
+that failed 0.10, still falling. So the chain phase runs on past its planned
+steps, 50 at a time, while the mean loss of its last 50 steps is at or above
+the target, up to `trainer.warm_start_chain_max_steps` chain steps in all;
+the learning rate holds at the schedule's value where the phase was planned
+to end, and the mixed phase then follows the schedule as planned. A phase
+that reaches the cap goes on to the mixed phase with a warning, and the
+base gate decides (warm_start.check_gate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from absl import logging
+import jax.numpy as jnp
+import numpy as np
+
+# Chain steps checked at a time, and the window the target's mean is over.
+WINDOW = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class Phases:
+  """The warm start's steps, as planned and as the chain phase may extend."""
+
+  steps: int  # Planned steps (trainer.warm_start_steps).
+  chain_first: int  # Planned chain-only steps.
+  chain_cap: int  # Chain-only steps drawn: the most the phase may take.
+  target: float  # Mean chain loss that ends the phase; 0 = as planned.
+
+  @property
+  def drawn(self) -> int:
+    """Steps' worth of rows drawn: every chain step the phase may take, then
+    the mixed steps."""
+    return self.chain_cap + self.steps - self.chain_first
+
+
+def phases(trainer_cfg: Any) -> Phases:
+  """The `Phases` of trainer.warm_start_*."""
+  target = trainer_cfg.warm_start_chain_loss_target
+  first = trainer_cfg.warm_start_chain_first_steps
+  cap = trainer_cfg.warm_start_chain_max_steps if target else first
+  return Phases(trainer_cfg.warm_start_steps, first, cap, target)
+
+
+def with_learning_rate(opt_state: Any, lr: float) -> Any:
+  """`opt_state` of `optax.chain(clip, inject_hyperparams(adamw))` with its
+  learning rate set to `lr`."""
+  clip, inject = opt_state
+  hyper = {**inject.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)}
+  return clip, inject._replace(hyperparams=hyper)
+
+
+def run(
+    step: Callable,
+    params: Any,
+    opt_state: Any,
+    tokens: np.ndarray,
+    mask: np.ndarray,
+    batch: int,
+    plan: Phases,
+    schedule: Callable[[int], float],
+) -> tuple[Any, dict[str, float]]:
+  """Trains `params` through the phases; (params, what the chain phase did).
+
+  `step(params, opt_state, tokens, mask)` is the jitted supervised step;
+  with a target, its optimizer takes its rate from `with_learning_rate`
+  (`schedule` at the planned step), else from its own schedule. Raises
+  FloatingPointError on a non-finite loss.
+  """
+  taken = 0
+  recent: list[Any] = []
+
+  def take(row: int, lr: float, total: int):
+    nonlocal params, opt_state, taken
+    if plan.target:
+      opt_state = with_learning_rate(opt_state, lr)
+    rows = slice(row * batch, (row + 1) * batch)
+    params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])
+    taken += 1
+    if taken % WINDOW == 0 or taken == total:
+      logging.info(
+          "warm start step %d/%d: loss %.4f", taken, total, float(loss)
+      )
+      if not np.isfinite(float(loss)):
+        raise FloatingPointError(
+            f"warm start diverged at step {taken} (loss {float(loss)})"
+        )
+    return loss
+
+  for i in range(plan.chain_first):
+    recent = (recent + [take(i, schedule(i), plan.steps)])[-WINDOW:]
+  chain = plan.chain_first
+
+  def chain_loss() -> float:
+    return float(jnp.mean(jnp.stack(recent))) if recent else float("inf")
+
+  if plan.target:
+    held = schedule(plan.chain_first)
+    while chain < plan.chain_cap and chain_loss() >= plan.target:
+      for _ in range(min(WINDOW, plan.chain_cap - chain)):
+        extra = chain - plan.chain_first + 1
+        recent = (recent + [take(chain, held, plan.steps + extra)])[-WINDOW:]
+        chain += 1
+    reached = chain_loss() < plan.target
+    (logging.info if reached else logging.warning)(
+        "warm start: the chain phase took %d steps (%d planned, at most %d): "
+        "mean loss of its last %d %.4f, target %g%s",
+        chain,
+        plan.chain_first,
+        plan.chain_cap,
+        len(recent),
+        chain_loss(),
+        plan.target,
+        "" if reached else " NOT reached; the base gate decides",
+    )
+  info = {"chain_steps": chain, "chain_loss": chain_loss() if recent else None}
+  total = plan.steps + chain - plan.chain_first
+  for j in range(plan.steps - plan.chain_first):
+    take(plan.chain_cap + j, schedule(plan.chain_first + j), total)
+  return params, info

@@ -1,0 +1,132 @@
+"""The warm start's phases (scalerl_jax/warm_steps.py): the chain phase run
+on until its loss meets the target, the rows and learning rates each step
+takes, and its config (issue 58, item 3)."""
+
+import numpy as np
+import optax
+import pytest
+
+from configs import parity
+from scalerl_jax import config as config_lib
+from scalerl_jax import warm_start
+from scalerl_jax import warm_steps
+
+_BATCH = 2
+
+
+def _schedule(i):
+  return 1000.0 + i  # A rate that names its step.
+
+
+def _recording_step(taken):
+  """A supervised step whose loss is its rows' value: (row, rate) of each
+  call into `taken`; the rate None where the optimizer schedules its own."""
+
+  def step(params, opt_state, tokens, mask):
+    del mask
+    inject = opt_state[1]
+    rate = getattr(inject, "hyperparams", {}).get("learning_rate")
+    taken.append((int(tokens[0, 0]), None if rate is None else float(rate)))
+    return params, opt_state, np.float32(tokens[0, 1])
+
+  return step
+
+
+def _rows(losses):
+  """Rows whose first token is the step's row index, second its loss."""
+  tokens = np.zeros((len(losses) * _BATCH, 2), np.float32)
+  tokens[:, 0] = np.repeat(np.arange(len(losses)), _BATCH)
+  tokens[:, 1] = np.repeat(losses, _BATCH)
+  return tokens
+
+
+def _opt_state(target):
+  adamw = (
+      optax.inject_hyperparams(optax.adamw)(0.0)
+      if target
+      else optax.adamw(_schedule)
+  )
+  return optax.chain(optax.clip_by_global_norm(1.0), adamw).init(
+      {"w": np.zeros(1, np.float32)}
+  )
+
+
+def _run(plan, losses):
+  taken = []
+  tokens = _rows(losses)
+  _, info = warm_steps.run(
+      _recording_step(taken),
+      {},
+      _opt_state(plan.target),
+      tokens,
+      tokens,
+      _BATCH,
+      plan,
+      _schedule,
+  )
+  return taken, info
+
+
+def test_the_chain_phase_runs_on_until_its_last_50_losses_meet_the_target():
+  # Planned: 100 chain steps, then 20 mixed; drawn: 400 chain rows. The
+  # chain loss drops at chain step 200.
+  plan = warm_steps.Phases(
+      steps=120, chain_first=100, chain_cap=400, target=0.01
+  )
+  losses = np.concatenate([np.ones(200), np.zeros(200), np.full(20, 0.5)])
+  taken, info = _run(plan, losses)
+  # Checked at 100 (mean 1), 150 (1), 200 (1), 250 (0 < 0.01): 250 chain steps.
+  assert info == {"chain_steps": 250, "chain_loss": 0.0}
+  rows = [r for r, _ in taken]
+  assert rows == list(range(250)) + list(range(400, 420))
+  rates = [lr for _, lr in taken]
+  # Planned steps on the schedule, the extension held at step 100's rate,
+  # the mixed phase on from step 100 as planned.
+  assert rates[:100] == [_schedule(i) for i in range(100)]
+  assert rates[100:250] == [_schedule(100)] * 150
+  assert rates[250:] == [_schedule(100 + j) for j in range(20)]
+
+
+def test_a_chain_phase_that_reaches_its_cap_goes_on_to_the_mixed_steps():
+  plan = warm_steps.Phases(
+      steps=120, chain_first=100, chain_cap=180, target=0.01
+  )
+  losses = np.concatenate([np.ones(180), np.full(20, 0.5)])
+  taken, info = _run(plan, losses)
+  # Extended by 50, then by the 30 left under the cap.
+  assert info == {"chain_steps": 180, "chain_loss": 1.0}
+  assert [r for r, _ in taken] == list(range(180)) + list(range(180, 200))
+
+
+def test_without_a_target_the_steps_are_the_planned_ones():
+  plan = warm_steps.Phases(
+      steps=120, chain_first=100, chain_cap=100, target=0.0
+  )
+  losses = np.concatenate([np.ones(100), np.full(20, 0.5)])
+  taken, info = _run(plan, losses)
+  assert [r for r, _ in taken] == list(range(120))
+  # The optimizer schedules its own rate: none is set.
+  assert {lr for _, lr in taken} == {None}
+  assert info == {"chain_steps": 100, "chain_loss": 1.0}
+  assert plan.drawn == 120
+
+
+def test_the_target_is_in_the_fingerprint_only_when_set_and_needs_a_chain_phase():
+  config = parity.get_config()
+  config.trainer.warm_start_steps = 3000
+  config.trainer.warm_start_chain_first_steps = 2250
+  plain = warm_start.fingerprint(config, 512)
+  config.trainer.warm_start_chain_max_steps = 6750
+  assert warm_start.fingerprint(config, 512) == plain
+  config.trainer.warm_start_chain_loss_target = 0.01
+  assert warm_start.fingerprint(config, 512) != plain
+  config_lib.validate(config)
+  assert warm_steps.phases(config.trainer) == warm_steps.Phases(
+      3000, 2250, 6750, 0.01
+  )
+  config.trainer.warm_start_chain_max_steps = 2000
+  with pytest.raises(config_lib.ConfigError, match="is below"):
+    config_lib.validate(config)
+  config.trainer.warm_start_chain_first_steps = 0
+  with pytest.raises(config_lib.ConfigError, match="chain_first_steps=0"):
+    config_lib.validate(config)
