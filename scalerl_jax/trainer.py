@@ -33,6 +33,7 @@ from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
 from scalerl_jax.experiment import Experiment
 from scalerl_jax.metrics import busy
 from scalerl_jax.metrics import compute
+from scalerl_jax.metrics import counters as counters_lib
 from scalerl_jax.metrics import monitors as monitors_lib
 from scalerl_jax.metrics import progress as progress_lib
 from scalerl_jax.metrics import writer as metrics_lib
@@ -104,16 +105,14 @@ class Trainer:
     self.writer = metrics_lib.MetricWriter(workdir)
     self.meter = compute.ComputeMeter()
     self.monitors = monitors_lib.Monitors.from_config(config)
-    self.counters = {
-        "tokens_trained": 0,
-        "nonfinite_steps": 0,
-        "consecutive_nonfinite": 0,
-        "no_signal_steps": 0,
-    }
+    self.counters = counters_lib.initial()
     self.step = 0
     # Decode steps of the next step's generation run already, under the
     # previous weights (buffer.sync_at_decode_step).
     self.decoded_ahead = 0
+    # Every training prompt retired while the next step decoded ahead: the
+    # step that dispatched it is counted first, the next one stops the run.
+    self.retired_ahead = False
     if resuming:
       self._restore(restore_step)
 
@@ -191,6 +190,8 @@ class Trainer:
       t_gen = time.perf_counter() - t0
       self.meter.add(self.free.flops - flops0, t_gen, self.exp.num_devices)
       return {"time/generate_s": t_gen, **self.free.step_scalars()}, None
+    if self.retired_ahead:
+      raise StopIteration
     moved = self.sync.get(self.state.params, self.step)
     t0 = time.perf_counter()
     params = self.sampler.prepare(moved)
@@ -218,12 +219,22 @@ class Trainer:
     # Ready read on the clock's thread: the decoding ahead is not held up.
     self.clocks["trainer"].watch(step_metrics, t0)
     if ahead is not None:  # The step is dispatched, not waited for.
-      self.decoded_ahead = self.generation.run(
-          ahead,
-          self.step + 1,
-          weights_version=self.step,
-          until=self.config.buffer.sync_at_decode_step,
-      )
+      try:
+        self.decoded_ahead = self.generation.run(
+            ahead,
+            self.step + 1,
+            weights_version=self.step,
+            until=self.config.buffer.sync_at_decode_step,
+        )
+      except StopIteration:
+        # Raised where the step is already dispatched: it finishes and
+        # counts, and the next step's generation stops the run.
+        self.decoded_ahead, self.retired_ahead = 0, True
+        logging.info(
+            "step %d: every training prompt retired while the next step "
+            "decoded ahead; the run stops after this step",
+            self.step + 1,
+        )
     step_metrics = {
         k: float(v) for k, v in jax.device_get(step_metrics).items()
     }
@@ -231,20 +242,7 @@ class Trainer:
       version = self.step + 1
       moved = self.sync.get(self.state.params, version, keep=True)
       self.free.publish(moved, version)
-    self.counters["tokens_trained"] += int(step_metrics["loss_tokens"])
-    # Steps whose update was skipped: no loss token (absent in older
-    # checkpoints).
-    self.counters["no_signal_steps"] = self.counters.get(
-        "no_signal_steps", 0
-    ) + int(step_metrics["no_signal"])
-    if step_metrics["nonfinite"]:
-      self.counters["nonfinite_steps"] += 1
-      self.counters["consecutive_nonfinite"] += 1
-      logging.warning(
-          "step %d: non-finite loss or gradient; update skipped", self.step
-      )
-    else:
-      self.counters["consecutive_nonfinite"] = 0
+    counters_lib.count_step(self.counters, step_metrics, self.step)
     return step_metrics, host_batch["tokens_BxS"].shape[1]
 
   def evaluate(self) -> dict[str, float]:

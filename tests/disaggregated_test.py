@@ -23,6 +23,7 @@ from scalerl_jax.models import transformer
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import weight_sync
 from tests import helpers
+from tests.scripts import retire_runs
 
 K = 2  # helpers.rl_test_config's buffer.max_off_policy.
 
@@ -247,3 +248,32 @@ def test_each_role_reports_its_busy_and_idle_time(runs, run):
       walls.append(busy_s + idle_s)
     assert walls[0] == pytest.approx(walls[1]), r  # One step's wall time.
     assert (weight_sync.SECONDS_KEY in r) == (run != "colocated")
+
+
+@pytest.mark.slow(seconds=300)
+def test_a_run_whose_pool_is_retired_stops_with_its_steps_counted(tmp_path):
+  """Every prompt retired (No-Positive-Resampling) a few steps in, colocated
+  and disaggregated with decoding ahead: the run stops early and writes
+  DONE, and the checkpoint it stops with holds exactly the steps it wrote
+  (the train state's count, the last metrics line and the checkpoint's step
+  agree). Here the pool runs out in a step's own generation; where it runs
+  out in the decoding ahead instead, `Trainer.train` counts the dispatched
+  step first (`retired_ahead`), a branch this pool does not reach."""
+  out = json.loads(
+      helpers.run_on_devices(
+          "tests.scripts.retire_runs",
+          2,
+          helpers.rl_base_dir(),
+          str(tmp_path),
+          timeout=1200,
+      )
+      .strip()
+      .splitlines()[-1]
+  )
+  for name, run in out.items():
+    last = run["metric_steps"][-1]
+    assert run["done"], name
+    assert run["curriculum"]["prompts_retired"] == 4, name
+    assert 0 < last < retire_runs.NUM_STEPS, name  # It stopped early.
+    assert run["metric_steps"] == list(range(last + 1)), name
+    assert run["restored_step"] == run["state_step"] == last, name
