@@ -57,9 +57,15 @@ from scalerl_jax.rl import schedules
 from scalerl_jax.scaling import runs as runs_lib
 from scalerl_jax.scaling import significance
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Where the runs go.")
-_STAGE = flags.DEFINE_enum("stage", "report", ["warm", "run", "report"], "")
-_JSON = flags.DEFINE_string("json", "", "report: also write it here as JSON.")
+
+def _define_flags():
+  """The command's flags, defined only when it runs, so that tests may import
+  this module beside other benchmarks that define `workdir` and `json`."""
+  flags.DEFINE_string("workdir", None, "Where the runs go.")
+  flags.DEFINE_enum("stage", "report", ["warm", "run", "report"], "")
+  flags.DEFINE_string("json", "", "report: also write it here as JSON.")
+  flags.mark_flag_as_required("workdir")
+
 
 SEEDS = (0, 1, 2)
 # The paper's margin for "same" (PAPER.md: A within +-0.02 across seeds).
@@ -317,18 +323,19 @@ def report(root: str) -> dict:
 
 def main(argv):
   del argv
-  root = os.path.abspath(_WORKDIR.value)
-  if _STAGE.value == "warm":
+  f = flags.FLAGS
+  root = os.path.abspath(f.workdir)
+  if f.stage == "warm":
     warm(root)
-  elif _STAGE.value == "run":
+  elif f.stage == "run":
     run(root)
   else:
     out = report(root)
-    if _JSON.value:
-      with open(_JSON.value, "w") as f:
-        json.dump(out, f, indent=1)
+    if f.json:
+      with open(f.json, "w") as out_file:
+        json.dump(out, out_file, indent=1)
 
 
 if __name__ == "__main__":
-  flags.mark_flag_as_required("workdir")
+  _define_flags()
   app.run(main)
