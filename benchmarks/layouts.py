@@ -53,8 +53,8 @@ import numpy as np
 from configs import scalerl
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.metrics import busy
+from scalerl_jax.metrics import compute
 from scalerl_jax.rl import schedules
-from scalerl_jax.scaling import runs as runs_lib
 from scalerl_jax.scaling import significance
 
 
@@ -179,12 +179,15 @@ def _rows(workdir: str) -> list[dict]:
   return [by_step[s] for s in sorted(by_step)]
 
 
-def summarise(workdir: str) -> dict:
-  """One run's systems numbers and its validation curve."""
-  rows = [r for r in _rows(workdir) if "time/train_s" in r]
+def summarise(workdir: str, devices: int) -> dict:
+  """One run's systems numbers and its validation curve; `devices` is the
+  CPU devices its point ran on (`POINTS`)."""
+  all_rows = _rows(workdir)
+  rows = [r for r in all_rows if "time/train_s" in r]
   step_s = [r["time/generate_s"] + r["time/train_s"] for r in rows]
   out = {
       "steps": len(rows),
+      "devices": devices,
       "step_s_mean": float(np.mean(step_s[1:])),
       "step_s_first": float(step_s[0]),
       "step_s_total": float(np.sum(step_s)),
@@ -201,13 +204,15 @@ def summarise(workdir: str) -> dict:
   out["sync_bytes_per_step"] = sync_bytes / len(rows)
   out["sync_s_per_step"] = sync_s / len(rows)
   out["sync_bytes_per_s"] = sync_bytes / sync_s if sync_s else 0.0
-  wall = runs_lib.read_run(workdir, x_key="compute/device_seconds")
-  devices = rows[-1]["compute/device_seconds"] / out["step_s_total"]
-  out["devices"] = round(devices)
-  out["val_steps"] = wall.steps.tolist()
-  out["val"] = wall.score.tolist()
-  out["val_wall_s"] = (wall.compute / out["devices"]).tolist()
-  out["end"] = float(np.mean(wall.score[-END_VALIDATIONS:]))
+  # The compute meter's device-seconds are the steps' generate + train
+  # seconds times the devices: per device, the step-seconds so far.
+  val = [r for r in all_rows if "val/mean_at_k" in r]
+  out["val_steps"] = [r["step"] for r in val]
+  out["val"] = [r["val/mean_at_k"] for r in val]
+  out["val_wall_s"] = [
+      r.get(compute.DEVICE_SECONDS_KEY, 0.0) / devices for r in val
+  ]
+  out["end"] = float(np.mean(out["val"][-END_VALIDATIONS:]))
   return out
 
 
@@ -293,12 +298,12 @@ def judge(summaries: dict) -> dict:
 def report(root: str) -> dict:
   summaries = {}
   for seed in SEEDS:
-    for point, (_, _, seeds) in POINTS.items():
+    for point, (devices, _, seeds) in POINTS.items():
       wd = _workdir(root, seed, point)
       if seed in seeds and os.path.exists(
           os.path.join(wd, workdir_lib.DONE_FILE)
       ):
-        summaries[(seed, point)] = summarise(wd)
+        summaries[(seed, point)] = summarise(wd, devices)
   print(
       f"{'seed':>4} {'point':<14} {'dev':>3} {'step s':>7} {'gen s':>6} "
       f"{'train s':>7} {'gen idle':>8} {'tr idle':>7} {'MB/step':>8} "

@@ -22,7 +22,9 @@ base gate decides (warm_start.check_gate).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import math
 from typing import Any, Callable
 
 from absl import logging
@@ -83,7 +85,8 @@ def run(
   FloatingPointError on a non-finite loss.
   """
   taken = 0
-  recent: list[Any] = []
+  # The last WINDOW chain-only steps' losses (device scalars).
+  recent: collections.deque = collections.deque(maxlen=WINDOW)
 
   def take(row: int, lr: float, total: int):
     nonlocal params, opt_state, taken
@@ -103,20 +106,22 @@ def run(
     return loss
 
   for i in range(plan.chain_first):
-    recent = (recent + [take(i, schedule(i), plan.steps)])[-WINDOW:]
+    recent.append(take(i, schedule(i), plan.steps))
   chain = plan.chain_first
 
   def chain_loss() -> float:
-    return float(jnp.mean(jnp.stack(recent))) if recent else float("inf")
+    return float(jnp.mean(jnp.stack(list(recent)))) if recent else math.inf
 
   if plan.target:
     held = schedule(plan.chain_first)
     while chain < plan.chain_cap and chain_loss() >= plan.target:
       for _ in range(min(WINDOW, plan.chain_cap - chain)):
         extra = chain - plan.chain_first + 1
-        recent = (recent + [take(chain, held, plan.steps + extra)])[-WINDOW:]
+        recent.append(take(chain, held, plan.steps + extra))
         chain += 1
-    reached = chain_loss() < plan.target
+  loss = chain_loss()
+  if plan.target:
+    reached = loss < plan.target
     (logging.info if reached else logging.warning)(
         "warm start: the chain phase took %d steps (%d planned, at most %d): "
         "mean loss of its last %d %.4f, target %g%s",
@@ -124,11 +129,11 @@ def run(
         plan.chain_first,
         plan.chain_cap,
         len(recent),
-        chain_loss(),
+        loss,
         plan.target,
         "" if reached else " NOT reached; the base gate decides",
     )
-  info = {"chain_steps": chain, "chain_loss": chain_loss() if recent else None}
+  info = {"chain_steps": chain, "chain_loss": loss if recent else None}
   total = plan.steps + chain - plan.chain_first
   for j in range(plan.steps - plan.chain_first):
     take(plan.chain_cap + j, schedule(plan.chain_first + j), total)
