@@ -528,6 +528,12 @@ def get_config(arg=None):
   # warm_start_chain_loss_target > 0: the most chain-only steps in all; a
   # phase that reaches it goes on with a warning and the base gate decides.
   c.trainer.warm_start_chain_max_steps = 0
+  # Parity task only, with warm_start_chain_first_steps: the chain phase's
+  # learning rate (warm_steps.CHAIN_RATES). "planned": one warmup-cosine
+  # schedule over the planned steps (an extension held where the phase was
+  # planned to end); "peak": the peak rate through the whole chain phase,
+  # extension included, then the mixed steps alone decay.
+  c.trainer.warm_start_chain_rate = "planned"
   # Parity task only: the base must pass a gate before RL starts
   # (data/parity_gate.py, warm_start.check_gate): on each of base_gate_levels,
   # the greedy chain exact on at least this fraction of held-out problems, and

@@ -147,6 +147,9 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
           config.trainer.warm_start_chain_loss_target,
           config.trainer.warm_start_chain_max_steps,
       ]
+    # Absent at the default, as above.
+    if config.trainer.warm_start_chain_rate != warm_steps.CHAIN_RATES[0]:
+      relevant["chain_rate"] = config.trainer.warm_start_chain_rate
   return hashlib.sha256(
       json.dumps(relevant, sort_keys=True, default=str).encode()
   ).hexdigest()[:16]
@@ -291,15 +294,13 @@ def warm_start(
   used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
   tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]
   lr = config.trainer.warm_start_lr
-  schedule = optax.warmup_cosine_decay_schedule(
-      0.0, lr, min(20, steps // 2), steps, lr * 0.1
-  )
-  # With a chain loss target the rate is set per step (warm_steps.run),
-  # since the chain phase may hold it; otherwise the schedule counts updates.
+  rate = warm_steps.rates(plan, lr)
+  # With a chain loss target or a held peak the rate is set per step
+  # (warm_steps.run); otherwise the planned schedule counts updates.
   adamw = (
-      optax.inject_hyperparams(optax.adamw)(schedule(0), weight_decay=0.0)
-      if plan.target
-      else optax.adamw(schedule, weight_decay=0.0)
+      optax.inject_hyperparams(optax.adamw)(rate.chain(0), weight_decay=0.0)
+      if plan.injected
+      else optax.adamw(warm_steps.schedule(lr, steps), weight_decay=0.0)
   )
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), adamw)
   if config.trainer.warm_start_float32:
@@ -320,7 +321,7 @@ def warm_start(
       config.trainer.warm_start_answer_slip_prob,
   )
   params, info = warm_steps.run(
-      step, params, opt_state, tokens, mask, batch, plan, schedule
+      step, params, opt_state, tokens, mask, batch, plan, rate
   )
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(phases_path, "w") as f:

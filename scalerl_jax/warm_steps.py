@@ -18,6 +18,18 @@ the learning rate holds at the schedule's value where the phase was planned
 to end, and the mixed phase then follows the schedule as planned. A phase
 that reaches the cap goes on to the mixed phase with a warning, and the
 base gate decides (warm_start.check_gate).
+
+`trainer.warm_start_chain_rate` chooses the chain phase's learning rate
+(CHAIN_RATES). "planned" is the above: one warmup-cosine schedule over the
+planned steps, an extension held at the rate where the phase was planned to
+end (about a quarter of the peak at parity_v1's 2,250 of 3,000 steps).
+"peak" holds the peak rate, after the warmup, through the whole chain phase,
+planned steps and extension alike, and decays the mixed phase alone, cosine
+from the peak to a tenth of it. Why (issue 58, item 3): under "planned"
+with a target, the seeds that passed dropped at steps 1,000-1,750, where the
+schedule's rate was 2.3e-3-1.3e-3 (peak 3e-3), while four of the five
+extensions, held at 7e-4, ran their 4,500 steps to the cap without meeting
+the target (docs/runs/warm_reliability/).
 """
 
 from __future__ import annotations
@@ -30,9 +42,14 @@ from typing import Any, Callable
 from absl import logging
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 # Chain steps checked at a time, and the window the target's mean is over.
 WINDOW = 50
+# trainer.warm_start_chain_rate's choices; the first is the default.
+CHAIN_RATES = ("planned", "peak")
+# The schedule's final rate, as a fraction of the peak.
+FINAL_RATE = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +60,13 @@ class Phases:
   chain_first: int  # Planned chain-only steps.
   chain_cap: int  # Chain-only steps drawn: the most the phase may take.
   target: float  # Mean chain loss that ends the phase; 0 = as planned.
+  rate: str = CHAIN_RATES[0]  # The chain phase's rate (CHAIN_RATES).
+
+  @property
+  def injected(self) -> bool:
+    """Whether each step's rate is set from outside the optimizer
+    (`with_learning_rate`), rather than by its own schedule."""
+    return bool(self.target) or self.rate != CHAIN_RATES[0]
 
   @property
   def drawn(self) -> int:
@@ -56,7 +80,46 @@ def phases(trainer_cfg: Any) -> Phases:
   target = trainer_cfg.warm_start_chain_loss_target
   first = trainer_cfg.warm_start_chain_first_steps
   cap = trainer_cfg.warm_start_chain_max_steps if target else first
-  return Phases(trainer_cfg.warm_start_steps, first, cap, target)
+  return Phases(
+      trainer_cfg.warm_start_steps,
+      first,
+      cap,
+      target,
+      trainer_cfg.warm_start_chain_rate,
+  )
+
+
+def schedule(peak: float, steps: int) -> Callable[[int], float]:
+  """The planned schedule over `steps`: a linear warmup to `peak`, then a
+  cosine decay to FINAL_RATE of it."""
+  return optax.warmup_cosine_decay_schedule(
+      0.0, peak, min(20, steps // 2), steps, peak * FINAL_RATE
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+  """Each step's learning rate: chain step i (planned or extension), mixed
+  step j (counted from the mixed phase's first)."""
+
+  chain: Callable[[int], float]
+  mixed: Callable[[int], float]
+
+
+def rates(plan: Phases, peak: float) -> Rates:
+  """The `Rates` of `plan`'s chain rate at peak rate `peak`."""
+  planned = schedule(peak, plan.steps)
+  first = plan.chain_first
+  if plan.rate == CHAIN_RATES[0]:
+    return Rates(
+        chain=lambda i: planned(min(i, first)),
+        mixed=lambda j: planned(first + j),
+    )
+  warmup = optax.linear_schedule(0.0, peak, min(20, plan.steps // 2))
+  decay = optax.cosine_decay_schedule(
+      peak, max(plan.steps - first, 1), FINAL_RATE
+  )
+  return Rates(chain=warmup, mixed=decay)
 
 
 def with_learning_rate(opt_state: Any, lr: float) -> Any:
@@ -75,14 +138,14 @@ def run(
     mask: np.ndarray,
     batch: int,
     plan: Phases,
-    schedule: Callable[[int], float],
+    rate: Rates,
 ) -> tuple[Any, dict[str, float]]:
   """Trains `params` through the phases; (params, what the chain phase did).
 
   `step(params, opt_state, tokens, mask)` is the jitted supervised step;
-  with a target, its optimizer takes its rate from `with_learning_rate`
-  (`schedule` at the planned step), else from its own schedule. Raises
-  FloatingPointError on a non-finite loss.
+  where `plan.injected`, its optimizer takes each step's rate from
+  `with_learning_rate` (`rate`), else from its own schedule (which must be
+  `rate`'s). Raises FloatingPointError on a non-finite loss.
   """
   taken = 0
   # The last WINDOW chain-only steps' losses (device scalars).
@@ -90,7 +153,7 @@ def run(
 
   def take(row: int, lr: float, total: int):
     nonlocal params, opt_state, taken
-    if plan.target:
+    if plan.injected:
       opt_state = with_learning_rate(opt_state, lr)
     rows = slice(row * batch, (row + 1) * batch)
     params, opt_state, loss = step(params, opt_state, tokens[rows], mask[rows])
@@ -106,18 +169,17 @@ def run(
     return loss
 
   for i in range(plan.chain_first):
-    recent.append(take(i, schedule(i), plan.steps))
+    recent.append(take(i, rate.chain(i), plan.steps))
   chain = plan.chain_first
 
   def chain_loss() -> float:
     return float(jnp.mean(jnp.stack(list(recent)))) if recent else math.inf
 
   if plan.target:
-    held = schedule(plan.chain_first)
     while chain < plan.chain_cap and chain_loss() >= plan.target:
       for _ in range(min(WINDOW, plan.chain_cap - chain)):
         extra = chain - plan.chain_first + 1
-        recent.append(take(chain, held, plan.steps + extra))
+        recent.append(take(chain, rate.chain(chain), plan.steps + extra))
         chain += 1
   loss = chain_loss()
   if plan.target:
@@ -136,5 +198,5 @@ def run(
   info = {"chain_steps": chain, "chain_loss": loss if recent else None}
   total = plan.steps + chain - plan.chain_first
   for j in range(plan.steps - plan.chain_first):
-    take(plan.chain_cap + j, schedule(plan.chain_first + j), total)
+    take(plan.chain_cap + j, rate.mixed(j), total)
   return params, info

@@ -7,6 +7,8 @@ import optax
 import pytest
 
 from configs import parity
+from configs import warm_start_reliability
+from configs import warm_start_reliability_v2
 from scalerl_jax import config as config_lib
 from scalerl_jax import warm_start
 from scalerl_jax import warm_steps
@@ -16,6 +18,13 @@ _BATCH = 2
 
 def _schedule(i):
   return 1000.0 + i  # A rate that names its step.
+
+
+# "planned" rates on _schedule, as warm_steps.rates builds them on the
+# warmup-cosine schedule: the chain held at the planned phase's end.
+_PLANNED = warm_steps.Rates(
+    chain=lambda i: _schedule(min(i, 100)), mixed=lambda j: _schedule(100 + j)
+)
 
 
 def _recording_step(taken):
@@ -40,10 +49,10 @@ def _rows(losses):
   return tokens
 
 
-def _opt_state(target):
+def _opt_state(injected):
   adamw = (
       optax.inject_hyperparams(optax.adamw)(0.0)
-      if target
+      if injected
       else optax.adamw(_schedule)
   )
   return optax.chain(optax.clip_by_global_norm(1.0), adamw).init(
@@ -51,18 +60,18 @@ def _opt_state(target):
   )
 
 
-def _run(plan, losses):
+def _run(plan, losses, rate=_PLANNED):
   taken = []
   tokens = _rows(losses)
   _, info = warm_steps.run(
       _recording_step(taken),
       {},
-      _opt_state(plan.target),
+      _opt_state(plan.injected),
       tokens,
       tokens,
       _BATCH,
       plan,
-      _schedule,
+      rate,
   )
   return taken, info
 
@@ -130,3 +139,78 @@ def test_the_target_is_in_the_fingerprint_only_when_set_and_needs_a_chain_phase(
   config.trainer.warm_start_chain_first_steps = 0
   with pytest.raises(config_lib.ConfigError, match="chain_first_steps=0"):
     config_lib.validate(config)
+
+
+def test_the_planned_rates_hold_the_schedule_where_the_chain_was_to_end():
+  plan = warm_steps.Phases(3000, 2250, 6750, 0.01)
+  rate = warm_steps.rates(plan, 3e-3)
+  planned = warm_steps.schedule(3e-3, 3000)
+  # Warmup to step 20, then cosine over 2,980 steps to 3e-4: at step 2,250,
+  # 3e-4 + 2.7e-3 * (1 + cos(pi * 2230 / 2980)) / 2 = 3e-4 + 2.7e-3 * 0.14831.
+  assert rate.chain(2250) == pytest.approx(7.0045e-4, rel=1e-4)
+  assert rate.chain(5000) == rate.chain(2250) == planned(2250)
+  assert rate.chain(10) == planned(10) == pytest.approx(1.5e-3)
+  assert rate.mixed(0) == planned(2250)
+  assert rate.mixed(749) == planned(2999)
+
+
+def test_the_peak_rate_holds_through_the_chain_then_the_mixed_steps_decay():
+  plan = warm_steps.Phases(3000, 2250, 6750, 0.01, "peak")
+  assert plan.injected
+  rate = warm_steps.rates(plan, 3e-3)
+  # Warmup to the peak over 20 steps, then the peak, extension included.
+  assert rate.chain(10) == pytest.approx(1.5e-3)
+  assert [rate.chain(i) for i in (20, 1000, 2250, 6749)] == pytest.approx(
+      [3e-3] * 4
+  )
+  # The 750 mixed steps: cosine from the peak to a tenth of it,
+  # 3e-4 + 2.7e-3 * (1 + cos(pi * j / 750)) / 2.
+  assert rate.mixed(0) == pytest.approx(3e-3)
+  assert rate.mixed(375) == pytest.approx(1.65e-3)
+  assert rate.mixed(750) == pytest.approx(3e-4)
+
+
+def test_a_held_peak_is_injected_even_without_a_target():
+  plan = warm_steps.Phases(120, 100, 100, 0.0, "peak")
+  assert plan.injected
+  peak = warm_steps.Rates(chain=lambda i: 7.0, mixed=lambda j: 5.0 - j)
+  taken, info = _run(plan, np.ones(120), peak)
+  assert [r for r, _ in taken] == list(range(120))
+  assert [lr for _, lr in taken] == [7.0] * 100 + [5.0 - j for j in range(20)]
+  assert info == {"chain_steps": 100, "chain_loss": 1.0}
+
+
+def test_the_chain_rate_is_in_the_fingerprint_only_off_its_default():
+  config = parity.get_config()
+  config.trainer.warm_start_steps = 3000
+  config.trainer.warm_start_chain_first_steps = 2250
+  plain = warm_start.fingerprint(config, 512)
+  config.trainer.warm_start_chain_rate = warm_steps.CHAIN_RATES[0]
+  assert warm_start.fingerprint(config, 512) == plain
+  config.trainer.warm_start_chain_rate = "peak"
+  assert warm_start.fingerprint(config, 512) != plain
+  config_lib.validate(config)
+  assert warm_steps.phases(config.trainer).rate == "peak"
+  config.trainer.warm_start_chain_rate = "constant"
+  with pytest.raises(config_lib.ConfigError, match="'constant' is not one of"):
+    config_lib.validate(config)
+  config.trainer.warm_start_chain_rate = "peak"
+  config.trainer.warm_start_chain_first_steps = 0
+  with pytest.raises(config_lib.ConfigError, match="chain_first_steps=0"):
+    config_lib.validate(config)
+
+
+def test_the_registered_mends_differ_only_in_the_chain_rate():
+  first = warm_start_reliability.get_config("104")
+  second = warm_start_reliability_v2.get_config("104")
+  for config in (first, second):
+    config_lib.validate(config)
+  assert warm_steps.phases(first.trainer) == warm_steps.Phases(
+      3000, 2250, 6750, 0.01, "planned"
+  )
+  assert warm_steps.phases(second.trainer) == warm_steps.Phases(
+      3000, 2250, 6750, 0.01, "peak"
+  )
+  second.trainer.warm_start_chain_rate = first.trainer.warm_start_chain_rate
+  assert second.to_dict() == first.to_dict()
+  assert warm_start_reliability_v2.SEEDS[:6] == warm_start_reliability.SEEDS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from scalerl_jax import sharding
+from scalerl_jax import warm_steps
 from scalerl_jax.config.errors import ConfigError
 from scalerl_jax.data import parity_task
 from scalerl_jax.rl import schedules
@@ -209,6 +210,17 @@ def check_relations(config, num_devices):
     raise ConfigError(
         f"trainer.warm_start_chain_loss_target: {target} runs on a chain phase, "
         "which trainer.warm_start_chain_first_steps=0 does not have"
+    )
+  chain_rate = config.trainer.warm_start_chain_rate
+  if chain_rate not in warm_steps.CHAIN_RATES:
+    raise ConfigError(
+        f"trainer.warm_start_chain_rate: {chain_rate!r} is not one of "
+        f"{warm_steps.CHAIN_RATES}"
+    )
+  if chain_rate != warm_steps.CHAIN_RATES[0] and not first:
+    raise ConfigError(
+        f"trainer.warm_start_chain_rate: {chain_rate!r} sets a chain phase's "
+        "rate, which trainer.warm_start_chain_first_steps=0 does not have"
     )
   if target and cap < first:
     raise ConfigError(
