@@ -54,6 +54,7 @@ from configs import scalerl
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.metrics import busy
 from scalerl_jax.metrics import compute
+from scalerl_jax.metrics import rows as rows_lib
 from scalerl_jax.rl import schedules
 from scalerl_jax.scaling import significance
 
@@ -168,21 +169,10 @@ def run(root: str) -> None:
       _launch(wd, seed, devices, overrides, bases)
 
 
-def _rows(workdir: str) -> list[dict]:
-  """Each step's last metrics line (a resumed run logs some twice)."""
-  by_step = {}
-  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
-    for line in f:
-      if line.strip():
-        row = json.loads(line)
-        by_step[row["step"]] = row
-  return [by_step[s] for s in sorted(by_step)]
-
-
 def summarise(workdir: str, devices: int) -> dict:
   """One run's systems numbers and its validation curve; `devices` is the
   CPU devices its point ran on (`POINTS`)."""
-  all_rows = _rows(workdir)
+  all_rows = rows_lib.by_step(workdir)
   rows = [r for r in all_rows if "time/train_s" in r]
   step_s = [r["time/generate_s"] + r["time/train_s"] for r in rows]
   out = {

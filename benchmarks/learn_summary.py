@@ -36,6 +36,7 @@ from tensorboardX.proto import event_pb2
 
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.jobs.planner import accelerators
+from scalerl_jax.metrics import rows as rows_lib
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.")
 _STARTED = flags.DEFINE_float(
@@ -131,8 +132,7 @@ def verdict(metrics: list[dict]) -> dict:
 
 def summarize(workdir: str, started: float, peak_tflops: float) -> dict:
   """The run's summary: per step, totals and the verdict."""
-  with open(os.path.join(workdir, workdir_lib.METRICS_FILE)) as f:
-    metrics = [json.loads(line) for line in f if line.strip()]
+  metrics = rows_lib.by_step(workdir)
   times = write_times(os.path.join(workdir, workdir_lib.TB_DIR))
   steps = step_rows(metrics, times, peak_tflops * 1e12)
   total = {

@@ -308,13 +308,15 @@ def get_config(arg=None):
   # Not reproducible: the swaps follow the two roles' timing
   # (rl/free_running.py; buffer.decode_steps_per_train_step is unused).
   c.buffer.sync_mode = "fixed"
-  # sync_mode "free": a role that makes no progress for this long (the
-  # generator: no decode call finished; the trainer: no train step) while the
-  # other waits on it stops the run, named with what it was doing and the
-  # checkpoint to resume from: a stalled generator raises in the trainer, a
-  # stalled trainer ends the process with status 75 (rl/role_watchdog.py).
-  # Above the longest healthy train step or decode call, compiles included;
-  # validation and checkpoints are not watched. 0 = off.
+  # mesh.layout "disaggregated": a role that makes no progress for this long
+  # (the generator: no decode call finished; the trainer: no train step)
+  # while waited on stops the run, named with what it was doing and the
+  # checkpoint to resume from (rl/role_watchdog.py). sync_mode "free": a
+  # stalled generator raises in the trainer, a stalled trainer ends the
+  # process with status 75; "fixed": the one host thread's watch ends the
+  # process with status 75 for either. Above the longest healthy train step
+  # or decode call, compiles included; validation and checkpoints are not
+  # watched. 0 = off.
   c.buffer.role_stall_timeout_s = 1800.0
 
   c.sampling = ml_collections.ConfigDict()

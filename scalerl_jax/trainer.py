@@ -41,6 +41,7 @@ from scalerl_jax.multihost import runtime
 from scalerl_jax.rl import batch as batch_lib
 from scalerl_jax.rl import free_running
 from scalerl_jax.rl import generation as generation_lib
+from scalerl_jax.rl import role_watchdog
 from scalerl_jax.rl import train_step as train_step_lib
 from scalerl_jax.rl import weight_sync
 
@@ -84,6 +85,9 @@ class Trainer:
     # When each role's programs ran (time/<role>_*), and the weights' moves.
     self.clocks = {role: busy.BusyClock(role) for role in busy.ROLES}
     self.sync = weight_sync.WeightSync(exp)
+    self.watch = role_watchdog.StepWatch.for_config(
+        config, self.checkpointer.directory
+    )
     self.generation = generation_lib.Generation(
         config,
         self.sampler,
@@ -91,15 +95,13 @@ class Trainer:
         exp.tok,
         exp.prompts("train"),
         clock=self.clocks["generator"],
+        watch=self.watch,
     )
-    # buffer.sync_mode='free': the generator on a host thread of its own,
-    # started by the first step. `source` hands out the batches and the
-    # generator's scalars.
-    self.free = None
-    if config.buffer.sync_mode == "free":
-      self.free = free_running.FreeGenerator(
-          config, self.generation, self.sampler, self.checkpointer.directory
-      )
+    # buffer.sync_mode='free': the generator on a host thread of its own.
+    # `source` hands out the batches and the generator's scalars.
+    self.free = free_running.FreeGenerator.for_config(
+        config, self.generation, self.sampler, self.checkpointer.directory
+    )
     self.source = self.free or self.generation
     self.val_batches = exp.eval_batches()
     self.writer = metrics_lib.MetricWriter(workdir)
@@ -110,17 +112,16 @@ class Trainer:
     # Decode steps of the next step's generation run already, under the
     # previous weights (buffer.sync_at_decode_step).
     self.decoded_ahead = 0
-    # Every training prompt retired while the next step decoded ahead: the
-    # step that dispatched it is counted first, the next one stops the run.
+    # Every prompt retired while decoding ahead: the next step stops the run.
     self.retired_ahead = False
     if resuming:
       self._restore(restore_step)
 
   def close(self) -> None:
-    """Waits for checkpoint writes; stops the reward pool, the writers and
-    the clocks' threads, and a free-running generator first."""
+    """Stops a free generator, then waits for checkpoints; stops the rest."""
     if self.free is not None:
       self.free.stop()
+    self.watch.close()
     self.checkpointer.wait()
     self.writer.close()
     self.pool.close()
@@ -260,12 +261,14 @@ class Trainer:
   def run_step(self) -> dict[str, float]:
     """One generate + train step; returns its metrics."""
     start = time.perf_counter()
-    gen_metrics, ahead = self.generate()
+    with self.watch.on(role_watchdog.GENERATOR, f"moving weights v{self.step}"):
+      gen_metrics, ahead = self.generate()
     groups = self.source.take(self.step)
     row = self.generation.batch_metrics(groups, self.step)
     t1, flops1 = time.perf_counter(), self.source.flops
     try:
-      step_metrics, batch_len = self.train(groups, ahead)
+      with self.watch.on(role_watchdog.TRAINER, f"computing step {self.step}"):
+        step_metrics, batch_len = self.train(groups, ahead)
     except Exception as e:
       if self.free is not None:
         e.add_note(f"trainer: step {self.step} failed; the generator stops")

@@ -11,6 +11,10 @@ on two simulated devices (one a role), started and killed by tests/lives.py:
     moment its next checkpoint write begins; restarted after each, it
     finishes bit-identical to an uninterrupted run (train state, slots,
     metrics).
+  * fixed mode: the generator's decode call (the next step's, decoding
+    ahead) never returns, then the trainer's train step never returns; each
+    time the one host thread's watch ends the process with status 75,
+    naming the role, and the next life resumes from the checkpoint named.
   * free mode: the generator stalls (the trainer stops the run, naming it),
     then the trainer stalls (the generator ends the process with status 75,
     naming it), then the process is SIGKILLed halfway through a move; each
@@ -30,7 +34,7 @@ from tests import session_env
 from tests.scripts import role_faults
 
 # Minutes on 2 cores: README's test command leaves it out, CI runs it.
-pytestmark = pytest.mark.slow(seconds=200)
+pytestmark = pytest.mark.slow(seconds=300)
 
 K = 2  # helpers.rl_test_config's buffer.max_off_policy.
 _TWO_DEVICES = {
@@ -59,6 +63,17 @@ _TRAINER_STALLED = re.compile(
     + r", since it took step (?P<taken>\d+)'s batch; the generator waits "
     r"for it, held back by k with weights of version (?P<version>\d+)\. It "
     r"is hung or stalled \(see its log\); the process exits with status "
+    + str(peers.LOST_PEER_EXIT)
+    + r" instead of waiting\. "
+    + _RESUMES_FROM
+)
+
+_FIXED_STALLED = re.compile(
+    r"scalerl_jax: (?P<role>generator|trainer): no (?:decode call|train "
+    r"step) finished in (?P<age>[\d.]+) s "
+    + _TIMEOUT
+    + r", (?P<doing>[^;]+); the one host thread waits on it\. It is hung or "
+    r"stalled \(see its log\); the process exits with status "
     + str(peers.LOST_PEER_EXIT)
     + r" instead of waiting\. "
     + _RESUMES_FROM
@@ -109,6 +124,49 @@ def test_killed_while_the_weights_move_resumes_bit_identically(tmp_path):
   stream = helpers.metrics_without_times(killed)
   assert [r["step"] for r in stream] == list(range(num_steps + 1))
   assert stream == helpers.metrics_without_times(reference)
+
+
+def test_a_stalled_role_in_the_fixed_mode_ends_the_process_naming_it(
+    tmp_path,
+):
+  workdir = helpers.copy_rl_base(str(tmp_path / "run"))
+  log = lambda name: str(tmp_path / f"{name}.log")
+  timeout = role_faults.STALL_TIMEOUT_S
+
+  # Step 1's train step is dispatched, and step 2's first call decoding
+  # ahead under version 1's weights never returns.
+  lives.finish(
+      _life("fixed", workdir, "generator_stalls"),
+      log("generator_stalls"),
+      _TWO_DEVICES,
+      status=peers.LOST_PEER_EXIT,
+  )
+  stalled = _FIXED_STALLED.search(_read(log("generator_stalls")))
+  assert stalled, lives.tail(log("generator_stalls"))
+  assert stalled["role"] == "generator"
+  assert float(stalled["age"]) >= timeout
+  assert re.fullmatch(
+      r"decoding its call of \d+ steps for step 2 with weights of version 1",
+      stalled["doing"],
+  ), stalled["doing"]
+  # Step 1 was checkpointed before its train step.
+  assert int(stalled["step"]) == 1
+
+  # Resumed there: its 2nd batch (step 2's) goes into a train step that
+  # never returns.
+  lives.finish(
+      _life("fixed", workdir, "trainer_stalls"),
+      log("trainer_stalls"),
+      _TWO_DEVICES,
+      status=peers.LOST_PEER_EXIT,
+  )
+  assert _resumed_from(log("trainer_stalls")) == 1
+  stalled = _FIXED_STALLED.search(_read(log("trainer_stalls")))
+  assert stalled, lives.tail(log("trainer_stalls"))
+  assert stalled["role"] == "trainer"
+  assert float(stalled["age"]) >= timeout
+  assert stalled["doing"] == "computing step 2"
+  assert int(stalled["step"]) == 2
 
 
 def test_a_stalled_role_stops_the_run_naming_it_then_it_resumes(tmp_path):

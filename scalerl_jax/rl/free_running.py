@@ -33,6 +33,7 @@ import jax
 import ml_collections
 
 from scalerl_jax.rl import role_watchdog
+from scalerl_jax.rl import weight_sync
 from scalerl_jax.rl.buffer import Group
 from scalerl_jax.rl.generation import Generation
 from scalerl_jax.sampling.sampler import Sampler
@@ -48,6 +49,13 @@ class GeneratorError(RuntimeError):
 class FreeGenerator:
   """The generator, free-running on a host thread; the trainer's side of it
   has `Generation`'s names for the batches and the scalars."""
+
+  @classmethod
+  def for_config(cls, config, *args) -> Optional["FreeGenerator"]:
+    """One under buffer.sync_mode='free' (its thread started by the first
+    step), else None; `args` as `__init__`'s."""
+    free = config.buffer.sync_mode == weight_sync.SYNC_MODES[1]
+    return cls(config, *args) if free else None
 
   def __init__(
       self,

@@ -28,6 +28,7 @@ from scalerl_jax.data import pipeline as pipeline_lib
 from scalerl_jax.data import tokenizer as tokenizer_lib
 from scalerl_jax.metrics import busy
 from scalerl_jax.rl import buffer as buffer_lib
+from scalerl_jax.rl import role_watchdog
 from scalerl_jax.rl import schedules
 from scalerl_jax.rl import slot_runner as slot_runner_lib
 from scalerl_jax.rl.buffer import Group
@@ -45,6 +46,7 @@ class Generation:
       tok: tokenizer_lib.Tokenizer,
       records: Any,
       clock: Optional[busy.BusyClock] = None,
+      watch: Optional[role_watchdog.StepWatch] = None,
   ):
     """`pool` scores completions (`RewardPool`); `records` are the prompts;
     `clock` times the generator's programs (`SlotRunner`)."""
@@ -72,6 +74,8 @@ class Generation:
         rng=jax.random.key(config.seed + 1),
         clock=clock,
     )
+    # The fixed mode's waits on the generator, bounded (the trainer's).
+    self.watch = watch or role_watchdog.StepWatch(0.0, "")
 
   @staticmethod
   def slot_bytes(config: ml_collections.ConfigDict, sampler: Sampler) -> int:
@@ -125,26 +129,34 @@ class Generation:
     refill = functools.partial(
         self._refill, params, version, version - weights_version, until=until
     )
-    steps = refill(decoded)
-    ahead = None  # Steps of the call dispatched before the last scores.
-    while steps:
-      if not ahead:  # Else that call is decoding already.
-        runner.dispatch(params, weights_version, steps)
-      decoded += steps
-      groups, scoring = runner.harvest()
-      for g in groups:
-        self.buffer.add(g)
-      # Decided and dispatched now, the next call decodes while the verifiers
-      # score: the schedule reads counts, not scores. None where it needs new
-      # prompts, whose filter reads the curriculum the scores update: it is
-      # decided once they are in.
-      ahead = refill(decoded, pull=False) if self.overlap else None
-      if ahead:
-        runner.dispatch(params, weights_version, ahead)
-      runner.collect(groups, scoring)
-      for g in groups:
-        self.curriculum.update([g.record["id"]], g.scores_G[None])
-      steps = ahead if ahead is not None else refill(decoded)
+    with self.watch.on(
+        role_watchdog.GENERATOR, f"starting groups for step {version}"
+    ):
+      steps = refill(decoded)
+      ahead = None  # Steps of the call dispatched before the last scores.
+      while steps:
+        self.watch.waits_on(
+            role_watchdog.GENERATOR,
+            f"decoding its call of {steps} steps for step {version} with "
+            f"weights of version {weights_version}",
+        )
+        if not ahead:  # Else that call is decoding already.
+          runner.dispatch(params, weights_version, steps)
+        decoded += steps
+        groups, scoring = runner.harvest()
+        for g in groups:
+          self.buffer.add(g)
+        # Decided and dispatched now, the next call decodes while the
+        # verifiers score: the schedule reads counts, not scores. None where
+        # it needs new prompts, whose filter reads the curriculum the scores
+        # update: it is decided once they are in.
+        ahead = refill(decoded, pull=False) if self.overlap else None
+        if ahead:
+          runner.dispatch(params, weights_version, ahead)
+        runner.collect(groups, scoring)
+        for g in groups:
+          self.curriculum.update([g.record["id"]], g.scores_G[None])
+        steps = ahead if ahead is not None else refill(decoded)
     return decoded
 
   def _refill(

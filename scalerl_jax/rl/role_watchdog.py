@@ -22,23 +22,36 @@ was doing and the checkpoint a restart resumes from:
     process with status 75 (`peers.exit_lost`), as the peer watchdog ends a
     process that lost a peer.
 
+The fixed mode (`buffer.sync_mode='fixed'`, disaggregated) has one host
+thread, which drives both roles and waits on each in turn: the generator
+(the weights' move, then every decode call, the calls decoding ahead of the
+next step included) and the trainer (the train step). `StepWatch` names the
+role it waits on and when it last progressed; a daemon thread ends the
+process with status 75 once that wait outlasts the timeout, naming the role
+and what it was doing, since nothing can raise in a thread stuck in a device
+call.
+
 Both roles live in one process, so a role killed is the process killed:
 nothing survives to decode with half-moved weights, and a restart resumes
 from the newest complete checkpoint. Validation and checkpoints (the
-generator paused by the trainer) are not watched, nor is the fixed mode's one
-host thread. Design: docs/design/disaggregated.md ("Faults").
+generator paused by the trainer) are not watched, in either mode.
+Colocated runs are not watched: there the phases share one set of devices.
+Design: docs/design/disaggregated.md ("Faults").
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from etils import epath
 
+from scalerl_jax import sharding
 from scalerl_jax.checkpoint import integrity
 from scalerl_jax.multihost import peers
+from scalerl_jax.rl import weight_sync
 
 GENERATOR, TRAINER = "generator", "trainer"
 _NO_PROGRESS = {
@@ -133,13 +146,103 @@ class RoleWatch:
 
   def _message(self, role: str, age: float, doing: str, then: str) -> str:
     """`role` stalled for `age` s, `doing`; the run `then`."""
-    return (
-        f"{role}: {_NO_PROGRESS[role]} in {age:.1f} s "
-        f"(buffer.role_stall_timeout_s={self.timeout_s:g}), {doing}. It is "
-        f"hung or stalled (see its log); {then} instead of waiting. "
-        "Restart on the same workdir: the run resumes from "
-        f"{resume_point(self._checkpoints)}."
+    return _message(role, age, self.timeout_s, doing, then, self._checkpoints)
+
+
+class StepWatch:
+  """The fixed mode's one host thread: the role it waits on, since when,
+  and a daemon thread that ends the process once that wait outlasts the
+  timeout. Inactive (no thread, nothing watched) at timeout 0."""
+
+  def __init__(self, timeout_s: float, checkpoints: str):
+    """As `RoleWatch`."""
+    self.timeout_s = float(timeout_s)
+    self._checkpoints = checkpoints
+    # (role, what it is doing, when the wait began or last progressed).
+    self._waiting: Optional[tuple[str, str, float]] = None
+    self._closed = threading.Event()
+    self._thread = None
+    if self.timeout_s:
+      self._thread = threading.Thread(
+          target=self._watch, name="step-watch", daemon=True
+      )
+      self._thread.start()
+
+  @classmethod
+  def for_config(cls, config, checkpoints: str) -> "StepWatch":
+    """Active (at buffer.role_stall_timeout_s) in the fixed mode of the
+    disaggregated layout; `checkpoints` as `RoleWatch`'s."""
+    fixed = (
+        sharding.layout_of(config.mesh) == sharding.LAYOUTS[1]
+        and config.buffer.sync_mode == weight_sync.SYNC_MODES[0]
     )
+    return cls(
+        config.buffer.role_stall_timeout_s if fixed else 0.0, checkpoints
+    )
+
+  @property
+  def waiting(self) -> Optional[tuple[str, str]]:
+    """(role, doing) that the host thread waits on; None: neither."""
+    return self._waiting and self._waiting[:2]
+
+  def waits_on(self, role: str, doing: str) -> None:
+    """The host thread now waits on `role`, `doing`; also its progress."""
+    self._waiting = (role, doing, time.monotonic())
+
+  @contextlib.contextmanager
+  def on(self, role: str, doing: str) -> Iterator[None]:
+    """Waits on `role` inside; after, on what it waited on before (its
+    clock restarted: the decoding ahead of the next step inside the
+    trainer's step), or on nothing (validation and checkpoints are not
+    watched)."""
+    before = self._waiting
+    self.waits_on(role, doing)
+    try:
+      yield
+    finally:
+      self._waiting = before and (*before[:2], time.monotonic())
+
+  def close(self) -> None:
+    self._closed.set()
+
+  def _watch(self) -> None:
+    while not self._closed.wait(self.timeout_s / _CHECKS_PER_TIMEOUT):
+      waiting = self._waiting
+      if waiting is None:
+        continue
+      role, doing, since = waiting
+      age = time.monotonic() - since
+      if age > self.timeout_s and not self._closed.is_set():
+        peers.exit_lost(
+            "scalerl_jax: "
+            + _message(
+                role,
+                age,
+                self.timeout_s,
+                f"{doing}; the one host thread waits on it",
+                f"the process exits with status {peers.LOST_PEER_EXIT}",
+                self._checkpoints,
+            )
+            + "\n"
+        )
+
+
+def _message(
+    role: str,
+    age: float,
+    timeout_s: float,
+    doing: str,
+    then: str,
+    checkpoints: str,
+) -> str:
+  """`role` stalled for `age` s, `doing`; the run `then`."""
+  return (
+      f"{role}: {_NO_PROGRESS[role]} in {age:.1f} s "
+      f"(buffer.role_stall_timeout_s={timeout_s:g}), {doing}. It is "
+      f"hung or stalled (see its log); {then} instead of waiting. "
+      "Restart on the same workdir: the run resumes from "
+      f"{resume_point(checkpoints)}."
+  )
 
 
 def resume_point(directory: str) -> str:

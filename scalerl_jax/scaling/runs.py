@@ -10,7 +10,6 @@ steps of a run. Design: docs/design/scaling.md.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Optional, Sequence
@@ -19,6 +18,7 @@ from absl import logging
 import numpy as np
 
 from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.metrics import rows as rows_lib
 
 # Compute measures derived from a logged key: name -> (source key, factor).
 # Device-hours are the paper's GPU-hours.
@@ -103,37 +103,25 @@ def read_run(
   A step logged twice (a resumed run) keeps its last line; that and every
   malformed line are reported in `problems`.
   """
-  path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   source, factor = DERIVED.get(x_key, (x_key, 1.0))
   problems, by_step = [], {}
-  with open(path) as f:
-    for lineno, line in enumerate(f, 1):
-      where = f"{path}:{lineno}"
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        problems.append(f"{where}: not valid JSON ({e.msg})")
-        continue
-      if not isinstance(row, dict):
-        problems.append(f"{where}: not a JSON object")
-        continue
-      if y_key not in row:
-        continue
-      step, x, y = row.get("step"), row.get(source), row[y_key]
-      if not isinstance(step, int) or isinstance(step, bool):
-        problems.append(f"{where}: no integer 'step'")
-      elif not _number(x):
-        problems.append(f"{where}: {source!r} is {x!r}, not a finite number")
-      elif not _number(y):
-        problems.append(f"{where}: {y_key!r} is {y!r}, not a finite number")
-      else:
-        if step in by_step:
-          problems.append(
-              f"{where}: step {step} logged again; keeping this line"
-          )
-        by_step[step] = (x * factor, y)
+  for where, row in rows_lib.lines(workdir):
+    if isinstance(row, str):
+      problems.append(f"{where}: {row}")
+      continue
+    if y_key not in row:
+      continue
+    step, x, y = row.get("step"), row.get(source), row[y_key]
+    if not rows_lib.is_step(step):
+      problems.append(f"{where}: no integer 'step'")
+    elif not _number(x):
+      problems.append(f"{where}: {source!r} is {x!r}, not a finite number")
+    elif not _number(y):
+      problems.append(f"{where}: {y_key!r} is {y!r}, not a finite number")
+    else:
+      if step in by_step:
+        problems.append(f"{where}: step {step} logged again; keeping this line")
+      by_step[step] = (x * factor, y)
   steps = sorted(by_step)
   xy = np.array([by_step[s] for s in steps], dtype=float).reshape(-1, 2)
   return Run(
