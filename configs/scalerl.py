@@ -492,6 +492,9 @@ def get_config(arg=None):
   c.trainer.warm_start_steps = 1500 if cpu else 0
   c.trainer.warm_start_lr = 3e-3  # Supervised warm-start learning rate.
   c.trainer.warm_start_batch = 32  # Supervised warm-start batch size.
+  # The warm start's AdamW weight decay, masked as optim.weight_decay's
+  # (norms and biases left out). 0 = none, the warm start's until issue 58.
+  c.trainer.warm_start_weight_decay = 0.0
   # Probability that a rewrite of a warm-start worked solution writes a wrong
   # value (builtin_task.SLIP_OFFSETS): a base policy that slips at this rate
   # per step, which RL can sharpen away. 0 = exact solutions.

@@ -27,6 +27,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from scalerl_jax import optim
 from scalerl_jax import warm_steps
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
@@ -125,6 +126,9 @@ def fingerprint(config: ml_collections.ConfigDict, vocab_size: int) -> str:
       "answer_slip_prob": config.trainer.warm_start_answer_slip_prob,
       "max_len": config.sampling.max_prompt_len + max_new_tokens(config),
   }
+  # Absent at 0, so that bases from before the field stay valid.
+  if config.trainer.warm_start_weight_decay:
+    relevant["weight_decay"] = config.trainer.warm_start_weight_decay
   # The RL prompt pool's size shapes the base only where the warm start
   # draws from it.
   if config.data.source not in _OWN_SPLIT:
@@ -297,10 +301,15 @@ def warm_start(
   rate = warm_steps.rates(plan, lr)
   # With a chain loss target or a held peak the rate is set per step
   # (warm_steps.run); otherwise the planned schedule counts updates.
+  # Decay masked as the RL optimizer's (optim.decays); none by default.
+  wd = config.trainer.warm_start_weight_decay
+  decay = dict(weight_decay=wd, mask=optim.weight_decay_mask if wd else None)
   adamw = (
-      optax.inject_hyperparams(optax.adamw)(rate.chain(0), weight_decay=0.0)
+      optax.inject_hyperparams(optax.adamw, static_args="mask")(
+          rate.chain(0), **decay
+      )
       if plan.injected
-      else optax.adamw(warm_steps.schedule(lr, steps), weight_decay=0.0)
+      else optax.adamw(warm_steps.schedule(lr, steps), **decay)
   )
   optimizer = optax.chain(optax.clip_by_global_norm(1.0), adamw)
   if config.trainer.warm_start_float32:

@@ -9,6 +9,7 @@ import pytest
 from configs import parity
 from configs import warm_start_reliability
 from configs import warm_start_reliability_v2
+from configs import warm_start_reliability_v3
 from scalerl_jax import config as config_lib
 from scalerl_jax import warm_start
 from scalerl_jax import warm_steps
@@ -214,3 +215,22 @@ def test_the_registered_mends_differ_only_in_the_chain_rate():
   second.trainer.warm_start_chain_rate = first.trainer.warm_start_chain_rate
   assert second.to_dict() == first.to_dict()
   assert warm_start_reliability_v2.SEEDS[:6] == warm_start_reliability.SEEDS
+
+
+def test_the_third_mend_is_the_first_with_weight_decay_in_its_fingerprint():
+  first = warm_start_reliability.get_config("3")
+  third = warm_start_reliability_v3.get_config("3")
+  config_lib.validate(third)
+  assert third.trainer.warm_start_weight_decay == 0.1
+  assert warm_start.fingerprint(third, 512) != warm_start.fingerprint(
+      first, 512
+  )
+  third.trainer.warm_start_weight_decay = 0.0
+  assert third.to_dict() == first.to_dict()
+  # At 0, as every base before the field: the fingerprint is unchanged.
+  assert warm_start.fingerprint(third, 512) == warm_start.fingerprint(
+      first, 512
+  )
+  third.trainer.warm_start_weight_decay = -0.1
+  with pytest.raises(config_lib.ConfigError, match="warm_start_weight_decay"):
+    config_lib.validate(third)

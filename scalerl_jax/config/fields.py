@@ -260,6 +260,7 @@ RULES: dict[str, Rule] = {
     "trainer.warm_start_steps": _NONNEG_INT,
     "trainer.warm_start_lr": _POS,
     "trainer.warm_start_batch": _POS_INT,
+    "trainer.warm_start_weight_decay": _NONNEG,
     "trainer.warm_start_slip_prob": _BELOW_ONE,
     "trainer.warm_start_answer_slip_prob": _BELOW_ONE,
     "trainer.warm_start_max_new_tokens": _NONNEG_INT,
