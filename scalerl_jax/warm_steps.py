@@ -89,11 +89,16 @@ def phases(trainer_cfg: Any) -> Phases:
   )
 
 
+def _warmup_steps(steps: int) -> int:
+  """The warmup's steps in a warm start of `steps`."""
+  return min(20, steps // 2)
+
+
 def schedule(peak: float, steps: int) -> Callable[[int], float]:
   """The planned schedule over `steps`: a linear warmup to `peak`, then a
   cosine decay to FINAL_RATE of it."""
   return optax.warmup_cosine_decay_schedule(
-      0.0, peak, min(20, steps // 2), steps, peak * FINAL_RATE
+      0.0, peak, _warmup_steps(steps), steps, peak * FINAL_RATE
   )
 
 
@@ -108,14 +113,14 @@ class Rates:
 
 def rates(plan: Phases, peak: float) -> Rates:
   """The `Rates` of `plan`'s chain rate at peak rate `peak`."""
-  planned = schedule(peak, plan.steps)
   first = plan.chain_first
   if plan.rate == CHAIN_RATES[0]:
+    planned = schedule(peak, plan.steps)
     return Rates(
         chain=lambda i: planned(min(i, first)),
         mixed=lambda j: planned(first + j),
     )
-  warmup = optax.linear_schedule(0.0, peak, min(20, plan.steps // 2))
+  warmup = optax.linear_schedule(0.0, peak, _warmup_steps(plan.steps))
   decay = optax.cosine_decay_schedule(
       peak, max(plan.steps - first, 1), FINAL_RATE
   )
