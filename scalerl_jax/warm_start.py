@@ -27,7 +27,6 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from scalerl_jax import optim
 from scalerl_jax import warm_steps
 from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.data import builtin_code
@@ -234,37 +233,14 @@ def _domain_configs(
   return configs
 
 
-def warm_start(
+def _examples(
     config: ml_collections.ConfigDict,
-    workdir: str,
-    model: transformer.Transformer,
-    params: Any,
-    shardings: Any,
+    configs: list[ml_collections.ConfigDict],
     tok: tokenizer_lib.Tokenizer,
-) -> Any:
-  """The cached warm-started parameters, training them first if needed.
-
-  `params` are the freshly initialised, sharded starting point; the result
-  is placed in `shardings` too. Built-in sources only (`_WORKED`).
-  """
-  steps = config.trainer.warm_start_steps
-  if steps == 0:
-    return params
-  configs = _domain_configs(config, steps)
-  path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
-  abstract = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      params,
-      shardings,
-  )
-  checkpointer = ocp.StandardCheckpointer()
-  phases_path = os.path.join(os.path.dirname(path), PHASES_FILE)
-  if os.path.isdir(path):
-    logging.info("Reusing the warm-started base policy in %s", path)
-    params = checkpointer.restore(path, abstract)
-    check_gate(config, workdir, model, params, tok, phases_path)
-    return params
-
+    plan: warm_steps.Phases,
+) -> tuple[np.ndarray, np.ndarray, int]:
+  """Every step's rows, drawn before the first step: (tokens_XxS, mask_XxS,
+  the number of problems they were drawn from), trimmed to the longest row."""
   records = [
       r
       for sub in configs
@@ -277,7 +253,6 @@ def warm_start(
   ]
   seq_len = config.sampling.max_prompt_len + max_new_tokens(config)
   batch = config.trainer.warm_start_batch
-  plan = warm_steps.phases(config.trainer)
   # Every epoch visits the problems in a new order with newly drawn slips, so
   # the policy learns a slip rate, not which problems slip.
   rng = np.random.default_rng(base_seed(config))
@@ -295,24 +270,60 @@ def warm_start(
       config.trainer.warm_start_skip_prob,
       plan.chain_cap * batch,
   )
-  used = int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2
-  tokens, mask = tokens[:, : min(used, seq_len)], mask[:, : min(used, seq_len)]
-  lr = config.trainer.warm_start_lr
-  rate = warm_steps.rates(plan, lr)
-  # With a chain loss target or a held peak the rate is set per step
-  # (warm_steps.run); otherwise the planned schedule counts updates.
-  # Decay masked as the RL optimizer's (optim.decays); none by default.
-  wd = config.trainer.warm_start_weight_decay
-  decay = dict(weight_decay=wd, mask=optim.weight_decay_mask if wd else None)
-  adamw = (
-      optax.inject_hyperparams(optax.adamw, static_args="mask")(
-          rate.chain(0), **decay
-      )
-      if plan.injected
-      else optax.adamw(warm_steps.schedule(lr, steps), **decay)
-  )
-  optimizer = optax.chain(optax.clip_by_global_norm(1.0), adamw)
-  if config.trainer.warm_start_float32:
+  used = min(int(np.max(np.nonzero(tokens != tok.pad_id)[1])) + 2, seq_len)
+  return tokens[:, :used], mask[:, :used], len(records)
+
+
+def _save(checkpointer: ocp.StandardCheckpointer, path: str, params: Any):
+  """Saves the base at `path`, unless a sweep's other run saved it first."""
+  try:
+    checkpointer.save(path, params)
+    checkpointer.wait_until_finished()
+  except (ValueError, FileExistsError, OSError):
+    if not os.path.isdir(path):
+      raise
+    # Another run of the same sweep saved these very settings first.
+    logging.info(
+        "A base policy for these settings appeared in %s meanwhile", path
+    )
+
+
+def warm_start(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    model: transformer.Transformer,
+    params: Any,
+    shardings: Any,
+    tok: tokenizer_lib.Tokenizer,
+) -> Any:
+  """The cached warm-started parameters, training them first if needed.
+
+  `params` are the freshly initialised, sharded starting point; the result
+  is placed in `shardings` too. Built-in sources only (`_WORKED`).
+  """
+  t = config.trainer
+  if t.warm_start_steps == 0:
+    return params
+  configs = _domain_configs(config, t.warm_start_steps)
+  path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
+  checkpointer = ocp.StandardCheckpointer()
+  phases_path = os.path.join(os.path.dirname(path), PHASES_FILE)
+  if os.path.isdir(path):
+    logging.info("Reusing the warm-started base policy in %s", path)
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        params,
+        shardings,
+    )
+    params = checkpointer.restore(path, abstract)
+    check_gate(config, workdir, model, params, tok, phases_path)
+    return params
+
+  plan = warm_steps.phases(t)
+  tokens, mask, num_problems = _examples(config, configs, tok, plan)
+  rate = warm_steps.rates(plan, t.warm_start_lr)
+  optimizer = warm_steps.optimizer(t, plan, rate)
+  if t.warm_start_float32:
     model = transformer.Transformer(
         dataclasses.replace(model.cfg, **FLOAT32_BASE)
     )
@@ -324,27 +335,18 @@ def warm_start(
   logging.info(
       "Warm start: %d supervised steps on %d built-in problems (slip probability "
       "%g per rewrite, %g per Answer line)",
-      steps,
-      len(records),
-      config.trainer.warm_start_slip_prob,
-      config.trainer.warm_start_answer_slip_prob,
+      t.warm_start_steps,
+      num_problems,
+      t.warm_start_slip_prob,
+      t.warm_start_answer_slip_prob,
   )
   params, info = warm_steps.run(
-      step, params, opt_state, tokens, mask, batch, plan, rate
+      step, params, opt_state, tokens, mask, t.warm_start_batch, plan, rate
   )
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(phases_path, "w") as f:
     json.dump(info, f)
-  try:
-    checkpointer.save(path, params)
-    checkpointer.wait_until_finished()
-  except (ValueError, FileExistsError, OSError):
-    if not os.path.isdir(path):
-      raise
-    # Another run of the same sweep saved these very settings first.
-    logging.info(
-        "A base policy for these settings appeared in %s meanwhile", path
-    )
+  _save(checkpointer, path, params)
   check_gate(config, workdir, model, params, tok, phases_path)
   return params
 

@@ -44,6 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from scalerl_jax import optim
+
 # Chain steps checked at a time, and the window the target's mean is over.
 WINDOW = 50
 # trainer.warm_start_chain_rate's choices; the first is the default.
@@ -125,6 +127,27 @@ def rates(plan: Phases, peak: float) -> Rates:
       peak, max(plan.steps - first, 1), FINAL_RATE
   )
   return Rates(chain=warmup, mixed=decay)
+
+
+def optimizer(
+    t: Any, plan: Phases, rate: Rates
+) -> optax.GradientTransformation:
+  """The warm start's AdamW (trainer config `t`) after clipping at norm 1.
+
+  With a chain loss target or a held peak (`plan.injected`) `run` sets the
+  rate per step; otherwise the planned schedule counts updates. Decay is
+  masked as the RL optimizer's (optim.weight_decay_mask); none by default.
+  """
+  wd = t.warm_start_weight_decay
+  decay = dict(weight_decay=wd, mask=optim.weight_decay_mask if wd else None)
+  adamw = (
+      optax.inject_hyperparams(optax.adamw, static_args="mask")(
+          rate.chain(0), **decay
+      )
+      if plan.injected
+      else optax.adamw(schedule(t.warm_start_lr, t.warm_start_steps), **decay)
+  )
+  return optax.chain(optax.clip_by_global_norm(1.0), adamw)
 
 
 def with_learning_rate(opt_state: Any, lr: float) -> Any:
