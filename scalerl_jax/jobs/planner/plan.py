@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import flax.linen as nn
 import jax
+from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec
 import ml_collections
 import numpy as np
@@ -126,6 +127,171 @@ def _check_divides(what: str, count: int, ways: int) -> None:
     )
 
 
+def _train_shapes(
+    config: ml_collections.ConfigDict,
+    cfg: model_config.ModelConfig,
+    mesh: AbstractMesh,
+    rules: sharding.Rules,
+) -> tuple[Any, Any, Any, Any]:
+  """Abstract params, their specs, opt state and its specs, as trained."""
+  # The parameters' shapes do not depend on the attention kernel; tracing
+  # cuDNN's or splash's here would need that hardware's libraries.
+  model = transformer.Transformer(dataclasses.replace(cfg, attention="plain"))
+  init = lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))
+  params = nn.unbox(jax.eval_shape(lambda: init()["params"]))
+  shardings = sharding.param_shardings(model, mesh, rules)
+  param_specs = jax.tree.map(lambda s: s.spec, shardings)
+  optimizer = optim.make_optimizer(config.optim)
+  opt_state = jax.eval_shape(optimizer.init, params)
+  # The trainer's layout (tests/plan_test.py checks it on real arrays).
+  opt_specs = sharding.opt_state_shardings(
+      optimizer, params, param_specs, PartitionSpec()
+  )
+  return params, param_specs, opt_state, opt_specs
+
+
+def _prepared_weights(
+    cfg: model_config.ModelConfig,
+    params: Any,
+    rules: sharding.Rules,
+    layout: str,
+) -> tuple[Any, tuple[Any, ...], dict[str, Any], dict[str, Any]]:
+  """The sampler's abstract layers, their specs, the rest and its specs."""
+  # The sampler's regrouped weights (`decode.prepare`), laid out by their names
+  # in `sampling.weight_layout`.
+  prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
+  weight_rules = sharding.sampler_rules(rules, layout)
+  specs = lambda axes, names: {
+      name: nn.logical_to_mesh_axes(axes[name], weight_rules) for name in names
+  }
+  layers = prepared["layers"]
+  head = {k: v for k, v in prepared.items() if k != "layers"}
+  layer_specs = tuple(specs(decode.PREPARED_AXES, layer) for layer in layers)
+  return layers, layer_specs, head, specs(decode.TOP_AXES, head)
+
+
+def _sampling_settings(
+    s: ml_collections.ConfigDict, cfg: model_config.ModelConfig, platform: str
+) -> SamplingSettings:
+  """`config.sampling`'s cache and decode settings as run on `platform`."""
+  return SamplingSettings(
+      max_prompt_len=s.max_prompt_len,
+      max_new_tokens=s.max_new_tokens,
+      kv_cache_dtype=s.kv_cache_dtype,
+      decode_attention=s.decode_attention,
+  ).for_platform(cfg, platform)
+
+
+def _slot_bytes(
+    cfg: model_config.ModelConfig,
+    settings: SamplingSettings,
+    mesh: AbstractMesh,
+    rules: sharding.Rules,
+    platform: str,
+    n: int,
+) -> tuple[int, int, int, int]:
+  """Bytes of `n` slots: KV cache, whole state, prefill and decode temps."""
+  state = jax.eval_shape(
+      functools.partial(slots.empty_state, cfg, settings, n, 1)
+  )
+  state_specs = jax.tree.map(
+      lambda sh: sh.spec,
+      slots.state_shardings(mesh, rules, cfg.num_layers, settings.value_layout),
+  )
+  prefill_temps, decode_temps = sampler_temps(
+      cfg,
+      mesh,
+      rules,
+      n,
+      width=settings.max_prompt_len,
+      cache_len=settings.cache_len,
+      kv_bytes=np.dtype(model_config.DTYPES[settings.kv_cache_dtype]).itemsize,
+      platform=platform,
+      decode_kernel=settings.decode_attention,
+      cache_positions=settings.cache_positions,
+  )
+  return (
+      tree_bytes(state.cache, state_specs.cache, mesh),
+      tree_bytes(state, state_specs, mesh),
+      prefill_temps,
+      decode_temps,
+  )
+
+
+def _batch_bytes(
+    rows: int, seq_len: int, mesh: AbstractMesh, rules: sharding.Rules
+) -> int:
+  """The train batch's bytes: three 4-byte [rows, seq_len] arrays, rewards."""
+  rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
+  return 3 * 4 * shard_elements((rows, seq_len), rows_spec, mesh) + rows * 4
+
+
+def _without_fsdp(spec: PartitionSpec) -> PartitionSpec:
+  """`spec` with the fsdp axis taken out of every dimension."""
+  return PartitionSpec(*(sharding.without_axes(a, ("fsdp",)) for a in spec))
+
+
+def _gathered_weights(
+    cfg: model_config.ModelConfig,
+    params: Any,
+    param_specs: Any,
+    layer: Any,
+    layer_spec: Any,
+    layout: str,
+    mesh: AbstractMesh,
+) -> tuple[Unsharded, int]:
+  """The train step's `Unsharded` weights; the bytes a decode step gathers."""
+  gathered = lambda name: 4 * shard_elements(
+      params[name].shape, _without_fsdp(param_specs[name]), mesh
+  )
+  # The LM head gathered over fsdp, in float32 (the FP32 head).
+  head = gathered("embedding" if cfg.tie_embeddings else "lm_head")
+  # An untied embedding table is gathered too, for the lookup, in float32
+  # (llama3_8b on v5p 4x4x8: 4.2 GB with its gradient that the compiler held
+  # and this count missed).
+  embedding = 0 if cfg.tie_embeddings else gathered("embedding")
+  one_layer = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype), params["layers"]
+  )
+  layer_specs_1 = jax.tree.map(
+      lambda sp: _without_fsdp(PartitionSpec(*sp[1:])), param_specs["layers"]
+  )
+  unsharded = Unsharded(
+      head=2 * head,
+      layer=2 * tree_bytes(one_layer, layer_specs_1, mesh),
+      embedding=2 * embedding,
+  )
+  # Resident weights are whole on each chip already: nothing to gather.
+  if layout == "resident":
+    return unsharded, 0
+  is_spec = lambda x: isinstance(x, PartitionSpec)
+  layer_spec = jax.tree.map(_without_fsdp, layer_spec, is_leaf=is_spec)
+  return unsharded, head + tree_bytes(layer, layer_spec, mesh)
+
+
+def _prepare_temps(
+    cfg: model_config.ModelConfig,
+    head: dict[str, Any],
+    head_specs: dict[str, Any],
+    mesh: AbstractMesh,
+) -> int:
+  """Bytes of the head a tied embedding is transposed into; 0 when untied."""
+  names = ("head", "head_lo") if cfg.tie_embeddings else ()
+  return sum(
+      tree_bytes(head[n], head_specs[n], mesh) for n in names if n in head
+  )
+
+
+def _grad_accum(
+    params: Any, param_specs: Any, mesh: AbstractMesh, microbatches: int
+) -> int:
+  """Bytes of the float32 gradient sums over microbatches; 0 without."""
+  if microbatches <= 1:
+    return 0
+  f32 = lambda x: jax.ShapeDtypeStruct(x.shape, np.float32)
+  return tree_bytes(jax.tree.map(f32, params), param_specs, mesh)
+
+
 def make_plan(
     config: ml_collections.ConfigDict, num_devices: int, platform: str = "tpu"
 ) -> Plan:
@@ -148,132 +314,24 @@ def make_plan(
   _check_divides(
       "data.prompts_per_step x data.generations_per_prompt", rows, batch_ways
   )
-
-  # The parameters' shapes do not depend on the attention kernel; tracing
-  # cuDNN's or splash's here would need that hardware's libraries.
-  model = transformer.Transformer(dataclasses.replace(cfg, attention="plain"))
-  params = nn.unbox(
-      jax.eval_shape(
-          lambda: model.init(jax.random.key(0), np.zeros((1, 1), np.int32))[
-              "params"
-          ]
-      )
+  params, param_specs, opt_state, opt_specs = _train_shapes(
+      config, cfg, mesh, rules
   )
-  param_specs = jax.tree.map(
-      lambda s: s.spec, sharding.param_shardings(model, mesh, rules)
-  )
-  optimizer = optim.make_optimizer(config.optim)
-  opt_state = jax.eval_shape(optimizer.init, params)
-  # The trainer's layout (tests/plan_test.py checks it on real arrays).
-  opt_specs = sharding.opt_state_shardings(
-      optimizer, params, param_specs, PartitionSpec()
-  )
-  # The sampler's regrouped weights (`decode.prepare`), laid out by their names
-  # in `sampling.weight_layout`.
-  prepared = jax.eval_shape(functools.partial(decode.prepare, cfg), params)
-  weight_rules = sharding.sampler_rules(rules, config.sampling.weight_layout)
-  layer_specs = tuple(
-      {
-          name: nn.logical_to_mesh_axes(
-              decode.PREPARED_AXES[name], weight_rules
-          )
-          for name in layer
-      }
-      for layer in prepared["layers"]
-  )
-
   s = config.sampling
-  settings = SamplingSettings(
-      max_prompt_len=s.max_prompt_len,
-      max_new_tokens=s.max_new_tokens,
-      kv_cache_dtype=s.kv_cache_dtype,
-      decode_attention=s.decode_attention,
-  ).for_platform(cfg, platform)
-  state = jax.eval_shape(
-      functools.partial(slots.empty_state, cfg, settings, num_slots, 1)
+  layers, layer_specs, head, head_specs = _prepared_weights(
+      cfg, params, rules, s.weight_layout
   )
-  state_specs = jax.tree.map(
-      lambda sh: sh.spec,
-      slots.state_shardings(mesh, rules, cfg.num_layers, settings.value_layout),
-  )
-  kv_cache = tree_bytes(state.cache, state_specs.cache, mesh)
-
+  settings = _sampling_settings(s, cfg, platform)
   seq_len = settings.cache_len
-  divisor = sharding.batch_divisor(mesh, rules)
-  val_slots = evaluation.num_slots(config, divisor)
-  val_state = jax.eval_shape(
-      functools.partial(slots.empty_state, cfg, settings, val_slots, 1)
+  kv_cache, slot_state, prefill_temps, decode_temps = _slot_bytes(
+      cfg, settings, mesh, rules, platform, num_slots
   )
-  kv_bytes = np.dtype(model_config.DTYPES[s.kv_cache_dtype]).itemsize
-  temps = functools.partial(
-      sampler_temps,
-      cfg,
-      mesh,
-      rules,
-      width=s.max_prompt_len,
-      cache_len=seq_len,
-      kv_bytes=kv_bytes,
-      platform=platform,
-      decode_kernel=settings.decode_attention,
-      cache_positions=settings.cache_positions,
+  val_slots = evaluation.num_slots(config, batch_ways)
+  _, val_slot_state, val_prefill_temps, val_decode_temps = _slot_bytes(
+      cfg, settings, mesh, rules, platform, val_slots
   )
-  rows_spec = PartitionSpec(nn.logical_to_mesh_axes(("act_batch",), rules)[0])
-  batch_bytes = (
-      3 * 4 * shard_elements((rows, seq_len), rows_spec, mesh) + rows * 4
-  )
-  head = {k: v for k, v in prepared.items() if k != "layers"}
-  head_specs = {
-      name: nn.logical_to_mesh_axes(decode.TOP_AXES[name], weight_rules)
-      for name in head
-  }
-  unsharded = lambda spec: PartitionSpec(
-      *(sharding.without_axes(a, ("fsdp",)) for a in spec)
-  )
-  # The LM head gathered over fsdp, in float32 (the FP32 head).
-  head_name = "embedding" if cfg.tie_embeddings else "lm_head"
-  gathered_head = 4 * shard_elements(
-      params[head_name].shape, unsharded(param_specs[head_name]), mesh
-  )
-  # An untied embedding table is gathered too, for the lookup, in float32
-  # (llama3_8b on v5p 4x4x8: 4.2 GB with its gradient that the compiler held
-  # and this count missed).
-  gathered_embedding = (
-      0
-      if cfg.tie_embeddings
-      else 4
-      * shard_elements(
-          params["embedding"].shape, unsharded(param_specs["embedding"]), mesh
-      )
-  )
-  one_layer = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape[1:], cfg.dtype), params["layers"]
-  )
-  layer_specs_1 = jax.tree.map(
-      lambda sp: unsharded(PartitionSpec(*sp[1:])), param_specs["layers"]
-  )
-  unsharded_weights = Unsharded(
-      head=2 * gathered_head,
-      layer=2 * tree_bytes(one_layer, layer_specs_1, mesh),
-      embedding=2 * gathered_embedding,
-  )
-  # Resident weights are whole on each chip already: nothing to gather.
-  decode_gathered = (
-      0
-      if config.sampling.weight_layout == "resident"
-      else gathered_head
-      + tree_bytes(
-          prepared["layers"][0],
-          jax.tree.map(
-              unsharded,
-              layer_specs[0],
-              is_leaf=lambda x: isinstance(x, PartitionSpec),
-          ),
-          mesh,
-      )
-  )
-  (prefill_temps, decode_temps), (val_prefill_temps, val_decode_temps) = (
-      temps(num_slots),
-      temps(val_slots),
+  unsharded, decode_gathered = _gathered_weights(
+      cfg, params, param_specs, layers[0], layer_specs[0], s.weight_layout, mesh
   )
   acts = functools.partial(
       activation_bytes,
@@ -285,9 +343,7 @@ def make_plan(
       chunk=config.trainer.logprob_chunk,
   )
   microbatches = config.trainer.microbatches
-  accum = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, np.float32), params
-  )
+  micro_rows = rows // microbatches
   return Plan(
       mesh_shape=dict(mesh.shape),
       num_slots=num_slots,
@@ -298,16 +354,12 @@ def make_plan(
       opt_state=tree_bytes(opt_state, opt_specs, mesh),
       grads=tree_bytes(params, param_specs, mesh),
       kv_cache=kv_cache,
-      grad_accum=tree_bytes(accum, param_specs, mesh)
-      if microbatches > 1
-      else 0,
-      slot_records=tree_bytes(state, state_specs, mesh) - kv_cache,
-      decode_weights=tree_bytes(prepared["layers"], layer_specs, mesh),
-      activations_remat=acts(
-          rows=rows // microbatches, remat=True, weights=unsharded_weights
-      ),
+      grad_accum=_grad_accum(params, param_specs, mesh, microbatches),
+      slot_records=slot_state - kv_cache,
+      decode_weights=tree_bytes(layers, layer_specs, mesh),
+      activations_remat=acts(rows=micro_rows, remat=True, weights=unsharded),
       activations_no_remat=acts(
-          rows=rows // microbatches, remat=False, weights=unsharded_weights
+          rows=micro_rows, remat=False, weights=unsharded
       ),
       activations_per_row=acts(rows=batch_ways, remat=cfg.remat),
       rows_per_device=-(-rows // microbatches // batch_ways),
@@ -315,22 +367,14 @@ def make_plan(
           cfg, [s.max_prompt_len] * rows, [s.max_new_tokens] * rows
       ),
       train_flops=compute.train_flops(cfg, [seq_len] * rows),
-      batch=batch_bytes,
-      unsharded=unsharded_weights,
+      batch=_batch_bytes(rows, seq_len, mesh, rules),
+      unsharded=unsharded,
       decode_gathered=decode_gathered,
       prepared_rest=tree_bytes(head, head_specs, mesh),
-      prepare_temps=(
-          sum(
-              tree_bytes(head[name], head_specs[name], mesh)
-              for name in ("head", "head_lo")
-              if name in head
-          )
-          if cfg.tie_embeddings
-          else 0
-      ),
+      prepare_temps=_prepare_temps(cfg, head, head_specs, mesh),
       prefill_temps=prefill_temps,
       decode_temps=decode_temps,
-      val_slot_state=tree_bytes(val_state, state_specs, mesh),
+      val_slot_state=val_slot_state,
       val_prefill_temps=val_prefill_temps,
       val_decode_temps=val_decode_temps,
   )
