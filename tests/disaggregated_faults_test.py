@@ -94,6 +94,19 @@ def _resumed_from(log_path):
   return int(_RESUMED.search(_read(log_path)).group(1))
 
 
+def _stalled_life(mode, workdir, fault, log_path, status, message):
+  """Runs a life whose `fault` stalls a role until the process ends with
+  `status`; returns its `message` match, which must name a wait at least
+  the stall timeout long."""
+  lives.finish(
+      _life(mode, workdir, fault), log_path, _TWO_DEVICES, status=status
+  )
+  stalled = message.search(_read(log_path))
+  assert stalled, lives.tail(log_path)
+  assert float(stalled["age"]) >= role_faults.STALL_TIMEOUT_S
+  return stalled
+
+
 def test_killed_while_the_weights_move_resumes_bit_identically(tmp_path):
   reference = helpers.copy_rl_base(str(tmp_path / "reference"))
   killed = helpers.copy_rl_base(str(tmp_path / "killed"))
@@ -131,20 +144,18 @@ def test_a_stalled_role_in_the_fixed_mode_ends_the_process_naming_it(
 ):
   workdir = helpers.copy_rl_base(str(tmp_path / "run"))
   log = lambda name: str(tmp_path / f"{name}.log")
-  timeout = role_faults.STALL_TIMEOUT_S
 
   # Step 1's train step is dispatched, and step 2's first call decoding
   # ahead under version 1's weights never returns.
-  lives.finish(
-      _life("fixed", workdir, "generator_stalls"),
+  stalled = _stalled_life(
+      "fixed",
+      workdir,
+      "generator_stalls",
       log("generator_stalls"),
-      _TWO_DEVICES,
-      status=peers.LOST_PEER_EXIT,
+      peers.LOST_PEER_EXIT,
+      _FIXED_STALLED,
   )
-  stalled = _FIXED_STALLED.search(_read(log("generator_stalls")))
-  assert stalled, lives.tail(log("generator_stalls"))
   assert stalled["role"] == "generator"
-  assert float(stalled["age"]) >= timeout
   assert re.fullmatch(
       r"decoding its call of \d+ steps for step 2 with weights of version 1",
       stalled["doing"],
@@ -154,17 +165,16 @@ def test_a_stalled_role_in_the_fixed_mode_ends_the_process_naming_it(
 
   # Resumed there: its 2nd batch (step 2's) goes into a train step that
   # never returns.
-  lives.finish(
-      _life("fixed", workdir, "trainer_stalls"),
+  stalled = _stalled_life(
+      "fixed",
+      workdir,
+      "trainer_stalls",
       log("trainer_stalls"),
-      _TWO_DEVICES,
-      status=peers.LOST_PEER_EXIT,
+      peers.LOST_PEER_EXIT,
+      _FIXED_STALLED,
   )
   assert _resumed_from(log("trainer_stalls")) == 1
-  stalled = _FIXED_STALLED.search(_read(log("trainer_stalls")))
-  assert stalled, lives.tail(log("trainer_stalls"))
   assert stalled["role"] == "trainer"
-  assert float(stalled["age"]) >= timeout
   assert stalled["doing"] == "computing step 2"
   assert int(stalled["step"]) == 2
 
@@ -172,36 +182,33 @@ def test_a_stalled_role_in_the_fixed_mode_ends_the_process_naming_it(
 def test_a_stalled_role_stops_the_run_naming_it_then_it_resumes(tmp_path):
   workdir = helpers.copy_rl_base(str(tmp_path / "run"))
   log = lambda name: str(tmp_path / f"{name}.log")
-  timeout = role_faults.STALL_TIMEOUT_S
 
   # The generator's decode call never returns: the trainer, waiting on it,
   # stops the run; the stalled thread is left to end with the process.
-  lives.finish(
-      _life("free", workdir, "generator_stalls"),
+  stalled = _stalled_life(
+      "free",
+      workdir,
+      "generator_stalls",
       log("generator_stalls"),
-      _TWO_DEVICES,
-      status=1,
+      1,
+      _GENERATOR_STALLED,
   )
   text = _read(log("generator_stalls"))
-  stalled = _GENERATOR_STALLED.search(text)
-  assert stalled, lives.tail(log("generator_stalls"))
-  assert float(stalled["age"]) >= timeout
   assert stalled["doing"].startswith("decoding its call of 4 steps"), text
   assert 'threads left: ["free-generator"]' in text
   checkpoint = int(stalled["step"])
 
   # The trainer's train step never returns: the generator, held back by k,
   # ends the process with status 75.
-  lives.finish(
-      _life("free", workdir, "trainer_stalls"),
+  stalled = _stalled_life(
+      "free",
+      workdir,
+      "trainer_stalls",
       log("trainer_stalls"),
-      _TWO_DEVICES,
-      status=peers.LOST_PEER_EXIT,
+      peers.LOST_PEER_EXIT,
+      _TRAINER_STALLED,
   )
   assert _resumed_from(log("trainer_stalls")) == checkpoint
-  stalled = _TRAINER_STALLED.search(_read(log("trainer_stalls")))
-  assert stalled, lives.tail(log("trainer_stalls"))
-  assert float(stalled["age"]) >= timeout
   # The 2nd batch of the life, taken after checkpointing the step before.
   assert int(stalled["taken"]) == checkpoint + 1 == int(stalled["step"])
   checkpoint = int(stalled["step"])
