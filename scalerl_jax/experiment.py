@@ -59,6 +59,93 @@ def read_model_config(
   return cfg
 
 
+def _validate_and_join(config: ml_collections.ConfigDict) -> None:
+  """Validates `config`, joins the multi-host runtime, validates it again."""
+  config_lib.validate(config)
+  runtime.maybe_initialize_distributed(config.mesh)
+  config_lib.validate(config, num_devices=jax.device_count())
+
+
+def _meshes(
+    config: ml_collections.ConfigDict,
+) -> tuple[jax.sharding.Mesh, jax.sharding.Mesh]:
+  """(trainer's mesh, generator's mesh); one mesh when colocated."""
+  trainer_devices, generator_devices = sharding.role_devices(config.mesh)
+  mesh = sharding.make_mesh(config.mesh, trainer_devices)
+  generator_mesh = (
+      sharding.make_mesh(config.mesh, generator_devices)
+      if generator_devices is not trainer_devices
+      else mesh
+  )
+  return mesh, generator_mesh
+
+
+def _checked_model_config(
+    config: ml_collections.ConfigDict,
+) -> model_config.ModelConfig:
+  """`read_model_config`, validating again what `model.hf_path` wrote."""
+  model_cfg = read_model_config(config)
+  if config.model.hf_path:
+    config_lib.validate(config, num_devices=jax.device_count())
+  return model_cfg
+
+
+def _policy(config, workdir, model_cfg, mesh, rules, tok, base_params):
+  """(model, its parameters' shardings, its base parameters) on `mesh`."""
+  model = transformer.Transformer(model_cfg)
+  shardings = sharding.param_shardings(model, mesh, rules)
+  if config.model.hf_path and base_params:
+    _, params = hf_io.load_checkpoint(
+        config.model.hf_path, shardings=shardings, cfg=model_cfg
+    )
+  else:
+    params, _ = sharding.init_model_params(
+        model, jax.random.key(warm_start.base_seed(config)), mesh, rules
+    )
+    if base_params:
+      params = warm_start.warm_start(
+          config, workdir, model, params, shardings, tok
+      )
+  return model, shardings, params
+
+
+def _transfer_cast(config, model_cfg, shardings) -> Any:
+  """The jitted cast mesh.transfer_dtype='bfloat16' sends; else None."""
+  transfer_cast = None
+  if config.mesh.get("transfer_dtype", "float32") == "bfloat16":
+    transfer_cast = jax.jit(
+        functools.partial(decode.cast_for_prepare, model_cfg),
+        out_shardings=shardings,
+    )
+  return transfer_cast
+
+
+def _sampler(config, generator_mesh, rules, tok) -> Sampler:
+  """The sampler of `config` on the generator's mesh, with `tok`'s ids."""
+  phrase = tok.encode(config.sampling.interruption.phrase)
+  return Sampler.from_config(
+      config,
+      generator_mesh,
+      rules,
+      eos_ids=tok.stop_ids,
+      pad_id=tok.pad_id,
+      think_close_id=tok.end_think_id,
+      phrase_ids=phrase,
+  )
+
+
+def _log_policy(config, model_cfg, mesh, generator_mesh) -> None:
+  """Logs the policy's family and size, and both roles' meshes."""
+  logging.info(
+      "Policy: %s, %.2fM parameters; mesh %s; generator's mesh %s (%s)",
+      model_cfg.family,
+      model_cfg.num_params() / 1e6,
+      dict(mesh.shape),
+      dict(generator_mesh.shape),
+      sharding.layout_of(config.mesh),
+  )
+
+
 @dataclasses.dataclass
 class Experiment:
   """Everything built from one config."""
@@ -176,61 +263,19 @@ class Experiment:
     (parameters restored from a checkpoint anyway) returns freshly
     initialised params instead of importing or warm-starting them.
     """
-    config_lib.validate(config)
-    runtime.maybe_initialize_distributed(config.mesh)
-    config_lib.validate(config, num_devices=jax.device_count())
+    _validate_and_join(config)
     os.makedirs(workdir, exist_ok=True)
-    trainer_devices, generator_devices = sharding.role_devices(config.mesh)
-    mesh = sharding.make_mesh(config.mesh, trainer_devices)
-    generator_mesh = (
-        sharding.make_mesh(config.mesh, generator_devices)
-        if generator_devices is not trainer_devices
-        else mesh
-    )
+    mesh, generator_mesh = _meshes(config)
     rules = sharding.logical_rules(config.mesh)
-    model_cfg = read_model_config(config)
-    if config.model.hf_path:
-      config_lib.validate(config, num_devices=jax.device_count())
+    model_cfg = _checked_model_config(config)
     # Checks model.vocab_size too.
     tok = tokenizer_lib.get_tokenizer(config, workdir)
-    model = transformer.Transformer(model_cfg)
-    shardings = sharding.param_shardings(model, mesh, rules)
-    if config.model.hf_path and base_params:
-      _, params = hf_io.load_checkpoint(
-          config.model.hf_path, shardings=shardings, cfg=model_cfg
-      )
-    else:
-      params, _ = sharding.init_model_params(
-          model, jax.random.key(warm_start.base_seed(config)), mesh, rules
-      )
-      if base_params:
-        params = warm_start.warm_start(
-            config, workdir, model, params, shardings, tok
-        )
-    transfer_cast = None
-    if config.mesh.get("transfer_dtype", "float32") == "bfloat16":
-      transfer_cast = jax.jit(
-          functools.partial(decode.cast_for_prepare, model_cfg),
-          out_shardings=shardings,
-      )
-    phrase = tok.encode(config.sampling.interruption.phrase)
-    sampler = Sampler.from_config(
-        config,
-        generator_mesh,
-        rules,
-        eos_ids=tok.stop_ids,
-        pad_id=tok.pad_id,
-        think_close_id=tok.end_think_id,
-        phrase_ids=phrase,
+    model, shardings, params = _policy(
+        config, workdir, model_cfg, mesh, rules, tok, base_params
     )
-    logging.info(
-        "Policy: %s, %.2fM parameters; mesh %s; generator's mesh %s (%s)",
-        model_cfg.family,
-        model_cfg.num_params() / 1e6,
-        dict(mesh.shape),
-        dict(generator_mesh.shape),
-        sharding.layout_of(config.mesh),
-    )
+    transfer_cast = _transfer_cast(config, model_cfg, shardings)
+    sampler = _sampler(config, generator_mesh, rules, tok)
+    _log_policy(config, model_cfg, mesh, generator_mesh)
     return cls(
         config,
         workdir,

@@ -146,13 +146,17 @@ def _check_sync(config, disaggregated):
     )
 
 
-def check_relations(config, num_devices):
-  """Raises ConfigError naming the first field inconsistent with another."""
+def _check_kv_heads(config):
+  """Raises unless model.num_kv_heads divides model.num_heads."""
   m = config.model
   if m.num_heads % m.num_kv_heads:
     raise ConfigError(
         f"model.num_kv_heads: {m.num_kv_heads} does not divide model.num_heads={m.num_heads}"
     )
+
+
+def _check_mesh_axes(config):
+  """Raises unless mesh.shape and mesh.logical_axis_rules fit mesh.axes."""
   if len(config.mesh.axes) != len(config.mesh.shape):
     raise ConfigError(
         f"mesh.shape: {tuple(config.mesh.shape)} has {len(config.mesh.shape)} sizes for "
@@ -165,16 +169,21 @@ def check_relations(config, num_devices):
             f"mesh.logical_axis_rules: rule for {name!r} names mesh axis {axis!r}, "
             f"not one of mesh.axes {tuple(config.mesh.axes)}"
         )
-  trainer_devices, generator_devices = _check_layout(config, num_devices)
-  # Each role's mesh lays mesh.shape over its own devices.
-  for devices in dict.fromkeys((trainer_devices, generator_devices)):
-    _check_mesh(config, devices)
+
+
+def _check_attention(config):
+  """Raises where model.attention asks for a compute dtype it lacks."""
+  m = config.model
   if m.attention == "cudnn" and m.compute_dtype != "bfloat16":
     raise ConfigError(
         f"model.attention: 'cudnn' needs model.compute_dtype='bfloat16' (cuDNN's flash "
         f"attention takes 16-bit inputs), not {m.compute_dtype!r}"
     )
-  s = config.sampling
+
+
+def _check_sequence_lengths(config):
+  """Raises where a prompt and its completion exceed model.max_seq_len."""
+  m, s = config.model, config.sampling
   if s.max_prompt_len + s.max_new_tokens > m.max_seq_len:
     raise ConfigError(
         f"sampling.max_new_tokens: max_prompt_len {s.max_prompt_len} + max_new_tokens "
@@ -186,6 +195,10 @@ def check_relations(config, num_devices):
         f"trainer.warm_start_max_new_tokens: max_prompt_len {s.max_prompt_len} + "
         f"{warm_new} exceeds model.max_seq_len {m.max_seq_len}"
     )
+
+
+def _check_parity_only(config):
+  """Raises where a parity-only trainer field is set for another source."""
   # Fields that only the parity task's chains give a meaning to.
   for field, what in (
       ("warm_start_skip_prob", "chains skip digits"),
@@ -198,6 +211,10 @@ def check_relations(config, num_devices):
           f"(data.source={parity_task.SOURCE!r}), not "
           f"data.source={config.data.source!r}"
       )
+
+
+def _check_chain_phase(config):
+  """Raises where the warm start's chain phase fields contradict each other."""
   first = config.trainer.warm_start_chain_first_steps
   if first > config.trainer.warm_start_steps:
     raise ConfigError(
@@ -228,6 +245,11 @@ def check_relations(config, num_devices):
         f"trainer.warm_start_chain_first_steps {first}; the chain phase runs "
         "its planned steps at least"
     )
+
+
+def _check_interruption(config):
+  """Raises where enabled thinking budgets are out of order or too long."""
+  s = config.sampling
   it = s.interruption
   if it.enabled:
     if it.thinking_budget_min > it.thinking_budget_max:
@@ -240,7 +262,10 @@ def check_relations(config, num_devices):
           f"sampling.interruption.thinking_budget_max: {it.thinking_budget_max} exceeds "
           f"sampling.max_new_tokens {s.max_new_tokens}"
       )
-  _check_microbatches(config, trainer_devices)
+
+
+def _check_optim_and_rewards(config):
+  """Raises on a cosine schedule without decay steps, or rewards misordered."""
   if config.optim.schedule == "cosine" and config.optim.decay_steps <= 0:
     raise ConfigError(
         "optim.decay_steps: cosine schedule needs decay_steps > 0"
@@ -250,6 +275,10 @@ def check_relations(config, num_devices):
         f"rl.reward_correct: {config.rl.reward_correct} must exceed "
         f"rl.reward_incorrect {config.rl.reward_incorrect}"
     )
+
+
+def _check_data(config):
+  """Raises where data.source lacks a field it needs, or jsonl fields clash."""
   d = config.data
   required = {
       "reasoning_gym": ("reasoning_gym_name",),
@@ -266,3 +295,21 @@ def check_relations(config, num_devices):
         f"data.jsonl_answer_field: {d.jsonl_answer_field!r} is also "
         "data.jsonl_prompt_field"
     )
+
+
+def check_relations(config, num_devices):
+  """Raises ConfigError naming the first field inconsistent with another."""
+  _check_kv_heads(config)
+  _check_mesh_axes(config)
+  trainer_devices, generator_devices = _check_layout(config, num_devices)
+  # Each role's mesh lays mesh.shape over its own devices.
+  for devices in dict.fromkeys((trainer_devices, generator_devices)):
+    _check_mesh(config, devices)
+  _check_attention(config)
+  _check_sequence_lengths(config)
+  _check_parity_only(config)
+  _check_chain_phase(config)
+  _check_interruption(config)
+  _check_microbatches(config, trainer_devices)
+  _check_optim_and_rewards(config)
+  _check_data(config)

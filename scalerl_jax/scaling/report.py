@@ -206,23 +206,15 @@ def _holdout(
   return lines
 
 
-def format_report(
+def _settings(
     groups: Sequence[curves.GroupFit],
-    *,
     x_key: str,
     y_key: str,
     skip_fraction: float,
     fit_fraction: float,
-    num_bootstrap: int = 0,
-    noise: Optional[Mapping[str, np.ndarray]] = None,
-) -> str:
-  """The report of the module docstring, ending in a newline.
-
-  `noise` maps a run's name to the sampling standard error of its score at
-  each evaluation (`y_key` + STDERR_SUFFIX): the hidden-half check's noise,
-  divided by sqrt(n) for a mean of n seeds, or the fit's RMSE where none was
-  logged. `num_bootstrap` (0: none) is reported as the source of the ±.
-  """
+    num_bootstrap: int,
+) -> list[str]:
+  """The report's first lines: its axes and what was skipped, fitted and ±."""
   extrap = fit_fraction < 1
   no_step_0 = any(not (c.steps == 0).any() for _, _, c, _ in _rows(groups) if c)
   out = [
@@ -249,6 +241,11 @@ def format_report(
       )
       + "; over seeds, std of the per-seed fits"
   )
+  return out
+
+
+def _fit_header(x_key: str, extrap: bool) -> list[str]:
+  """The fit table's column names; `extrap` adds the extrapolation's."""
   header = [
       "curve",
       "points",
@@ -261,12 +258,19 @@ def format_report(
   ]
   if extrap:
     header += ["final pred", "final meas", "final err", "mean |err|"]
+  return header
+
+
+def _curve_lines(
+    groups: Sequence[curves.GroupFit], extrap: bool, width: int
+) -> tuple[list[list[str]], list[str], list[str]]:
+  """(fit table rows, points used, notes) of every curve of `groups`."""
   rows, points, notes = [], [], []
   for label, name, curve, g in _rows(groups):
     if curve is None:
-      rows.append(_spread_row(label, g, len(header)))
+      rows.append(_spread_row(label, g, width))
       continue
-    rows.append(_fit_row(label, curve, extrap, len(header)))
+    rows.append(_fit_row(label, curve, extrap, width))
     points.append(_points(name, curve))
     if curve.fit is None:
       notes.append(f"{name}: not fitted: {curve.error}")
@@ -279,17 +283,50 @@ def format_report(
             f"{run.name}: {len(run.problems)} unusable line(s) in {workdir_lib.METRICS_FILE}, "
             f"first: {run.problems[0]}"
         )
+  return rows, points, notes
+
+
+def _mean_curves(groups: Sequence[curves.GroupFit], y_key: str) -> list[str]:
+  """The seed groups' mean curves, headed; none without a seed group."""
+  means = [g for g in groups if g.mean is not None]
+  if not means:
+    return []
+  out = ["", f"mean curves over seeds ({y_key} per step):"]
+  for g in means:
+    out += _mean_curve(g)
+  return out
+
+
+def format_report(
+    groups: Sequence[curves.GroupFit],
+    *,
+    x_key: str,
+    y_key: str,
+    skip_fraction: float,
+    fit_fraction: float,
+    num_bootstrap: int = 0,
+    noise: Optional[Mapping[str, np.ndarray]] = None,
+) -> str:
+  """The report of the module docstring, ending in a newline.
+
+  `noise` maps a run's name to the sampling standard error of its score at
+  each evaluation (`y_key` + STDERR_SUFFIX): the hidden-half check's noise,
+  divided by sqrt(n) for a mean of n seeds, or the fit's RMSE where none was
+  logged. `num_bootstrap` (0: none) is reported as the source of the ±.
+  """
+  extrap = fit_fraction < 1
+  out = _settings(
+      groups, x_key, y_key, skip_fraction, fit_fraction, num_bootstrap
+  )
+  header = _fit_header(x_key, extrap)
+  rows, points, notes = _curve_lines(groups, extrap, len(header))
   out += (
       [""]
       + _table(header, rows)
       + ["", "points used (steps, and x in " + x_key + "):"]
   )
   out += points
-  means = [g for g in groups if g.mean is not None]
-  if means:
-    out += ["", f"mean curves over seeds ({y_key} per step):"]
-    for g in means:
-      out += _mean_curve(g)
+  out += _mean_curves(groups, y_key)
   if extrap:
     out += [
         "",

@@ -59,6 +59,75 @@ class Extrapolation:
     return self.final_prediction - self.final_score
 
 
+def _free_columns(fit: sigmoid.SigmoidFit, fix_a: bool) -> list[int]:
+  """The columns of the parameters [A, log C_mid, log B, R_0] refitted."""
+  return (
+      ([] if fix_a else [0])
+      + [1, 2]
+      + ([3] if fit.r0_source == "fitted" else [])
+  )
+
+
+def _resample_weights(size: int, num_samples: int, seed: int) -> np.ndarray:
+  """[R, J] counts of each of `size` points in each resample, from `seed`."""
+  rng = np.random.default_rng(seed)
+  return rng.multinomial(
+      size, np.full(size, 1.0 / size), size=num_samples
+  ).astype(float)
+
+
+def _model(p: np.ndarray, lx: np.ndarray):
+  """(scores [R, J], sigmoid of z, z) of parameters `p` [R, 4] at log x."""
+  z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [R, J]
+  s = special.expit(z)
+  return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
+
+
+def _sse(p: np.ndarray, lx: np.ndarray, y: np.ndarray, w: np.ndarray):
+  """[R] weighted squared error of each resample's parameters `p`."""
+  return (w * (y - _model(p, lx)[0]) ** 2).sum(1)
+
+
+def _refit(p, lx, y, w, free, lo, hi) -> np.ndarray:
+  """`p` [R, 4], refitted in place by Levenberg-Marquardt on columns `free`."""
+  current, lam = _sse(p, lx, y, w), np.full(p.shape[0], 1e-3)
+  for _ in range(_LM_STEPS):
+    f, s, z = _model(p, lx)
+    gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
+    jac = np.stack(
+        [s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1
+    )[..., free]
+    hess = np.einsum("rju,rj,rjv->ruv", jac, w, jac)  # [R, U, U]
+    grad = np.einsum("rju,rj->ru", jac, w * (y - f))
+    diag = np.einsum("ruu->ru", hess) + 1e-12
+    step = np.linalg.solve(
+        hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
+        grad[..., None],
+    )[..., 0]
+    trial = p.copy()
+    trial[:, free] = np.clip(p[:, free] + step, lo, hi)
+    new = _sse(trial, lx, y, w)
+    better = new < current
+    p[better], current[better] = trial[better], new[better]
+    lam = np.where(better, lam / 3, lam * 4)
+  return p
+
+
+def _spread(p: np.ndarray, num_samples: int) -> Uncertainty:
+  """The Uncertainty of the refitted parameters `p` [R, 4]."""
+  a_s, c_s, b_s = p[:, 0], np.exp(p[:, 1]), np.exp(p[:, 2])
+  return Uncertainty(
+      a_std=float(a_s.std()),
+      b_std=float(b_s.std()),
+      c_mid_std=float(c_s.std()),
+      a_interval=(
+          float(np.percentile(a_s, 2.5)),
+          float(np.percentile(a_s, 97.5)),
+      ),
+      num_samples=num_samples,
+  )
+
+
 def bootstrap(
     compute: Sequence[float],
     score: Sequence[float],
@@ -85,61 +154,14 @@ def bootstrap(
   x, y = c[used], r[used]
   a, cg, b = sigmoid.grids([x], a_grid, c_mid_grid, b_grid)
   # Columns of p [R, 4]: A, log C_mid, log B, R_0; the free ones are refitted.
-  free = (
-      ([] if fix_a else [0])
-      + [1, 2]
-      + ([3] if fit.r0_source == "fitted" else [])
-  )
+  free = _free_columns(fit, fix_a)
   lo = np.array([a[0], math.log(cg[0]), math.log(b[0]), 0.0])[free]
   hi = np.array([a[-1], math.log(cg[-1]), math.log(b[-1]), 1.0])[free]
-  rng = np.random.default_rng(seed)
-  w = rng.multinomial(
-      x.size, np.full(x.size, 1.0 / x.size), size=num_samples
-  ).astype(float)
+  w = _resample_weights(x.size, num_samples, seed)
   p = np.tile(
       [fit.a, math.log(fit.c_mid), math.log(fit.b), fit.r0], (num_samples, 1)
   )
-  lx = np.log(x)
-
-  def model(p):
-    z = np.exp(p[:, 2:3]) * (lx - p[:, 1:2])  # [R, J]
-    s = special.expit(z)
-    return p[:, 3:4] + (p[:, :1] - p[:, 3:4]) * s, s, z
-
-  def sse(p):
-    return (w * (y - model(p)[0]) ** 2).sum(1)
-
-  current, lam = sse(p), np.full(num_samples, 1e-3)
-  for _ in range(_LM_STEPS):
-    f, s, z = model(p)
-    gain, ds = p[:, :1] - p[:, 3:4], s * (1 - s)
-    jac = np.stack(
-        [s, -gain * ds * np.exp(p[:, 2:3]), gain * ds * z, 1 - s], -1
-    )[..., free]
-    hess = np.einsum("rju,rj,rjv->ruv", jac, w, jac)  # [R, U, U]
-    grad = np.einsum("rju,rj->ru", jac, w * (y - f))
-    diag = np.einsum("ruu->ru", hess) + 1e-12
-    step = np.linalg.solve(
-        hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
-        grad[..., None],
-    )[..., 0]
-    trial = p.copy()
-    trial[:, free] = np.clip(p[:, free] + step, lo, hi)
-    new = sse(trial)
-    better = new < current
-    p[better], current[better] = trial[better], new[better]
-    lam = np.where(better, lam / 3, lam * 4)
-  a_s, c_s, b_s = p[:, 0], np.exp(p[:, 1]), np.exp(p[:, 2])
-  return Uncertainty(
-      a_std=float(a_s.std()),
-      b_std=float(b_s.std()),
-      c_mid_std=float(c_s.std()),
-      a_interval=(
-          float(np.percentile(a_s, 2.5)),
-          float(np.percentile(a_s, 97.5)),
-      ),
-      num_samples=num_samples,
-  )
+  return _spread(_refit(p, np.log(x), y, w, free, lo, hi), num_samples)
 
 
 def spread_warnings(
