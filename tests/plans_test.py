@@ -4,8 +4,10 @@ docstring says its runs do, checked on the configs its sweep builds."""
 import pytest
 
 from configs import scalerl
+from configs import warm_start_reliability_v3
 from configs.plans import parity_v1
 from configs.plans import parity_v2
+from configs.plans import parity_v3
 from scalerl_jax import evaluation
 from scalerl_jax import warm_start
 from scalerl_jax.jobs import sweep as sweep_lib
@@ -104,3 +106,54 @@ def test_a_plan_takes_only_its_registered_bases():
   with pytest.raises(ValueError, match=r"base 7 is not registered: \(101"):
     parity_v2.get_config("base=7")
   assert parity_v2.get_config("base=110").trainer.warm_start_seed == 110
+
+
+def test_v3_bases_are_the_third_mends_on_seeds_never_tried():
+  for base in parity_v3.BASES + parity_v3.SPARE_BASES[:1]:
+    c = parity_v3.get_config(f"base={base}")
+    assert warm_start.fingerprint(c, 512) == warm_start.fingerprint(
+        warm_start_reliability_v3.get_config(str(base)), 512
+    )
+  tried = set(warm_start_reliability_v3.SEEDS) | set(
+      parity_v2.BASES + parity_v2.SPARE_BASES
+  )
+  assert not tried & set(parity_v3.BASES + parity_v3.SPARE_BASES)
+
+
+def test_v3_is_parity_v1s_recipe_but_for_the_warm_start_and_the_pool():
+  v1 = sweep_lib.workdir_lib.config_leaves(parity_v1.get_config("base=101"))
+  v3 = sweep_lib.workdir_lib.config_leaves(parity_v3.get_config("base=301"))
+  changed = {k for k in v1.keys() | v3.keys() if v1.get(k) != v3.get(k)}
+  assert changed == {
+      "trainer.warm_start_seed",
+      "data.builtin_val_seed",
+      "data.builtin_num_train",
+      "trainer.warm_start_chain_loss_target",
+      "trainer.warm_start_chain_max_steps",
+      "trainer.warm_start_weight_decay",
+  }
+  c = parity_v3.get_config("base=301")
+  # Twice the prompts the run draws (16 a step for 150 steps).
+  assert c.data.builtin_num_train == 4_800
+  assert (c.trainer.warm_start_seed, c.data.builtin_val_seed) == (301, 301)
+  assert c.trainer.num_steps == parity_v1.STEPS
+
+
+def test_v3_points_differ_only_in_the_loss_and_power_is_registered():
+  v3 = _configs(parity_v3, parity_v3.BASES[0])
+  base = sweep_lib.workdir_lib.config_leaves(v3["scalerl"])
+  changed = {
+      name: {
+          k
+          for k, v in sweep_lib.workdir_lib.config_leaves(c).items()
+          if base.get(k) != v
+      }
+      for name, c in v3.items()
+  }
+  assert changed == {
+      "scalerl": set(),
+      "dapo": {"rl.loss"},
+      "gspo": {"rl.loss", "rl.gspo_eps_low", "rl.gspo_eps_high"},
+  }
+  assert set(parity_v3.NEEDED) == {"loss", "gspo"}
+  assert max(parity_v3.NEEDED.values()) <= parity_v3.REGISTERED_REPLICATES
