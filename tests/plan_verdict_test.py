@@ -133,6 +133,16 @@ def test_the_early_call_and_its_distance_from_the_final_fit(found):
   plan, runs, gates = found
   text = plan_verdict.scorecard(plan, runs, gates, {"higher_a": "agrees"})
   assert "| higher_a |" in text
+  # The early call agrees too (fits of the first third pin, above), and the
+  # final verdict decided the one claim.
+  assert (
+      "right on 1 of 1 claims, on 1 of the 1 the final verdict decided" in text
+  )
+  # Against an inconclusive final verdict the claim counts as undecided.
+  text = plan_verdict.scorecard(plan, runs, gates, {"higher_a": "inconclusive"})
+  assert (
+      "right on 0 of 1 claims, on 0 of the 0 the final verdict decided" in text
+  )
   gaps = [
       abs(f.early.fit.a - f.final.fit.a)
       for f in runs.values()

@@ -253,14 +253,19 @@ def scorecard(plan, found, gates, final_verdicts) -> str:
       "of compute) | final verdict | same |",
       "|---|---|---|---|",
   ]
-  same = 0
+  same = decided = same_decided = 0
   for c in plan.claims:
     e, f = early[c.name][0], final_verdicts[c.name]
     same += e == f
+    # Inconclusive at both ends is a match that calls nothing.
+    if not f.startswith("inconclusive"):
+      decided += 1
+      same_decided += e == f
     lines.append(f"| {c.name} | {e} | {f} | {'yes' if e == f else 'no'} |")
   lines.append("")
   lines.append(
-      f"Early call right on {same} of {len(plan.claims)} claims. |A_early - "
+      f"Early call right on {same} of {len(plan.claims)} claims, on "
+      f"{same_decided} of the {decided} the final verdict decided. |A_early - "
       f"A_final| over {len(gaps)} runs: median "
       f"{_fmt(float(np.median(gaps)) if gaps else None)}, max "
       f"{_fmt(max(gaps) if gaps else None)}."
