@@ -24,7 +24,7 @@ J = Q + 2 (the q, k and v of one kv head), F = K x J x E.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
@@ -208,6 +208,18 @@ def _layer(
   return layer
 
 
+class _Call(NamedTuple):
+  """What every layer of one `forward` call shares (`forward`'s arguments)."""
+
+  pos_BxT: jax.Array
+  inv_freq: jax.Array  # `rope_frequencies`.
+  visible_BxTxS: jax.Array  # The cache positions each token attends to.
+  value_layout: str
+  decode_kernel: str
+  prefill_kernel: str  # Over a fresh cache; "plain": none.
+  keep_B: Optional[jax.Array]
+
+
 def forward(
     cfg: ModelConfig,
     prepared: dict[str, Any],
@@ -233,103 +245,153 @@ def forward(
   are). Cache entries after a row's tokens are never read. Returns logits
   [B, T, V] (float32 when `fp32_lm_head`) and the new cache.
   """
-  dtype = cfg.dtype
-  h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  g = h // k
-  b, t = tokens_BxT.shape
-  s = kv_cache.cache_length(cache)
-  inv_freq = rope_frequencies(cfg)
-  visible_BxTxS = jnp.arange(s)[None, None, :] <= pos_BxT[:, :, None]
+  dtype, h, e = cfg.dtype, cfg.num_heads, cfg.head_dim
+  (b, t), s = tokens_BxT.shape, kv_cache.cache_length(cache)
   # A prefill of a fresh cache (T consecutive positions below S = T are
   # 0..T-1) attends over its own tokens with the configured kernel; plain
-  # stays on the cache path below, the same math.
+  # stays on the cache path (`_attend`), the same math.
   prefill_kernel = (
       attention_lib.resolve(cfg.attention, t, dtype) if t == s > 1 else "plain"
+  )
+  call = _Call(
+      pos_BxT,
+      rope_frequencies(cfg),
+      jnp.arange(s)[None, None, :] <= pos_BxT[:, :, None],
+      value_layout,
+      decode_kernel,
+      prefill_kernel,
+      keep_B,
   )
   x_BxTxD = jnp.take(prepared["embedding"], tokens_BxT, axis=0).astype(dtype)
   keys, values = [], []
   for layer, key_cache, value_cache in zip(
       prepared["layers"], cache["k"], cache["v"]
   ):
-    normed = rms_norm(x_BxTxD, layer["attn_norm"], cfg.norm_eps, dtype)
-    qkv_BxTxF = jnp.dot(normed, layer["qkv"])
-    if cfg.qkv_bias:
-      qkv_BxTxF = qkv_BxTxF + layer["qkv_bias"][None, None]
-    qkv_BxTxKxJxE = qkv_BxTxF.reshape(b, t, k, g + 2, e)
-    q_BxTxKxQxE = qkv_BxTxKxJxE[:, :, :, :g]
-    k_BxTxKxE, v_BxTxKxE = (
-        qkv_BxTxKxJxE[:, :, :, g],
-        qkv_BxTxKxJxE[:, :, :, g + 1],
-    )
-    if cfg.qk_norm:
-      q_BxTxKxQxE = rms_norm(q_BxTxKxQxE, layer["q_norm"], cfg.norm_eps, dtype)
-      k_BxTxKxE = rms_norm(k_BxTxKxE, layer["k_norm"], cfg.norm_eps, dtype)
-    q_BxTxKxQxE = apply_rope(
-        q_BxTxKxQxE.reshape(b, t, h, e), pos_BxT, inv_freq
-    ).reshape(b, t, k, g, e)
-    k_BxTxKxE = apply_rope(k_BxTxKxE, pos_BxT, inv_freq)
-    key_cache = nn.with_logical_constraint(
-        kv_cache.write_rows(
-            key_cache,
-            k_BxTxKxE.transpose(0, 2, 3, 1),
-            pos_BxT[:, 0],
-            axis=3,
-            keep_B=keep_B,
-        ),
-        kv_cache.KEY_AXES,
-    )
-    value_cache = nn.with_logical_constraint(
-        kv_cache.write_rows(
-            value_cache,
-            v_BxTxKxE.transpose(kv_cache.value_order(value_layout)),
-            pos_BxT[:, 0],
-            axis=kv_cache.len_axis(value_layout),
-            keep_B=keep_B,
-        ),
-        kv_cache.VALUE_LAYOUTS[value_layout],
+    q_BxTxKxQxE, k_BxTxKxE, v_BxTxKxE = _project_qkv(cfg, call, layer, x_BxTxD)
+    key_cache, value_cache = _write_cache(
+        call, key_cache, value_cache, k_BxTxKxE, v_BxTxKxE
     )
     keys.append(key_cache)
     values.append(value_cache)
-    if t == 1 and decode_kernel == "pallas":
-      out_BxTxKxQxE = decode_attention.attend(
-          q_BxTxKxQxE[:, 0],
-          key_cache,
-          value_cache,
-          pos_BxT[:, 0] + 1,
-          values_position_axis=kv_cache.len_axis(value_layout),
-          dtype=dtype,
-      )[:, None]
-    elif prefill_kernel != "plain":
-      out_BxTxKxQxE = attention_lib.apply(
-          prefill_kernel,
-          q_BxTxKxQxE.reshape(b, t, h, e),
-          k_BxTxKxE,
-          v_BxTxKxE,
-          dtype=dtype,
-      ).reshape(b, t, k, g, e)
-    else:
-      out_BxTxKxQxE = attention(
-          q_BxTxKxQxE,
-          key_cache,
-          value_cache,
-          visible_BxTxS,
-          dtype,
-          values_position_axis=kv_cache.len_axis(value_layout),
-      )
+    out_BxTxKxQxE = _attend(
+        cfg, call, q_BxTxKxQxE, k_BxTxKxE, v_BxTxKxE, key_cache, value_cache
+    )
     x_BxTxD = x_BxTxD + jnp.dot(out_BxTxKxQxE.reshape(b, t, h * e), layer["o"])
-    normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, dtype)
-    hidden_BxTxI = nn.silu(jnp.dot(normed, layer["gate"])) * jnp.dot(
-        normed, layer["up"]
-    )
-    x_BxTxD = nn.with_logical_constraint(
-        x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]),
-        ("act_batch", "act_len", "act_embed"),
-    )
+    x_BxTxD = _mlp(cfg, layer, x_BxTxD)
   x_BxTxD = rms_norm(x_BxTxD, prepared["final_norm"], cfg.norm_eps, dtype)
   logits_BxTxV = lm_head(
       cfg, x_BxTxD, prepared["head"], prepared.get("head_lo")
   )
-  return logits_BxTxV, {
-      "k": tuple(keys),
-      "v": tuple(values),
-  }
+  return logits_BxTxV, {"k": tuple(keys), "v": tuple(values)}
+
+
+def _project_qkv(
+    cfg: ModelConfig,
+    call: _Call,
+    layer: dict[str, jax.Array],
+    x_BxTxD: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """A layer's q [B, T, K, Q, E], k and v [B, T, K, E], normed and rotated."""
+  dtype, eps = cfg.dtype, cfg.norm_eps
+  h, k, e = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  g = h // k
+  b, t, _ = x_BxTxD.shape
+  normed = rms_norm(x_BxTxD, layer["attn_norm"], eps, dtype)
+  qkv_BxTxF = jnp.dot(normed, layer["qkv"])
+  if cfg.qkv_bias:
+    qkv_BxTxF = qkv_BxTxF + layer["qkv_bias"][None, None]
+  qkv_BxTxKxJxE = qkv_BxTxF.reshape(b, t, k, g + 2, e)
+  q_BxTxKxQxE = qkv_BxTxKxJxE[:, :, :, :g]
+  k_BxTxKxE = qkv_BxTxKxJxE[:, :, :, g]
+  v_BxTxKxE = qkv_BxTxKxJxE[:, :, :, g + 1]
+  if cfg.qk_norm:
+    q_BxTxKxQxE = rms_norm(q_BxTxKxQxE, layer["q_norm"], eps, dtype)
+    k_BxTxKxE = rms_norm(k_BxTxKxE, layer["k_norm"], eps, dtype)
+  q_BxTxKxQxE = apply_rope(
+      q_BxTxKxQxE.reshape(b, t, h, e), call.pos_BxT, call.inv_freq
+  ).reshape(b, t, k, g, e)
+  k_BxTxKxE = apply_rope(k_BxTxKxE, call.pos_BxT, call.inv_freq)
+  return q_BxTxKxQxE, k_BxTxKxE, v_BxTxKxE
+
+
+def _write_cache(
+    call: _Call,
+    key_cache: jax.Array,
+    value_cache: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+  """A layer's caches with each row's T new keys and values (not keep_B's)."""
+  key_cache = nn.with_logical_constraint(
+      kv_cache.write_rows(
+          key_cache,
+          k_BxTxKxE.transpose(0, 2, 3, 1),
+          call.pos_BxT[:, 0],
+          axis=3,
+          keep_B=call.keep_B,
+      ),
+      kv_cache.KEY_AXES,
+  )
+  value_cache = nn.with_logical_constraint(
+      kv_cache.write_rows(
+          value_cache,
+          v_BxTxKxE.transpose(kv_cache.value_order(call.value_layout)),
+          call.pos_BxT[:, 0],
+          axis=kv_cache.len_axis(call.value_layout),
+          keep_B=call.keep_B,
+      ),
+      kv_cache.VALUE_LAYOUTS[call.value_layout],
+  )
+  return key_cache, value_cache
+
+
+def _attend(
+    cfg: ModelConfig,
+    call: _Call,
+    q_BxTxKxQxE: jax.Array,
+    k_BxTxKxE: jax.Array,
+    v_BxTxKxE: jax.Array,
+    key_cache: jax.Array,
+    value_cache: jax.Array,
+) -> jax.Array:
+  """A layer's attention output [B, T, K, Q, E], through `call`'s kernel."""
+  dtype, values_axis = cfg.dtype, kv_cache.len_axis(call.value_layout)
+  b, t, k, g, e = q_BxTxKxQxE.shape
+  if t == 1 and call.decode_kernel == "pallas":
+    return decode_attention.attend(
+        q_BxTxKxQxE[:, 0],
+        key_cache,
+        value_cache,
+        call.pos_BxT[:, 0] + 1,
+        values_position_axis=values_axis,
+        dtype=dtype,
+    )[:, None]
+  if call.prefill_kernel != "plain":
+    return attention_lib.apply(
+        call.prefill_kernel,
+        q_BxTxKxQxE.reshape(b, t, k * g, e),
+        k_BxTxKxE,
+        v_BxTxKxE,
+        dtype=dtype,
+    ).reshape(b, t, k, g, e)
+  return attention(
+      q_BxTxKxQxE,
+      key_cache,
+      value_cache,
+      call.visible_BxTxS,
+      dtype,
+      values_position_axis=values_axis,
+  )
+
+
+def _mlp(
+    cfg: ModelConfig, layer: dict[str, jax.Array], x_BxTxD: jax.Array
+) -> jax.Array:
+  """`x_BxTxD` plus one layer's MLP of it (the residual stream after it)."""
+  normed = rms_norm(x_BxTxD, layer["mlp_norm"], cfg.norm_eps, cfg.dtype)
+  gate_BxTxI = nn.silu(jnp.dot(normed, layer["gate"]))
+  hidden_BxTxI = gate_BxTxI * jnp.dot(normed, layer["up"])
+  return nn.with_logical_constraint(
+      x_BxTxD + jnp.dot(hidden_BxTxI, layer["down"]),
+      ("act_batch", "act_len", "act_embed"),
+  )

@@ -16,7 +16,7 @@ completion budget.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -43,63 +43,18 @@ def _decode_step(
 ) -> SlotState:
   """One decode step; with `go` (traced) False, a step that changes nothing,
   the cache included (None: a step that runs)."""
-  s = state.tokens.shape[1]
-  live_N = state.active & ~state.done
-  keep_N = None
-  if go is not None:
-    live_N &= go
-    keep_N = jnp.broadcast_to(~go, live_N.shape)
-  last_N = jnp.maximum(state.seq_len - 1, 0)
-  last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
-  logits_Nx1xV, cache = decode.forward(
-      model_cfg,
-      weights,
-      last_tok_N[:, None],
-      last_N[:, None],
-      state.cache,
-      settings.value_layout,
-      settings.decode_attention,
-      keep_N,
+  live_N, keep_N = _live_slots(state, go)
+  logits_Nx1xV, cache = _last_token_logits(
+      model_cfg, settings, weights, state, keep_N
   )
-  uniform_N = jnp.take_along_axis(
-      state.uniform, state.seq_len[:, None], axis=1, mode="clip"
-  )[:, 0]
-  sampled_N, logp_N, logp_sampling_N = select_tokens(
-      logits_Nx1xV[:, 0],
-      uniform_N,
-      settings.temperature,
-      settings.top_k,
-      settings.top_p,
-  )
-
-  completion_N = completion_lengths(state.prompt_len, state.seq_len)
-  tokens_N, forced_N, int_state, limit_N = interruptions.apply(
-      settings.interruption,
-      state.interruption,
-      sampled_N,
-      completion_N,
-      state.limit,
-      live_N,
-      settings.max_new_tokens,
+  sampled_N, logp_N, logp_sampling_N = _sample(settings, state, logits_Nx1xV)
+  tokens_N, forced_N, int_state, limit_N = _apply_interruptions(
+      settings, state, sampled_N, live_N
   )
   generated_N = live_N & ~forced_N
-
-  write_N = jnp.where(
-      live_N, state.seq_len, s
-  )  # Out of range: written nowhere.
-  at_NxS = jnp.arange(s)[None, :] == write_N[:, None]
-
-  def record(x, value_N):
-    # A select over the row, not a scatter: XLA:CPU runs the five records as
-    # one elementwise loop, where five scatters cost a kernel launch each.
-    return jnp.where(at_NxS, value_N[:, None], x)
-
-  eos_N = generated_N & jnp.isin(
-      sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
-  )
-  seq_len_N = state.seq_len + live_N
-  at_limit_N = live_N & (
-      completion_lengths(state.prompt_len, seq_len_N) >= limit_N
+  record = _recorder(state, live_N)
+  eos_N, seq_len_N, at_limit_N = _endings(
+      settings, state, live_N, generated_N, sampled_N, limit_N
   )
   return state.replace(
       cache=cache,
@@ -118,6 +73,112 @@ def _decode_step(
       truncated=state.truncated | (at_limit_N & ~eos_N),
       interruption=int_state,
   )
+
+
+def _live_slots(
+    state: SlotState, go: Optional[jax.Array]
+) -> tuple[jax.Array, Optional[jax.Array]]:
+  """The slots this step decodes, and the rows whose cache it keeps or None."""
+  live_N = state.active & ~state.done
+  keep_N = None
+  if go is not None:
+    live_N &= go
+    keep_N = jnp.broadcast_to(~go, live_N.shape)
+  return live_N, keep_N
+
+
+def _last_token_logits(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    weights: Any,
+    state: SlotState,
+    keep_N: Optional[jax.Array],
+) -> tuple[jax.Array, kv_cache.Cache]:
+  """Logits [N, 1, V] after every slot's last token, and the cache it wrote."""
+  last_N = jnp.maximum(state.seq_len - 1, 0)
+  last_tok_N = jnp.take_along_axis(state.tokens, last_N[:, None], axis=1)[:, 0]
+  return decode.forward(
+      model_cfg,
+      weights,
+      last_tok_N[:, None],
+      last_N[:, None],
+      state.cache,
+      settings.value_layout,
+      settings.decode_attention,
+      keep_N,
+  )
+
+
+def _sample(
+    settings: SamplingSettings, state: SlotState, logits_Nx1xV: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`select_tokens` of every slot with its next position's uniform number."""
+  uniform_N = jnp.take_along_axis(
+      state.uniform, state.seq_len[:, None], axis=1, mode="clip"
+  )[:, 0]
+  return select_tokens(
+      logits_Nx1xV[:, 0],
+      uniform_N,
+      settings.temperature,
+      settings.top_k,
+      settings.top_p,
+  )
+
+
+def _apply_interruptions(
+    settings: SamplingSettings,
+    state: SlotState,
+    sampled_N: jax.Array,
+    live_N: jax.Array,
+) -> tuple[jax.Array, jax.Array, interruptions.InterruptionState, jax.Array]:
+  """`interruptions.apply` to sampled_N: tokens, forced, state, limits."""
+  completion_N = completion_lengths(state.prompt_len, state.seq_len)
+  return interruptions.apply(
+      settings.interruption,
+      state.interruption,
+      sampled_N,
+      completion_N,
+      state.limit,
+      live_N,
+      settings.max_new_tokens,
+  )
+
+
+def _recorder(
+    state: SlotState, live_N: jax.Array
+) -> Callable[[jax.Array, jax.Array], jax.Array]:
+  """`record(x, value_N)`: `x` [N, S], value_N at live slots' next position."""
+  s = state.tokens.shape[1]
+  write_N = jnp.where(
+      live_N, state.seq_len, s
+  )  # Out of range: written nowhere.
+  at_NxS = jnp.arange(s)[None, :] == write_N[:, None]
+
+  def record(x, value_N):
+    # A select over the row, not a scatter: XLA:CPU runs the five records as
+    # one elementwise loop, where five scatters cost a kernel launch each.
+    return jnp.where(at_NxS, value_N[:, None], x)
+
+  return record
+
+
+def _endings(
+    settings: SamplingSettings,
+    state: SlotState,
+    live_N: jax.Array,
+    generated_N: jax.Array,
+    sampled_N: jax.Array,
+    limit_N: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Per slot: EOS generated, length after the step, completion limit hit."""
+  eos_N = generated_N & jnp.isin(
+      sampled_N, jnp.asarray(settings.eos_ids, jnp.int32)
+  )
+  seq_len_N = state.seq_len + live_N
+  at_limit_N = live_N & (
+      completion_lengths(state.prompt_len, seq_len_N) >= limit_N
+  )
+  return eos_N, seq_len_N, at_limit_N
 
 
 def advance(

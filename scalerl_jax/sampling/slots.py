@@ -16,7 +16,7 @@ sequences, W metadata ints per sequence; S = prompt + completion budget.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax.struct
 import jax
@@ -173,8 +173,36 @@ def start(
   (static) promises n == N with row i going to slot i or padding, so rows
   are selected in place, not scattered (docs/design/sampling.md).
   """
+  prompts_nxL, fresh = _prefill(
+      model_cfg, settings, weights, prompts_nxL, prompt_lens_n
+  )
+  cache, put = _place(settings, state, fresh, slot_ids_n, in_order)
+  uniform_nxS, fresh_int = _draw_rows(settings, rng, prompts_nxL.shape[0])
+  return SlotState(
+      cache=cache,
+      **_put_records(
+          settings,
+          state,
+          put,
+          prompts_nxL,
+          prompt_lens_n,
+          meta_nxW,
+          uniform_nxS,
+      ),
+      interruption=jax.tree.map(put, state.interruption, fresh_int),
+  )
+
+
+def _prefill(
+    model_cfg: ModelConfig,
+    settings: SamplingSettings,
+    weights: Any,
+    prompts_nxL: jax.Array,
+    prompt_lens_n: jax.Array,
+) -> tuple[jax.Array, kv_cache.Cache]:
+  """The prompts, pad_id past their ends, and a fresh cache of their tokens."""
   n, p = prompts_nxL.shape
-  s, layout = settings.cache_len, settings.value_layout
+  layout = settings.value_layout
   in_prompt_nxL = jnp.arange(p)[None, :] < prompt_lens_n[:, None]
   prompts_nxL = jnp.where(in_prompt_nxL, prompts_nxL, settings.pad_id).astype(
       jnp.int32
@@ -191,6 +219,18 @@ def start(
       ),
       layout,
   )
+  return prompts_nxL, fresh
+
+
+def _place(
+    settings: SamplingSettings,
+    state: SlotState,
+    fresh: kv_cache.Cache,
+    slot_ids_n: jax.Array,
+    in_order: bool,
+) -> tuple[kv_cache.Cache, Callable[[jax.Array, jax.Array], jax.Array]]:
+  """The cache with `fresh` in its slots, and `put(x, rows)` for records."""
+  layout = settings.value_layout
   if in_order:
     valid_n = slot_ids_n < state.seq_len.shape[0]
 
@@ -198,17 +238,24 @@ def start(
       keep = valid_n.reshape((-1,) + (1,) * (rows.ndim - 1))
       return jnp.where(keep, rows.astype(x.dtype), x)
 
+    p = kv_cache.cache_length(fresh)
     cache = kv_cache.put_prefix(
         state.cache,
         jax.tree.map(put, kv_cache.cache_prefix(state.cache, p, layout), fresh),
         value_layout=layout,
     )
-  else:
-    cache = kv_cache.put_prefix(state.cache, fresh, slot_ids_n, layout)
+    return cache, put
 
-    def put(x, rows):
-      return x.at[slot_ids_n].set(rows, mode="drop")
+  def put(x, rows):
+    return x.at[slot_ids_n].set(rows, mode="drop")
 
+  return kv_cache.put_prefix(state.cache, fresh, slot_ids_n, layout), put
+
+
+def _draw_rows(
+    settings: SamplingSettings, rng: jax.Array, n: int
+) -> tuple[jax.Array, interruptions.InterruptionState]:
+  """Row i's uniform numbers [S] and interruption state from fold_in(rng, i)."""
   # Row i's keys depend only on (rng, i), not on the bucket or the slot.
   row_keys_nx2 = jax.vmap(
       lambda i: jax.random.split(jax.random.fold_in(rng, i))
@@ -219,11 +266,24 @@ def start(
   uniform_nxS = jax.vmap(
       lambda key: jax.vmap(
           lambda t: jax.random.uniform(jax.random.fold_in(key, t))
-      )(jnp.arange(s))
+      )(jnp.arange(settings.cache_len))
   )(row_keys_nx2[:, 0])
+  return uniform_nxS, fresh_int
+
+
+def _put_records(
+    settings: SamplingSettings,
+    state: SlotState,
+    put: Callable[[jax.Array, jax.Array], jax.Array],
+    prompts_nxL: jax.Array,
+    prompt_lens_n: jax.Array,
+    meta_nxW: jax.Array,
+    uniform_nxS: jax.Array,
+) -> dict[str, jax.Array]:
+  """Each record of `state` but cache and interruption, new rows `put` in."""
+  (n, p), s = prompts_nxL.shape, settings.cache_len
   rows_pos = (n, s)
-  return SlotState(
-      cache=cache,
+  return dict(
       tokens=put(
           state.tokens,
           jnp.pad(
@@ -244,7 +304,6 @@ def start(
       truncated=put(state.truncated, jnp.zeros((n,), bool)),
       uniform=put(state.uniform, uniform_nxS),
       meta=put(state.meta, meta_nxW.astype(jnp.int32)),
-      interruption=jax.tree.map(put, state.interruption, fresh_int),
   )
 
 
