@@ -8,17 +8,29 @@ Runs land in `<workdir>/base=B/seed=S/<point>` (what `launch.verdict`
 reads), bases share `<workdir>/bases` as their warm-start cache. Finished
 points are skipped, so rerunning resumes; --replicates=N stops after the
 first N replicates (a session's share of a long plan).
+
+On a new machine, resume from the records a repository keeps:
+
+  python -m launch.plan_sweep --plan=configs/plans/parity_v3.py \
+      --workdir=/tmp/plans/parity_v3 --records=docs/runs/plans/parity_v3
+
+--records seeds the workdir with the finished points recorded there, and
+copies each point's record back as it lands (every 30 s and after each
+replicate), ready to commit; a base with points left is warm-started again
+here and must reach its recorded gate (scalerl_jax/jobs/plan_records.py).
 """
 
 import json
 import os
 import subprocess
 import sys
+import threading
 
 from absl import app
 from absl import flags
 
 from launch import REPO_ROOT
+from scalerl_jax.jobs import plan_records
 from scalerl_jax.jobs import plan_verdict
 from scalerl_jax.jobs import registration
 
@@ -28,6 +40,14 @@ _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at once.")
 _REPLICATES = flags.DEFINE_integer(
     "replicates", 0, "Stop after this many replicates (0: all)."
 )
+_RECORDS = flags.DEFINE_string(
+    "records",
+    None,
+    "Directory of the plan's kept records: seeds the workdir, and receives "
+    "each finished point's record as it lands.",
+)
+# Seconds between copies of new records into --records while points run.
+EXPORT_EVERY_S = 30
 
 
 def _sweep_argv(base, workdir, sets, parallel, points=()):
@@ -51,6 +71,16 @@ def _gate_failed(replicate_dir: str, points) -> bool:
   return False
 
 
+def _export(root, records):
+  for rel in plan_records.export_records(root, records):
+    print(f"launch.plan_sweep: record kept: {records}/{rel}", flush=True)
+
+
+def _export_while(root, records, stop):
+  while not stop.wait(EXPORT_EVERY_S):
+    _export(root, records)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -58,6 +88,36 @@ def main(argv):
       _PLAN.value, "launch.plan_sweep", REPO_ROOT
   )
   root = os.path.abspath(_WORKDIR.value)
+  records = _RECORDS.value and os.path.abspath(_RECORDS.value)
+  if not records:
+    return _run(plan, root, None)
+  if records == root:
+    raise app.UsageError(
+        "--records must differ from --workdir: records are kept apart from "
+        "the checkpoints and caches a workdir holds"
+    )
+  if not os.path.isdir(records):
+    raise app.UsageError(f"--records={records}: no such directory")
+  seeded = plan_records.seed_workdir(plan, records, root)
+  print(
+      f"launch.plan_sweep: {len(seeded)} finished records from {records}",
+      flush=True,
+  )
+  stop = threading.Event()
+  exporter = threading.Thread(
+      target=_export_while, args=(root, records, stop), daemon=True
+  )
+  exporter.start()
+  try:
+    return _run(plan, root, records)
+  finally:
+    stop.set()
+    exporter.join()
+    _export(root, records)
+
+
+def _run(plan, root, records):
+  """The plan's bases in order, each base's RL seeds one sweep each."""
   cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0
   while queue:
@@ -65,13 +125,19 @@ def main(argv):
     # The base alone first (its warm start, gate and step-0 validation), so
     # that the points running in parallel do not each train it.
     warm_dir = plan_verdict.warm_dir(root, base)
-    print(f"launch.plan_sweep: base {base}: warm start", flush=True)
-    subprocess.run(
-        _sweep_argv(
-            base, warm_dir, [cache, "trainer.num_steps=0"], 1, plan.points[:1]
-        ),
-        cwd=REPO_ROOT,
-    )
+    if _gate_failed(warm_dir, plan.points):
+      print(f"launch.plan_sweep: base {base}: failed its gate", flush=True)
+    else:
+      print(f"launch.plan_sweep: base {base}: warm start", flush=True)
+      subprocess.run(
+          _sweep_argv(
+              base, warm_dir, [cache, "trainer.num_steps=0"], 1, plan.points[:1]
+          ),
+          cwd=REPO_ROOT,
+      )
+    differs = records and plan_records.check_base(records, root, base)
+    if differs:
+      raise SystemExit(f"launch.plan_sweep: {differs}")
     for seed in plan.rl_seeds:
       if _REPLICATES.value and done >= _REPLICATES.value:
         return
@@ -87,6 +153,8 @@ def main(argv):
             cwd=REPO_ROOT,
         ).returncode
         done += 1
+        if records:
+          _export(root, records)
       if _gate_failed(rep_dir, plan.points):
         if not spares:
           raise SystemExit(

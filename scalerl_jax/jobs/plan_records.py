@@ -1,0 +1,152 @@
+"""A plan's committed records: resuming its sweep from them on a new machine,
+and keeping them current as points land (`launch.plan_sweep --records=`).
+
+A record is the part of a point's workdir that `launch.verdict` reads and a
+repository keeps (RECORD_FILES: a few KB, no checkpoints): every finished
+point's, and the gate record of a base that failed its gate. Records sit
+in the runs layout of plan_verdict (`base=B/seed=S/<point>` and
+`bases/warm=B/<point>`).
+
+Seeding a workdir copies the records of finished points, so the sweep
+skips them. A base's own warm-start record is copied only where nothing of
+that base is left to run (all its points finished, or its gate failed):
+otherwise the base is warm-started and gated again here, where the points
+left need its parameters, and `check_base` holds its gate against the
+record, since points paired within a base must share it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from typing import Optional
+
+from scalerl_jax import warm_start
+from scalerl_jax import workdir as workdir_lib
+from scalerl_jax.jobs import plan_verdict
+from scalerl_jax.jobs import registration
+from scalerl_jax.jobs import sweep as sweep_lib
+from scalerl_jax.scaling import registered_plan as plan_lib
+
+RECORD_FILES = (
+    workdir_lib.DONE_FILE,
+    warm_start.GATE_FILE,
+    workdir_lib.CONFIG_FILE,
+    workdir_lib.METRICS_FILE,
+    registration.REGISTRATION_FILE,
+)
+# A failed gate stops its point before it finishes; its log says why.
+FAILED_GATE_FILES = RECORD_FILES + (sweep_lib.LOG,)
+
+
+def _point_dirs(root: str) -> list[str]:
+  """Point directories below `root`, relative to it, in a stable order."""
+  patterns = ("base=*/seed=*/*", "bases/warm=*/*")
+  found = []
+  for pattern in patterns:
+    for path in glob.glob(os.path.join(root, pattern)):
+      if os.path.isdir(path):
+        found.append(os.path.relpath(path, root))
+  return sorted(found)
+
+
+def _gate(point_dir: str) -> Optional[dict]:
+  path = os.path.join(point_dir, warm_start.GATE_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _done(point_dir: str) -> bool:
+  return os.path.exists(os.path.join(point_dir, workdir_lib.DONE_FILE))
+
+
+def _gate_failed(point_dir: str) -> bool:
+  gate = _gate(point_dir)
+  return gate is not None and not gate["passed"]
+
+
+def _is_record(point_dir: str) -> bool:
+  return _done(point_dir) or _gate_failed(point_dir)
+
+
+def _copy(src: str, dst: str) -> None:
+  names = FAILED_GATE_FILES if _gate_failed(src) else RECORD_FILES
+  os.makedirs(dst, exist_ok=True)
+  for name in names:
+    if os.path.exists(os.path.join(src, name)):
+      shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+
+
+def _base_finished(plan: plan_lib.Plan, records: str, base: int) -> bool:
+  """Whether every point of every RL seed of `base` has a finished record."""
+  return all(
+      _done(os.path.join(plan_verdict.replicate_dir(records, (base, seed)), p))
+      for seed in plan.rl_seeds
+      for p in plan.points
+  )
+
+
+def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
+  """Copies into `workdir` the records it lacks (see the module's
+  docstring); returns the relative paths copied."""
+  copied = []
+  for rel in _point_dirs(records):
+    src, dst = os.path.join(records, rel), os.path.join(workdir, rel)
+    if not _is_record(src) or _is_record(dst):
+      continue
+    if rel.startswith("bases" + os.sep):
+      base = int(rel.split(os.sep)[1].removeprefix("warm="))
+      if not (_gate_failed(src) or _base_finished(plan, records, base)):
+        continue
+    _copy(src, dst)
+    copied.append(rel)
+  return copied
+
+
+def export_records(workdir: str, records: str) -> list[str]:
+  """Copies into `records` every record of `workdir` it lacks; returns the
+  relative paths copied. An existing record is never overwritten."""
+  copied = []
+  for rel in _point_dirs(workdir):
+    src, dst = os.path.join(workdir, rel), os.path.join(records, rel)
+    if _is_record(src) and not _is_record(dst):
+      _copy(src, dst)
+      copied.append(rel)
+  return copied
+
+
+def check_base(records: str, workdir: str, base: int) -> Optional[str]:
+  """None if the gate `base` reached here equals its record in `records`
+  (or either is missing); else what differs, for an error."""
+  mine = _gate_record(workdir, base)
+  theirs = _gate_record(records, base)
+  if mine is None or theirs is None:
+    return None
+  differ = [
+      key
+      for key in ("passed", "measured", "warm_phases")
+      if mine.get(key) != theirs.get(key)
+  ]
+  if not differ:
+    return None
+  return (
+      f"base {base} warm-started here differs from its record in {records} "
+      f"in {', '.join(differ)}: here {[mine.get(k) for k in differ]}, "
+      f"recorded {[theirs.get(k) for k in differ]}. Its points left to run "
+      "would not share a base with the points recorded; run them all on one "
+      "machine (a workdir without --records)"
+  )
+
+
+def _gate_record(root: str, base: int) -> Optional[dict]:
+  for path in sorted(
+      glob.glob(os.path.join(plan_verdict.warm_dir(root, base), "*"))
+  ):
+    gate = _gate(path)
+    if gate is not None:
+      return gate
+  return None
