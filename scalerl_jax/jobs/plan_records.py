@@ -30,15 +30,17 @@ from scalerl_jax.jobs import registration
 from scalerl_jax.jobs import sweep as sweep_lib
 from scalerl_jax.scaling import registered_plan as plan_lib
 
+# In the order copied: the files that mark a record (the gate, then DONE)
+# last, so that whoever watches a records dir never sees a part of one.
 RECORD_FILES = (
-    workdir_lib.DONE_FILE,
-    warm_start.GATE_FILE,
     workdir_lib.CONFIG_FILE,
     workdir_lib.METRICS_FILE,
     registration.REGISTRATION_FILE,
+    warm_start.GATE_FILE,
+    workdir_lib.DONE_FILE,
 )
 # A failed gate stops its point before it finishes; its log says why.
-FAILED_GATE_FILES = RECORD_FILES + (sweep_lib.LOG,)
+FAILED_GATE_FILES = (sweep_lib.LOG,) + RECORD_FILES
 
 
 def _point_dirs(root: str) -> list[str]:
