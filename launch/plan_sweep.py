@@ -46,6 +46,12 @@ _RECORDS = flags.DEFINE_string(
     "Directory of the plan's kept records: seeds the workdir, and receives "
     "each finished point's record as it lands.",
 )
+_COMMIT = flags.DEFINE_bool(
+    "commit",
+    False,
+    "Commit each record kept in --records, as it lands, in the repository "
+    "that holds --records (one commit a point, nothing else of its index).",
+)
 # Seconds between copies of new records into --records while points run.
 EXPORT_EVERY_S = 30
 
@@ -71,14 +77,35 @@ def _gate_failed(replicate_dir: str, points) -> bool:
   return False
 
 
-def _export(root, records):
-  for rel in plan_records.export_records(root, records):
-    print(f"launch.plan_sweep: record kept: {records}/{rel}", flush=True)
+class _Keeper:
+  """Copies new records into --records and, with --commit, commits them
+  (those git refuses are tried again at the next copy)."""
 
+  def __init__(self, plan, root, records, commit):
+    self.plan, self.root, self.records, self.commit = (
+        plan,
+        root,
+        records,
+        commit,
+    )
+    self.uncommitted = []
+    self.lock = threading.Lock()
 
-def _export_while(root, records, stop):
-  while not stop.wait(EXPORT_EVERY_S):
-    _export(root, records)
+  def keep(self):
+    with self.lock:
+      new = plan_records.export_records(self.root, self.records)
+      for rel in new:
+        print(
+            f"launch.plan_sweep: record kept: {self.records}/{rel}", flush=True
+        )
+      if self.commit:
+        self.uncommitted = plan_records.commit_records(
+            self.records, self.uncommitted + new, self.plan.name
+        )
+
+  def keep_every(self, seconds, stop):
+    while not stop.wait(seconds):
+      self.keep()
 
 
 def main(argv):
@@ -90,6 +117,8 @@ def main(argv):
   root = os.path.abspath(_WORKDIR.value)
   records = _RECORDS.value and os.path.abspath(_RECORDS.value)
   if not records:
+    if _COMMIT.value:
+      raise app.UsageError("--commit commits what --records keeps: set both")
     return _run(plan, root, None)
   if records == root:
     raise app.UsageError(
@@ -98,26 +127,37 @@ def main(argv):
     )
   if not os.path.isdir(records):
     raise app.UsageError(f"--records={records}: no such directory")
+  if plan_records.inside(records, REPO_ROOT):
+    raise app.UsageError(
+        f"--records={records} lies in the checkout the runs start from "
+        f"({REPO_ROOT}): records kept there leave it with uncommitted "
+        "changes, and a run started from such a checkout never counts "
+        "(docs/design/verdicts.md). Run from a clean worktree of your "
+        "checkout (git worktree add --detach /tmp/plan_code HEAD) and keep "
+        "the records in your checkout"
+    )
   seeded = plan_records.seed_workdir(plan, records, root)
   print(
       f"launch.plan_sweep: {len(seeded)} finished records from {records}",
       flush=True,
   )
+  keeper = _Keeper(plan, root, records, _COMMIT.value)
   stop = threading.Event()
-  exporter = threading.Thread(
-      target=_export_while, args=(root, records, stop), daemon=True
+  thread = threading.Thread(
+      target=keeper.keep_every, args=(EXPORT_EVERY_S, stop), daemon=True
   )
-  exporter.start()
+  thread.start()
   try:
-    return _run(plan, root, records)
+    return _run(plan, root, keeper)
   finally:
     stop.set()
-    exporter.join()
-    _export(root, records)
+    thread.join()
+    keeper.keep()
 
 
-def _run(plan, root, records):
+def _run(plan, root, keeper):
   """The plan's bases in order, each base's RL seeds one sweep each."""
+  records = keeper and keeper.records
   cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0
   while queue:
@@ -153,8 +193,8 @@ def _run(plan, root, records):
             cwd=REPO_ROOT,
         ).returncode
         done += 1
-        if records:
-          _export(root, records)
+        if keeper:
+          keeper.keep()
       if _gate_failed(rep_dir, plan.points):
         if not spares:
           raise SystemExit(

@@ -14,6 +14,7 @@ import pytest
 from configs.plans import parity_v1
 from configs.plans import parity_v3
 from scalerl_jax.jobs import plan_records
+from tests import git_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V3 = os.path.join(REPO, "docs", "runs", "plans", "parity_v3")
@@ -135,19 +136,65 @@ def test_check_base_names_what_differs(records, tmp_path):
   assert "passed" not in message.split(":")[0]
 
 
-def test_plan_sweep_refuses_records_equal_to_workdir(tmp_path):
-  out = subprocess.run(
+def _plan_sweep(*args):
+  """launch.plan_sweep's refusal; were it to start the plan instead, the
+  timeout ends the test."""
+  return subprocess.run(
       [
           sys.executable,
           "-m",
           "launch.plan_sweep",
           "--plan=configs/plans/parity_v3.py",
-          f"--workdir={tmp_path}",
-          f"--records={tmp_path}",
+          *args,
       ],
       cwd=REPO,
       capture_output=True,
       text=True,
+      timeout=300,
   )
+
+
+def test_plan_sweep_refuses_records_equal_to_workdir(tmp_path):
+  out = _plan_sweep(f"--workdir={tmp_path}", f"--records={tmp_path}")
   assert out.returncode != 0
   assert "--records must differ from --workdir" in out.stderr
+
+
+def test_plan_sweep_refuses_records_in_its_own_checkout(tmp_path):
+  out = _plan_sweep(
+      f"--workdir={tmp_path}", "--records=docs/runs/plans/parity_v3"
+  )
+  assert out.returncode != 0
+  assert "lies in the checkout the runs start from" in out.stderr
+
+
+def test_plan_sweep_refuses_commit_without_records(tmp_path):
+  out = _plan_sweep(f"--workdir={tmp_path}", "--commit")
+  assert out.returncode != 0
+  assert "--commit commits what --records keeps" in out.stderr
+
+
+def test_commit_records_commits_each_record_alone(tmp_path):
+  repo = tmp_path / "repo"
+  git_helpers.init(repo)
+  kept = str(repo / "kept")
+  (repo / "other.txt").write_text("staged, not the sweep's\n")
+  git_helpers.git(repo, "add", "other.txt")
+  _take(V3, str(tmp_path / "work"), "base=301/seed=1")
+  new = plan_records.export_records(str(tmp_path / "work"), kept)
+  assert plan_records.commit_records(kept, new, "parity_v3") == []
+  log = git_helpers.git(repo, "log", "--format=%s", "--name-only")
+  for rel in new:
+    assert f"kept/{rel}: the finished point's record (plan parity_v3" in log
+  assert "other.txt" not in log
+  assert len(new) == 3  # seed 1's scalerl, dapo and gspo, a commit each
+  assert len(git_helpers.git(repo, "log", "--format=%H").split()) == 3
+  assert git_helpers.git(repo, "status", "--porcelain") == "A  other.txt"
+
+
+def test_commit_records_outside_a_repository_keeps_them_to_retry(tmp_path):
+  work, kept = str(tmp_path / "work"), str(tmp_path / "kept")
+  _take(V3, work, "base=301/seed=0/dapo")
+  new = plan_records.export_records(work, kept)
+  assert new == ["base=301/seed=0/dapo"]
+  assert plan_records.commit_records(kept, new, "parity_v3") == new

@@ -21,7 +21,10 @@ import glob
 import json
 import os
 import shutil
+import subprocess
 from typing import Optional
+
+from absl import logging
 
 from scalerl_jax import warm_start
 from scalerl_jax import workdir as workdir_lib
@@ -119,6 +122,34 @@ def export_records(workdir: str, records: str) -> list[str]:
       _copy(src, dst)
       copied.append(rel)
   return copied
+
+
+def commit_records(records: str, rels: list[str], plan_name: str) -> list[str]:
+  """Commits each record `rels` (relative to `records`) in the repository
+  holding `records`, one commit each, with nothing else of that repository's
+  index; returns those git refused (to try again later)."""
+  failed = []
+  for rel in rels:
+    path = os.path.join(records, rel)
+    try:
+      message = f"{os.path.relpath(path, _toplevel(records))}: the finished "
+      message += f"point's record (plan {plan_name}, launch.plan_sweep)"
+      registration.git(records, "add", "--", path)
+      registration.git(records, "commit", "-q", "-m", message, "--", path)
+    except subprocess.CalledProcessError as e:
+      logging.warning("could not commit %s: %s", path, e.stderr.strip())
+      failed.append(rel)
+  return failed
+
+
+def _toplevel(path: str) -> str:
+  return registration.git(path, "rev-parse", "--show-toplevel").strip()
+
+
+def inside(path: str, root: str) -> bool:
+  """Whether `path` lies in the directory tree of `root`."""
+  path, root = os.path.realpath(path), os.path.realpath(root)
+  return os.path.commonpath([path, root]) == root
 
 
 def check_base(records: str, workdir: str, base: int) -> Optional[str]:

@@ -32,7 +32,8 @@ from scalerl_jax.scaling import registered_plan as plan_lib
 REGISTRATION_FILE = "registration.json"
 
 
-def _git(repo: str, *args: str) -> str:
+def git(repo: str, *args: str) -> str:
+  """`git -C repo *args`'s output; raises CalledProcessError if git fails."""
   return subprocess.run(
       ["git", "-C", repo, *args], check=True, capture_output=True, text=True
   ).stdout
@@ -111,8 +112,8 @@ def record_start(workdir: str, plan_path: str, repo: str) -> Optional[dict]:
   record = {
       "plan": rel,
       "plan_sha256": file_sha256(plan_path),
-      "git_head": _git(repo, "rev-parse", "HEAD").strip(),
-      "git_dirty": bool(_git(repo, "status", "--porcelain", "--", ".").strip()),
+      "git_head": git(repo, "rev-parse", "HEAD").strip(),
+      "git_dirty": bool(git(repo, "status", "--porcelain", "--", ".").strip()),
       "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
   }
   os.makedirs(workdir, exist_ok=True)
@@ -133,11 +134,11 @@ def claim_registrations(plan_path: str, repo: str) -> dict[str, Registered]:
   """identity -> its first commit, over every committed version of the
   plan file (oldest first)."""
   rel = plan_in_checkout(plan_path, repo)
-  log = _git(repo, "log", "--reverse", "--format=%H %cI", "--", rel)
+  log = git(repo, "log", "--reverse", "--format=%H %cI", "--", rel)
   out: dict[str, Registered] = {}
   for line in log.splitlines():
     commit, when = line.split()
-    text = _git(repo, "show", f"{commit}:{rel}")
+    text = git(repo, "show", f"{commit}:{rel}")
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
       f.write(text)
     try:
