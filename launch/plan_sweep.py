@@ -9,18 +9,22 @@ reads), bases share `<workdir>/bases` as their warm-start cache. Finished
 points are skipped, so rerunning resumes; --replicates=N stops after the
 first N replicates (a session's share of a long plan).
 
-On a new machine, resume from the records a repository keeps:
+On a new machine, resume from the records a repository keeps, running from
+a clean worktree (records kept inside the checkout the runs start from
+would leave it with uncommitted changes, so this refuses them):
 
+  git worktree add --detach /tmp/plan_code HEAD && cd /tmp/plan_code
   python -m launch.plan_sweep --plan=configs/plans/parity_v3.py \
-      --workdir=/tmp/plans/parity_v3 --records=docs/runs/plans/parity_v3
+      --workdir=/tmp/plans/parity_v3 \
+      --records=$OLDPWD/docs/runs/plans/parity_v3 --commit
 
 --records seeds the workdir with the finished points recorded there, and
 copies each point's record back as it lands (every 30 s and after each
-replicate), ready to commit; a base with points left is warm-started again
-here and must reach its recorded gate (scalerl_jax/jobs/plan_records.py).
+replicate; --commit: and commits it); a base with points left is
+warm-started again here and must reach its recorded gate
+(scalerl_jax/jobs/plan_records.py).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -69,12 +73,8 @@ def _sweep_argv(base, workdir, sets, parallel, points=()):
 
 
 def _gate_failed(replicate_dir: str, points) -> bool:
-  for point in points:
-    path = os.path.join(replicate_dir, point, plan_verdict.GATE_FILE)
-    if os.path.exists(path):
-      with open(path) as f:
-        return not json.load(f)["passed"]
-  return False
+  gate = plan_verdict.replicate_gate(replicate_dir, points)
+  return gate is not None and not gate["passed"]
 
 
 class _Keeper:
@@ -82,12 +82,10 @@ class _Keeper:
   (those git refuses are tried again at the next copy)."""
 
   def __init__(self, plan, root, records, commit):
-    self.plan, self.root, self.records, self.commit = (
-        plan,
-        root,
-        records,
-        commit,
-    )
+    self.plan = plan
+    self.root = root
+    self.records = records
+    self.commit = commit
     self.uncommitted = []
     self.lock = threading.Lock()
 
@@ -175,7 +173,7 @@ def _run(plan, root, keeper):
           ),
           cwd=REPO_ROOT,
       )
-    differs = records and plan_records.check_base(records, root, base)
+    differs = records and plan_records.check_base(plan, records, root, base)
     if differs:
       raise SystemExit(f"launch.plan_sweep: {differs}")
     for seed in plan.rl_seeds:

@@ -122,16 +122,18 @@ def test_export_copies_new_records_and_never_overwrites(records, tmp_path):
 
 def test_check_base_names_what_differs(records, tmp_path):
   work = str(tmp_path / "work")
-  assert plan_records.check_base(records, work, 302) is None  # none here yet
+  assert (
+      plan_records.check_base(parity_v3.PLAN, records, work, 302) is None
+  )  # none here yet
   _take(records, work, "bases/warm=302")
-  assert plan_records.check_base(records, work, 302) is None
+  assert plan_records.check_base(parity_v3.PLAN, records, work, 302) is None
   path = os.path.join(work, "bases", "warm=302", "scalerl", "base_gate.json")
   with open(path) as f:
     gate = json.load(f)
   gate["measured"]["p_chain/2"] += 1e-9
   with open(path, "w") as f:
     json.dump(gate, f)
-  message = plan_records.check_base(records, work, 302)
+  message = plan_records.check_base(parity_v3.PLAN, records, work, 302)
   assert "base 302" in message and "in measured:" in message
   assert "passed" not in message.split(":")[0]
 

@@ -18,7 +18,6 @@ record, since points paired within a base must share it.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import subprocess
@@ -57,20 +56,12 @@ def _point_dirs(root: str) -> list[str]:
   return sorted(found)
 
 
-def _gate(point_dir: str) -> Optional[dict]:
-  path = os.path.join(point_dir, warm_start.GATE_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
 def _done(point_dir: str) -> bool:
   return os.path.exists(os.path.join(point_dir, workdir_lib.DONE_FILE))
 
 
 def _gate_failed(point_dir: str) -> bool:
-  gate = _gate(point_dir)
+  gate = plan_verdict.read_gate(point_dir)
   return gate is not None and not gate["passed"]
 
 
@@ -128,12 +119,17 @@ def commit_records(records: str, rels: list[str], plan_name: str) -> list[str]:
   """Commits each record `rels` (relative to `records`) in the repository
   holding `records`, one commit each, with nothing else of that repository's
   index; returns those git refused (to try again later)."""
+  try:
+    top = registration.git(records, "rev-parse", "--show-toplevel").strip()
+  except subprocess.CalledProcessError as e:
+    logging.warning("could not commit in %s: %s", records, e.stderr.strip())
+    return list(rels)
   failed = []
   for rel in rels:
     path = os.path.join(records, rel)
+    message = f"{os.path.relpath(path, top)}: the finished point's record "
+    message += f"(plan {plan_name}, launch.plan_sweep)"
     try:
-      message = f"{os.path.relpath(path, _toplevel(records))}: the finished "
-      message += f"point's record (plan {plan_name}, launch.plan_sweep)"
       registration.git(records, "add", "--", path)
       registration.git(records, "commit", "-q", "-m", message, "--", path)
     except subprocess.CalledProcessError as e:
@@ -142,21 +138,23 @@ def commit_records(records: str, rels: list[str], plan_name: str) -> list[str]:
   return failed
 
 
-def _toplevel(path: str) -> str:
-  return registration.git(path, "rev-parse", "--show-toplevel").strip()
-
-
 def inside(path: str, root: str) -> bool:
   """Whether `path` lies in the directory tree of `root`."""
   path, root = os.path.realpath(path), os.path.realpath(root)
   return os.path.commonpath([path, root]) == root
 
 
-def check_base(records: str, workdir: str, base: int) -> Optional[str]:
+def check_base(
+    plan: plan_lib.Plan, records: str, workdir: str, base: int
+) -> Optional[str]:
   """None if the gate `base` reached here equals its record in `records`
   (or either is missing); else what differs, for an error."""
-  mine = _gate_record(workdir, base)
-  theirs = _gate_record(records, base)
+  mine, theirs = (
+      plan_verdict.replicate_gate(
+          plan_verdict.warm_dir(root, base), plan.points
+      )
+      for root in (workdir, records)
+  )
   if mine is None or theirs is None:
     return None
   differ = [
@@ -173,13 +171,3 @@ def check_base(records: str, workdir: str, base: int) -> Optional[str]:
       "would not share a base with the points recorded; run them all on one "
       "machine (a workdir without --records)"
   )
-
-
-def _gate_record(root: str, base: int) -> Optional[dict]:
-  for path in sorted(
-      glob.glob(os.path.join(plan_verdict.warm_dir(root, base), "*"))
-  ):
-    gate = _gate(path)
-    if gate is not None:
-      return gate
-  return None

@@ -55,6 +55,21 @@ def _read_json(path):
     return json.load(f)
 
 
+def read_gate(point_dir: str) -> Optional[dict]:
+  """The gate record a point's run wrote (GATE_FILE), or None."""
+  return _read_json(os.path.join(point_dir, GATE_FILE))
+
+
+def replicate_gate(rep_dir: str, points) -> Optional[dict]:
+  """The gate record of the first of `points` below `rep_dir` that wrote
+  one (every point of a replicate gates the same base), or None."""
+  for point in points:
+    gate = read_gate(os.path.join(rep_dir, point))
+    if gate is not None:
+      return gate
+  return None
+
+
 def load_runs(
     plan: plan_lib.Plan, runs_dir: str
 ) -> dict[tuple[plan_lib.Replicate, str], RunFits]:
@@ -76,7 +91,7 @@ def load_runs(
             plan_lib.fit_run(run),
             plan_lib.fit_run(run, plan.early_fraction),
             _read_json(os.path.join(workdir, registration.REGISTRATION_FILE)),
-            _read_json(os.path.join(workdir, GATE_FILE)),
+            read_gate(workdir),
         )
   return out
 
@@ -120,7 +135,7 @@ def load_gates(plan: plan_lib.Plan, runs_dir: str, found: dict) -> dict:
   gates = {}
   for base in plan.bases + plan.spare_bases:
     for point in plan.points:
-      g = _read_json(os.path.join(warm_dir(runs_dir, base), point, GATE_FILE))
+      g = read_gate(os.path.join(warm_dir(runs_dir, base), point))
       if g is not None:
         gates[base] = g
   for (rep, _), f in sorted(found.items()):
