@@ -132,3 +132,25 @@ def test_spread_warnings_flag_a_std_of_half_the_value_or_more():
       "A",
       "C_mid",
   ]
+
+
+def test_a_singular_resample_takes_the_least_norm_step():
+  # Row 1 is exactly singular: numpy's batched solve refuses the whole batch.
+  mat = np.array([[[2.0, 0.0], [0.0, 4.0]], [[1.0, 1.0], [1.0, 1.0]]])
+  rhs = np.array([[2.0, 2.0], [2.0, 2.0]])
+  with pytest.raises(np.linalg.LinAlgError):
+    np.linalg.solve(mat, rhs[..., None])
+  steps = uncertainty._solve_each(mat, rhs)
+  # Row 0 solved exactly; row 1's least-norm solution of x + y = 2 is (1, 1).
+  np.testing.assert_allclose(steps, [[1.0, 0.5], [1.0, 1.0]], atol=1e-12)
+
+
+def test_bootstrap_of_four_points_survives_degenerate_resamples():
+  # Of 200 resamples of 4 points about 3 land on a single compute, and about
+  # 80 on two, fewer than the 3 free parameters (R_0 is measured).
+  compute = np.array([0.0, 100.0, 200.0, 300.0, 400.0])
+  score = sigmoid.sigmoid(compute, 0.6, 1.5, 150.0, 0.2)
+  fit = sigmoid.fit(compute, score)
+  assert fit.num_points == 4 and fit.r0_source != "fitted"
+  u = uncertainty.bootstrap(compute, score, fit, num_samples=200, seed=0)
+  assert np.isfinite([u.a_std, u.b_std, u.c_mid_std]).all()

@@ -88,6 +88,29 @@ def _sse(p: np.ndarray, lx: np.ndarray, y: np.ndarray, w: np.ndarray):
   return (w * (y - _model(p, lx)[0]) ** 2).sum(1)
 
 
+def _solve_each(mat: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+  """[R, U]: each resample's damped step, mat [R, U, U] @ step = rhs [R, U].
+
+  A resample whose points sit on fewer distinct computes than there are free
+  parameters has a rank-deficient Hessian; once the damping has shrunk below
+  its rounding, LAPACK may find that system exactly singular or not,
+  depending on the machine's kernels. Such a resample takes the least-norm
+  step instead, so one degenerate resample neither stops the batch (numpy
+  raises for all of it) nor makes the result depend on the machine; the
+  other resamples keep the batched solve's steps exactly.
+  """
+  try:
+    return np.linalg.solve(mat, rhs[..., None])[..., 0]
+  except np.linalg.LinAlgError:
+    steps = np.empty_like(rhs)
+    for r in range(mat.shape[0]):
+      try:
+        steps[r] = np.linalg.solve(mat[r], rhs[r])
+      except np.linalg.LinAlgError:
+        steps[r] = np.linalg.lstsq(mat[r], rhs[r], rcond=None)[0]
+    return steps
+
+
 def _refit(p, lx, y, w, free, lo, hi) -> np.ndarray:
   """`p` [R, 4], refitted in place by Levenberg-Marquardt on columns `free`."""
   current, lam = _sse(p, lx, y, w), np.full(p.shape[0], 1e-3)
@@ -100,10 +123,10 @@ def _refit(p, lx, y, w, free, lo, hi) -> np.ndarray:
     hess = np.einsum("rju,rj,rjv->ruv", jac, w, jac)  # [R, U, U]
     grad = np.einsum("rju,rj->ru", jac, w * (y - f))
     diag = np.einsum("ruu->ru", hess) + 1e-12
-    step = np.linalg.solve(
+    step = _solve_each(
         hess + lam[:, None, None] * (diag[:, :, None] * np.eye(len(free))),
-        grad[..., None],
-    )[..., 0]
+        grad,
+    )
     trial = p.copy()
     trial[:, free] = np.clip(p[:, free] + step, lo, hi)
     new = _sse(trial, lx, y, w)
