@@ -18,7 +18,6 @@ groups -> work counts, meter, counters -> monitors -> metrics.jsonl cut.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -392,7 +391,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
         )
     trainer.checkpointer.wait()
     if jax.process_index() == 0:
-      open(os.path.join(workdir, workdir_lib.DONE_FILE), "w").close()
+      workdir_lib.mark_finished(workdir)
   finally:
     progress.close()
     trainer.close()

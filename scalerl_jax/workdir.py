@@ -30,6 +30,16 @@ TOKENIZER_FILE = "tokenizer.model"  # The built-in SentencePiece tokenizer.
 BaseConfig = Callable[[str], ml_collections.ConfigDict]
 
 
+def is_finished(workdir: str) -> bool:
+  """Whether the run in `workdir` finished all its steps (DONE_FILE there)."""
+  return os.path.exists(os.path.join(workdir, DONE_FILE))
+
+
+def mark_finished(workdir: str) -> None:
+  """Records that the run in `workdir` finished all its steps."""
+  open(os.path.join(workdir, DONE_FILE), "w").close()
+
+
 def lock_workdir(workdir: str) -> IO[str]:
   """The open lock file of `workdir`, held until closed or the process ends.
 

@@ -238,4 +238,4 @@ def test_a_run_survives_a_killed_reward_pool_and_stops_cleanly_on_an_unwritable_
   finally:
     trainer.close()
   assert checkpointer.Checkpointer(checkpoints).latest_step() == 1
-  assert not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
+  assert not workdir_lib.is_finished(workdir)

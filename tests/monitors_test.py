@@ -239,7 +239,7 @@ def test_stop_on_alert_checkpoints_the_step_and_stops(tmp_path):
   ):
     trainer_lib.train_and_evaluate(config, workdir)
   assert os.listdir(os.path.join(workdir, "checkpoints")) == ["1"]
-  assert not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
+  assert not workdir_lib.is_finished(workdir)
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
   assert [r["step"] for r in rows] == [0, 1]

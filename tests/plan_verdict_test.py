@@ -45,7 +45,7 @@ def _write_run(workdir, a, seed, gate_passed=True):
           )
           + "\n"
       )
-  open(os.path.join(workdir, workdir_lib.DONE_FILE), "w").close()
+  workdir_lib.mark_finished(workdir)
   with open(os.path.join(workdir, "base_gate.json"), "w") as f:
     json.dump(
         {

@@ -89,7 +89,7 @@ def test_a_run_keeps_its_first_start_and_finished_runs_get_none(repo, tmp_path):
   assert _start(repo, workdir) == first
   done = tmp_path / "done"
   done.mkdir()
-  (done / workdir_lib.DONE_FILE).write_text("")
+  workdir_lib.mark_finished(str(done))
   assert _start(repo, done) is None
   assert not os.path.exists(done / registration.REGISTRATION_FILE)
 

@@ -90,7 +90,7 @@ def test_end_to_end_run_writes_metrics_checkpoints_and_validation(e2e_run):
   rows = _metrics(workdir)
   assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
   assert [r["step"] for r in rows if "val/mean_at_k" in r] == [0, 2, 4]
-  assert os.path.isfile(os.path.join(workdir, workdir_lib.DONE_FILE))
+  assert workdir_lib.is_finished(workdir)
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
   assert os.listdir(os.path.join(workdir, "tb"))
   train = rows[1:]

@@ -56,17 +56,13 @@ def _point_dirs(root: str) -> list[str]:
   return sorted(found)
 
 
-def _done(point_dir: str) -> bool:
-  return os.path.exists(os.path.join(point_dir, workdir_lib.DONE_FILE))
-
-
 def _gate_failed(point_dir: str) -> bool:
   gate = plan_verdict.read_gate(point_dir)
   return gate is not None and not gate["passed"]
 
 
 def _is_record(point_dir: str) -> bool:
-  return _done(point_dir) or _gate_failed(point_dir)
+  return workdir_lib.is_finished(point_dir) or _gate_failed(point_dir)
 
 
 def _copy(src: str, dst: str) -> None:
@@ -80,7 +76,9 @@ def _copy(src: str, dst: str) -> None:
 def _base_finished(plan: plan_lib.Plan, records: str, base: int) -> bool:
   """Whether every point of every RL seed of `base` has a finished record."""
   return all(
-      _done(os.path.join(plan_verdict.replicate_dir(records, (base, seed)), p))
+      workdir_lib.is_finished(
+          os.path.join(plan_verdict.replicate_dir(records, (base, seed)), p)
+      )
       for seed in plan.rl_seeds
       for p in plan.points
   )

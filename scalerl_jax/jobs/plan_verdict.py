@@ -80,7 +80,7 @@ def load_runs(
     for seed in plan.rl_seeds:
       for point in plan.points:
         workdir = os.path.join(replicate_dir(runs_dir, (base, seed)), point)
-        if not os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
+        if not workdir_lib.is_finished(workdir):
           continue
         run = plan_lib.registered_part(
             runs_lib.read_run(workdir, x_key=X_KEY, y_key=Y_KEY),

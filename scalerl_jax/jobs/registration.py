@@ -106,7 +106,7 @@ def record_start(workdir: str, plan_path: str, repo: str) -> Optional[dict]:
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
-  if os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
+  if workdir_lib.is_finished(workdir):
     return None
   rel = plan_in_checkout(plan_path, repo)
   record = {

@@ -297,7 +297,7 @@ def run_local(
   outcomes, pending, running = {}, [], {}
   for p in points:
     workdir = os.path.abspath(os.path.join(sweep_dir, p.name))
-    if os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE)):
+    if workdir_lib.is_finished(workdir):
       outcomes[p.name] = Outcome("skipped", None, os.path.join(workdir, LOG))
       logging.info("%s: already finished, skipped", p.name)
     else:
@@ -327,7 +327,7 @@ def run_local(
           continue
         log.close()
         del running[name]
-        done = os.path.exists(os.path.join(workdir, workdir_lib.DONE_FILE))
+        done = workdir_lib.is_finished(workdir)
         state = (
             "failed"
             if proc.returncode
