@@ -158,6 +158,7 @@ def _run(plan, root, keeper):
   records = keeper and keeper.records
   cache = f"trainer.warm_start_dir={os.path.join(root, 'bases')}"
   queue, spares, done = list(plan.bases), list(plan.spare_bases), 0
+  unresumable = []
   while queue:
     base = queue.pop(0)
     # The base alone first (its warm start, gate and step-0 validation), so
@@ -175,7 +176,11 @@ def _run(plan, root, keeper):
       )
     differs = records and plan_records.check_base(plan, records, root, base)
     if differs:
-      raise SystemExit(f"launch.plan_sweep: {differs}")
+      # Not a gate failure: no spare replaces it. Its recorded points stay;
+      # those left are lost to the plan, and the other bases go on.
+      print(f"launch.plan_sweep: skipped: {differs}", flush=True)
+      unresumable.append(base)
+      continue
     for seed in plan.rl_seeds:
       if _REPLICATES.value and done >= _REPLICATES.value:
         return
@@ -211,6 +216,11 @@ def _run(plan, root, keeper):
             f"launch.plan_sweep: base {base}, seed {seed} did not finish "
             f"(exit code {code}); rerun to resume"
         )
+  if unresumable:
+    raise SystemExit(
+        f"launch.plan_sweep: the points left of bases {unresumable} were not "
+        "run: each base, warm-started here, differs from its record (above)"
+    )
 
 
 if __name__ == "__main__":

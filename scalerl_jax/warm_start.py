@@ -305,7 +305,7 @@ def warm_start(
   if t.warm_start_steps == 0:
     return params
   configs = _domain_configs(config, t.warm_start_steps)
-  path = os.path.join(cache_dir(config, workdir, tok.vocab_size), "params")
+  path = os.path.join(cache_dir(config, workdir, tok.vocab_size), PARAMS_DIR)
   checkpointer = ocp.StandardCheckpointer()
   phases_path = os.path.join(os.path.dirname(path), PHASES_FILE)
   if os.path.isdir(path):
@@ -355,6 +355,8 @@ GATE_FILE = "base_gate.json"
 # Beside a cached base's params: how many chain steps its warm start took and
 # their mean loss (warm_steps.run).
 PHASES_FILE = "warm_phases.json"
+# In a cached base's directory: its parameters (orbax), present once saved.
+PARAMS_DIR = "params"
 
 
 def check_gate(config, workdir, model, params, tok, phases_path="") -> None:
@@ -380,9 +382,14 @@ def check_gate(config, workdir, model, params, tok, phases_path="") -> None:
       "passed": not failures,
       "failures": failures,
   }
-  if phases_path and os.path.exists(phases_path):
-    with open(phases_path) as f:
-      record["warm_phases"] = json.load(f)
+  if phases_path:
+    # The cache directory of these parameters, which a plan's records keep
+    # (scalerl_jax/jobs/plan_records.py) so another machine resumes the
+    # base's points on the very same parameters.
+    record["fingerprint"] = os.path.basename(os.path.dirname(phases_path))
+    if os.path.exists(phases_path):
+      with open(phases_path) as f:
+        record["warm_phases"] = json.load(f)
   with open(os.path.join(workdir, GATE_FILE), "w") as f:
     json.dump(record, f, indent=1, sort_keys=True)
   logging.info("Base gate: %s", json.dumps(record, sort_keys=True))

@@ -200,3 +200,64 @@ def test_commit_records_outside_a_repository_keeps_them_to_retry(tmp_path):
   new = plan_records.export_records(work, kept)
   assert new == ["base=301/seed=0/dapo"]
   assert plan_records.commit_records(kept, new, "parity_v3") == new
+
+
+def _cached_base(root, warm_rel, fingerprint, passed=True):
+  """A warm point's gate record naming `fingerprint`, and that base's cache
+  (orbax parameters and warm phases) as warm_start.warm_start leaves it."""
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  from scalerl_jax import warm_start
+
+  gate_path = os.path.join(root, warm_rel, "base_gate.json")
+  with open(gate_path) as f:
+    gate = json.load(f)
+  gate.update(fingerprint=fingerprint, passed=passed)
+  with open(gate_path, "w") as f:
+    json.dump(gate, f)
+  cache = os.path.join(root, "bases", fingerprint)
+  checkpointer = ocp.StandardCheckpointer()
+  params = {"w": np.arange(6.0, dtype=np.float32).reshape(2, 3) + len(root)}
+  checkpointer.save(os.path.join(cache, warm_start.PARAMS_DIR), params)
+  checkpointer.wait_until_finished()
+  with open(os.path.join(cache, warm_start.PHASES_FILE), "w") as f:
+    json.dump(gate["warm_phases"], f)
+  return params
+
+
+def test_a_passed_base_is_kept_and_seeded_back_bit_identical(tmp_path):
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  from scalerl_jax import warm_start
+
+  work, records = str(tmp_path / "work"), str(tmp_path / "records")
+  _take(V3, work, "bases/warm=302")
+  _take(V3, work, "bases/warm=303")
+  params = _cached_base(work, "bases/warm=302/scalerl", "f302")
+  _cached_base(work, "bases/warm=303/scalerl", "f303", passed=False)
+  exported = plan_records.export_records(work, records)
+  # The failed gate's base is not kept; its gate record is.
+  assert exported == [
+      "bases/f302",
+      "bases/warm=302/scalerl",
+      "bases/warm=303/scalerl",
+  ]
+  assert not os.path.exists(os.path.join(records, "bases", "f303"))
+  assert plan_records.export_records(work, records) == []
+  # Base 302 has points left: a new machine gets its parameters, not its
+  # warm record, so the warm point reuses them and regates.
+  fresh = str(tmp_path / "fresh")
+  seeded = plan_records.seed_workdir(parity_v3.PLAN, records, fresh)
+  assert "bases/f302" in seeded and "bases/warm=302/scalerl" not in seeded
+  restored = ocp.StandardCheckpointer().restore(
+      os.path.join(fresh, "bases", "f302", warm_start.PARAMS_DIR)
+  )
+  np.testing.assert_array_equal(restored["w"], params["w"])
+  for root in (work, fresh):
+    with open(os.path.join(root, "bases", "f302", warm_start.PHASES_FILE)) as f:
+      assert json.load(f)["chain_steps"] == 3250  # base 302's record
+  assert "bases/f302" not in plan_records.seed_workdir(
+      parity_v3.PLAN, records, fresh
+  )

@@ -13,6 +13,15 @@ that base is left to run (all its points finished, or its gate failed):
 otherwise the base is warm-started and gated again here, where the points
 left need its parameters, and `check_base` holds its gate against the
 record, since points paired within a base must share it.
+
+The warm start is not reproducible across machines (the chain is learned
+in a sudden drop whose step and outcome depend on the machine's float
+kernels: parity_v2's base 103 passed its gate on two machines with
+different parameters), so the records also keep each base that passed its
+gate: its cached parameters (`bases/<fingerprint>/`, about 3 MB; the
+fingerprint is in the gate record), copied back when a workdir is seeded.
+The base is then not trained again but reused, and its points resume on
+the parameters their recorded partners had.
 """
 
 from __future__ import annotations
@@ -84,10 +93,42 @@ def _base_finished(plan: plan_lib.Plan, records: str, base: int) -> bool:
   )
 
 
+def _kept_bases(root: str) -> list[str]:
+  """`bases/<fingerprint>` below `root` for each passed gate's base whose
+  parameters are there (relative to `root`)."""
+  found = []
+  for rel in _point_dirs(root):
+    gate = plan_verdict.read_gate(os.path.join(root, rel))
+    if not rel.startswith("bases" + os.sep) or not gate or not gate["passed"]:
+      continue
+    kept = os.path.join("bases", gate.get("fingerprint", ""))
+    if gate.get("fingerprint") and os.path.isdir(
+        os.path.join(root, kept, warm_start.PARAMS_DIR)
+    ):
+      found.append(kept)
+  return sorted(set(found))
+
+
+def _copy_base(src: str, dst: str) -> None:
+  """Copies a cached base, its parameters last (their presence marks it)."""
+  os.makedirs(dst, exist_ok=True)
+  phases = os.path.join(src, warm_start.PHASES_FILE)
+  if os.path.exists(phases):
+    shutil.copy2(phases, os.path.join(dst, warm_start.PHASES_FILE))
+  tmp = os.path.join(dst, warm_start.PARAMS_DIR + ".partial")
+  shutil.rmtree(tmp, ignore_errors=True)
+  shutil.copytree(os.path.join(src, warm_start.PARAMS_DIR), tmp)
+  os.rename(tmp, os.path.join(dst, warm_start.PARAMS_DIR))
+
+
 def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
-  """Copies into `workdir` the records it lacks (see the module's
-  docstring); returns the relative paths copied."""
+  """Copies into `workdir` the records it lacks, and the bases the records
+  keep (see the module's docstring); returns the relative paths copied."""
   copied = []
+  for rel in _kept_bases(records):
+    if not os.path.isdir(os.path.join(workdir, rel, warm_start.PARAMS_DIR)):
+      _copy_base(os.path.join(records, rel), os.path.join(workdir, rel))
+      copied.append(rel)
   for rel in _point_dirs(records):
     src, dst = os.path.join(records, rel), os.path.join(workdir, rel)
     if not _is_record(src) or _is_record(dst):
@@ -102,9 +143,14 @@ def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
 
 
 def export_records(workdir: str, records: str) -> list[str]:
-  """Copies into `records` every record of `workdir` it lacks; returns the
-  relative paths copied. An existing record is never overwritten."""
+  """Copies into `records` every record of `workdir` it lacks, and each base
+  that passed its gate there; returns the relative paths copied. An
+  existing record or base is never overwritten."""
   copied = []
+  for rel in _kept_bases(workdir):
+    if not os.path.isdir(os.path.join(records, rel, warm_start.PARAMS_DIR)):
+      _copy_base(os.path.join(workdir, rel), os.path.join(records, rel))
+      copied.append(rel)
   for rel in _point_dirs(workdir):
     src, dst = os.path.join(workdir, rel), os.path.join(records, rel)
     if _is_record(src) and not _is_record(dst):
@@ -125,7 +171,12 @@ def commit_records(records: str, rels: list[str], plan_name: str) -> list[str]:
   failed = []
   for rel in rels:
     path = os.path.join(records, rel)
-    message = f"{os.path.relpath(path, top)}: the finished point's record "
+    what = "the finished point's record"
+    if rel.startswith("bases" + os.sep) and os.path.isdir(
+        os.path.join(path, warm_start.PARAMS_DIR)
+    ):
+      what = "a gated base's parameters, kept to resume its points elsewhere"
+    message = f"{os.path.relpath(path, top)}: {what} "
     message += f"(plan {plan_name}, launch.plan_sweep)"
     try:
       registration.git(records, "add", "--", path)
