@@ -261,3 +261,22 @@ def test_a_passed_base_is_kept_and_seeded_back_bit_identical(tmp_path):
   assert "bases/f302" not in plan_records.seed_workdir(
       parity_v3.PLAN, records, fresh
   )
+
+
+def test_a_base_that_differs_from_its_record_is_not_kept(tmp_path):
+  work, records = str(tmp_path / "work"), str(tmp_path / "records")
+  _take(V3, work, "bases/warm=302")
+  _take(V3, records, "bases/warm=302")
+  _cached_base(work, "bases/warm=302/scalerl", "f302")
+  gate_path = os.path.join(work, "bases/warm=302/scalerl/base_gate.json")
+  with open(gate_path) as f:
+    gate = json.load(f)
+  gate["measured"]["chain_exact/1"] = 0.5
+  with open(gate_path, "w") as f:
+    json.dump(gate, f)
+  assert plan_records.export_records(work, records) == []
+  # Its record equal (the fingerprint aside), the same base is kept.
+  gate["measured"]["chain_exact/1"] = 1.0
+  with open(gate_path, "w") as f:
+    json.dump(gate, f)
+  assert plan_records.export_records(work, records) == ["bases/f302"]

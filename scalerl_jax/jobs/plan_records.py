@@ -93,13 +93,18 @@ def _base_finished(plan: plan_lib.Plan, records: str, base: int) -> bool:
   )
 
 
-def _kept_bases(root: str) -> list[str]:
+def _kept_bases(root: str, records: Optional[str] = None) -> list[str]:
   """`bases/<fingerprint>` below `root` for each passed gate's base whose
-  parameters are there (relative to `root`)."""
+  parameters are there (relative to `root`); with `records`, only those
+  whose gate equals the record there, if it has one (a base that differs
+  is not the one its recorded points trained on)."""
   found = []
   for rel in _point_dirs(root):
     gate = plan_verdict.read_gate(os.path.join(root, rel))
     if not rel.startswith("bases" + os.sep) or not gate or not gate["passed"]:
+      continue
+    recorded = records and plan_verdict.read_gate(os.path.join(records, rel))
+    if recorded and _gate_differs(gate, recorded):
       continue
     kept = os.path.join("bases", gate.get("fingerprint", ""))
     if gate.get("fingerprint") and os.path.isdir(
@@ -107,6 +112,15 @@ def _kept_bases(root: str) -> list[str]:
     ):
       found.append(kept)
   return sorted(set(found))
+
+
+def _gate_differs(mine: dict, theirs: dict) -> list[str]:
+  """The keys of two gate records of one base that differ."""
+  return [
+      key
+      for key in ("passed", "measured", "warm_phases")
+      if mine.get(key) != theirs.get(key)
+  ]
 
 
 def _copy_base(src: str, dst: str) -> None:
@@ -147,7 +161,7 @@ def export_records(workdir: str, records: str) -> list[str]:
   that passed its gate there; returns the relative paths copied. An
   existing record or base is never overwritten."""
   copied = []
-  for rel in _kept_bases(workdir):
+  for rel in _kept_bases(workdir, records):
     if not os.path.isdir(os.path.join(records, rel, warm_start.PARAMS_DIR)):
       _copy_base(os.path.join(workdir, rel), os.path.join(records, rel))
       copied.append(rel)
@@ -206,11 +220,7 @@ def check_base(
   )
   if mine is None or theirs is None:
     return None
-  differ = [
-      key
-      for key in ("passed", "measured", "warm_phases")
-      if mine.get(key) != theirs.get(key)
-  ]
+  differ = _gate_differs(mine, theirs)
   if not differ:
     return None
   return (
