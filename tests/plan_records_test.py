@@ -246,11 +246,12 @@ def test_a_passed_base_is_kept_and_seeded_back_bit_identical(tmp_path):
   ]
   assert not os.path.exists(os.path.join(records, "bases", "f303"))
   assert plan_records.export_records(work, records) == []
-  # Base 302 has points left: a new machine gets its parameters, not its
-  # warm record, so the warm point reuses them and regates.
+  # Base 302 has points left: a new machine gets its parameters and its
+  # warm record (the gate stands); base 303 failed its gate: its record.
   fresh = str(tmp_path / "fresh")
   seeded = plan_records.seed_workdir(parity_v3.PLAN, records, fresh)
-  assert "bases/f302" in seeded and "bases/warm=302/scalerl" not in seeded
+  assert seeded == exported
+  assert plan_records.check_base(parity_v3.PLAN, records, fresh, 302) is None
   restored = ocp.StandardCheckpointer().restore(
       os.path.join(fresh, "bases", "f302", warm_start.PARAMS_DIR)
   )

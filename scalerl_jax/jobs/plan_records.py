@@ -19,9 +19,10 @@ in a sudden drop whose step and outcome depend on the machine's float
 kernels: parity_v2's base 103 passed its gate on two machines with
 different parameters), so the records also keep each base that passed its
 gate: its cached parameters (`bases/<fingerprint>/`, about 3 MB; the
-fingerprint is in the gate record), copied back when a workdir is seeded.
-The base is then not trained again but reused, and its points resume on
-the parameters their recorded partners had.
+fingerprint is in the gate record), copied back when a workdir is seeded,
+with the base's warm-start record. The base is then neither trained nor
+gated again, and its points resume on the parameters their recorded
+partners had (each point still checks the gate as it starts).
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ def _copy_base(src: str, dst: str) -> None:
 def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
   """Copies into `workdir` the records it lacks, and the bases the records
   keep (see the module's docstring); returns the relative paths copied."""
-  copied = []
-  for rel in _kept_bases(records):
+  copied, kept = [], _kept_bases(records)
+  for rel in kept:
     if not os.path.isdir(os.path.join(workdir, rel, warm_start.PARAMS_DIR)):
       _copy_base(os.path.join(records, rel), os.path.join(workdir, rel))
       copied.append(rel)
@@ -149,7 +150,14 @@ def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
       continue
     if rel.startswith("bases" + os.sep):
       base = int(rel.split(os.sep)[1].removeprefix("warm="))
-      if not (_gate_failed(src) or _base_finished(plan, records, base)):
+      fingerprint = (plan_verdict.read_gate(src) or {}).get("fingerprint")
+      # A kept base is the recorded one: its gate record stands, rather
+      # than a regating here whose floats may differ in the last bits.
+      if not (
+          _gate_failed(src)
+          or _base_finished(plan, records, base)
+          or (fingerprint and os.path.join("bases", fingerprint) in kept)
+      ):
         continue
     _copy(src, dst)
     copied.append(rel)
