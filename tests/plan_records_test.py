@@ -9,10 +9,13 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs.plans import parity_v1
 from configs.plans import parity_v3
+from scalerl_jax import warm_start
 from scalerl_jax.jobs import plan_records
 from tests import git_helpers
 
@@ -205,11 +208,6 @@ def test_commit_records_outside_a_repository_keeps_them_to_retry(tmp_path):
 def _cached_base(root, warm_rel, fingerprint, passed=True):
   """A warm point's gate record naming `fingerprint`, and that base's cache
   (orbax parameters and warm phases) as warm_start.warm_start leaves it."""
-  import numpy as np
-  import orbax.checkpoint as ocp
-
-  from scalerl_jax import warm_start
-
   gate_path = os.path.join(root, warm_rel, "base_gate.json")
   with open(gate_path) as f:
     gate = json.load(f)
@@ -227,11 +225,6 @@ def _cached_base(root, warm_rel, fingerprint, passed=True):
 
 
 def test_a_passed_base_is_kept_and_seeded_back_bit_identical(tmp_path):
-  import numpy as np
-  import orbax.checkpoint as ocp
-
-  from scalerl_jax import warm_start
-
   work, records = str(tmp_path / "work"), str(tmp_path / "records")
   _take(V3, work, "bases/warm=302")
   _take(V3, work, "bases/warm=303")

@@ -107,12 +107,21 @@ def _kept_bases(root: str, records: Optional[str] = None) -> list[str]:
     recorded = records and plan_verdict.read_gate(os.path.join(records, rel))
     if recorded and _gate_differs(gate, recorded):
       continue
-    kept = os.path.join("bases", gate.get("fingerprint", ""))
-    if gate.get("fingerprint") and os.path.isdir(
-        os.path.join(root, kept, warm_start.PARAMS_DIR)
-    ):
+    kept = _base_rel(gate)
+    if kept and _has_base(root, kept):
       found.append(kept)
   return sorted(set(found))
+
+
+def _base_rel(gate: Optional[dict]) -> Optional[str]:
+  """`bases/<fingerprint>` of the base a gate record names, or None."""
+  fingerprint = (gate or {}).get("fingerprint")
+  return os.path.join("bases", fingerprint) if fingerprint else None
+
+
+def _has_base(root: str, rel: str) -> bool:
+  """Whether `root/rel` holds a cached base's parameters."""
+  return os.path.isdir(os.path.join(root, rel, warm_start.PARAMS_DIR))
 
 
 def _gate_differs(mine: dict, theirs: dict) -> list[str]:
@@ -122,6 +131,14 @@ def _gate_differs(mine: dict, theirs: dict) -> list[str]:
       for key in ("passed", "measured", "warm_phases")
       if mine.get(key) != theirs.get(key)
   ]
+
+
+def _copy_bases(src_root: str, dst_root: str, rels: list[str]) -> list[str]:
+  """Copies the cached bases `rels` that `dst_root` lacks; returns them."""
+  copied = [rel for rel in rels if not _has_base(dst_root, rel)]
+  for rel in copied:
+    _copy_base(os.path.join(src_root, rel), os.path.join(dst_root, rel))
+  return copied
 
 
 def _copy_base(src: str, dst: str) -> None:
@@ -139,24 +156,20 @@ def _copy_base(src: str, dst: str) -> None:
 def seed_workdir(plan: plan_lib.Plan, records: str, workdir: str) -> list[str]:
   """Copies into `workdir` the records it lacks, and the bases the records
   keep (see the module's docstring); returns the relative paths copied."""
-  copied, kept = [], _kept_bases(records)
-  for rel in kept:
-    if not os.path.isdir(os.path.join(workdir, rel, warm_start.PARAMS_DIR)):
-      _copy_base(os.path.join(records, rel), os.path.join(workdir, rel))
-      copied.append(rel)
+  kept = _kept_bases(records)
+  copied = _copy_bases(records, workdir, kept)
   for rel in _point_dirs(records):
     src, dst = os.path.join(records, rel), os.path.join(workdir, rel)
     if not _is_record(src) or _is_record(dst):
       continue
     if rel.startswith("bases" + os.sep):
       base = int(rel.split(os.sep)[1].removeprefix("warm="))
-      fingerprint = (plan_verdict.read_gate(src) or {}).get("fingerprint")
       # A kept base is the recorded one: its gate record stands, rather
       # than a regating here whose floats may differ in the last bits.
       if not (
           _gate_failed(src)
           or _base_finished(plan, records, base)
-          or (fingerprint and os.path.join("bases", fingerprint) in kept)
+          or _base_rel(plan_verdict.read_gate(src)) in kept
       ):
         continue
     _copy(src, dst)
@@ -168,11 +181,7 @@ def export_records(workdir: str, records: str) -> list[str]:
   """Copies into `records` every record of `workdir` it lacks, and each base
   that passed its gate there; returns the relative paths copied. An
   existing record or base is never overwritten."""
-  copied = []
-  for rel in _kept_bases(workdir, records):
-    if not os.path.isdir(os.path.join(records, rel, warm_start.PARAMS_DIR)):
-      _copy_base(os.path.join(workdir, rel), os.path.join(records, rel))
-      copied.append(rel)
+  copied = _copy_bases(workdir, records, _kept_bases(workdir, records))
   for rel in _point_dirs(workdir):
     src, dst = os.path.join(workdir, rel), os.path.join(records, rel)
     if _is_record(src) and not _is_record(dst):
@@ -194,9 +203,7 @@ def commit_records(records: str, rels: list[str], plan_name: str) -> list[str]:
   for rel in rels:
     path = os.path.join(records, rel)
     what = "the finished point's record"
-    if rel.startswith("bases" + os.sep) and os.path.isdir(
-        os.path.join(path, warm_start.PARAMS_DIR)
-    ):
+    if _has_base(records, rel):
       what = "a gated base's parameters, kept to resume its points elsewhere"
     message = f"{os.path.relpath(path, top)}: {what} "
     message += f"(plan {plan_name}, launch.plan_sweep)"
