@@ -8,6 +8,7 @@ from configs import warm_start_reliability_v3
 from configs.plans import parity_v1
 from configs.plans import parity_v2
 from configs.plans import parity_v3
+from configs.plans import parity_v4
 from scalerl_jax import evaluation
 from scalerl_jax import warm_start
 from scalerl_jax.jobs import sweep as sweep_lib
@@ -157,3 +158,50 @@ def test_v3_points_differ_only_in_the_loss_and_power_is_registered():
   }
   assert set(parity_v3.NEEDED) == {"loss", "gspo"}
   assert max(parity_v3.NEEDED.values()) <= parity_v3.REGISTERED_REPLICATES
+
+
+def test_v4_bases_are_the_third_mends_on_seeds_never_tried():
+  v4 = _configs(parity_v4, parity_v4.BASES[0])
+  mended = warm_start.fingerprint(
+      warm_start_reliability_v3.get_config(str(parity_v4.BASES[0])), 512
+  )
+  # The budget is a point's; the warm start's targets are cut at 41 tokens
+  # whatever it is, so every point of a replicate shares the mend's base.
+  assert {warm_start.fingerprint(c, 512) for c in v4.values()} == {mended}
+  tried = set(warm_start_reliability_v3.SEEDS) | set(
+      parity_v2.BASES
+      + parity_v2.SPARE_BASES
+      + parity_v3.BASES
+      + parity_v3.SPARE_BASES
+  )
+  assert not tried & set(parity_v4.BASES + parity_v4.SPARE_BASES)
+
+
+def test_v4_is_v3_at_the_short_budget():
+  v3 = _configs(parity_v3, parity_v3.BASES[0])
+  v4 = _configs(parity_v4, parity_v4.BASES[0])
+  assert set(v4) == set(v3) == set(parity_v4.PLAN.points)
+  for name, c in v4.items():
+    a = sweep_lib.workdir_lib.config_leaves(v3[name])
+    b = sweep_lib.workdir_lib.config_leaves(c)
+    changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert changed == {
+        "trainer.warm_start_seed",
+        "data.builtin_val_seed",
+        "sampling.max_new_tokens",
+        "buffer.decode_steps_per_train_step",
+    }
+    assert c.sampling.max_new_tokens == 25
+    assert c.trainer.warm_start_max_new_tokens == 41
+    assert c.data.builtin_val_seed == parity_v4.BASES[0]
+
+
+def test_v4_registers_v3s_claims_with_its_sd_and_the_replicates_they_need():
+  assert [c.name for c in parity_v4.CLAIMS] == [
+      c.name for c in parity_v3.CLAIMS
+  ]
+  for c4, c3 in zip(parity_v4.CLAIMS, parity_v3.CLAIMS):
+    assert c4.sd == (parity_v4.SD_A if c3.statistic == "A_fit" else c3.sd)
+  # 6 pinned pairs uncorrected at 0.02 and sd 0.012 (7 at Holm's alpha / 2).
+  assert parity_v4.NEEDED == {"loss": 6, "gspo": 6}
+  assert parity_v4.REGISTERED_REPLICATES == 12
