@@ -154,6 +154,33 @@ def test_the_early_call_and_its_distance_from_the_final_fit(found):
   assert f"median {np.median(gaps):.3f}" in text
 
 
+def test_an_early_call_against_the_final_verdict_is_counted_opposite(found):
+  plan, runs, gates = found
+  # The early call agrees; a final "disagrees" is its opposite, a final
+  # "inconclusive" is not.
+  text = plan_verdict.scorecard(plan, runs, gates, {"higher_a": "disagrees"})
+  assert "the opposite of the final verdict on 1." in text
+  _, tally = plan_verdict.score(plan, runs, gates, {"higher_a": "inconclusive"})
+  assert (tally.claims, tally.same, tally.decided, tally.opposite) == (
+      1,
+      0,
+      0,
+      0,
+  )
+
+
+def test_scores_of_plans_add_up():
+  one = plan_verdict.Score(3, 2, 2, 1, 0, (0.01, 0.03))
+  two = plan_verdict.Score(2, 1, 1, 0, 1, (0.02,))
+  total = sum((one, two), plan_verdict.Score())
+  assert total == plan_verdict.Score(5, 3, 3, 1, 1, (0.01, 0.03, 0.02))
+  assert total.summary() == (
+      "Early call right on 3 of 5 claims, on 1 of the 3 the final verdict "
+      "decided; the opposite of the final verdict on 1. |A_early - A_final| "
+      "over 3 runs: median 0.020, max 0.030."
+  )
+
+
 def test_variance_components_see_the_bases(found):
   plan, runs, gates = found
   text = plan_verdict.components(plan, runs, gates, "base")
@@ -205,31 +232,23 @@ def _verdict(*args, repo=None):
   )
 
 
-def test_the_verdict_launcher_prints_every_claim_and_the_early_call(tmp_path):
-  plan = _plan()
-  exploratory = dataclasses.replace(
-      plan.claims[0], name="b", statistic="B_shared", confirmatory=False
-  )
-  plan = dataclasses.replace(plan, claims=plan.claims + (exploratory,))
-  # The plan file is the plan written out, committed in a repository of its
-  # own; every run started, from that commit, a minute after it.
-  repo = tmp_path / "repo"
-  git_helpers.init(repo)
-  (repo / "plan.py").write_text(
+def _registered(repo, filename, plan, runs):
+  """Writes `plan` to `repo`/`filename`, commits it, and writes base 1's
+  runs below `runs`, each started from that commit a minute after it."""
+  (repo / filename).write_text(
       "from scalerl_jax.scaling.registered_plan import Plan, PlannedClaim\n\n"
       f"PLAN = {plan!r}\n"
   )
-  git_helpers.git(repo, "add", "plan.py")
-  git_helpers.git(repo, "commit", "-qm", "plan")
+  git_helpers.git(repo, "add", filename)
+  git_helpers.git(repo, "commit", "-qm", filename)
   committed = datetime.datetime.fromisoformat(
-      git_helpers.git(repo, "log", "--format=%cI")
+      git_helpers.git(repo, "log", "-1", "--format=%cI")
   )
   record = {
       "git_dirty": False,
       "git_head": git_helpers.git(repo, "rev-parse", "HEAD"),
       "started_utc": (committed + datetime.timedelta(minutes=1)).isoformat(),
   }
-  runs = tmp_path / "runs"
   for seed in plan.rl_seeds:
     for i, (point, a) in enumerate((("base", 0.85), ("other", 0.80))):
       workdir = os.path.join(
@@ -240,6 +259,21 @@ def test_the_verdict_launcher_prints_every_claim_and_the_early_call(tmp_path):
           os.path.join(workdir, registration.REGISTRATION_FILE), "w"
       ) as f:
         json.dump(record, f)
+  return record
+
+
+def test_the_verdict_launcher_prints_every_claim_and_the_early_call(tmp_path):
+  plan = _plan()
+  exploratory = dataclasses.replace(
+      plan.claims[0], name="b", statistic="B_shared", confirmatory=False
+  )
+  plan = dataclasses.replace(plan, claims=plan.claims + (exploratory,))
+  # The plan file is the plan written out, committed in a repository of its
+  # own; every run started, from that commit, a minute after it.
+  repo = tmp_path / "repo"
+  git_helpers.init(repo)
+  runs = tmp_path / "runs"
+  record = _registered(repo, "plan.py", plan, runs)
   proc = _verdict(f"--plan={repo / 'plan.py'}", f"--runs={runs}", repo=repo)
   assert proc.returncode == 0, proc.stderr
   lines = proc.stdout.splitlines()
@@ -259,6 +293,53 @@ def test_the_verdict_launcher_prints_every_claim_and_the_early_call(tmp_path):
   assert any(l.startswith("| higher_a | ") for l in early)
   assert any(l.startswith("| b | ") for l in early)
   assert any(l.startswith("Early call right on ") for l in early)
+
+
+def test_the_verdict_launcher_reads_several_plans_together(tmp_path):
+  repo = tmp_path / "repo"
+  git_helpers.init(repo)
+  # Base 1's two pairs decide a claim (base 2 has no runs).
+  one = dataclasses.replace(_plan(), min_pinned=2)
+  two = dataclasses.replace(one, name="u")
+  _registered(repo, "one.py", one, tmp_path / "one")
+  _registered(repo, "two.py", two, tmp_path / "two")
+  proc = _verdict(
+      f"--plan={repo / 'one.py'}",
+      f"--runs={tmp_path / 'one'}",
+      f"--plan={repo / 'two.py'}",
+      f"--runs={tmp_path / 'two'}",
+      repo=repo,
+  )
+  assert proc.returncode == 0, proc.stderr
+  lines = proc.stdout.splitlines()
+  assert "# Plan t: 4 finished runs" in lines
+  assert "# Plan u: 4 finished runs" in lines
+  across = lines[lines.index("# Across the plans") :]
+  rows = {
+      l.split(" | ")[0][2:]: l.strip("| ").split(" | ")
+      for l in across
+      if l.startswith(("| t | higher_a |", "| u | higher_a |"))
+  }
+  assert set(rows) == {"t", "u"}
+  # Each plan's family holds its one claim, decided alone at its raw p; the
+  # two plans' runs are the same curves, so over both, each p doubles: past
+  # the level, which each plan alone is below.
+  for cells in rows.values():
+    p, p_plan, p_all = (float(cells[i]) for i in (2, 3, 5))
+    assert p_plan == p < 0.05 < p_all == pytest.approx(2 * p, rel=1e-2)
+    assert (cells[4], cells[6]) == ("agrees", "inconclusive")
+  assert across[-1].startswith(
+      "Over the 2 plans: Early call right on 0 of 2 claims, on 0 of the 2 "
+      "the final verdict decided"
+  )
+  proc = _verdict(
+      f"--plan={repo / 'one.py'}",
+      f"--runs={tmp_path / 'one'}",
+      f"--plan={repo / 'two.py'}",
+      repo=repo,
+  )
+  assert proc.returncode != 0
+  assert "one --runs per --plan, in order: got 2 plans and 1" in proc.stderr
 
 
 def test_the_verdict_launcher_names_a_missing_plan(tmp_path):

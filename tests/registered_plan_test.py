@@ -94,6 +94,65 @@ def test_holm_across_the_family_and_exploratory_claims_alone():
   assert out["c"][1] == pytest.approx(p["c"])
 
 
+def _results(plan, diffs):
+  return [
+      plan_lib.decide(
+          plan,
+          claim,
+          {rep: (0.8 + x, 0.8) for rep, x in zip(REPS, d)},
+          {},
+          {},
+          REPS,
+      )
+      for claim, d in zip(plan.claims, diffs)
+  ]
+
+
+def test_holm_across_plans_runs_once_over_every_family():
+  d_strong = (0.031, 0.029, 0.030, 0.032)
+  d_mid = (0.03, 0.006, 0.02, 0.022)  # p 0.030
+  d_weak = (0.05, -0.01, 0.04, 0.0)
+  one = _plan(_claim("a"), _claim("b"), name="one", min_pinned=2)
+  two = _plan(
+      _claim("a"), _claim("x", confirmatory=False), name="two", min_pinned=2
+  )
+  r1 = _results(one, (d_strong, d_weak))
+  r2 = _results(two, (d_mid, d_weak))
+  p = {("one", "a"): r1[0].p, ("one", "b"): r1[1].p, ("two", "a"): r2[0].p}
+  assert p["one", "a"] < p["two", "a"] < 0.05 < 2 * p["two", "a"]
+  assert p["one", "b"] > 0.05
+  out = plan_lib.holm_across([(one, r1, ["a", "b"]), (two, r2, ["a"])])
+  # Three in the family, by hand: 3 p1, max(3 p1, 2 p2), max(.., p3).
+  assert out["one", "a"][1] == pytest.approx(3 * p["one", "a"])
+  assert out["two", "a"][1] == pytest.approx(
+      max(3 * p["one", "a"], 2 * p["two", "a"])
+  )
+  assert out["one", "b"][1] == pytest.approx(
+      max(out["two", "a"][1], p["one", "b"])
+  )
+  # Only family claims come back; the exploratory one is its plan's alone.
+  assert set(out) == {("one", "a"), ("one", "b"), ("two", "a")}
+  # Stricter than each plan's own family: alone, two's "a" keeps its raw
+  # p and agrees; beside one's claims it doubles past the level.
+  assert plan_lib.verdicts(two, r2, ["a"])["a"] == ("agrees", p["two", "a"])
+  assert out["two", "a"][0] == "inconclusive"
+  assert out["one", "a"][0] == "agrees"
+
+
+def test_holm_across_plans_needs_one_level_and_each_plan_once():
+  one = _plan(_claim("a"), name="one", min_pinned=2)
+  r = _results(one, ((0.03, 0.01, 0.02, 0.025),))
+  with pytest.raises(ValueError, match=r"one level; got \[0.05, 0.1\]"):
+    plan_lib.holm_across(
+        [
+            (one, r, ["a"]),
+            (dataclasses.replace(one, name="b", alpha=0.1), r, ["a"]),
+        ]
+    )
+  with pytest.raises(ValueError, match="each plan once"):
+    plan_lib.holm_across([(one, r, ["a"]), (one, r, ["a"])])
+
+
 def test_a_lower_first_point_disagrees():
   claim = _claim()
   plan = _plan(claim, min_pinned=2)

@@ -200,8 +200,27 @@ def _fmt(x, spec=".3f"):
   return "-" if x is None else format(x, spec)
 
 
-def verdict_table(plan, plan_path, found, gates, repo) -> tuple[str, dict]:
-  """The confirmatory-and-exploratory table and claim name -> verdict."""
+@dataclasses.dataclass
+class Reading:
+  """A plan's runs read and decided: what the tables print."""
+
+  plan: plan_lib.Plan
+  found: dict  # (replicate, point) -> RunFits (`load_runs`).
+  gates: dict  # base -> gate record (`load_gates`).
+  # claim name -> (confirmatory?, why not, registration), jobs/registration.
+  status: dict
+  results: list  # registered_plan.ClaimResult per claim, on the final fits.
+  family: list  # The confirmatory claims: Holm's family.
+  decided: dict  # claim name -> (verdict, Holm-adjusted p).
+  early: str  # The early call against the final verdict, claim by claim.
+  score: "Score"  # Its counts (`score`).
+
+
+def read(plan, plan_path: str, runs_dir: str, repo: str) -> Reading:
+  """Reads `plan`'s runs below `runs_dir` and decides its claims, each
+  classified by git's history of `plan_path` in `repo`."""
+  found = load_runs(plan, runs_dir)
+  gates = load_gates(plan, runs_dir, found)
   reps = set(replicates(plan, gates))
   records = {
       p: [
@@ -215,16 +234,26 @@ def verdict_table(plan, plan_path, found, gates, repo) -> tuple[str, dict]:
   results = claim_results(plan, found, gates)
   family = [c.name for c in plan.claims if status[c.name][0]]
   decided = plan_lib.verdicts(plan, results, family)
+  early, tally = score(
+      plan, found, gates, {k: v[0] for k, v in decided.items()}
+  )
+  return Reading(
+      plan, found, gates, status, results, family, decided, early, tally
+  )
+
+
+def verdict_table(reading: Reading) -> str:
+  """The confirmatory-and-exploratory table."""
   lines = [
       "| claim | paper | statistic | ours: first - second [95% CI] | n "
       "(pinned / registered) | p (Holm) | verdict | end point (last "
       f"{END_POINT_LAST}) | mechanism: first / second | registration |",
       "|---|---|---|---|---|---|---|---|---|---|",
   ]
-  for r in results:
+  for r in reading.results:
     c = r.claim
-    verdict, p_adj = decided[c.name]
-    confirm, why, reg = status[c.name]
+    verdict, p_adj = reading.decided[c.name]
+    confirm, why, reg = reading.status[c.name]
     n_reg = len(r.replicates) + len(r.unpinned) + len(r.missing)
     effect = (
         f"{r.test.mean:+.3f} [{r.test.ci[0]:+.3f}, {r.test.ci[1]:+.3f}]"
@@ -246,45 +275,111 @@ def verdict_table(plan, plan_path, found, gates, repo) -> tuple[str, dict]:
         f"{_fmt(r.mechanism[0], '.4g')} / {_fmt(r.mechanism[1], '.4g')} "
         f"| {label}; {reg.commit[:8] if reg.commit else 'uncommitted'} |"
     )
-  return "\n".join(lines), {k: v[0] for k, v in decided.items()}
+  return "\n".join(lines)
 
 
-def scorecard(plan, found, gates, final_verdicts) -> str:
+# The verdicts that decide a claim one way: an early call of one and a final
+# verdict of the other is the early call's worst error.
+_DIRECTIONS = ("agrees", "disagrees")
+
+
+@dataclasses.dataclass
+class Score:
+  """The early call against the final verdict, counted over claims, and
+  |A_early - A_final| over runs; scores of several plans add up."""
+
+  claims: int = 0
+  same: int = 0
+  decided: int = 0  # Claims the final verdict decided (not inconclusive).
+  same_decided: int = 0
+  opposite: int = 0  # Early and final verdicts decided opposite ways.
+  gaps: tuple[float, ...] = ()
+
+  def __add__(self, other: "Score") -> "Score":
+    return Score(
+        *(
+            getattr(self, f.name) + getattr(other, f.name)
+            for f in dataclasses.fields(self)
+        )
+    )
+
+  def summary(self) -> str:
+    gaps = self.gaps
+    return (
+        f"Early call right on {self.same} of {self.claims} claims, on "
+        f"{self.same_decided} of the {self.decided} the final verdict "
+        f"decided; the opposite of the final verdict on {self.opposite}. "
+        f"|A_early - A_final| over {len(gaps)} runs: median "
+        f"{_fmt(float(np.median(gaps)) if gaps else None)}, max "
+        f"{_fmt(max(gaps) if gaps else None)}."
+    )
+
+
+def score(plan, found, gates, final_verdicts) -> tuple[str, Score]:
   """How often the early call (first `early_fraction` of each run's compute,
   extrapolated) matched the final verdict, and how far early A fell from
-  final A."""
+  final A: the claim-by-claim table and its Score."""
   early = plan_lib.verdicts(
       plan,
       claim_results(plan, found, gates, "early"),
       [c.name for c in plan.claims if c.confirmatory],
   )
-  gaps = [
+  gaps = tuple(
       abs(f.early.fit.a - f.final.fit.a)
       for f in found.values()
       if f.early.fit is not None and f.final.fit is not None
-  ]
+  )
   lines = [
       f"| claim | early call ({plan_lib.fraction_of(plan.early_fraction)} "
       "of compute) | final verdict | same |",
       "|---|---|---|---|",
   ]
-  same = decided = same_decided = 0
+  tally = Score(claims=len(plan.claims), gaps=gaps)
   for c in plan.claims:
     e, f = early[c.name][0], final_verdicts[c.name]
-    same += e == f
+    tally.same += e == f
+    tally.opposite += e != f and e in _DIRECTIONS and f in _DIRECTIONS
     # Inconclusive at both ends is a match that calls nothing.
     if not f.startswith("inconclusive"):
-      decided += 1
-      same_decided += e == f
+      tally.decided += 1
+      tally.same_decided += e == f
     lines.append(f"| {c.name} | {e} | {f} | {'yes' if e == f else 'no'} |")
-  lines.append("")
-  lines.append(
-      f"Early call right on {same} of {len(plan.claims)} claims, on "
-      f"{same_decided} of the {decided} the final verdict decided. |A_early - "
-      f"A_final| over {len(gaps)} runs: median "
-      f"{_fmt(float(np.median(gaps)) if gaps else None)}, max "
-      f"{_fmt(max(gaps) if gaps else None)}."
+  return "\n".join(lines), tally
+
+
+def scorecard(plan, found, gates, final_verdicts) -> str:
+  """`score`'s table and its summary line."""
+  table, tally = score(plan, found, gates, final_verdicts)
+  return table + "\n\n" + tally.summary()
+
+
+def across_plans(readings: list[Reading]) -> str:
+  """Several plans together: every confirmatory claim with its own plan's
+  Holm-adjusted p and with Holm's correction run once over all of them (a
+  sensitivity reading; each plan's registered family decides its verdicts),
+  then the early-call scorecard summed over the plans."""
+  across = plan_lib.holm_across(
+      [(r.plan, r.results, r.family) for r in readings]
   )
+  lines = [
+      "| plan | claim | p | p (Holm, its plan) | verdict | p (Holm, all "
+      "plans) | verdict, all plans |",
+      "|---|---|---|---|---|---|---|",
+  ]
+  for r in readings:
+    for result in r.results:
+      name = result.claim.name
+      if name not in r.family:
+        continue
+      verdict, p_plan = r.decided[name]
+      verdict_all, p_all = across[r.plan.name, name]
+      lines.append(
+          f"| {r.plan.name} | {name} | {_fmt(result.p, '.3g')} | "
+          f"{_fmt(p_plan, '.3g')} | {verdict} | {_fmt(p_all, '.3g')} | "
+          f"{verdict_all} |"
+      )
+  total = sum((r.score for r in readings), Score())
+  lines += ["", f"Over the {len(readings)} plans: {total.summary()}"]
   return "\n".join(lines)
 
 

@@ -295,24 +295,39 @@ def mechanism_acted(result: ClaimResult) -> Optional[bool]:
   return abs(first - second) >= result.claim.mechanism_threshold
 
 
-def verdicts(
+def corrected_family(
     plan: Plan, results: Sequence[ClaimResult], family: Sequence[str]
-) -> dict[str, tuple[str, Optional[float]]]:
-  """claim name -> (verdict, Holm-adjusted p) for `results`; `family`
-  names the claims in the correction (the confirmatory ones that may
-  count; the others are decided alone, uncorrected, as exploratory).
-
-  Verdicts: "agrees", "disagrees", "inconclusive", "inconclusive (fits not
-  pinned: k of n pairs)", "mechanism idle".
-  """
-  raw = {
+) -> dict[str, float]:
+  """claim name -> raw p of the claims in `family` that enter Holm's
+  correction: those with a p on at least `min_pinned` pinned pairs."""
+  return {
       r.claim.name: r.p
       for r in results
       if r.claim.name in family
       and r.p is not None
       and len(r.replicates) >= plan.min_pinned
   }
-  adjusted = significance.holm(raw) if raw else {}
+
+
+def verdicts(
+    plan: Plan,
+    results: Sequence[ClaimResult],
+    family: Sequence[str],
+    adjusted: Optional[Mapping[str, float]] = None,
+) -> dict[str, tuple[str, Optional[float]]]:
+  """claim name -> (verdict, Holm-adjusted p) for `results`; `family`
+  names the claims in the correction (the confirmatory ones that may
+  count; the others are decided alone, uncorrected, as exploratory).
+  `adjusted`, when given, holds the family's adjusted p-values from a
+  correction made elsewhere (over several plans, `holm_across`) in place of
+  Holm's over `family`.
+
+  Verdicts: "agrees", "disagrees", "inconclusive", "inconclusive (fits not
+  pinned: k of n pairs)", "mechanism idle".
+  """
+  if adjusted is None:
+    raw = corrected_family(plan, results, family)
+    adjusted = significance.holm(raw) if raw else {}
   out = {}
   for r in results:
     name, c = r.claim.name, r.claim
@@ -342,6 +357,37 @@ def verdicts(
     if mechanism_acted(r) is False:
       verdict = "mechanism idle"
     out[name] = (verdict, p)
+  return out
+
+
+def holm_across(
+    decided: Sequence[tuple[Plan, Sequence[ClaimResult], Sequence[str]]],
+) -> dict[tuple[str, str], tuple[str, Optional[float]]]:
+  """(plan name, claim name) -> (verdict, adjusted p) with Holm's correction
+  run once over the confirmatory families of every plan in `decided`
+  ((plan, results, family) each): a sensitivity reading, stricter than the
+  per-plan families the plans register. The plans must share one level."""
+  alphas = {plan.alpha for plan, _, _ in decided}
+  if len(alphas) > 1:
+    raise ValueError(
+        f"Holm's correction across plans needs one level; got {sorted(alphas)}"
+    )
+  names = [plan.name for plan, _, _ in decided]
+  if len(set(names)) != len(names):
+    raise ValueError(f"each plan once; got {names}")
+  raw = {
+      (plan.name, claim): p
+      for plan, results, family in decided
+      for claim, p in corrected_family(plan, results, family).items()
+  }
+  # significance.holm orders by p; the keys only need to be distinct.
+  adjusted = significance.holm(raw) if raw else {}
+  out = {}
+  for plan, results, family in decided:
+    mine = {c: p for (n, c), p in adjusted.items() if n == plan.name}
+    for claim, v in verdicts(plan, results, family, mine).items():
+      if claim in family:
+        out[plan.name, claim] = v
   return out
 
 
