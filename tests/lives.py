@@ -35,12 +35,24 @@ _POLL_S = 0.001
 
 
 def metric_steps(workdir):
-  """The steps of the workdir's whole metrics lines, in order."""
+  """The steps of the workdir's whole metrics lines, in order.
+
+  Read while a life writes: the file is read to its end once and split here,
+  never iterated. Iterating yields a line the writer has half written as one
+  piece and, on the next read, its rest as another that ends in a newline
+  (CI read '363414525985718, "train/ratio_mean": ...' that way); in one read
+  the halves meet again, and only the last piece can lack its newline.
+  """
   path = os.path.join(workdir, workdir_lib.METRICS_FILE)
   if not os.path.exists(path):
     return []
   with open(path) as f:
-    return [json.loads(line)["step"] for line in f if line.endswith("\n")]
+    text = f.read()
+  return [
+      json.loads(line)["step"]
+      for line in text.splitlines(keepends=True)
+      if line.endswith("\n")
+  ]
 
 
 def _checkpoint_entries(workdir):

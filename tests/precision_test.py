@@ -113,10 +113,15 @@ def test_variant_policy_is_float32_master_with_bfloat16_compute():
 
 @pytest.mark.slow(seconds=10)  # Two runs per variant.
 def test_variant_weights_move_as_float32_reference():
-  # Measured: summed-update error 0.0013, norm error 0.0044, cosine 0.993 (the
-  # rest is bfloat16 compute in the gradient, not lost updates).
+  # Measured: norm error 0.0043, cosine 0.993 on both lines; the summed
+  # update's error 0.0046 (Python 3.11, JAX 0.10.2), 0.0055 (3.12, JAX
+  # 0.12.0.1) and 0.0115 in CI's 3.12 run beside another worker: a sum over
+  # entries of both signs cancels, so it carries bfloat16 compute's noise
+  # (XLA's threaded reductions) several times over. Lost updates read 0.99 in
+  # all three (test_bfloat16_parameters_fail_the_same_check); 0.05 is 4x the
+  # largest measured and 20x below that.
   sum_err, norm_err, cosine = _agreement(_moved("variant"), _moved("reference"))
-  assert sum_err <= 1e-2 and norm_err <= 1e-2 and cosine >= 0.98
+  assert sum_err <= 0.05 and norm_err <= 1e-2 and cosine >= 0.98
   # Nearly every entry moved.
   assert float(jnp.mean(_moved("variant") != 0)) > 0.99
 
