@@ -14,7 +14,6 @@ millisecond, when to kill it:
     the life has reached the moment and waits there).
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -25,8 +24,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from scalerl_jax import workdir as workdir_lib
 from scalerl_jax.checkpoint import checkpointer as checkpoint_lib
+from scalerl_jax.metrics import rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TMP_MARK = ".orbax-checkpoint-tmp"
@@ -35,24 +34,18 @@ _POLL_S = 0.001
 
 
 def metric_steps(workdir):
-  """The steps of the workdir's whole metrics lines, in order.
-
-  Read while a life writes: the file is read to its end once and split here,
-  never iterated. Iterating yields a line the writer has half written as one
-  piece and, on the next read, its rest as another that ends in a newline
-  (CI read '363414525985718, "train/ratio_mean": ...' that way); in one read
-  the halves meet again, and only the last piece can lack its newline.
-  """
-  path = os.path.join(workdir, workdir_lib.METRICS_FILE)
-  if not os.path.exists(path):
+  """The steps of the workdir's whole metrics lines, in order; a line being
+  written is not one yet (metrics/rows.py reads a live file), any other
+  unusable line fails."""
+  if not os.path.exists(rows.path_of(workdir)):
     return []
-  with open(path) as f:
-    text = f.read()
-  return [
-      json.loads(line)["step"]
-      for line in text.splitlines(keepends=True)
-      if line.endswith("\n")
-  ]
+  steps = []
+  for where, row in rows.lines(workdir):
+    if row == rows.INCOMPLETE:
+      continue
+    assert isinstance(row, dict), f"{where}: {row}"
+    steps.append(row["step"])
+  return steps
 
 
 def _checkpoint_entries(workdir):
